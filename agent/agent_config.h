@@ -1,0 +1,61 @@
+// Everything the agent needs to run one node's workers; the launcher fills it
+// from the command line.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "rendezvous/round.h"
+
+namespace ddprun {
+
+// A stream selection per local rank, as torchrun's --redirects/--tee take it:
+// one mask for all ("3") or masks for some local ranks ("0:1,1:2").
+struct StdSelection {
+  int all = 0;                       // kNone/kStdout/kStderr/kBoth for every rank
+  std::map<int, int> by_local_rank;  // overrides `all` where present
+
+  int for_local_rank(int local_rank) const {
+    auto it = by_local_rank.find(local_rank);
+    return it == by_local_rank.end() ? all : it->second;
+  }
+};
+
+struct AgentConfig {
+  // The worker program: resolved path and its argv (argv[0] first).
+  std::string program;
+  std::vector<std::string> argv;
+  int nproc = 1;
+
+  // Rendezvous.
+  std::string run_id;
+  std::string rdzv_address;  // host:port, handed to workers
+  RoundSettings rdzv;
+  int node_rank = -1;  // -1: assigned by the rendezvous
+  bool wants_nccl_id = false;
+  std::chrono::milliseconds join_timeout{std::chrono::minutes(10)};
+
+  // Supervision.
+  int max_restarts = 0;
+  std::chrono::milliseconds monitor_interval{100};
+  std::chrono::milliseconds stop_timeout{std::chrono::seconds(10)};  // SIGTERM → SIGKILL
+
+  // Output.
+  std::string log_dir;  // per-rank log files when set
+  StdSelection redirects;
+  StdSelection tee;
+  int console_out_fd = 1;
+  int console_err_fd = 2;
+
+  // Worker environment.
+  std::string role = "default";
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  std::string local_addr = "127.0.0.1";
+  std::string host;
+  std::vector<std::string> base_env;  // inherited KEY=VALUE entries
+};
+
+}  // namespace ddprun

@@ -1,0 +1,47 @@
+// The environment every worker gets: what torchrun sets, so unmodified
+// PyTorch scripts work, plus DDPRUN_* for worker_lib.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+struct WorkerIdentity {
+  int rank = 0;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int world_size = 1;
+  int group_rank = 0;        // node rank
+  int group_world_size = 1;  // number of nodes
+};
+
+struct JobEnv {
+  std::string role = "default";
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  int restart_count = 0;
+  int max_restarts = 0;
+  std::string run_id;
+  std::string rdzv_address;  // host:port of the rendezvous service
+  int64_t round = 0;
+  std::string nccl_id;  // raw bytes; empty when none
+  std::string local_addr;
+};
+
+// The variables ddprun sets for one worker (not the inherited ones).
+std::map<std::string, std::string> worker_variables(const WorkerIdentity& id, const JobEnv& job,
+                                                    const std::string& error_file);
+
+// The full environment of a worker: `inherited` (KEY=VALUE entries, e.g. the
+// launcher's environ) with `vars` replacing or adding entries. OMP_NUM_THREADS
+// is set to 1 when the launcher runs several workers and the user did not set it.
+std::vector<std::string> merge_environment(const std::vector<std::string>& inherited,
+                                           const std::map<std::string, std::string>& vars,
+                                           int local_world_size);
+
+// The process environment as KEY=VALUE entries.
+std::vector<std::string> current_environment();
+
+}  // namespace ddprun

@@ -1,0 +1,46 @@
+// What the agent knows about a worker that failed, and the summary printed
+// when a job fails: root cause (earliest failure) first, then the others.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+struct WorkerExit {
+  int rank = 0;
+  int local_rank = 0;
+  pid_t pid = -1;
+  std::string host;
+  int exit_code = 0;  // when signal == 0
+  int signal = 0;     // the signal that killed it, 0 if it exited
+  std::chrono::system_clock::time_point time;
+  std::string error_message;             // from its error file, if it wrote one
+  std::vector<std::string> stderr_tail;  // last lines of its stderr
+
+  bool failed() const { return signal != 0 || exit_code != 0; }
+};
+
+// "exit code 3" or "signal SIGSEGV".
+std::string describe_exit(const WorkerExit& e);
+
+// The message a worker wrote to TORCHELASTIC_ERROR_FILE (torchrun's JSON
+// format: {"message": {"message": ..., "extraInfo": {...}}} or
+// {"message": "..."}). Empty when the file does not exist.
+std::string read_error_file(const std::string& path);
+
+struct SummaryContext {
+  std::string run_id;
+  int attempt = 0;       // 0-based restart count of the failed attempt
+  int max_restarts = 0;
+  int stopped_count = 0;  // workers the agent stopped after the root cause
+  std::string stop_reason;  // e.g. "stopped by SIGTERM"; empty for a worker failure
+};
+
+// Multi-line summary; failures need not be sorted.
+std::string format_failure_summary(std::vector<WorkerExit> failures, const SummaryContext& ctx);
+
+}  // namespace ddprun

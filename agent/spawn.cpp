@@ -1,0 +1,144 @@
+#include "agent/spawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <memory>
+
+namespace ddprun {
+namespace {
+
+// Everything the child needs, prepared before clone so that the child does
+// not allocate.
+struct ChildArgs {
+  const char* path;
+  char* const* argv;
+  char* const* envp;
+  int stdin_fd;
+  int out_w;
+  int err_w;
+  pid_t parent;
+  int child_errno;  // written by the child when exec fails (shared memory)
+};
+
+std::vector<char*> c_strings(const std::vector<std::string>& v) {
+  std::vector<char*> out;
+  out.reserve(v.size() + 1);
+  for (const auto& s : v) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+// Runs in the child, which shares the parent's memory until exec
+// (CLONE_VM | CLONE_VFORK): async-signal-safe system calls only.
+int child_main(void* arg) {
+  auto* a = static_cast<ChildArgs*>(arg);
+  // Die with the agent. Then check that it has not died already.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != a->parent) _exit(127);
+  setpgid(0, 0);
+  if (dup2(a->stdin_fd, 0) < 0 || dup2(a->out_w, 1) < 0 || dup2(a->err_w, 2) < 0) {
+    a->child_errno = errno;
+    _exit(127);
+  }
+  // Default dispositions (the launcher ignores SIGPIPE) and an empty mask.
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  for (int s = 1; s < NSIG; ++s) {
+    if (s != SIGKILL && s != SIGSTOP) sigaction(s, &dfl, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execve(a->path, a->argv, a->envp);
+  a->child_errno = errno;
+  _exit(127);
+}
+
+struct Pipe {
+  int r = -1, w = -1;
+};
+
+Pipe make_pipe() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw SpawnError(std::string("pipe: ") + strerror(errno));
+  return {fds[0], fds[1]};
+}
+
+}  // namespace
+
+SpawnedProcess spawn_process(const SpawnRequest& req) {
+  auto argv = c_strings(req.argv);
+  auto envp = c_strings(req.env);
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0) throw SpawnError(std::string("open /dev/null: ") + strerror(errno));
+  Pipe out = make_pipe();
+  Pipe err = make_pipe();
+
+  ChildArgs args{req.path.c_str(), argv.data(), envp.data(), devnull, out.w, err.w, getpid(), 0};
+  constexpr size_t kStack = 64 * 1024;
+  auto stack = std::make_unique<char[]>(kStack);
+  // CLONE_VFORK: we resume once the child has exec'd or exited.
+  pid_t pid = clone(child_main, stack.get() + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+  const int clone_errno = errno;
+  close(devnull);
+  close(out.w);
+  close(err.w);
+  if (pid < 0 || args.child_errno != 0) {
+    close(out.r);
+    close(err.r);
+    if (pid < 0) throw SpawnError(std::string("clone: ") + strerror(clone_errno));
+    // The child exited with 127; reap it so it leaves no zombie.
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    throw SpawnError("cannot run " + req.path + ": " + strerror(args.child_errno));
+  }
+  setpgid(pid, pid);  // also from here, in case the child has not yet (harmless if it has)
+  fcntl(out.r, F_SETFL, O_NONBLOCK);
+  fcntl(err.r, F_SETFL, O_NONBLOCK);
+  return SpawnedProcess{pid, out.r, err.r};
+}
+
+std::string resolve_program(const std::string& name, const std::string& path_var,
+                            const std::vector<std::string>& extra_dirs) {
+  auto executable = [](const std::string& p) {
+    struct stat st;
+    return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
+  };
+  if (name.empty()) return "";
+  if (name.find('/') != std::string::npos) return executable(name) ? name : "";
+  std::vector<std::string> dirs;
+  size_t start = 0;
+  while (start <= path_var.size()) {
+    size_t end = path_var.find(':', start);
+    if (end == std::string::npos) end = path_var.size();
+    std::string dir = path_var.substr(start, end - start);
+    dirs.push_back(dir.empty() ? "." : dir);
+    start = end + 1;
+  }
+  dirs.insert(dirs.end(), extra_dirs.begin(), extra_dirs.end());
+  for (const auto& d : dirs) {
+    std::string candidate = d + "/" + name;
+    if (executable(candidate)) return candidate;
+  }
+  return "";
+}
+
+std::string executable_dir() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string p(buf, static_cast<size_t>(n));
+  auto slash = p.rfind('/');
+  return slash == std::string::npos ? "." : p.substr(0, slash);
+}
+
+}  // namespace ddprun

@@ -1,0 +1,68 @@
+// One attempt of a node's workers: starts them, streams their output, reaps
+// them, forwards signals, and on the first failure stops the rest (SIGTERM,
+// then SIGKILL after the stop timeout). Single-threaded, driven by poll() on
+// the workers' pipes and the launcher's signalfd.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/env.h"
+#include "agent/failure_report.h"
+#include "agent/signals.h"
+#include "agent/spawn.h"
+#include "agent/worker_output.h"
+
+namespace ddprun {
+
+struct WorkerLaunch {
+  WorkerIdentity id;
+  SpawnRequest spawn;
+  OutputOptions output;
+  std::string error_file;
+};
+
+struct GroupResult {
+  enum Outcome { kSucceeded, kWorkerFailed, kStoppedBySignal };
+  Outcome outcome = kSucceeded;
+  int signal = 0;                   // for kStoppedBySignal
+  std::vector<WorkerExit> failures;  // workers that failed on their own
+  int stopped_count = 0;             // workers the group stopped
+};
+
+class WorkerGroup {
+ public:
+  WorkerGroup(std::vector<WorkerLaunch> launches, SignalChannel& signals, std::string host,
+              std::chrono::milliseconds stop_timeout);
+  ~WorkerGroup();
+
+  // Starts every worker and returns once all have exited. Throws SpawnError
+  // (after stopping the workers already started) when one cannot start.
+  GroupResult run();
+
+ private:
+  struct Worker;
+  void start_all();
+  void handle_signal(int sig);
+  void reap();
+  void drain(Worker& w, bool until_eof);
+  void begin_stop(int sig);
+  void signal_running(int sig);
+  bool any_running() const;
+
+  std::vector<WorkerLaunch> launches_;
+  SignalChannel& signals_;
+  std::string host_;
+  std::chrono::milliseconds stop_timeout_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+
+  bool stopping_ = false;
+  bool killed_ = false;
+  int stop_signal_ = 0;  // the signal that asked us to stop, 0 for a failure
+  std::chrono::steady_clock::time_point kill_at_;
+  GroupResult result_;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,95 @@
+#include "agent/worker_output.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <stdexcept>
+
+namespace ddprun {
+
+void write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+namespace {
+
+int open_log(const std::string& path) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot open log file " + path + ": " + strerror(errno));
+  return fd;
+}
+
+}  // namespace
+
+WorkerOutput::WorkerOutput(int global_rank, OutputOptions options)
+    : prefix_("[rank" + std::to_string(global_rank) + "]:"), options_(std::move(options)) {
+  const int masks[2] = {kStdout, kStderr};
+  const int console[2] = {options_.console_out_fd, options_.console_err_fd};
+  const std::string* paths[2] = {&options_.stdout_path, &options_.stderr_path};
+  for (int i = 0; i < 2; ++i) {
+    if (options_.console_mask & masks[i]) streams_[i].console_fd = console[i];
+    if (options_.file_mask & masks[i]) streams_[i].file_fd = open_log(*paths[i]);
+  }
+}
+
+WorkerOutput::~WorkerOutput() {
+  for (auto& s : streams_) {
+    if (s.file_fd >= 0) close(s.file_fd);
+  }
+}
+
+void WorkerOutput::on_line(int idx, std::string_view line) {
+  Stream& s = streams_[idx];
+  if (s.console_fd >= 0) {
+    s.pending_console.append(prefix_);
+    s.pending_console.append(line);
+    s.pending_console.push_back('\n');
+  }
+  if (s.file_fd >= 0) {
+    s.pending_file.append(line);
+    s.pending_file.push_back('\n');
+  }
+  if (idx == 1 && options_.tail_lines > 0) {
+    tail_.emplace_back(line);
+    if (tail_.size() > options_.tail_lines) tail_.pop_front();
+  }
+}
+
+// Complete lines of one read go out in one write each: a line is never split
+// between writes, so nothing interleaves mid-line.
+void WorkerOutput::flush_pending(Stream& s) {
+  if (!s.pending_console.empty()) {
+    write_all(s.console_fd, s.pending_console);
+    s.pending_console.clear();
+  }
+  if (!s.pending_file.empty()) {
+    write_all(s.file_fd, s.pending_file);
+    s.pending_file.clear();
+  }
+}
+
+void WorkerOutput::write(int stream, std::string_view bytes) {
+  const int idx = stream == kStderr ? 1 : 0;
+  Stream& s = streams_[idx];
+  s.splitter.feed(bytes, [&](std::string_view line) { on_line(idx, line); });
+  flush_pending(s);
+}
+
+void WorkerOutput::finish() {
+  for (int idx = 0; idx < 2; ++idx) {
+    Stream& s = streams_[idx];
+    s.splitter.flush([&](std::string_view line) { on_line(idx, line); });
+    flush_pending(s);
+  }
+}
+
+}  // namespace ddprun

@@ -1,0 +1,291 @@
+#include "launcher/cli.h"
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
+
+namespace ddprun {
+namespace {
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+int parse_int(const std::string& flag, const std::string& value, int min, int max) {
+  int v = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || ptr != value.data() + value.size() || value.empty()) {
+    throw UsageError(flag + ": expected an integer, got " + quote(value));
+  }
+  if (v < min || v > max) {
+    throw UsageError(flag + ": " + value + " is out of range [" + std::to_string(min) + ", " +
+                     std::to_string(max) + "]");
+  }
+  return v;
+}
+
+double parse_seconds(const std::string& flag, const std::string& value, bool allow_zero) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || value.empty() || !std::isfinite(v)) {
+    throw UsageError(flag + ": expected a number of seconds, got " + quote(value));
+  }
+  if (v < 0 || (!allow_zero && v == 0)) {
+    throw UsageError(flag + ": must be " + (allow_zero ? "at least 0" : "greater than 0") +
+                     ", got " + value);
+  }
+  return v;
+}
+
+void check_nproc(const std::string& value) {
+  if (value == "auto" || value == "gpu" || value == "cpu") return;
+  int v = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || ptr != value.data() + value.size() || value.empty() || v < 1) {
+    throw UsageError("--nproc-per-node: expected a positive integer, auto, gpu or cpu, got " +
+                     quote(value));
+  }
+  if (v > 4096) throw UsageError("--nproc-per-node: " + value + " workers is more than 4096");
+}
+
+void parse_nnodes(const std::string& value, CliOptions& o) {
+  const auto colon = value.find(':');
+  if (colon == std::string::npos) {
+    o.min_nodes = o.max_nodes = parse_int("--nnodes", value, 1, 65536);
+  } else {
+    o.min_nodes = parse_int("--nnodes", value.substr(0, colon), 1, 65536);
+    o.max_nodes = parse_int("--nnodes", value.substr(colon + 1), 1, 65536);
+    if (o.min_nodes > o.max_nodes) {
+      throw UsageError("--nnodes: MIN:MAX needs MIN <= MAX, got " + quote(value));
+    }
+  }
+}
+
+void parse_endpoint(const std::string& value, CliOptions& o) {
+  // host, host:port or [v6addr]:port
+  std::string host = value;
+  std::string port;
+  if (!value.empty() && value.front() == '[') {
+    auto close = value.find(']');
+    if (close == std::string::npos) throw UsageError("--rdzv-endpoint: unclosed '[' in " + quote(value));
+    host = value.substr(1, close - 1);
+    if (close + 1 < value.size()) {
+      if (value[close + 1] != ':') throw UsageError("--rdzv-endpoint: expected HOST:PORT, got " + quote(value));
+      port = value.substr(close + 2);
+    }
+  } else if (auto colon = value.rfind(':'); colon != std::string::npos) {
+    host = value.substr(0, colon);
+    port = value.substr(colon + 1);
+  }
+  if (host.empty()) throw UsageError("--rdzv-endpoint: expected HOST:PORT, got " + quote(value));
+  o.rdzv_host = host;
+  o.rdzv_port = port.empty() ? 29400 : parse_int("--rdzv-endpoint port", port, 0, 65535);
+}
+
+void parse_rdzv_conf(const std::string& value, CliOptions& o) {
+  size_t start = 0;
+  while (start < value.size()) {
+    size_t end = value.find(',', start);
+    if (end == std::string::npos) end = value.size();
+    const std::string item = value.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) {
+      throw UsageError("--rdzv-conf: expected KEY=VALUE, got " + quote(item));
+    }
+    const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
+    if (key == "join_timeout") {
+      o.join_timeout_s = parse_seconds("--rdzv-conf join_timeout", val, false);
+    } else if (key == "last_call_timeout") {
+      o.last_call_s = parse_seconds("--rdzv-conf last_call_timeout", val, true);
+    } else if (key == "close_timeout" || key == "timeout" || key == "is_host" ||
+               key == "read_timeout" || key == "keep_alive_interval") {
+      // torchrun keys with no meaning here; accepted so old commands still run.
+    } else {
+      throw UsageError("--rdzv-conf: unknown key " + quote(key) +
+                       " (known: join_timeout, last_call_timeout)");
+    }
+  }
+}
+
+// Our description already shows the usage line; CLI11's own would say less.
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override { return ""; }
+};
+
+}  // namespace
+
+StdSelection parse_std_selection(const std::string& flag, const std::string& value) {
+  StdSelection sel;
+  auto mask = [&](const std::string& v) {
+    if (v.size() != 1 || v[0] < '0' || v[0] > '3') {
+      throw UsageError(flag + ": expected 0 (none), 1 (stdout), 2 (stderr), 3 (both) or " +
+                       "LOCAL_RANK:MASK,..., got " + quote(value));
+    }
+    return v[0] - '0';
+  };
+  if (value.find(':') == std::string::npos) {
+    sel.all = mask(value);
+    return sel;
+  }
+  size_t start = 0;
+  while (start <= value.size()) {
+    size_t end = value.find(',', start);
+    if (end == std::string::npos) end = value.size();
+    const std::string item = value.substr(start, end - start);
+    start = end + 1;
+    const auto colon = item.find(':');
+    if (colon == std::string::npos) {
+      throw UsageError(flag + ": expected LOCAL_RANK:MASK in " + quote(value) + ", got " +
+                       quote(item));
+    }
+    const int lr = parse_int(flag + " local rank", item.substr(0, colon), 0, 1 << 20);
+    sel.by_local_rank[lr] = mask(item.substr(colon + 1));
+  }
+  return sel;
+}
+
+CliResult parse_command_line(const std::vector<std::string>& args) {
+  CLI::App app{
+      "ddprun: launches and supervises data-parallel training workers, torchrun-style.\n"
+      "Runs ENTRYPOINT once per worker with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...\n"
+      "set; arguments after ENTRYPOINT go to the workers. A .py ENTRYPOINT runs under\n"
+      "python3 (or $DDPRUN_PYTHON); other names are looked up in PATH, then next to ddprun.\n\n"
+      "Usage: ddprun [OPTIONS] ENTRYPOINT [ARGS...]\n"
+      "  e.g. ddprun --nproc 4 train --epochs 2\n"
+      "       ddprun --nproc 2 my_script.py --lr 0.1",
+      "ddprun"};
+  app.set_help_flag("-h,--help", "Print this help and exit");
+  app.set_version_flag("--version", "ddprun 0.1.0");
+  app.prefix_command();
+  app.formatter(std::make_shared<HelpFormatter>());
+  app.get_formatter()->column_width(40);
+
+  CliOptions o;
+  std::string nnodes = "1", node_rank, endpoint, rdzv_conf, tee, redirects;
+  std::string max_restarts = "0", monitor = "0.1", stop_timeout = "10", master_port = "0";
+
+  auto* g = "Workers";
+  app.add_option("--nproc-per-node,--nproc_per_node,--nproc", o.nproc,
+                 "Workers on this node: N, auto (GPUs, else CPUs), gpu or cpu [default: 1]")
+      ->type_name("N|auto|gpu|cpu")
+      ->group(g);
+  app.add_option("--role", o.role, "Role name given to the workers (ROLE_NAME) [default: default]")
+      ->type_name("NAME")
+      ->group(g);
+  app.add_flag("--no-python,--no_python", o.no_python,
+               "Run ENTRYPOINT as a program even if it ends in .py")->group(g);
+  app.add_flag("-m,--module", o.module, "ENTRYPOINT is a Python module (python3 -m)")->group(g);
+
+  g = "Nodes and rendezvous";
+  app.add_option("--nnodes", nnodes, "Number of nodes, N or MIN:MAX [default: 1]")->type_name("N|MIN:MAX")->group(g);
+  app.add_option("--node-rank,--node_rank", node_rank, "Rank of this node")->type_name("N")->group(g);
+  app.add_flag("--standalone", o.standalone,
+               "Single node with a private rendezvous on a free port (the default)")->group(g);
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", endpoint,
+                 "HOST[:PORT] the rendezvous listens on [default: 127.0.0.1, a free port]")
+      ->type_name("HOST:PORT")
+      ->group(g);
+  app.add_option("--rdzv-id,--rdzv_id", o.rdzv_id, "Job id (TORCHELASTIC_RUN_ID) [default: random]")->type_name("ID")
+      ->group(g);
+  app.add_option("--rdzv-backend,--rdzv_backend", o.rdzv_backend,
+                 "Accepted for torchrun compatibility (c10d, static); ddprun uses its own")
+      ->type_name("NAME")
+      ->group(g);
+  app.add_option("--rdzv-conf,--rdzv_conf", rdzv_conf,
+                 "join_timeout=SECONDS,last_call_timeout=SECONDS")->type_name("K=V,...")->group(g);
+  app.add_option("--master-addr,--master_addr", o.master_addr,
+                 "MASTER_ADDR for the workers [default: 127.0.0.1]")->type_name("ADDR")->group(g);
+  app.add_option("--master-port,--master_port", master_port,
+                 "MASTER_PORT for the workers [default: a free port]")->type_name("PORT")->group(g);
+  app.add_option("--local-addr,--local_addr", o.local_addr,
+                 "Address this node's workers bind their transport to [default: 127.0.0.1]")
+      ->type_name("ADDR")
+      ->group(g);
+
+  g = "Supervision";
+  app.add_option("--max-restarts,--max_restarts", max_restarts,
+                 "Restarts of the worker group after a failure [default: 0]")->type_name("N")->group(g);
+  app.add_option("--monitor-interval,--monitor_interval", monitor,
+                 "Seconds between health checks; exits are seen at once [default: 0.1]")
+      ->type_name("SECONDS")->group(g);
+  app.add_option("--stop-timeout,--stop_timeout", stop_timeout,
+                 "Seconds between SIGTERM and SIGKILL when stopping workers [default: 10]")
+      ->type_name("SECONDS")
+      ->group(g);
+
+  g = "Output";
+  app.add_option("--log-dir,--log_dir", o.log_dir,
+                 "Keep per-rank stdout/stderr/error files under DIR/attempt_N/rankR/")
+      ->type_name("DIR")->group(g);
+  app.add_option("-t,--tee", tee, "Also write these streams to log files: 0-3 or LR:MASK,...")->type_name("MASK")
+      ->group(g);
+  app.add_option("-r,--redirects", redirects,
+                 "Send these streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both")
+      ->type_name("MASK")
+      ->group(g);
+  app.add_flag("-v,--verbose", o.verbose, "Log what ddprun does")->group(g);
+  app.add_flag("-q,--quiet", o.quiet, "Only log errors")->group(g);
+
+  std::vector<std::string> argv_rev(args.rbegin(), args.rend());
+  try {
+    app.parse(argv_rev);
+  } catch (const CLI::CallForHelp&) {
+    return CliResult{CliResult::kHelp, app.help(), {}};
+  } catch (const CLI::CallForVersion& e) {
+    return CliResult{CliResult::kVersion, "ddprun 0.1.0", {}};
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    throw UsageError(msg);
+  }
+
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+  if (rest.empty()) {
+    throw UsageError("missing ENTRYPOINT, the program to run (e.g. ddprun --nproc 4 train)");
+  }
+  if (rest.front().size() > 1 && rest.front()[0] == '-') {
+    throw UsageError("unknown option " + quote(rest.front()) + " (see ddprun --help)");
+  }
+  o.entrypoint = rest.front();
+  o.args.assign(rest.begin() + 1, rest.end());
+
+  check_nproc(o.nproc);
+  parse_nnodes(nnodes, o);
+  if (!node_rank.empty()) {
+    o.node_rank = parse_int("--node-rank", node_rank, 0, o.max_nodes - 1);
+  }
+  if (!endpoint.empty()) parse_endpoint(endpoint, o);
+  if (!rdzv_conf.empty()) parse_rdzv_conf(rdzv_conf, o);
+  if (!o.rdzv_backend.empty() && o.rdzv_backend != "c10d" && o.rdzv_backend != "static" &&
+      o.rdzv_backend != "ddprun") {
+    throw UsageError("--rdzv-backend: " + quote(o.rdzv_backend) +
+                     " is not supported (ddprun uses its own gRPC rendezvous; c10d and static "
+                     "are accepted)");
+  }
+  if (o.rdzv_id.empty() && !endpoint.empty() && o.max_nodes > 1) {
+    throw UsageError("--rdzv-id: needed with --rdzv-endpoint on several nodes, so they find each other");
+  }
+  if (o.rdzv_id.find_first_of("/ \t\n") != std::string::npos) {
+    throw UsageError("--rdzv-id: must not contain '/' or spaces, got " + quote(o.rdzv_id));
+  }
+  o.max_restarts = parse_int("--max-restarts", max_restarts, 0, 1000000);
+  o.monitor_interval_s = parse_seconds("--monitor-interval", monitor, false);
+  o.stop_timeout_s = parse_seconds("--stop-timeout", stop_timeout, true);
+  o.master_port = parse_int("--master-port", master_port, 0, 65535);
+  if (o.master_addr.empty()) throw UsageError("--master-addr: must not be empty");
+  if (!tee.empty()) o.tee = parse_std_selection("--tee", tee);
+  if (!redirects.empty()) o.redirects = parse_std_selection("--redirects", redirects);
+  if (o.module && o.no_python) {
+    throw UsageError("--module and --no-python cannot be used together");
+  }
+  if (o.verbose && o.quiet) throw UsageError("--verbose and --quiet cannot be used together");
+  return CliResult{CliResult::kRun, "", std::move(o)};
+}
+
+}  // namespace ddprun

@@ -1,0 +1,64 @@
+// ddprun's command line: torchrun's flags (both --dash-names and
+// --underscore_names), parsed and checked. Every bad value becomes one line
+// naming the flag; the launcher prints it and exits with code 2.
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "agent/agent_config.h"
+
+namespace ddprun {
+
+// A bad command line. what() is the one-line message (without "ddprun: ").
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CliOptions {
+  std::string nproc = "1";  // N, auto, gpu or cpu; resolved by the launcher
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int node_rank = -1;
+  bool standalone = false;
+  std::string rdzv_backend;
+  std::string rdzv_host;  // from --rdzv-endpoint; empty when not given
+  int rdzv_port = 0;
+  std::string rdzv_id;
+  double join_timeout_s = 600;  // --rdzv-conf join_timeout
+  double last_call_s = 0;       // --rdzv-conf last_call_timeout
+  int max_restarts = 0;
+  double monitor_interval_s = 0.1;
+  double stop_timeout_s = 10;
+  std::string log_dir;
+  StdSelection tee;
+  StdSelection redirects;
+  std::string role = "default";
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: a free port is picked
+  std::string local_addr;
+  bool no_python = false;
+  bool module = false;
+  bool verbose = false;
+  bool quiet = false;
+  std::string entrypoint;
+  std::vector<std::string> args;  // for the workers
+};
+
+struct CliResult {
+  enum Kind { kRun, kHelp, kVersion };
+  Kind kind = kRun;
+  std::string text;  // help or version text
+  CliOptions options;
+};
+
+// args: the command line without argv[0]. Throws UsageError.
+CliResult parse_command_line(const std::vector<std::string>& args);
+
+// Parses "3" or "0:1,1:2" for --tee/--redirects (flag names the option).
+StdSelection parse_std_selection(const std::string& flag, const std::string& value);
+
+}  // namespace ddprun

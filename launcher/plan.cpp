@@ -1,0 +1,148 @@
+#include "launcher/plan.h"
+
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <random>
+#include <stdexcept>
+
+#include "agent/env.h"
+#include "agent/spawn.h"
+
+namespace ddprun {
+
+int count_gpus(const char* cuda_visible_devices) {
+  int devices = 0;
+  if (DIR* d = opendir("/dev")) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n.size() > 6 && n.compare(0, 6, "nvidia") == 0 &&
+          std::all_of(n.begin() + 6, n.end(), [](char c) { return std::isdigit(c); })) {
+        ++devices;
+      }
+    }
+    closedir(d);
+  }
+  if (!cuda_visible_devices) return devices;
+  // "0,1,2" limits the count; "" or "-1" hides every GPU.
+  std::string v = cuda_visible_devices;
+  if (v.empty() || v.rfind("-1", 0) == 0) return 0;
+  int listed = 1;
+  for (char c : v) listed += c == ',';
+  return std::min(devices, listed);
+}
+
+HostFacts gather_host_facts() {
+  HostFacts f;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  f.cpu_count = cpus > 0 ? static_cast<int>(cpus) : 1;
+  f.gpu_count = count_gpus(getenv("CUDA_VISIBLE_DEVICES"));
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) == 0 && host[0]) f.hostname = host;
+  if (const char* p = getenv("PATH")) f.path_env = p;
+  if (const char* py = getenv("DDPRUN_PYTHON"); py && *py) f.python = py;
+  f.extra_program_dirs = {executable_dir()};
+  f.environment = current_environment();
+  return f;
+}
+
+int resolve_nproc(const std::string& spec, const HostFacts& facts) {
+  if (spec == "cpu") return facts.cpu_count;
+  if (spec == "auto") return facts.gpu_count > 0 ? facts.gpu_count : facts.cpu_count;
+  if (spec == "gpu") {
+    if (facts.gpu_count == 0) {
+      throw UsageError("--nproc-per-node gpu: no GPU is visible here (no /dev/nvidiaN, or "
+                       "CUDA_VISIBLE_DEVICES hides them); use a number or cpu");
+    }
+    return facts.gpu_count;
+  }
+  return std::stoi(spec);  // checked by parse_command_line
+}
+
+LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
+  if (o.max_nodes > 1) {
+    throw UsageError("--nnodes " + std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes) +
+                     ": multi-node jobs are not supported yet; run with --nnodes 1");
+  }
+  LaunchPlan plan;
+  AgentConfig& a = plan.agent;
+  a.nproc = resolve_nproc(o.nproc, facts);
+
+  // The program and its argv.
+  const bool python = o.module || (!o.no_python && o.entrypoint.size() > 3 &&
+                                   o.entrypoint.compare(o.entrypoint.size() - 3, 3, ".py") == 0);
+  if (python) {
+    a.program = resolve_program(facts.python, facts.path_env, {});
+    if (a.program.empty()) {
+      throw UsageError("cannot find the Python interpreter " + facts.python +
+                       " to run " + o.entrypoint + " (set DDPRUN_PYTHON or use --no-python)");
+    }
+    a.argv = {facts.python, "-u"};  // unbuffered, as torchrun runs scripts
+    if (o.module) a.argv.push_back("-m");
+    a.argv.push_back(o.entrypoint);
+  } else {
+    a.program = resolve_program(o.entrypoint, facts.path_env, facts.extra_program_dirs);
+    if (a.program.empty()) {
+      throw UsageError("cannot find program " + o.entrypoint +
+                       " (not an executable file, not in PATH nor next to ddprun)");
+    }
+    a.argv = {o.entrypoint};
+  }
+  a.argv.insert(a.argv.end(), o.args.begin(), o.args.end());
+
+  a.run_id = o.rdzv_id.empty() ? random_run_id() : o.rdzv_id;
+  a.rdzv = RoundSettings{o.min_nodes, o.max_nodes,
+                         std::chrono::milliseconds(static_cast<int64_t>(o.last_call_s * 1000))};
+  a.node_rank = o.node_rank;
+  a.wants_nccl_id = facts.gpu_count > 0;
+  a.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.join_timeout_s * 1000));
+  a.max_restarts = o.max_restarts;
+  a.monitor_interval = std::chrono::milliseconds(static_cast<int64_t>(o.monitor_interval_s * 1000));
+  a.stop_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.stop_timeout_s * 1000));
+  a.log_dir = o.log_dir;
+  a.tee = o.tee;
+  a.redirects = o.redirects;
+  a.role = o.role;
+  a.master_addr = o.master_addr;
+  a.master_port = o.master_port;
+  a.local_addr = o.local_addr.empty() ? "127.0.0.1" : o.local_addr;
+  a.host = facts.hostname;
+  a.base_env = facts.environment;
+
+  if (!o.rdzv_host.empty() && !o.standalone) {
+    plan.rdzv_listen_host = o.rdzv_host;
+    plan.rdzv_listen_port = o.rdzv_port;
+  }
+  return plan;
+}
+
+int pick_free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("socket() failed while picking a free port");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    throw std::runtime_error("cannot bind a free port for MASTER_PORT (set --master-port)");
+  }
+  int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+std::string random_run_id() {
+  std::random_device rd;
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%08x", static_cast<unsigned>(rd()));
+  return buf;
+}
+
+}  // namespace ddprun

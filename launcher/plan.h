@@ -1,0 +1,48 @@
+// Turns checked command-line options and facts about this machine into the
+// agent's configuration: how many workers, which program with which argv,
+// where the rendezvous listens.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "agent/agent_config.h"
+#include "launcher/cli.h"
+
+namespace ddprun {
+
+struct HostFacts {
+  int cpu_count = 1;
+  int gpu_count = 0;
+  std::string hostname = "localhost";
+  std::string path_env;               // $PATH
+  std::string python = "python3";     // $DDPRUN_PYTHON or python3
+  std::vector<std::string> extra_program_dirs;  // searched after PATH (ddprun's own folder)
+  std::vector<std::string> environment;         // KEY=VALUE
+};
+
+// Reads the facts from this process and machine.
+HostFacts gather_host_facts();
+
+// Visible NVIDIA GPUs: /dev/nvidiaN devices, limited by CUDA_VISIBLE_DEVICES.
+int count_gpus(const char* cuda_visible_devices);
+
+// N, auto, gpu or cpu → a worker count. Throws UsageError.
+int resolve_nproc(const std::string& spec, const HostFacts& facts);
+
+struct LaunchPlan {
+  AgentConfig agent;
+  std::string rdzv_listen_host = "127.0.0.1";
+  int rdzv_listen_port = 0;  // 0: pick a free port
+};
+
+// Throws UsageError (bad combination, program not found).
+LaunchPlan make_launch_plan(const CliOptions& options, const HostFacts& facts);
+
+// A TCP port that was free a moment ago (bound to port 0, then released).
+int pick_free_port();
+
+// 8 random hex digits.
+std::string random_run_id();
+
+}  // namespace ddprun
