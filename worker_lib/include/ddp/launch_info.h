@@ -1,0 +1,47 @@
+// Who this worker is, as the launcher told it through the environment.
+// No LibTorch here.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace ddp {
+
+// A launch variable is missing or malformed. Names the variable.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct LaunchInfo {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int group_rank = 0;        // node rank
+  int group_world_size = 1;  // number of nodes
+  int restart_count = 0;
+  std::string rdzv_address;  // empty when not launched by ddprun
+  std::string job_id;
+  int64_t round = 0;
+  std::string nccl_id;  // raw bytes, empty when none
+  std::string local_addr = "127.0.0.1";
+  std::string error_file;
+
+  // Launched by ddprun (so a rendezvous store is reachable).
+  bool from_ddprun() const { return !rdzv_address.empty(); }
+};
+
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+// The process environment.
+std::optional<std::string> process_env(const std::string& name);
+
+// Reads RANK, WORLD_SIZE, LOCAL_RANK, ... and DDPRUN_*. Without RANK and
+// WORLD_SIZE it describes a single process (rank 0 of 1). Throws ConfigError.
+LaunchInfo read_launch_info(const EnvLookup& env = process_env);
+
+}  // namespace ddp

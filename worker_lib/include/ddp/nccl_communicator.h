@@ -1,0 +1,31 @@
+// Collectives on CUDA tensors over NCCL, with the unique id the rendezvous
+// handed out for this round. Built only where NCCL and the CUDA runtime are
+// found (DDPRUN_HAVE_NCCL); ddp::nccl_available() says which.
+//
+// Work runs on a stream of the communicator's own that synchronises with the
+// legacy default CUDA stream (LibTorch's default), and every call waits for
+// its work to finish, aborting the communicator when the timeout passes.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ddp/communicator.h"
+
+namespace ddp {
+
+// Whether this build of worker_lib has the NCCL communicator.
+bool nccl_available();
+
+struct NcclOptions {
+  std::string unique_id;  // the ncclUniqueId bytes (DDPRUN_NCCL_ID)
+  int rank = 0;
+  int size = 1;
+  int device = 0;  // CUDA device index, normally LOCAL_RANK
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+};
+
+// Throws CollectiveError when NCCL is not built in or initialisation fails.
+std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options);
+
+}  // namespace ddp

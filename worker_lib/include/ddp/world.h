@@ -1,0 +1,88 @@
+// A worker's view of its job: who it is (LaunchInfo), the job's key-value
+// store, and communicators for CPU (Gloo) and CUDA (NCCL) tensors.
+//
+// No process-wide state: init() returns a World, and several Worlds can live
+// in one process (tests run ranks as threads, each with its own).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string_view>
+
+#include "ddp/communicator.h"
+#include "ddp/launch_info.h"
+#include "rendezvous/store.h"
+
+namespace ddp {
+
+struct InitOptions {
+  // Timeout of every collective and of connecting to peers. Zero means
+  // $DDPRUN_TIMEOUT_S seconds if set, else 300 s.
+  std::chrono::milliseconds timeout{0};
+  // Where LaunchInfo comes from (the process environment by default).
+  EnvLookup env = process_env;
+  // The job's store. Null: the rendezvous' gRPC store named by the
+  // environment, or an in-memory one for a single process.
+  std::shared_ptr<ddprun::Store> store;
+};
+
+class World {
+ public:
+  World(LaunchInfo info, std::shared_ptr<ddprun::Store> store, std::chrono::milliseconds timeout);
+  ~World();
+
+  const LaunchInfo& info() const { return info_; }
+  int rank() const { return info_.rank; }
+  int size() const { return info_.world_size; }
+  int local_rank() const { return info_.local_rank; }
+  int local_size() const { return info_.local_world_size; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // The Gloo communicator over all ranks, connected by init().
+  Communicator& cpu();
+  // The NCCL communicator, connected on first use. Throws CollectiveError
+  // where NCCL is not built in or no NCCL id was handed out.
+  Communicator& cuda();
+  // cpu() or cuda(), by where the tensor lives.
+  Communicator& for_tensor(const at::Tensor& t);
+
+  // Collectives on the communicator that matches the tensor's device.
+  void all_reduce(at::Tensor& t, ReduceOp op = ReduceOp::kSum) { for_tensor(t).all_reduce(t, op); }
+  void broadcast(at::Tensor& t, int root = 0) { for_tensor(t).broadcast(t, root); }
+  at::Tensor all_gather(const at::Tensor& t) { return for_tensor(t).all_gather(t); }
+  void barrier() { cpu().barrier(); }
+
+  // A store for the program's own keys, private to this job and round.
+  ddprun::Store& store() { return *user_store_; }
+
+ private:
+  LaunchInfo info_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<ddprun::Store> store_;
+  std::unique_ptr<ddprun::Store> round_store_;
+  std::unique_ptr<ddprun::Store> gloo_store_;
+  std::unique_ptr<ddprun::Store> nccl_store_;
+  std::unique_ptr<ddprun::Store> user_store_;
+  std::unique_ptr<Communicator> cpu_;
+  std::mutex cuda_mu_;
+  std::unique_ptr<Communicator> cuda_;
+};
+
+// Reads the launch environment, connects to the job's store and its peers,
+// registers the World as this thread's default for get(), and makes an
+// uncaught exception land in the launcher's failure summary.
+// Throws ConfigError, ddprun::StoreError or CollectiveError.
+std::shared_ptr<World> init(InitOptions options = {});
+
+// Makes w this thread's default for get() (init() does it). Held weakly.
+void register_world(const std::shared_ptr<World>& w);
+
+// "ws" (world size), "rank" / "grank" (global rank), "lrank" (local rank),
+// "lws" (local world size). Uses this thread's registered World, or the
+// launch environment when none is registered. Unknown keys throw
+// std::invalid_argument listing the valid ones.
+int get(std::string_view key);
+int get(std::string_view key, const World& world);
+
+}  // namespace ddp

@@ -1,0 +1,200 @@
+#include "ddp/gloo_communicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <stdexcept>
+
+namespace ddp {
+namespace {
+
+// Gloo's rendezvous reads and writes through this view of a ddprun Store.
+class GlooStoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  GlooStoreAdapter(ddprun::Store& store, std::chrono::milliseconds timeout)
+      : store_(store), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(key, std::string_view(data.data(), data.size()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    std::string v = store_.get(key, timeout_);
+    return std::vector<char>(v.begin(), v.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { store_.wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
+    store_.wait(keys, t);
+  }
+
+ private:
+  ddprun::Store& store_;
+  std::chrono::milliseconds timeout_;
+};
+
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+template <typename T>
+ReduceFn reduce_fn(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return static_cast<ReduceFn>(&gloo::sum<T>);
+    case ReduceOp::kMax:
+      return static_cast<ReduceFn>(&gloo::max<T>);
+    case ReduceOp::kMin:
+      return static_cast<ReduceFn>(&gloo::min<T>);
+  }
+  throw std::invalid_argument("ddp: unknown ReduceOp");
+}
+
+template <typename T>
+void gloo_allreduce(const std::shared_ptr<gloo::Context>& ctx, at::Tensor& t, ReduceOp op,
+                    std::chrono::milliseconds timeout) {
+  gloo::AllreduceOptions opts(ctx);
+  opts.setOutput(t.data_ptr<T>(), static_cast<size_t>(t.numel()));
+  opts.setReduceFunction(reduce_fn<T>(op));
+  opts.setTimeout(timeout);
+  gloo::allreduce(opts);
+}
+
+void check_cpu(const at::Tensor& t, const char* op) {
+  if (!t.defined()) throw std::invalid_argument(std::string("ddp: ") + op + ": undefined tensor");
+  if (!t.device().is_cpu()) {
+    throw std::invalid_argument(std::string("ddp: ") + op + ": the Gloo communicator takes CPU " +
+                                "tensors, got one on " + t.device().str());
+  }
+}
+
+}  // namespace
+
+std::string to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
+template <typename Fn>
+void GlooCommunicator::run(const char* op, Timeout timeout, Fn&& fn) {
+  try {
+    fn();
+  } catch (const gloo::Exception& e) {
+    throw CollectiveError(std::string("ddp: ") + op + " failed on rank " +
+                          std::to_string(options_.rank) + " of " + std::to_string(options_.size) +
+                          " (timeout " + std::to_string(timeout.count()) +
+                          " ms, set by ddp::InitOptions::timeout or DDPRUN_TIMEOUT_S; a peer may "
+                          "have died): " + e.what());
+  }
+}
+
+GlooCommunicator::GlooCommunicator(ddprun::Store& store, const GlooOptions& options)
+    : options_(options) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    throw std::invalid_argument("ddp: Gloo rank " + std::to_string(options.rank) +
+                                " is not in [0, " + std::to_string(options.size) + ")");
+  }
+  gloo::transport::tcp::attr attr;
+  attr.hostname = options.local_addr;
+  try {
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+    ctx->setTimeout(options.timeout);
+    GlooStoreAdapter adapter(store, options.timeout);
+    ctx->connectFullMesh(adapter, device);
+    context_ = std::move(ctx);
+  } catch (const ddprun::StoreTimeout& e) {
+    throw CollectiveError("ddp: rank " + std::to_string(options.rank) + " of " +
+                          std::to_string(options.size) + " could not connect to its peers within " +
+                          std::to_string(options.timeout.count()) + " ms (" + e.what() + ")");
+  } catch (const gloo::Exception& e) {
+    throw CollectiveError("ddp: Gloo setup on rank " + std::to_string(options.rank) +
+                          " (binding to " + options.local_addr + ", set by --local-addr) failed: " +
+                          e.what());
+  }
+}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+void GlooCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op, Timeout timeout) {
+  check_cpu(tensor, "all_reduce");
+  const bool floating = at::isFloatingType(tensor.scalar_type());
+  if (op == ReduceOp::kAvg && !floating) {
+    throw std::invalid_argument("ddp: all_reduce avg needs a floating-point tensor, got " +
+                                std::string(c10::toString(tensor.scalar_type())));
+  }
+  if (tensor.numel() == 0) return;
+  // Gloo reduces contiguous float/double/int types; others go through a copy.
+  const auto type = tensor.scalar_type();
+  const bool low_precision = type == at::kHalf || type == at::kBFloat16;
+  at::Tensor work = low_precision ? tensor.to(at::kFloat) : tensor.contiguous();
+  run("all_reduce", timeout, [&] {
+    switch (work.scalar_type()) {
+      case at::kFloat: gloo_allreduce<float>(context_, work, op, timeout); break;
+      case at::kDouble: gloo_allreduce<double>(context_, work, op, timeout); break;
+      case at::kInt: gloo_allreduce<int32_t>(context_, work, op, timeout); break;
+      case at::kLong: gloo_allreduce<int64_t>(context_, work, op, timeout); break;
+      case at::kChar: gloo_allreduce<int8_t>(context_, work, op, timeout); break;
+      case at::kByte: gloo_allreduce<uint8_t>(context_, work, op, timeout); break;
+      default:
+        throw std::invalid_argument("ddp: all_reduce does not support dtype " +
+                                    std::string(c10::toString(work.scalar_type())));
+    }
+  });
+  if (op == ReduceOp::kAvg) work.div_(options_.size);
+  if (!work.is_same(tensor)) tensor.copy_(work);
+}
+
+void GlooCommunicator::broadcast(at::Tensor& tensor, int root, Timeout timeout) {
+  check_cpu(tensor, "broadcast");
+  if (root < 0 || root >= options_.size) {
+    throw std::invalid_argument("ddp: broadcast root " + std::to_string(root) + " is not in [0, " +
+                                std::to_string(options_.size) + ")");
+  }
+  if (tensor.numel() == 0) return;
+  at::Tensor work = tensor.contiguous();
+  run("broadcast", timeout, [&] {
+    gloo::BroadcastOptions opts(context_);
+    // Broadcast moves bytes, whatever their type.
+    opts.setOutput(static_cast<uint8_t*>(work.data_ptr()), work.nbytes());
+    opts.setRoot(root);
+    opts.setTimeout(timeout);
+    gloo::broadcast(opts);
+  });
+  if (!work.is_same(tensor)) tensor.copy_(work);
+}
+
+at::Tensor GlooCommunicator::all_gather(const at::Tensor& input, Timeout timeout) {
+  check_cpu(input, "all_gather");
+  std::vector<int64_t> shape{options_.size};
+  shape.insert(shape.end(), input.sizes().begin(), input.sizes().end());
+  at::Tensor out = at::empty(shape, input.options());
+  if (input.numel() == 0) return out;
+  at::Tensor in = input.contiguous();
+  run("all_gather", timeout, [&] {
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput(static_cast<uint8_t*>(in.data_ptr()), in.nbytes());
+    opts.setOutput(static_cast<uint8_t*>(out.data_ptr()), out.nbytes());
+    opts.setTimeout(timeout);
+    gloo::allgather(opts);
+  });
+  return out;
+}
+
+void GlooCommunicator::barrier(Timeout timeout) {
+  run("barrier", timeout, [&] {
+    gloo::BarrierOptions opts(context_);
+    opts.setTimeout(timeout);
+    gloo::barrier(opts);
+  });
+}
+
+}  // namespace ddp

@@ -1,0 +1,77 @@
+#include "ddp/launch_info.h"
+
+#include <charconv>
+#include <cstdlib>
+
+#include "rendezvous/hex.h"
+
+namespace ddp {
+namespace {
+
+template <typename T>
+T parse_number(const std::string& name, const std::string& value) {
+  T v{};
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size()) {
+    throw ConfigError("ddp: environment variable " + name + "='" + value +
+                      "' is not an integer (is this process started by ddprun or torchrun?)");
+  }
+  return v;
+}
+
+}  // namespace
+
+std::optional<std::string> process_env(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
+  if (!v) return std::nullopt;
+  return std::string(v);
+}
+
+LaunchInfo read_launch_info(const EnvLookup& env) {
+  LaunchInfo info;
+  auto rank = env("RANK");
+  auto ws = env("WORLD_SIZE");
+  if (!rank && !ws) return info;  // a plain single process
+  if (!rank || !ws) {
+    throw ConfigError(std::string("ddp: ") + (rank ? "WORLD_SIZE" : "RANK") +
+                      " is not set although " + (rank ? "RANK" : "WORLD_SIZE") +
+                      " is; start workers with ddprun");
+  }
+  info.rank = parse_number<int>("RANK", *rank);
+  info.world_size = parse_number<int>("WORLD_SIZE", *ws);
+  if (info.world_size < 1 || info.rank < 0 || info.rank >= info.world_size) {
+    throw ConfigError("ddp: RANK=" + *rank + " is not in [0, WORLD_SIZE=" + *ws + ")");
+  }
+  auto number = [&](const char* name, int fallback) {
+    auto v = env(name);
+    return v ? parse_number<int>(name, *v) : fallback;
+  };
+  info.local_rank = number("LOCAL_RANK", info.rank);
+  info.local_world_size = number("LOCAL_WORLD_SIZE", info.world_size);
+  info.group_rank = number("GROUP_RANK", 0);
+  info.group_world_size = number("GROUP_WORLD_SIZE", 1);
+  info.restart_count = number("TORCHELASTIC_RESTART_COUNT", 0);
+  if (info.local_rank < 0 || info.local_rank >= info.local_world_size) {
+    throw ConfigError("ddp: LOCAL_RANK=" + std::to_string(info.local_rank) +
+                      " is not in [0, LOCAL_WORLD_SIZE=" + std::to_string(info.local_world_size) +
+                      ")");
+  }
+  if (auto v = env("DDPRUN_RDZV_ADDR")) info.rdzv_address = *v;
+  if (auto v = env("DDPRUN_JOB_ID")) info.job_id = *v;
+  if (auto v = env("DDPRUN_ROUND")) info.round = parse_number<int64_t>("DDPRUN_ROUND", *v);
+  if (auto v = env("DDPRUN_LOCAL_ADDR"); v && !v->empty()) info.local_addr = *v;
+  if (auto v = env("TORCHELASTIC_ERROR_FILE")) info.error_file = *v;
+  if (auto v = env("DDPRUN_NCCL_ID"); v && !v->empty()) {
+    try {
+      info.nccl_id = ddprun::from_hex(*v);
+    } catch (const std::exception& e) {
+      throw ConfigError(std::string("ddp: DDPRUN_NCCL_ID is not hex: ") + e.what());
+    }
+  }
+  if (info.from_ddprun() && info.job_id.empty()) {
+    throw ConfigError("ddp: DDPRUN_RDZV_ADDR is set but DDPRUN_JOB_ID is not");
+  }
+  return info;
+}
+
+}  // namespace ddp

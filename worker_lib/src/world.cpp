@@ -1,0 +1,112 @@
+#include "ddp/world.h"
+
+#include <cstdlib>
+
+#include "ddp/error_file.h"
+#include "ddp/gloo_communicator.h"
+#include "ddp/nccl_communicator.h"
+#include "rendezvous/client.h"
+#include "rendezvous/memory_store.h"
+
+namespace ddp {
+namespace {
+
+thread_local std::weak_ptr<World> registered_world;
+
+std::chrono::milliseconds default_timeout(const EnvLookup& env) {
+  if (auto v = env("DDPRUN_TIMEOUT_S")) {
+    char* end = nullptr;
+    double s = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end != '\0' || !(s > 0)) {
+      throw ConfigError("ddp: DDPRUN_TIMEOUT_S='" + *v + "' is not a positive number of seconds");
+    }
+    return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+  }
+  return std::chrono::minutes(5);
+}
+
+int lookup(std::string_view key, int ws, int rank, int lrank, int lws) {
+  if (key == "ws") return ws;
+  if (key == "rank" || key == "grank") return rank;
+  if (key == "lrank") return lrank;
+  if (key == "lws") return lws;
+  throw std::invalid_argument("ddp::get: unknown key '" + std::string(key) +
+                              "'; valid keys: ws, rank, grank, lrank, lws");
+}
+
+}  // namespace
+
+World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
+             std::chrono::milliseconds timeout)
+    : info_(std::move(info)), timeout_(timeout), store_(std::move(store)) {
+  // Every round gets fresh keys: a restarted group never reads a dead one's.
+  round_store_ = std::make_unique<ddprun::PrefixStore>("round/" + std::to_string(info_.round), *store_);
+  gloo_store_ = std::make_unique<ddprun::PrefixStore>("gloo", *round_store_);
+  nccl_store_ = std::make_unique<ddprun::PrefixStore>("nccl", *round_store_);
+  user_store_ = std::make_unique<ddprun::PrefixStore>("user", *round_store_);
+  GlooOptions gloo;
+  gloo.rank = info_.rank;
+  gloo.size = info_.world_size;
+  gloo.local_addr = info_.local_addr;
+  gloo.timeout = timeout_;
+  cpu_ = std::make_unique<GlooCommunicator>(*gloo_store_, gloo);
+}
+
+World::~World() = default;
+
+Communicator& World::cpu() { return *cpu_; }
+
+Communicator& World::cuda() {
+  std::lock_guard lock(cuda_mu_);
+  if (!cuda_) {
+    NcclOptions o;
+    o.unique_id = info_.nccl_id;
+    o.rank = info_.rank;
+    o.size = info_.world_size;
+    o.device = info_.local_rank;
+    o.timeout = timeout_;
+    cuda_ = make_nccl_communicator(o);
+  }
+  return *cuda_;
+}
+
+Communicator& World::for_tensor(const at::Tensor& t) {
+  return t.defined() && t.device().is_cuda() ? cuda() : cpu();
+}
+
+std::shared_ptr<World> init(InitOptions options) {
+  install_error_file_handler();
+  LaunchInfo info = read_launch_info(options.env);
+  const auto timeout =
+      options.timeout.count() > 0 ? options.timeout : default_timeout(options.env);
+  std::shared_ptr<ddprun::Store> store = options.store;
+  if (!store) {
+    if (info.from_ddprun()) {
+      store = std::make_shared<ddprun::GrpcStore>(info.rdzv_address, info.job_id);
+    } else if (info.world_size == 1) {
+      store = std::make_shared<ddprun::MemoryStore>();
+    } else {
+      throw ConfigError("ddp: WORLD_SIZE=" + std::to_string(info.world_size) +
+                        " but DDPRUN_RDZV_ADDR is not set: start the workers with ddprun (or pass "
+                        "InitOptions::store)");
+    }
+  }
+  auto world = std::make_shared<World>(std::move(info), std::move(store), timeout);
+  register_world(world);
+  return world;
+}
+
+void register_world(const std::shared_ptr<World>& w) { registered_world = w; }
+
+int get(std::string_view key, const World& w) {
+  return lookup(key, w.size(), w.rank(), w.local_rank(), w.local_size());
+}
+
+int get(std::string_view key) {
+  if (auto w = registered_world.lock()) return get(key, *w);
+  // No World here: what the launcher said, as torch's env:// would.
+  LaunchInfo info = read_launch_info();
+  return lookup(key, info.world_size, info.rank, info.local_rank, info.local_world_size);
+}
+
+}  // namespace ddp
