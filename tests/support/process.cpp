@@ -1,0 +1,152 @@
+#include "support/process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace ddptest {
+
+Process::Process(const std::vector<std::string>& argv, const EnvChanges& env) {
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e; ++e) {
+    std::string s = *e;
+    merged[s.substr(0, s.find('='))] = s;
+  }
+  for (const auto& s : env) merged[s.substr(0, s.find('='))] = s;
+  std::vector<std::string> env_list;
+  for (auto& [k, v] : merged) env_list.push_back(v);
+  std::vector<char*> cargv, cenv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  for (const auto& e : env_list) cenv.push_back(const_cast<char*>(e.c_str()));
+  cenv.push_back(nullptr);
+
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) throw std::runtime_error("pipe");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  int rc = posix_spawn(&pid_, cargv[0], &fa, &attr, cargv.data(), cenv.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  close(out[1]);
+  close(err[1]);
+  if (rc != 0) throw std::runtime_error("cannot start " + argv[0]);
+  out_fd_ = out[0];
+  err_fd_ = err[0];
+}
+
+Process::~Process() {
+  if (!reaped_ && pid_ > 0) {
+    kill(pid_, SIGKILL);
+    int status;
+    waitpid(pid_, &status, 0);
+  }
+  if (out_fd_ >= 0) close(out_fd_);
+  if (err_fd_ >= 0) close(err_fd_);
+}
+
+void Process::signal(int sig) { kill(pid_, sig); }
+
+bool Process::pump(std::chrono::milliseconds timeout) {
+  std::vector<pollfd> fds;
+  if (out_fd_ >= 0) fds.push_back({out_fd_, POLLIN, 0});
+  if (err_fd_ >= 0) fds.push_back({err_fd_, POLLIN, 0});
+  if (fds.empty()) return false;
+  if (poll(fds.data(), fds.size(), static_cast<int>(timeout.count())) <= 0) return true;
+  for (auto& p : fds) {
+    if (!p.revents) continue;
+    char buf[65536];
+    ssize_t n = read(p.fd, buf, sizeof(buf));
+    const bool is_out = p.fd == out_fd_;
+    if (n > 0) {
+      (is_out ? out_ : err_).append(buf, static_cast<size_t>(n));
+    } else {
+      close(p.fd);
+      (is_out ? out_fd_ : err_fd_) = -1;
+    }
+  }
+  return out_fd_ >= 0 || err_fd_ >= 0;
+}
+
+std::optional<std::string> Process::wait_for_line(
+    const std::function<bool(const std::string&)>& pred, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    size_t nl;
+    while ((nl = out_.find('\n', scanned_)) != std::string::npos) {
+      std::string line = out_.substr(scanned_, nl - scanned_);
+      scanned_ = nl + 1;
+      if (pred(line)) return line;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || out_fd_ < 0) return std::nullopt;
+    if (!pump(left)) return std::nullopt;
+  }
+}
+
+Finished Process::finish(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (out_fd_ >= 0 || err_fd_ >= 0) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      kill(pid_, SIGKILL);  // the test fails on the exit code; do not hang
+      break;
+    }
+    pump(left);
+  }
+  Finished f;
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  reaped_ = true;
+  if (WIFEXITED(status)) f.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) f.signal = WTERMSIG(status);
+  f.out = out_;
+  f.err = err_;
+  return f;
+}
+
+Finished run(const std::vector<std::string>& argv, const EnvChanges& env,
+             std::chrono::milliseconds timeout) {
+  Process p(argv, env);
+  return p.finish(timeout);
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string l;
+  while (std::getline(in, l)) out.push_back(l);
+  return out;
+}
+
+bool exits_within(pid_t pid, std::chrono::milliseconds timeout) {
+  int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;  // already gone
+  pollfd p{fd, POLLIN, 0};
+  // A pidfd becomes readable when the process exits.
+  const bool exited = poll(&p, 1, static_cast<int>(timeout.count())) == 1;
+  close(fd);
+  return exited;
+}
+
+}  // namespace ddptest

@@ -1,0 +1,65 @@
+// Runs real processes for the integration tests: a command to completion
+// with its output, or a live one whose output is read line by line while the
+// test signals it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddptest {
+
+struct Finished {
+  int exit_code = -1;  // -1 when killed by a signal
+  int signal = 0;
+  std::string out;
+  std::string err;
+};
+
+// Environment changes for a child: "KEY=VALUE" entries added or replacing.
+using EnvChanges = std::vector<std::string>;
+
+class Process {
+ public:
+  Process(const std::vector<std::string>& argv, const EnvChanges& env = {});
+  ~Process();  // kills the process if it still runs
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void signal(int sig);
+
+  // Reads stdout until a line satisfies pred; returns it, or nullopt at EOF
+  // or when the timeout passes. Lines read are kept in out().
+  std::optional<std::string> wait_for_line(const std::function<bool(const std::string&)>& pred,
+                                           std::chrono::milliseconds timeout);
+  // Reads both streams to EOF and reaps the process.
+  Finished finish(std::chrono::milliseconds timeout = std::chrono::minutes(2));
+
+  const std::string& out() const { return out_; }
+
+ private:
+  bool pump(std::chrono::milliseconds timeout);  // one poll round; false at EOF of both
+  pid_t pid_ = -1;
+  int out_fd_ = -1, err_fd_ = -1;
+  std::string out_, err_;
+  size_t scanned_ = 0;  // how much of out_ wait_for_line has looked at
+  bool reaped_ = false;
+};
+
+// Runs argv to completion.
+Finished run(const std::vector<std::string>& argv, const EnvChanges& env = {},
+             std::chrono::milliseconds timeout = std::chrono::minutes(2));
+
+// The lines of text.
+std::vector<std::string> lines(const std::string& text);
+
+// Whether process pid exits within timeout (works for processes that are not
+// our children, through a pidfd). True if it is already gone.
+bool exits_within(pid_t pid, std::chrono::milliseconds timeout);
+
+}  // namespace ddptest

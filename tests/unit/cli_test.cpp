@@ -1,0 +1,210 @@
+#include <gtest/gtest.h>
+
+#include "launcher/cli.h"
+#include "launcher/plan.h"
+
+namespace ddprun {
+namespace {
+
+CliOptions parse(std::vector<std::string> args) {
+  CliResult r = parse_command_line(args);
+  EXPECT_EQ(r.kind, CliResult::kRun);
+  return r.options;
+}
+
+// The UsageError message for args, or "" when they parse.
+std::string error_of(std::vector<std::string> args) {
+  try {
+    parse_command_line(args);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Cli, EntrypointAndItsArgumentsAreSeparatedFromOurs) {
+  auto o = parse({"--nproc", "4", "train", "--epochs", "3", "--nproc", "2"});
+  EXPECT_EQ(o.nproc, "4");
+  EXPECT_EQ(o.entrypoint, "train");
+  EXPECT_EQ(o.args, (std::vector<std::string>{"--epochs", "3", "--nproc", "2"}));
+}
+
+TEST(Cli, TorchrunSpellingsAreAccepted) {
+  auto o = parse({"--nproc_per_node=3", "--max_restarts", "2", "--monitor_interval", "0.5",
+                  "--rdzv_id", "job7", "--master_port", "1234", "--log_dir", "/tmp/x",
+                  "--rdzv_backend", "c10d", "--standalone", "--no_python", "prog.py"});
+  EXPECT_EQ(o.nproc, "3");
+  EXPECT_EQ(o.max_restarts, 2);
+  EXPECT_DOUBLE_EQ(o.monitor_interval_s, 0.5);
+  EXPECT_EQ(o.rdzv_id, "job7");
+  EXPECT_EQ(o.master_port, 1234);
+  EXPECT_EQ(o.log_dir, "/tmp/x");
+  EXPECT_TRUE(o.standalone);
+  EXPECT_TRUE(o.no_python);
+  auto dashed = parse({"--nproc-per-node", "auto", "--max-restarts=1", "x"});
+  EXPECT_EQ(dashed.nproc, "auto");
+  EXPECT_EQ(dashed.max_restarts, 1);
+}
+
+TEST(Cli, DoubleDashBeforeTheEntrypointIsSkipped) {
+  auto o = parse({"--nproc", "2", "--", "prog", "-x"});
+  EXPECT_EQ(o.entrypoint, "prog");
+  EXPECT_EQ(o.args, std::vector<std::string>{"-x"});
+}
+
+TEST(Cli, NnodesTakesNOrMinMax) {
+  auto a = parse({"--nnodes", "1", "p"});
+  EXPECT_EQ(a.min_nodes, 1);
+  EXPECT_EQ(a.max_nodes, 1);
+  auto b = parse({"--nnodes", "2:4", "p"});
+  EXPECT_EQ(b.min_nodes, 2);
+  EXPECT_EQ(b.max_nodes, 4);
+}
+
+TEST(Cli, TeeAndRedirectsTakeMasksOrPerRankMaps) {
+  auto o = parse({"--tee", "3", "--redirects", "0:1,2:2", "p"});
+  EXPECT_EQ(o.tee.all, 3);
+  EXPECT_EQ(o.redirects.all, 0);
+  EXPECT_EQ(o.redirects.for_local_rank(0), 1);
+  EXPECT_EQ(o.redirects.for_local_rank(1), 0);
+  EXPECT_EQ(o.redirects.for_local_rank(2), 2);
+}
+
+TEST(Cli, RdzvConfAndEndpoint) {
+  auto o = parse({"--rdzv-conf", "join_timeout=30,last_call_timeout=0.5", "--rdzv-endpoint",
+                  "localhost:29500", "p"});
+  EXPECT_DOUBLE_EQ(o.join_timeout_s, 30);
+  EXPECT_DOUBLE_EQ(o.last_call_s, 0.5);
+  EXPECT_EQ(o.rdzv_host, "localhost");
+  EXPECT_EQ(o.rdzv_port, 29500);
+  auto v6 = parse({"--rdzv-endpoint", "[::1]:7", "p"});
+  EXPECT_EQ(v6.rdzv_host, "::1");
+  EXPECT_EQ(v6.rdzv_port, 7);
+  EXPECT_EQ(parse({"--rdzv-endpoint", "node0", "p"}).rdzv_port, 29400);
+}
+
+TEST(Cli, BadValuesNameTheFlagAndTheValue) {
+  EXPECT_EQ(error_of({"--nproc", "abc", "p"}),
+            "--nproc-per-node: expected a positive integer, auto, gpu or cpu, got 'abc'");
+  EXPECT_EQ(error_of({"--nproc", "0", "p"}),
+            "--nproc-per-node: expected a positive integer, auto, gpu or cpu, got '0'");
+  EXPECT_EQ(error_of({"--nnodes", "3:2", "p"}), "--nnodes: MIN:MAX needs MIN <= MAX, got '3:2'");
+  EXPECT_EQ(error_of({"--max-restarts", "-1", "p"}),
+            "--max-restarts: -1 is out of range [0, 1000000]");
+  EXPECT_EQ(error_of({"--master-port", "70000", "p"}),
+            "--master-port: 70000 is out of range [0, 65535]");
+  EXPECT_EQ(error_of({"--monitor-interval", "0", "p"}),
+            "--monitor-interval: must be greater than 0, got 0");
+  EXPECT_EQ(error_of({"--monitor-interval", "soon", "p"}),
+            "--monitor-interval: expected a number of seconds, got 'soon'");
+  EXPECT_NE(error_of({"--tee", "5", "p"}).find("--tee: expected 0 (none)"), std::string::npos);
+  EXPECT_EQ(error_of({"--rdzv-conf", "bogus=1", "p"}),
+            "--rdzv-conf: unknown key 'bogus' (known: join_timeout, last_call_timeout)");
+  EXPECT_EQ(error_of({"--rdzv-backend", "etcd", "p"}).rfind("--rdzv-backend: 'etcd'", 0), 0u);
+  EXPECT_EQ(error_of({"--node-rank", "1", "p"}), "--node-rank: 1 is out of range [0, 0]");
+  EXPECT_EQ(error_of({"--frobnicate", "p"}), "unknown option '--frobnicate' (see ddprun --help)");
+  EXPECT_EQ(error_of({"--nproc", "2"}),
+            "missing ENTRYPOINT, the program to run (e.g. ddprun --nproc 4 train)");
+  EXPECT_EQ(error_of({"-m", "--no-python", "p"}),
+            "--module and --no-python cannot be used together");
+  EXPECT_NE(error_of({"--nproc"}), "");  // a flag without its value
+}
+
+TEST(Cli, HelpAndVersion) {
+  auto h = parse_command_line({"--help"});
+  EXPECT_EQ(h.kind, CliResult::kHelp);
+  EXPECT_NE(h.text.find("--nproc-per-node"), std::string::npos);
+  EXPECT_NE(h.text.find("ENTRYPOINT"), std::string::npos);
+  EXPECT_EQ(parse_command_line({"--version"}).kind, CliResult::kVersion);
+}
+
+HostFacts facts(int cpus, int gpus) {
+  HostFacts f;
+  f.cpu_count = cpus;
+  f.gpu_count = gpus;
+  f.path_env = "/usr/bin:/bin";
+  f.python = "sh";  // any program found on PATH stands in for python3
+  return f;
+}
+
+TEST(Plan, NprocResolvesLikeTorchrun) {
+  EXPECT_EQ(resolve_nproc("3", facts(8, 2)), 3);
+  EXPECT_EQ(resolve_nproc("cpu", facts(8, 2)), 8);
+  EXPECT_EQ(resolve_nproc("gpu", facts(8, 2)), 2);
+  EXPECT_EQ(resolve_nproc("auto", facts(8, 2)), 2);
+  EXPECT_EQ(resolve_nproc("auto", facts(8, 0)), 8);
+  try {
+    resolve_nproc("gpu", facts(8, 0));
+    FAIL() << "gpu without GPUs must fail";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--nproc-per-node gpu: no GPU"), std::string::npos);
+  }
+}
+
+TEST(Plan, PythonScriptsRunUnderTheInterpreterUnbuffered) {
+  auto plan = make_launch_plan(parse({"--nproc", "2", "job.py", "--lr", "1"}), facts(2, 0));
+  EXPECT_EQ(plan.agent.program, "/usr/bin/sh");
+  EXPECT_EQ(plan.agent.argv, (std::vector<std::string>{"sh", "-u", "job.py", "--lr", "1"}));
+  auto mod = make_launch_plan(parse({"-m", "pkg.train"}), facts(2, 0));
+  EXPECT_EQ(mod.agent.argv, (std::vector<std::string>{"sh", "-u", "-m", "pkg.train"}));
+  auto direct = make_launch_plan(parse({"--no-python", "true", "x.py"}), facts(2, 0));
+  EXPECT_EQ(direct.agent.program, "/usr/bin/true");
+  EXPECT_EQ(direct.agent.argv, (std::vector<std::string>{"true", "x.py"}));
+}
+
+TEST(Plan, ProgramsAreFoundInPathThenInExtraDirs) {
+  HostFacts f = facts(2, 0);
+  f.path_env = "/nonexistent";
+  f.extra_program_dirs = {"/usr/bin"};
+  EXPECT_EQ(make_launch_plan(parse({"true"}), f).agent.program, "/usr/bin/true");
+  try {
+    make_launch_plan(parse({"no-such-program-xyz"}), f);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "cannot find program no-such-program-xyz (not an executable file, not in PATH nor "
+              "next to ddprun)");
+  }
+}
+
+TEST(Plan, MultiNodeIsRefusedClearlyForNow) {
+  try {
+    make_launch_plan(parse({"--nnodes", "2", "--rdzv-id", "j", "true"}), facts(2, 0));
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("multi-node jobs are not supported yet"), std::string::npos);
+  }
+}
+
+TEST(Plan, CarriesSettingsToTheAgent) {
+  auto plan = make_launch_plan(
+      parse({"--nproc", "3", "--max-restarts", "2", "--stop-timeout", "1.5", "--role", "trainer",
+             "--rdzv-id", "abc", "--master-addr", "10.0.0.1", "--master-port", "4000", "true"}),
+      facts(2, 1));
+  EXPECT_EQ(plan.agent.nproc, 3);
+  EXPECT_EQ(plan.agent.max_restarts, 2);
+  EXPECT_EQ(plan.agent.stop_timeout.count(), 1500);
+  EXPECT_EQ(plan.agent.role, "trainer");
+  EXPECT_EQ(plan.agent.run_id, "abc");
+  EXPECT_EQ(plan.agent.master_addr, "10.0.0.1");
+  EXPECT_EQ(plan.agent.master_port, 4000);
+  EXPECT_TRUE(plan.agent.wants_nccl_id);  // a GPU is visible
+  EXPECT_EQ(plan.rdzv_listen_host, "127.0.0.1");
+  EXPECT_EQ(plan.rdzv_listen_port, 0);
+  EXPECT_EQ(random_run_id().size(), 8u);
+}
+
+TEST(Plan, CudaVisibleDevicesCanHideGpus) {
+  EXPECT_EQ(count_gpus(""), 0);
+  EXPECT_EQ(count_gpus("-1"), 0);
+  EXPECT_LE(count_gpus("0"), 1);
+}
+
+TEST(Plan, FreePortsCanBeBound) {
+  int port = pick_free_port();
+  EXPECT_GT(port, 0);
+  EXPECT_LT(port, 65536);
+}
+
+}  // namespace
+}  // namespace ddprun

@@ -1,0 +1,144 @@
+// worker_lib with ranks as threads of one process, sharing an in-memory
+// store: fast checks of the collectives, timeouts and get().
+#include <gtest/gtest.h>
+
+#include <future>
+#include <map>
+#include <thread>
+
+#include "ddp/ddp.h"
+#include "rendezvous/memory_store.h"
+#include "support/collective_checks.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+ddp::EnvLookup env_for(int rank, int ws) {
+  std::map<std::string, std::string> m{{"RANK", std::to_string(rank)},
+                                       {"WORLD_SIZE", std::to_string(ws)},
+                                       {"LOCAL_RANK", std::to_string(rank)},
+                                       {"LOCAL_WORLD_SIZE", std::to_string(ws)}};
+  return [m](const std::string& k) -> std::optional<std::string> {
+    auto it = m.find(k);
+    if (it == m.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+// Runs body(world) on ws threads, one World each; rethrows the first failure.
+void run_ranks(int ws, const std::function<void(ddp::World&)>& body,
+               std::chrono::milliseconds timeout = 30s) {
+  auto store = std::make_shared<ddprun::MemoryStore>();
+  std::vector<std::future<void>> ranks;
+  for (int r = 0; r < ws; ++r) {
+    ranks.push_back(std::async(std::launch::async, [=] {
+      ddp::InitOptions o;
+      o.env = env_for(r, ws);
+      o.store = store;
+      o.timeout = timeout;
+      auto world = ddp::init(o);
+      body(*world);
+    }));
+  }
+  for (auto& f : ranks) f.get();
+}
+
+TEST(Collectives, AllHoldOnOneTwoAndFourRanks) {
+  for (int ws : {1, 2, 4}) {
+    SCOPED_TRACE("world size " + std::to_string(ws));
+    run_ranks(ws, [](ddp::World& w) { ddptest::check_collectives(w); });
+  }
+}
+
+TEST(Collectives, GetUsesThisThreadsWorld) {
+  run_ranks(3, [](ddp::World& w) {
+    // init() registered w for this thread only.
+    EXPECT_EQ(ddp::get("rank"), w.rank());
+    EXPECT_EQ(ddp::get("ws"), 3);
+  });
+}
+
+TEST(Collectives, UnknownGetKeyListsTheValidOnes) {
+  run_ranks(1, [](ddp::World& w) {
+    try {
+      ddp::get("size", w);
+      FAIL();
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "ddp::get: unknown key 'size'; valid keys: ws, rank, grank, lrank, lws");
+    }
+  });
+}
+
+TEST(Collectives, AvgOfIntegersIsRefused) {
+  run_ranks(1, [](ddp::World& w) {
+    at::Tensor t = at::ones({2}, at::kInt);
+    EXPECT_THROW(w.all_reduce(t, ddp::ReduceOp::kAvg), std::invalid_argument);
+  });
+}
+
+TEST(Collectives, AMissingPeerTimesOutInsteadOfHanging) {
+  std::promise<void> done;
+  auto finished = done.get_future().share();
+  run_ranks(
+      2,
+      [&](ddp::World& w) {
+        if (w.rank() == 1) {
+          finished.wait();  // never joins the all_reduce
+          return;
+        }
+        at::Tensor t = at::ones({4});
+        try {
+          w.all_reduce(t, ddp::ReduceOp::kSum);
+          ADD_FAILURE() << "all_reduce without its peer returned";
+        } catch (const ddp::CollectiveError& e) {
+          EXPECT_NE(std::string(e.what()).find("timeout 300 ms"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("DDPRUN_TIMEOUT_S"), std::string::npos);
+        }
+        done.set_value();
+      },
+      300ms);
+}
+
+TEST(Collectives, APeerThatNeverArrivesFailsInit) {
+  auto store = std::make_shared<ddprun::MemoryStore>();
+  ddp::InitOptions o;
+  o.env = env_for(0, 2);
+  o.store = store;
+  o.timeout = 200ms;
+  try {
+    ddp::init(o);
+    FAIL();
+  } catch (const ddp::CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("could not connect to its peers within 200 ms"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Collectives, InitWithoutAStoreOutsideDdprunSaysWhatToDo) {
+  ddp::InitOptions o;
+  o.env = env_for(0, 2);
+  try {
+    ddp::init(o);
+    FAIL();
+  } catch (const ddp::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("start the workers with ddprun"), std::string::npos);
+  }
+}
+
+TEST(Collectives, CudaTensorsNeedNccl) {
+  run_ranks(1, [](ddp::World& w) {
+    try {
+      w.cuda();
+      FAIL() << "a NCCL communicator without a NCCL id";
+    } catch (const ddp::CollectiveError& e) {
+      // Built with NCCL: no id was handed out. Without: NCCL is not built in.
+      const std::string want = ddp::nccl_available() ? "no NCCL unique id" : "has no NCCL";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  });
+}
+
+}  // namespace

@@ -1,0 +1,161 @@
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "agent/failure_report.h"
+#include "agent/line_splitter.h"
+#include "agent/worker_output.h"
+#include "ddp/error_file.h"
+
+namespace ddprun {
+namespace {
+
+std::vector<std::string> split_all(const std::vector<std::string>& chunks, bool flush) {
+  LineSplitter s;
+  std::vector<std::string> lines;
+  auto sink = [&](std::string_view l) { lines.emplace_back(l); };
+  for (const auto& c : chunks) s.feed(c, sink);
+  if (flush) s.flush(sink);
+  return lines;
+}
+
+TEST(LineSplitter, JoinsLinesAcrossChunks) {
+  EXPECT_EQ(split_all({"ab", "c\nde", "f\n\ng"}, false),
+            (std::vector<std::string>{"abc", "def", ""}));
+  EXPECT_EQ(split_all({"ab", "c\nde", "f\n\ng"}, true),
+            (std::vector<std::string>{"abc", "def", "", "g"}));
+  EXPECT_TRUE(split_all({""}, true).empty());
+}
+
+TEST(LineSplitter, BoundsEndlessLines) {
+  std::string huge(LineSplitter::kMaxLine * 2 + 10, 'x');
+  auto lines = split_all({huge}, true);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].size(), LineSplitter::kMaxLine);
+  EXPECT_EQ(lines[2].size(), 10u);
+}
+
+// Reads everything written so far to a pipe's read end.
+std::string drain(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+struct Pipes {
+  int out[2], err[2];
+  Pipes() {
+    EXPECT_EQ(pipe2(out, O_NONBLOCK), 0);
+    EXPECT_EQ(pipe2(err, O_NONBLOCK), 0);
+  }
+  ~Pipes() {
+    for (int fd : {out[0], out[1], err[0], err[1]}) close(fd);
+  }
+};
+
+TEST(WorkerOutput, PrefixesWholeLinesAndKeepsTheStderrTail) {
+  Pipes p;
+  OutputOptions o;
+  o.console_out_fd = p.out[1];
+  o.console_err_fd = p.err[1];
+  o.tail_lines = 2;
+  WorkerOutput w(3, o);
+  w.write(kStdout, "hel");
+  EXPECT_EQ(drain(p.out[0]), "");  // nothing until the line is complete
+  w.write(kStdout, "lo\nwor");
+  EXPECT_EQ(drain(p.out[0]), "[rank3]:hello\n");
+  w.write(kStderr, "e1\ne2\ne3\n");
+  w.finish();
+  EXPECT_EQ(drain(p.out[0]), "[rank3]:wor\n");
+  EXPECT_EQ(drain(p.err[0]), "[rank3]:e1\n[rank3]:e2\n[rank3]:e3\n");
+  EXPECT_EQ(std::vector<std::string>(w.stderr_tail().begin(), w.stderr_tail().end()),
+            (std::vector<std::string>{"e2", "e3"}));
+}
+
+TEST(WorkerOutput, FilesWithoutConsole) {
+  Pipes p;
+  auto dir = std::filesystem::temp_directory_path() / ("ddprun-output-test-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  OutputOptions o;
+  o.console_mask = kStderr;  // stdout redirected to its file only
+  o.file_mask = kBoth;
+  o.stdout_path = (dir / "stdout.log").string();
+  o.stderr_path = (dir / "stderr.log").string();
+  o.console_out_fd = p.out[1];
+  o.console_err_fd = p.err[1];
+  {
+    WorkerOutput w(0, o);
+    w.write(kStdout, "to file\n");
+    w.write(kStderr, "both\n");
+    w.finish();
+  }
+  EXPECT_EQ(drain(p.out[0]), "");
+  EXPECT_EQ(drain(p.err[0]), "[rank0]:both\n");
+  auto slurp = [](const std::filesystem::path& f) {
+    std::ifstream in(f);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(slurp(dir / "stdout.log"), "to file\n");
+  EXPECT_EQ(slurp(dir / "stderr.log"), "both\n");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(WorkerOutput, UnopenableLogFileIsAClearError) {
+  OutputOptions o;
+  o.file_mask = kStdout;
+  o.stdout_path = "/nonexistent-dir/x/stdout.log";
+  try {
+    WorkerOutput w(0, o);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-dir/x/stdout.log"), std::string::npos);
+  }
+}
+
+std::string temp_file(const std::string& name, const std::string& content) {
+  auto path = std::filesystem::temp_directory_path() / (name + std::to_string(getpid()));
+  std::ofstream(path) << content;
+  return path.string();
+}
+
+TEST(ErrorFile, ReadsTorchrunsFormatsAndOurOwn) {
+  auto py = temp_file("err-py", R"({"message": {"message": "ValueError: bad", "extraInfo": {"py_callstack": "Traceback:\n  boom\nValueError: bad", "timestamp": "1"}}})");
+  EXPECT_EQ(read_error_file(py), "Traceback:\n  boom\nValueError: bad");
+  auto plain = temp_file("err-plain", R"({"message": "it broke"})");
+  EXPECT_EQ(read_error_file(plain), "it broke");
+  auto junk = temp_file("err-junk", "not json");
+  EXPECT_NE(read_error_file(junk).find("not torchrun's JSON format"), std::string::npos);
+  EXPECT_EQ(read_error_file("/nonexistent/error.json"), "");
+
+  auto ours = std::filesystem::temp_directory_path() / ("err-ours" + std::to_string(getpid()));
+  ASSERT_TRUE(ddp::write_error_file(ours.string(), "std::runtime_error: disk full"));
+  EXPECT_EQ(read_error_file(ours.string()), "std::runtime_error: disk full");
+  EXPECT_FALSE(ddp::write_error_file("", "x"));
+  for (const auto& f : {py, plain, junk, ours.string()}) std::filesystem::remove(f);
+}
+
+TEST(FailureSummary, RootCauseIsTheEarliestFailure) {
+  const auto t = std::chrono::system_clock::now();
+  WorkerExit late{1, 1, 101, "hostA", 0, 11, t + std::chrono::milliseconds(5), "", {}};
+  WorkerExit early{2, 2, 102, "hostA", 3, 0, t, "RuntimeError: boom", {"line a", "line b"}};
+  SummaryContext ctx{"job1", 0, 2, 2, ""};
+  std::string s = format_failure_summary({late, early}, ctx);
+  const auto root = s.find("root cause (earliest failure): rank 2 (local rank 2, pid 102, host hostA): exit code 3");
+  const auto also = s.find("also failed: rank 1 (local rank 1, pid 101, host hostA): killed by SIGSEGV");
+  EXPECT_NE(root, std::string::npos) << s;
+  EXPECT_NE(also, std::string::npos) << s;
+  EXPECT_LT(root, also);
+  EXPECT_NE(s.find("error: RuntimeError: boom"), std::string::npos);
+  EXPECT_NE(s.find("last 2 line(s) of stderr:"), std::string::npos);
+  EXPECT_NE(s.find("line b"), std::string::npos);
+  EXPECT_NE(s.find("attempt 1 of 3"), std::string::npos);
+  EXPECT_NE(s.find("2 other worker(s) stopped by ddprun"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun

@@ -1,0 +1,236 @@
+// The Store contract, checked against every implementation: in memory, and
+// over gRPC against a real rendezvous server.
+#include <gtest/gtest.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <thread>
+
+#include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/client.h"
+#include "rendezvous/memory_store.h"
+#include "rendezvous/registry.h"
+#include "rendezvous/server.h"
+
+namespace ddprun {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string no_nccl() { throw std::runtime_error("no NCCL in this test"); }
+
+class StoreContract : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "memory") {
+      store_ = std::make_shared<MemoryStore>();
+    } else {
+      server_ = std::make_unique<RendezvousServer>("127.0.0.1", 0, no_nccl);
+      store_ = std::make_shared<GrpcStore>(server_->address(), "job");
+    }
+  }
+  std::unique_ptr<RendezvousServer> server_;
+  std::shared_ptr<Store> store_;
+};
+
+TEST_P(StoreContract, SetThenGet) {
+  store_->set("k", std::string("v\0w", 3));
+  EXPECT_EQ(store_->get("k", 1s), std::string("v\0w", 3));
+  store_->set("k", "new");
+  EXPECT_EQ(store_->get("k", 1s), "new");
+}
+
+TEST_P(StoreContract, GetWaitsForASetFromAnotherThread) {
+  std::thread writer([&] {
+    // The reader is already blocked or about to be; either way it must see it.
+    store_->set("late", "here");
+  });
+  EXPECT_EQ(store_->get("late", 10s), "here");
+  writer.join();
+}
+
+TEST_P(StoreContract, GetTimesOutNamingTheKey) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    store_->get("never", 200ms);
+    FAIL() << "get of a missing key must time out";
+  } catch (const StoreTimeout& e) {
+    EXPECT_EQ(e.key(), "never");
+    EXPECT_NE(std::string(e.what()).find("'never'"), std::string::npos);
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);
+}
+
+TEST_P(StoreContract, WaitForSeveralKeys) {
+  store_->set("a", "1");
+  EXPECT_THROW(store_->wait({"a", "b"}, 100ms), StoreTimeout);
+  std::thread writer([&] { store_->set("b", "2"); });
+  store_->wait({"a", "b"}, 10s);
+  writer.join();
+}
+
+TEST_P(StoreContract, AddCountsAtomically) {
+  EXPECT_EQ(store_->add("n", 5), 5);
+  EXPECT_EQ(store_->add("n", -2), 3);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 25; ++i) store_->add("n", 1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(store_->get("n", 1s), "103");
+  store_->set("text", "abc");
+  EXPECT_THROW(store_->add("text", 1), StoreError);
+}
+
+TEST_P(StoreContract, PrefixStoreKeepsNamespacesApart) {
+  PrefixStore r0("round/0", *store_), r1("round/1", *store_);
+  r0.set("addr", "old");
+  r1.set("addr", "new");
+  EXPECT_EQ(r0.get("addr", 1s), "old");
+  EXPECT_EQ(r1.get("addr", 1s), "new");
+  EXPECT_EQ(store_->get("round/1/addr", 1s), "new");
+  EXPECT_THROW(r1.wait({"missing"}, 50ms), StoreTimeout);
+}
+
+INSTANTIATE_TEST_SUITE_P(Impl, StoreContract, ::testing::Values("memory", "grpc"));
+
+TEST(MemoryStore, CloseWakesWaiters) {
+  MemoryStore s;
+  std::atomic<bool> woke{false};
+  std::thread waiter([&] {
+    EXPECT_THROW(s.get("k", 60s), StoreClosed);
+    woke = true;
+  });
+  // close() must wake the waiter whether or not it is blocked yet.
+  s.close();
+  waiter.join();
+  EXPECT_TRUE(woke);
+  EXPECT_THROW(s.set("k", "v"), StoreClosed);
+}
+
+TEST(Registry, NodesJoiningFromThreadsGetOneConsistentRound) {
+  int ids_made = 0;
+  JobRegistry reg([&] { return "id-" + std::to_string(++ids_made); });
+  RoundSettings s{3, 3, 0ms};
+  std::vector<JoinResult> results(3);
+  std::vector<std::thread> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.emplace_back([&, i] {
+      NodeSpec n;
+      n.node_id = "n" + std::to_string(i);
+      n.local_world_size = i + 1;
+      n.wants_nccl_id = i == 2;
+      results[i] = reg.join("job", n, s, 10s);
+    });
+  }
+  for (auto& t : nodes) t.join();
+  std::vector<bool> seen(3, false);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.assignment.world_size, 6);
+    EXPECT_EQ(r.assignment.num_nodes, 3);
+    EXPECT_EQ(r.nccl_id, "id-1");  // made once for the round, shared by all
+    seen[r.assignment.node_rank] = true;
+  }
+  EXPECT_EQ(seen, std::vector<bool>(3, true));
+  EXPECT_EQ(ids_made, 1);
+}
+
+TEST(Registry, JoinTimesOutSayingHowFarTheRoundGot) {
+  JobRegistry reg(no_nccl);
+  NodeSpec n;
+  n.node_id = "lonely";
+  try {
+    reg.join("job", n, RoundSettings{2, 2, 0ms}, 100ms);
+    FAIL();
+  } catch (const JoinTimeout& e) {
+    EXPECT_NE(std::string(e.what()).find("1 node(s) joined, 2 needed"), std::string::npos);
+  }
+}
+
+TEST(Registry, NcclIdErrorsAreReportedNotThrown) {
+  JobRegistry reg(no_nccl);
+  NodeSpec n;
+  n.node_id = "gpu-node";
+  n.wants_nccl_id = true;
+  JoinResult r = reg.join("job", n, RoundSettings{}, 1s);
+  EXPECT_TRUE(r.nccl_id.empty());
+  EXPECT_EQ(r.nccl_id_error, "no NCCL in this test");
+}
+
+TEST(Registry, RestartGetsTheNextRound) {
+  JobRegistry reg(no_nccl);
+  NodeSpec n;
+  n.node_id = "a";
+  EXPECT_EQ(reg.join("job", n, RoundSettings{}, 1s).assignment.round, 0);
+  EXPECT_EQ(reg.join("job", n, RoundSettings{}, 1s).assignment.round, 1);
+  EXPECT_EQ(reg.join("other-job", n, RoundSettings{}, 1s).assignment.round, 0);
+}
+
+TEST(RendezvousService, JoinOverGrpc) {
+  RendezvousServer server("127.0.0.1", 0, [] { return std::string(128, 'x'); });
+  RendezvousClient client(server.address());
+  JoinArgs a;
+  a.job_id = "job";
+  a.node.node_id = "n0";
+  a.node.local_world_size = 4;
+  a.node.wants_nccl_id = true;
+  a.timeout = 5s;
+  JoinResult r = client.join(a);
+  EXPECT_EQ(r.assignment.world_size, 4);
+  EXPECT_EQ(r.nccl_id, std::string(128, 'x'));
+}
+
+TEST(RendezvousService, RejectsInvalidRequestsBeforeTouchingState) {
+  RendezvousServer server("127.0.0.1", 0, no_nccl);
+  auto stub = v1::Rendezvous::NewStub(make_rendezvous_channel(server.address()));
+  auto call_set = [&](const std::string& job, const std::string& key) {
+    v1::SetRequest req;
+    req.set_job_id(job);
+    req.set_key(key);
+    v1::SetResponse resp;
+    grpc::ClientContext ctx;
+    return stub->Set(&ctx, req, &resp);
+  };
+  EXPECT_EQ(call_set("", "k").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(call_set("j", "").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(call_set("j", "k").ok());
+
+  v1::GetRequest get;
+  get.set_job_id("j");
+  get.set_key("k");
+  get.set_timeout_ms(-5);
+  v1::GetResponse got;
+  grpc::ClientContext ctx;
+  auto s = stub->Get(&ctx, get, &got);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("timeout_ms -5"), std::string::npos);
+
+  v1::JoinRequest join;
+  join.set_job_id("j");
+  join.mutable_node()->set_node_id("n");
+  join.mutable_node()->set_local_world_size(0);
+  v1::JoinResponse joined;
+  grpc::ClientContext ctx2;
+  EXPECT_EQ(stub->Join(&ctx2, join, &joined).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST(Registry, CloseWakesBlockedJoinsAndStoreCalls) {
+  JobRegistry reg(no_nccl);
+  Store& store = reg.store("job");
+  std::thread joiner([&] {
+    NodeSpec n;
+    n.node_id = "a";
+    // Blocks (2 nodes needed) until close(), or throws at once if close() came first.
+    EXPECT_THROW(reg.join("job", n, RoundSettings{2, 2, 0ms}, 60s), RegistryClosed);
+  });
+  std::thread getter([&] { EXPECT_THROW(store.get("never", 60s), StoreClosed); });
+  reg.close();
+  joiner.join();
+  getter.join();
+}
+
+}  // namespace
+}  // namespace ddprun

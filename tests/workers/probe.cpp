@@ -1,0 +1,137 @@
+// A worker for launcher tests that needs no LibTorch. Its first argument
+// picks what it does:
+//   env                print the launch variables as KEY=VALUE lines
+//   exit CODE          print to stdout and stderr, then exit with CODE
+//   fail-on-first-attempt  exit 7 when TORCHELASTIC_RESTART_COUNT is 0, else 0
+//   throw MESSAGE      throw an uncaught exception (error file handler on)
+//   wait               print "ready PID", then wait for signals: print
+//                      "got SIGNAME" for SIGUSR1/SIGUSR2, exit 0 on SIGTERM
+//                      (or after printing, if --ignore-term is given, keep
+//                      waiting: only SIGKILL ends it)
+//   spam N             print N long lines in pieces, to test line integrity
+//   fail-rank RANK CODE    the worker of that rank exits with CODE once every
+//                      other worker is ready (a barrier through the job's
+//                      store); the others wait for signals like `wait`
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ddp/error_file.h"
+#include "rendezvous/client.h"
+
+namespace {
+
+const char* kVars[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                       "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+                       "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+                       "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+                       "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS", "DDPRUN_RDZV_ADDR",
+                       "DDPRUN_JOB_ID", "DDPRUN_ROUND", "DDPRUN_LOCAL_ADDR", "PROBE_EXTRA"};
+
+int env_int(const char* name) {
+  const char* v = getenv(name);
+  return v ? atoi(v) : -1;
+}
+
+// Writes with write(2) so that nothing is buffered behind our back.
+void say(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = write(fd, s.data() + off, s.size() - off);
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+// The job's store, as worker_lib would open it.
+ddprun::GrpcStore job_store() {
+  return ddprun::GrpcStore(getenv("DDPRUN_RDZV_ADDR"), getenv("DDPRUN_JOB_ID"));
+}
+
+// Blocks the signals we report, then says "ready" (and, when asked, tells
+// the store), then reports signals until told to stop.
+int wait_for_signals(bool ignore_term, bool announce_in_store = false) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGTERM, SIGUSR1, SIGUSR2, SIGINT, SIGHUP}) sigaddset(&set, s);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  say(1, "ready " + std::to_string(getpid()) + "\n");
+  if (announce_in_store) job_store().set("ready/" + std::to_string(env_int("RANK")), "1");
+  while (true) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) return 3;
+    say(1, std::string("got SIG") + sigabbrev_np(sig) + "\n");
+    if (sig == SIGUSR1 || sig == SIGUSR2) continue;
+    if (ignore_term) continue;
+    return 0;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ddp::install_error_file_handler();
+  const std::string mode = argc > 1 ? argv[1] : "env";
+  if (mode == "env") {
+    std::string out;
+    for (const char* v : kVars) {
+      const char* val = getenv(v);
+      out += std::string(v) + "=" + (val ? val : "<unset>") + "\n";
+    }
+    say(1, out);
+    return 0;
+  }
+  if (mode == "exit" && argc > 2) {
+    say(1, "about to exit\n");
+    say(2, "rank " + std::to_string(env_int("RANK")) + " exits with " + argv[2] + "\n");
+    return atoi(argv[2]);
+  }
+  if (mode == "fail-on-first-attempt") {
+    const int attempt = env_int("TORCHELASTIC_RESTART_COUNT");
+    say(1, "attempt " + std::to_string(attempt) + "\n");
+    return attempt == 0 ? 7 : 0;
+  }
+  if (mode == "throw" && argc > 2) {
+    throw std::runtime_error(argv[2]);
+  }
+  if (mode == "wait") {
+    return wait_for_signals(argc > 2 && std::string(argv[2]) == "--ignore-term");
+  }
+  if (mode == "spam" && argc > 2) {
+    const int n = atoi(argv[2]);
+    const int rank = env_int("RANK");
+    const std::string payload(200, 'a' + rank % 26);
+    for (int i = 0; i < n; ++i) {
+      const std::string line = "line " + std::to_string(rank) + " " + std::to_string(i) + " " +
+                               payload + "\n";
+      // In three pieces: the launcher must still print it as one line.
+      const size_t a = line.size() / 3, b = 2 * line.size() / 3;
+      say(1, line.substr(0, a));
+      say(1, line.substr(a, b - a));
+      say(1, line.substr(b));
+    }
+    say(1, "unterminated last line of rank " + std::to_string(rank));
+    return 0;
+  }
+  if (mode == "fail-rank" && argc > 3) {
+    const int failing = atoi(argv[2]);
+    if (env_int("RANK") == failing) {
+      std::vector<std::string> others;
+      for (int r = 0; r < env_int("WORLD_SIZE"); ++r) {
+        if (r != failing) others.push_back("ready/" + std::to_string(r));
+      }
+      job_store().wait(others, std::chrono::seconds(60));
+      say(2, "rank " + std::string(argv[2]) + " is failing on purpose\n");
+      return atoi(argv[3]);
+    }
+    return wait_for_signals(false, /*announce_in_store=*/true);
+  }
+  fprintf(stderr, "probe: unknown mode %s\n", mode.c_str());
+  return 2;
+}
