@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine and builds everything into build/:
+# installs the missing Debian packages, configures with CMake, builds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cmake -S . -B build -G Ninja -DDDPRUN_WERROR=ON
+cmake --build build
