@@ -39,6 +39,20 @@ std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string&
   return by_rank;
 }
 
+// Reads the launcher's stdout until n workers said "ready PID"; their pids.
+std::vector<pid_t> wait_ready(Process& p, int n) {
+  std::vector<pid_t> pids;
+  for (int i = 0; i < n; ++i) {
+    auto l = p.wait_for_line([](const std::string& s) { return contains(s, "]:ready "); }, 30s);
+    if (!l) {
+      ADD_FAILURE() << "only " << i << " of " << n << " workers got ready:\n" << p.out();
+      break;
+    }
+    pids.push_back(std::stoi(l->substr(l->find("ready ") + 6)));
+  }
+  return pids;
+}
+
 TEST(Launcher, FourWorkersRunTheCollectivesAndAgree) {
   Finished f = run(ddprun({"--nproc", "4", COLLECTIVE_CHECK_BIN}));
   ASSERT_EQ(f.exit_code, 0) << f.out << f.err;
@@ -129,14 +143,8 @@ TEST(Launcher, AnUncaughtExceptionReachesTheSummaryThroughTheErrorFile) {
 
 TEST(Launcher, WorkersThatIgnoreSigtermAreKilledAfterTheStopTimeout) {
   Process p(ddprun({"--nproc", "2", "--stop-timeout", "0.5", PROBE_BIN, "wait", "--ignore-term"}));
-  int ready = 0;
-  std::vector<pid_t> pids;
-  while (ready < 2) {
-    auto l = p.wait_for_line([](const std::string& s) { return contains(s, "]:ready "); }, 30s);
-    ASSERT_TRUE(l) << p.out();
-    pids.push_back(std::stoi(l->substr(l->find("ready ") + 6)));
-    ++ready;
-  }
+  std::vector<pid_t> pids = wait_ready(p, 2);
+  ASSERT_EQ(pids.size(), 2u);
   p.signal(SIGTERM);
   Finished f = p.finish();
   EXPECT_EQ(f.exit_code, 128 + SIGTERM) << f.err;
@@ -147,12 +155,8 @@ TEST(Launcher, WorkersThatIgnoreSigtermAreKilledAfterTheStopTimeout) {
 
 TEST(Launcher, SigtermStopsTheJobCleanly) {
   Process p(ddprun({"--nproc", "4", PROBE_BIN, "wait"}));
-  std::vector<pid_t> pids;
-  for (int i = 0; i < 4; ++i) {
-    auto l = p.wait_for_line([](const std::string& s) { return contains(s, "]:ready "); }, 30s);
-    ASSERT_TRUE(l) << p.out();
-    pids.push_back(std::stoi(l->substr(l->find("ready ") + 6)));
-  }
+  std::vector<pid_t> pids = wait_ready(p, 4);
+  ASSERT_EQ(pids.size(), 4u);
   p.signal(SIGTERM);
   Finished f = p.finish();
   EXPECT_EQ(f.exit_code, 128 + SIGTERM);
@@ -166,9 +170,7 @@ TEST(Launcher, SigtermStopsTheJobCleanly) {
 
 TEST(Launcher, UserSignalsAreForwardedWithoutStopping) {
   Process p(ddprun({"--nproc", "2", PROBE_BIN, "wait"}));
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(p.wait_for_line([](const std::string& s) { return contains(s, "]:ready "); }, 30s));
-  }
+  ASSERT_EQ(wait_ready(p, 2).size(), 2u);
   p.signal(SIGUSR1);
   for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(p.wait_for_line([](const std::string& s) { return contains(s, "]:got SIGUSR1"); }, 30s))
@@ -182,12 +184,8 @@ TEST(Launcher, UserSignalsAreForwardedWithoutStopping) {
 
 TEST(Launcher, NoWorkerSurvivesASigkilledLauncher) {
   Process p(ddprun({"--nproc", "4", PROBE_BIN, "wait", "--ignore-term"}));
-  std::vector<pid_t> pids;
-  for (int i = 0; i < 4; ++i) {
-    auto l = p.wait_for_line([](const std::string& s) { return contains(s, "]:ready "); }, 30s);
-    ASSERT_TRUE(l) << p.out();
-    pids.push_back(std::stoi(l->substr(l->find("ready ") + 6)));
-  }
+  std::vector<pid_t> pids = wait_ready(p, 4);
+  ASSERT_EQ(pids.size(), 4u);
   p.signal(SIGKILL);
   Finished f = p.finish();
   EXPECT_EQ(f.signal, SIGKILL);
