@@ -99,7 +99,9 @@ SpawnedProcess spawn_process(const SpawnRequest& req) {
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    throw SpawnError("cannot run " + req.path + ": " + strerror(args.child_errno));
+    std::string why = strerror(args.child_errno);
+    if (args.child_errno == ENOEXEC) why += " (a script needs a #! line)";
+    throw SpawnError("cannot run " + req.path + ": " + why);
   }
   setpgid(pid, pid);  // also from here, in case the child has not yet (harmless if it has)
   fcntl(out.r, F_SETFL, O_NONBLOCK);

@@ -159,7 +159,7 @@ void WorkerGroup::reap() {
     const auto& tail = w->output->stderr_tail();
     e.stderr_tail.assign(tail.begin(), tail.end());
     if (!stopping_) {
-      spdlog::warn("rank {} (pid {}) failed with {}; stopping the other workers", e.rank, e.pid,
+      spdlog::warn("rank {} (pid {}) failed ({}); stopping the other workers", e.rank, e.pid,
                    describe_exit(e));
     }
     result_.failures.push_back(std::move(e));

@@ -1,0 +1,10 @@
+"""Benchmark worker: init_process_group from the environment and one
+all_reduce, as any torchrun-launched script starts."""
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+assert t.item() == dist.get_world_size()
+dist.destroy_process_group()
