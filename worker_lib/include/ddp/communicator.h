@@ -1,7 +1,8 @@
 // Collectives on tensors across the ranks of a group. Implementations: Gloo
 // (CPU tensors) and NCCL (CUDA tensors). Every call blocks until done or
 // until its timeout passes; a timeout or a lost peer throws CollectiveError,
-// so survivors of a dead rank fail fast instead of hanging.
+// so survivors of a dead rank fail fast instead of hanging. A communicator
+// runs one call at a time: threads that share one must take turns.
 #pragma once
 
 #include <ATen/ATen.h>
