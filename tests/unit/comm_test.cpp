@@ -3,46 +3,18 @@
 #include <gtest/gtest.h>
 
 #include <future>
-#include <map>
-#include <thread>
 
 #include "ddp/ddp.h"
 #include "rendezvous/memory_store.h"
 #include "support/collective_checks.h"
+#include "support/thread_ranks.h"
 
 namespace {
 
 using namespace std::chrono_literals;
 
-ddp::EnvLookup env_for(int rank, int ws) {
-  std::map<std::string, std::string> m{{"RANK", std::to_string(rank)},
-                                       {"WORLD_SIZE", std::to_string(ws)},
-                                       {"LOCAL_RANK", std::to_string(rank)},
-                                       {"LOCAL_WORLD_SIZE", std::to_string(ws)}};
-  return [m](const std::string& k) -> std::optional<std::string> {
-    auto it = m.find(k);
-    if (it == m.end()) return std::nullopt;
-    return it->second;
-  };
-}
-
-// Runs body(world) on ws threads, one World each; rethrows the first failure.
-void run_ranks(int ws, const std::function<void(ddp::World&)>& body,
-               std::chrono::milliseconds timeout = 30s) {
-  auto store = std::make_shared<ddprun::MemoryStore>();
-  std::vector<std::future<void>> ranks;
-  for (int r = 0; r < ws; ++r) {
-    ranks.push_back(std::async(std::launch::async, [=] {
-      ddp::InitOptions o;
-      o.env = env_for(r, ws);
-      o.store = store;
-      o.timeout = timeout;
-      auto world = ddp::init(o);
-      body(*world);
-    }));
-  }
-  for (auto& f : ranks) f.get();
-}
+using ddptest::env_for;
+using ddptest::run_ranks;
 
 TEST(Collectives, AllHoldOnOneTwoAndFourRanks) {
   for (int ws : {1, 2, 4}) {
@@ -66,7 +38,7 @@ TEST(Collectives, UnknownGetKeyListsTheValidOnes) {
       FAIL();
     } catch (const std::invalid_argument& e) {
       EXPECT_EQ(std::string(e.what()),
-                "ddp::get: unknown key 'size'; valid keys: ws, rank, grank, lrank, lws");
+                "ddp::get: unknown key 'size'; valid keys: ws, rank, grank, lrank, lws, pg");
     }
   });
 }

@@ -111,6 +111,13 @@ GlooCommunicator::GlooCommunicator(ddprun::Store& store, const GlooOptions& opti
     GlooStoreAdapter adapter(store, options.timeout);
     ctx->connectFullMesh(adapter, device);
     context_ = std::move(ctx);
+    // connectFullMesh can return on one rank while a peer still completes
+    // its side of their pair; a rank that then closed its sockets (a
+    // communicator made and dropped at once) would break the peer's setup.
+    // A barrier returns only once every pair works.
+    gloo::BarrierOptions opts(context_);
+    opts.setTimeout(options.timeout);
+    gloo::barrier(opts);
   } catch (const ddprun::StoreTimeout& e) {
     throw CollectiveError("ddp: rank " + std::to_string(options.rank) + " of " +
                           std::to_string(options.size) + " could not connect to its peers within " +

@@ -14,6 +14,10 @@ namespace ddp {
 
 bool nccl_available() { return false; }
 
+std::string nccl_unique_id() {
+  throw CollectiveError("ddp: this build of worker_lib has no NCCL; no NCCL id can be made");
+}
+
 std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions&) {
   throw CollectiveError(
       "ddp: this build of worker_lib has no NCCL (NCCL or the CUDA runtime was not found when it "
@@ -23,6 +27,15 @@ std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions&) {
 #else
 
 bool nccl_available() { return true; }
+
+std::string nccl_unique_id() {
+  ncclUniqueId id;
+  ncclResult_t r = ncclGetUniqueId(&id);
+  if (r != ncclSuccess) {
+    throw CollectiveError(std::string("ddp: ncclGetUniqueId failed: ") + ncclGetErrorString(r));
+  }
+  return std::string(reinterpret_cast<const char*>(&id), sizeof(id));
+}
 
 namespace {
 

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "ddp/error_file.h"
+#include "ddp/get.h"
 #include "ddp/gloo_communicator.h"
 #include "ddp/nccl_communicator.h"
 #include "rendezvous/client.h"
@@ -10,8 +11,6 @@
 
 namespace ddp {
 namespace {
-
-thread_local std::weak_ptr<World> registered_world;
 
 std::chrono::milliseconds default_timeout(const EnvLookup& env) {
   if (auto v = env("DDPRUN_TIMEOUT_S")) {
@@ -25,15 +24,6 @@ std::chrono::milliseconds default_timeout(const EnvLookup& env) {
   return std::chrono::minutes(5);
 }
 
-int lookup(std::string_view key, int ws, int rank, int lrank, int lws) {
-  if (key == "ws") return ws;
-  if (key == "rank" || key == "grank") return rank;
-  if (key == "lrank") return lrank;
-  if (key == "lws") return lws;
-  throw std::invalid_argument("ddp::get: unknown key '" + std::string(key) +
-                              "'; valid keys: ws, rank, grank, lrank, lws");
-}
-
 }  // namespace
 
 World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
@@ -42,7 +32,7 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
   // Every round gets fresh keys: a restarted group never reads a dead one's.
   round_store_ = std::make_unique<ddprun::PrefixStore>("round/" + std::to_string(info_.round), *store_);
   gloo_store_ = std::make_unique<ddprun::PrefixStore>("gloo", *round_store_);
-  nccl_store_ = std::make_unique<ddprun::PrefixStore>("nccl", *round_store_);
+  group_store_ = std::make_unique<ddprun::PrefixStore>("group", *round_store_);
   user_store_ = std::make_unique<ddprun::PrefixStore>("user", *round_store_);
   GlooOptions gloo;
   gloo.rank = info_.rank;
@@ -70,6 +60,50 @@ Communicator& World::cuda() {
   return *cuda_;
 }
 
+std::unique_ptr<Communicator> World::connect_group(const std::string& name,
+                                                  const std::vector<int>& ranks, Device device) {
+  int me = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= size()) {
+      throw std::invalid_argument("ddp: group '" + name + "' names rank " + std::to_string(ranks[i]) +
+                                  ", outside the world of " + std::to_string(size()));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (ranks[j] == ranks[i]) {
+        throw std::invalid_argument("ddp: group '" + name + "' names rank " +
+                                    std::to_string(ranks[i]) + " twice");
+      }
+    }
+    if (ranks[i] == rank()) me = static_cast<int>(i);
+  }
+  if (me < 0) {
+    throw std::invalid_argument("ddp: rank " + std::to_string(rank()) + " is not in group '" + name +
+                                "' it asked to join");
+  }
+  ddprun::PrefixStore store(name, *group_store_);
+  if (device == Device::kCPU) {
+    GlooOptions gloo;
+    gloo.rank = me;
+    gloo.size = static_cast<int>(ranks.size());
+    gloo.local_addr = info_.local_addr;
+    gloo.timeout = timeout_;
+    return std::make_unique<GlooCommunicator>(store, gloo);
+  }
+  // NCCL: the group's first rank makes the id and shares it through the store.
+  NcclOptions o;
+  if (me == 0) {
+    o.unique_id = nccl_unique_id();
+    store.set("nccl_id", o.unique_id);
+  } else {
+    o.unique_id = store.get("nccl_id", timeout_);
+  }
+  o.rank = me;
+  o.size = static_cast<int>(ranks.size());
+  o.device = info_.local_rank;
+  o.timeout = timeout_;
+  return make_nccl_communicator(o);
+}
+
 Communicator& World::for_tensor(const at::Tensor& t) {
   return t.defined() && t.device().is_cuda() ? cuda() : cpu();
 }
@@ -94,19 +128,6 @@ std::shared_ptr<World> init(InitOptions options) {
   auto world = std::make_shared<World>(std::move(info), std::move(store), timeout);
   register_world(world);
   return world;
-}
-
-void register_world(const std::shared_ptr<World>& w) { registered_world = w; }
-
-int get(std::string_view key, const World& w) {
-  return lookup(key, w.size(), w.rank(), w.local_rank(), w.local_size());
-}
-
-int get(std::string_view key) {
-  if (auto w = registered_world.lock()) return get(key, *w);
-  // No World here: what the launcher said, as torch's env:// would.
-  LaunchInfo info = read_launch_info();
-  return lookup(key, info.world_size, info.rank, info.local_rank, info.local_world_size);
 }
 
 }  // namespace ddp

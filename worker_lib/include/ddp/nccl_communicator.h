@@ -25,6 +25,10 @@ struct NcclOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
 };
 
+// A fresh ncclUniqueId's bytes, made in this process (which must then live
+// until the group's ranks have connected). Throws CollectiveError without NCCL.
+std::string nccl_unique_id();
+
 // Throws CollectiveError when NCCL is not built in or initialisation fails.
 std::unique_ptr<Communicator> make_nccl_communicator(const NcclOptions& options);
 

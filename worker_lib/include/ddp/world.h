@@ -5,16 +5,22 @@
 // in one process (tests run ranks as threads, each with its own).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "ddp/communicator.h"
 #include "ddp/launch_info.h"
 #include "rendezvous/store.h"
 
 namespace ddp {
+
+// Where a communicator's tensors live: Gloo serves CPU tensors, NCCL CUDA ones.
+enum class Device { kCPU, kCUDA };
 
 struct InitOptions {
   // Timeout of every collective and of connecting to peers. Zero means
@@ -56,17 +62,30 @@ class World {
   // A store for the program's own keys, private to this job and round.
   ddprun::Store& store() { return *user_store_; }
 
+  // Connects a communicator over a subset of the ranks: `ranks` lists their
+  // global ranks (this rank among them) and fixes their order, so rank i of
+  // the group is ranks[i]. Every member must call it with the same name,
+  // ranks and device; the name keeps groups apart. Throws
+  // std::invalid_argument for bad ranks, CollectiveError when peers fail.
+  std::unique_ptr<Communicator> connect_group(const std::string& name, const std::vector<int>& ranks,
+                                              Device device = Device::kCPU);
+
+  // Numbers the meshes built on this World (0, 1, ...): every rank builds
+  // them in the same order, so the n-th mesh names its groups alike.
+  int next_mesh_id() { return mesh_count_++; }
+
  private:
   LaunchInfo info_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<ddprun::Store> store_;
   std::unique_ptr<ddprun::Store> round_store_;
   std::unique_ptr<ddprun::Store> gloo_store_;
-  std::unique_ptr<ddprun::Store> nccl_store_;
+  std::unique_ptr<ddprun::Store> group_store_;
   std::unique_ptr<ddprun::Store> user_store_;
   std::unique_ptr<Communicator> cpu_;
   std::mutex cuda_mu_;
   std::unique_ptr<Communicator> cuda_;
+  std::atomic<int> mesh_count_{0};
 };
 
 // Reads the launch environment, connects to the job's store and its peers,
@@ -74,15 +93,5 @@ class World {
 // uncaught exception land in the launcher's failure summary.
 // Throws ConfigError, ddprun::StoreError or CollectiveError.
 std::shared_ptr<World> init(InitOptions options = {});
-
-// Makes w this thread's default for get() (init() does it). Held weakly.
-void register_world(const std::shared_ptr<World>& w);
-
-// "ws" (world size), "rank" / "grank" (global rank), "lrank" (local rank),
-// "lws" (local world size). Uses this thread's registered World, or the
-// launch environment when none is registered. Unknown keys throw
-// std::invalid_argument listing the valid ones.
-int get(std::string_view key);
-int get(std::string_view key, const World& world);
 
 }  // namespace ddp

@@ -1,0 +1,56 @@
+// Runs ranks as threads of one process, each with its own World over one
+// shared in-memory store: fast multi-rank tests without processes.
+#pragma once
+
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/world.h"
+#include "rendezvous/memory_store.h"
+
+namespace ddptest {
+
+// The launch environment of one rank of a single-node job.
+inline ddp::EnvLookup env_for(int rank, int ws) {
+  std::map<std::string, std::string> m{{"RANK", std::to_string(rank)},
+                                       {"WORLD_SIZE", std::to_string(ws)},
+                                       {"LOCAL_RANK", std::to_string(rank)},
+                                       {"LOCAL_WORLD_SIZE", std::to_string(ws)}};
+  return [m](const std::string& k) -> std::optional<std::string> {
+    auto it = m.find(k);
+    if (it == m.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+// Runs body(world) on ws threads; rethrows the first failure after all end.
+template <typename Body>
+void run_ranks(int ws, Body body, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  auto store = std::make_shared<ddprun::MemoryStore>();
+  std::vector<std::future<void>> ranks;
+  for (int r = 0; r < ws; ++r) {
+    ranks.push_back(std::async(std::launch::async, [=] {
+      ddp::InitOptions o;
+      o.env = env_for(r, ws);
+      o.store = store;
+      o.timeout = timeout;
+      auto world = ddp::init(o);
+      body(*world);
+    }));
+  }
+  std::exception_ptr first;
+  for (auto& f : ranks) {
+    try {
+      f.get();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace ddptest
