@@ -1,0 +1,83 @@
+#include "ddp/sampler.h"
+
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+namespace ddp {
+
+DistributedSampler::DistributedSampler(const SamplerOptions& o) : options_(o) {
+  if (o.world_size < 1) {
+    throw std::invalid_argument("ddp::DistributedSampler: world_size " + std::to_string(o.world_size) + " < 1");
+  }
+  if (o.rank < 0 || o.rank >= o.world_size) {
+    throw std::invalid_argument("ddp::DistributedSampler: rank " + std::to_string(o.rank) +
+                                " is not in [0, " + std::to_string(o.world_size) + ")");
+  }
+  if (o.dataset_size < 0) throw std::invalid_argument("ddp::DistributedSampler: negative dataset_size");
+  if (o.drop_last && o.dataset_size < o.world_size) {
+    throw std::invalid_argument("ddp::DistributedSampler: drop_last with " +
+                                std::to_string(o.dataset_size) + " samples and " +
+                                std::to_string(o.world_size) + " ranks leaves nothing to read");
+  }
+  per_rank_ = o.drop_last ? o.dataset_size / o.world_size
+                          : (o.dataset_size + o.world_size - 1) / o.world_size;
+  set_epoch(0);
+}
+
+void DistributedSampler::set_epoch(int64_t epoch) {
+  epoch_ = epoch;
+  position_ = 0;
+  const int64_t n = options_.dataset_size;
+  // The epoch's order over the whole dataset, the same on every rank: a
+  // Fisher-Yates shuffle driven by a generator seeded with seed + epoch
+  // (our own, so the order does not depend on the LibTorch version).
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  if (options_.shuffle) {
+    std::mt19937_64 gen(options_.seed + static_cast<uint64_t>(epoch));
+    for (int64_t i = n - 1; i > 0; --i) {
+      std::uniform_int_distribution<int64_t> pick(0, i);
+      std::swap(order[i], order[pick(gen)]);
+    }
+  }
+  // Every rank reads per_rank_ samples: trim the tail, or pad it with
+  // samples from the start of the order.
+  const int64_t total = per_rank_ * options_.world_size;
+  order.resize(static_cast<size_t>(std::min(total, n)));
+  for (int64_t i = 0; static_cast<int64_t>(order.size()) < total; ++i) order.push_back(order[i % n]);
+
+  indices_.clear();
+  indices_.reserve(static_cast<size_t>(per_rank_));
+  for (int64_t i = 0; i < per_rank_; ++i) {
+    const int64_t at = options_.layout == SamplerOptions::kStrided
+                           ? i * options_.world_size + options_.rank
+                           : options_.rank * per_rank_ + i;
+    indices_.push_back(order[static_cast<size_t>(at)]);
+  }
+}
+
+int64_t DistributedSampler::num_batches(int64_t batch_size) const {
+  if (batch_size < 1) throw std::invalid_argument("ddp::DistributedSampler: batch_size < 1");
+  return (per_rank_ + batch_size - 1) / batch_size;
+}
+
+std::optional<std::vector<int64_t>> DistributedSampler::next_batch(int64_t batch_size) {
+  if (batch_size < 1) throw std::invalid_argument("ddp::DistributedSampler: batch_size < 1");
+  if (position_ >= per_rank_) return std::nullopt;
+  const int64_t end = std::min(per_rank_, position_ + batch_size);
+  std::vector<int64_t> batch(indices_.begin() + position_, indices_.begin() + end);
+  position_ = end;
+  return batch;
+}
+
+void DistributedSampler::set_position(int64_t position) {
+  if (position < 0 || position > per_rank_) {
+    throw std::invalid_argument("ddp::DistributedSampler: position " + std::to_string(position) +
+                                " is not in [0, " + std::to_string(per_rank_) + "]");
+  }
+  position_ = position;
+}
+
+}  // namespace ddp
