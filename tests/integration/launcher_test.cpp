@@ -258,18 +258,38 @@ TEST(Interop, AnUnmodifiedPytorchDdpScriptRuns) {
   EXPECT_TRUE(contains(f.out, "[rank1]:interop ok: rank 1 of 2, all_reduce=3, DDP parameters agree")) << f.out;
 }
 
+TEST(Ddp, MatchesSingleProcessTrainingOnTwoAndFourProcesses) {
+  for (int n : {2, 4}) {
+    Finished f = run(ddprun({"--nproc", std::to_string(n), DDP_CHECK_BIN}));
+    ASSERT_EQ(f.exit_code, 0) << f.out << f.err;
+    for (int r = 0; r < n; ++r) {
+      EXPECT_TRUE(contains(f.out, "[rank" + std::to_string(r) + "]:ddp ok on rank " + std::to_string(r) +
+                                      " of " + std::to_string(n) + ": 18 cases"))
+          << f.out;
+    }
+  }
+}
+
 TEST(DefaultJob, TrainsOnFourRanksAndTheRanksAgree) {
-  Finished f = run(ddprun({"--nproc", "4", TRAIN_BIN, "--limit", "8000", "--epochs", "2"}));
+  auto summary = std::filesystem::temp_directory_path() / ("ddprun-summary-" + std::to_string(getpid()) + ".json");
+  Finished f = run(ddprun({"--nproc", "4", TRAIN_BIN, "--limit", "8000", "--epochs", "2",
+                           "--summary-json", summary.string()}));
   ASSERT_EQ(f.exit_code, 0) << f.out << f.err;
   EXPECT_TRUE(contains(f.out, "[rank0]:parameters identical on all 4 ranks")) << f.out;
+  std::ifstream in(summary);
+  std::string json((std::istreambuf_iterator<char>(in)), {});
+  std::filesystem::remove(summary);
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(f.out, m, std::regex(R"(\[rank0\]:test accuracy: ([0-9.]+)%)"))) << f.out;
   // 8000 images, 2 epochs: far above chance (10%); a broken sync or data
   // pipeline does not get here.
-  EXPECT_GT(std::stod(m[1]), 70.0) << f.out;
+  ASSERT_TRUE(std::regex_search(json, m, std::regex(R"("test_accuracy": ([0-9.]+))"))) << json;
+  EXPECT_GT(std::stod(m[1]), 0.70) << json;
+  // 2000 images per rank in batches of 32: 63 steps per epoch.
+  EXPECT_TRUE(contains(json, "\"steps\": 126")) << json;
+  EXPECT_TRUE(std::regex_search(json, std::regex(R"("param_checksum": "[0-9a-f]{16}")"))) << json;
   std::smatch l1, l2;
-  ASSERT_TRUE(std::regex_search(f.out, l1, std::regex(R"(epoch 1/2: mean loss ([0-9.]+))")));
-  ASSERT_TRUE(std::regex_search(f.out, l2, std::regex(R"(epoch 2/2: mean loss ([0-9.]+))")));
+  ASSERT_TRUE(std::regex_search(f.out, l1, std::regex(R"(epoch 1/2: loss ([0-9.]+))"))) << f.out;
+  ASSERT_TRUE(std::regex_search(f.out, l2, std::regex(R"(epoch 2/2: loss ([0-9.]+))"))) << f.out;
   EXPECT_LT(std::stod(l2[1]), std::stod(l1[1]));  // it learns
 }
 

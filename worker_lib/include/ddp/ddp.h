@@ -3,11 +3,19 @@
 //   auto world = ddp::init();                 // from the launch environment
 //   int ws = ddp::get("ws"), rank = ddp::get("rank");
 //   world->all_reduce(grad, ddp::ReduceOp::kAvg);
+//   ddp::DistributedDataParallel<Net> model(Net(), *world);
 #pragma once
 
+#include "ddp/bucket_plan.h"
 #include "ddp/communicator.h"
+#include "ddp/ddp_options.h"
+#include "ddp/distributed_data_parallel.h"
 #include "ddp/error_file.h"
+#include "ddp/get.h"
 #include "ddp/gloo_communicator.h"
 #include "ddp/launch_info.h"
+#include "ddp/mesh.h"
 #include "ddp/nccl_communicator.h"
+#include "ddp/reducer.h"
+#include "ddp/sampler.h"
 #include "ddp/world.h"

@@ -1,0 +1,210 @@
+// DistributedDataParallel with ranks as threads over an in-memory store.
+#include <gtest/gtest.h>
+
+#include <ATen/Parallel.h>
+
+#include "ddp/ddp.h"
+#include "support/ddp_checks.h"
+#include "support/thread_ranks.h"
+
+namespace {
+
+using ddptest::run_ranks;
+using ddptest::TrainCase;
+
+class DdpTest : public ::testing::Test {
+ protected:
+  // Ranks are threads here: one intra-op thread each keeps them from
+  // fighting over the cores.
+  void SetUp() override { at::set_num_threads(1); }
+};
+
+TEST_F(DdpTest, MatchesSingleProcessTrainingForEveryStrategy) {
+  for (int ws : {2, 4}) {
+    for (const TrainCase& c : ddptest::all_train_cases()) {
+      SCOPED_TRACE(std::to_string(ws) + " ranks, " + ddptest::describe(c));
+      run_ranks(ws, [&](ddp::World& w) {
+        ddptest::TrainResult r = ddptest::train_both(w.cpu(), c);
+        EXPECT_TRUE(torch::allclose(r.distributed, r.reference, /*rtol=*/1e-4, /*atol=*/1e-5))
+            << "max deviation " << (r.distributed - r.reference).abs().max().item<double>();
+        EXPECT_TRUE(ddptest::identical_on_all_ranks(w.cpu(), r.distributed));
+      });
+    }
+  }
+}
+
+TEST_F(DdpTest, WithoutSyncRanksDrift) {
+  // The check above can fail: with gradient sync disabled for good, every
+  // rank follows only its own shard and the parameters differ.
+  run_ranks(2, [](ddp::World& w) {
+    ddp::DistributedDataParallel<ddptest::Mlp> model(ddptest::seeded_model<ddptest::Mlp>(7), w);
+    model.disable_grad_sync();
+    torch::optim::SGD opt(model.module()->parameters(), 0.1);
+    auto gen = at::detail::createCPUGenerator(100 + w.rank());
+    torch::nn::functional::cross_entropy(model(at::randn({4, 64}, gen)),
+                                         at::randint(0, 10, {4}, gen, at::kLong))
+        .backward();
+    model.finalize();  // a no-op while sync is disabled
+    opt.step();
+    EXPECT_FALSE(ddptest::identical_on_all_ranks(w.cpu(), ddptest::flat_parameters(*model.module())));
+  });
+}
+
+TEST_F(DdpTest, BroadcastMakesRanksStartFromRankZero) {
+  run_ranks(3, [](ddp::World& w) {
+    auto net = ddptest::seeded_model<ddptest::Mlp>(w.rank());  // deliberately different
+    ddp::DistributedDataParallel<ddptest::Mlp> model(net, w);  // kBroadcast by default
+    EXPECT_TRUE(ddptest::identical_on_all_ranks(w.cpu(), ddptest::flat_parameters(*net)));
+  });
+}
+
+TEST_F(DdpTest, VerifyNamesTheFirstDifferingParameterAndTheRanks) {
+  run_ranks(3, [](ddp::World& w) {
+    auto net = ddptest::seeded_model<ddptest::Mlp>(7);
+    if (w.rank() == 2) {
+      torch::NoGradGuard g;
+      net->fc2->bias[3] += 0.25;
+    }
+    ddp::DdpOptions o;
+    o.init_sync = ddp::InitSync::kVerify;
+    try {
+      ddp::DistributedDataParallel<ddptest::Mlp> model(net, w, o);
+      ADD_FAILURE() << "a differing parameter passed verification on rank " << w.rank();
+    } catch (const std::runtime_error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("parameter 'fc2.bias' differs between rank 0 and rank(s) 2"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("max difference 0.25"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("torch::manual_seed"), std::string::npos) << msg;
+    }
+  });
+}
+
+TEST_F(DdpTest, DifferentModelsOnDifferentRanksAreRefused) {
+  run_ranks(2, [](ddp::World& w) {
+    try {
+      if (w.rank() == 0) {
+        ddp::DistributedDataParallel<ddptest::Mlp> model(ddptest::Mlp(), w);
+      } else {
+        ddp::DistributedDataParallel<ddptest::Cnn> model(ddptest::Cnn(), w);
+      }
+      ADD_FAILURE() << "different models were accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("different structure"), std::string::npos) << e.what();
+    }
+  });
+}
+
+// A model whose `extra` layer is used only when asked.
+struct BranchyImpl : torch::nn::Module {
+  BranchyImpl() : main(register_module("main", torch::nn::Linear(8, 4))),
+                  extra(register_module("extra", torch::nn::Linear(8, 4))) {}
+  torch::Tensor forward(torch::Tensor x, bool use_extra) {
+    auto y = main(x);
+    return use_extra ? y + extra(x) : y;
+  }
+  torch::nn::Linear main, extra;
+};
+TORCH_MODULE(Branchy);
+
+TEST_F(DdpTest, UnusedParametersAreAClearErrorByDefault) {
+  for (auto s : {ddp::SyncStrategy::kNaive, ddp::SyncStrategy::kBucketed}) {
+    run_ranks(2, [&](ddp::World& w) {
+      ddp::DdpOptions o;
+      o.strategy = s;
+      ddp::DistributedDataParallel<Branchy> model(Branchy(), w, o);
+      model(torch::randn({2, 8}), false).sum().backward();
+      try {
+        model.finalize();
+        ADD_FAILURE() << "no error for unused parameters";
+      } catch (const std::runtime_error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("extra.weight, extra.bias got no gradient"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("find_unused_parameters = true"), std::string::npos) << msg;
+      }
+    });
+  }
+}
+
+TEST_F(DdpTest, UnusedParametersAreHandledWhenDeclared) {
+  for (auto s : {ddp::SyncStrategy::kNaive, ddp::SyncStrategy::kFlat, ddp::SyncStrategy::kOverlap,
+                 ddp::SyncStrategy::kBucketed}) {
+    SCOPED_TRACE(ddp::to_string(s));
+    run_ranks(2, [&](ddp::World& w) {
+      ddp::DdpOptions o;
+      o.strategy = s;
+      o.find_unused_parameters = true;
+      ddp::DistributedDataParallel<Branchy> model(ddptest::seeded_model<Branchy>(3), w, o);
+      auto& net = model.module();
+      // Step 1: only rank 1 uses `extra`; rank 0's share counts as zero.
+      torch::Tensor x = torch::ones({1, 8}) * (w.rank() + 1);
+      model(x, w.rank() == 1).sum().backward();
+      model.finalize();
+      ASSERT_TRUE(net->extra->bias.grad().defined());
+      // d(sum)/d(bias) is 1 per output on rank 1, 0 on rank 0: average 0.5.
+      EXPECT_TRUE(torch::allclose(net->extra->bias.grad(), torch::full({4}, 0.5)));
+      EXPECT_TRUE(torch::allclose(net->main->bias.grad(), torch::ones({4})));
+      // Step 2: nobody uses `extra`: it keeps no gradient.
+      for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
+      model(x, false).sum().backward();
+      model.finalize();
+      EXPECT_FALSE(net->extra->weight.grad().defined());
+      EXPECT_TRUE(net->main->weight.grad().defined());
+    });
+  }
+}
+
+TEST_F(DdpTest, BackwardTwiceWithoutFinalizeIsRefused) {
+  run_ranks(1, [](ddp::World& w) {
+    ddp::DistributedDataParallel<ddptest::Mlp> model(ddptest::Mlp(), w);
+    model(torch::randn({2, 64})).sum().backward();
+    try {
+      model(torch::randn({2, 64})).sum().backward();
+      ADD_FAILURE();
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("got a gradient twice before finalize()"), std::string::npos)
+          << e.what();
+    }
+  });
+}
+
+TEST_F(DdpTest, BucketsFollowReverseRegistrationOrderAndCaps) {
+  run_ranks(1, [](ddp::World& w) {
+    // fc1.weight 64x32 floats = 8 KiB, fc1.bias 128 B, fc2.weight 1280 B, fc2.bias 40 B.
+    ddp::DdpOptions o;
+    o.first_bucket_cap_bytes = 1000;
+    o.bucket_cap_bytes = 4000;
+    ddp::DistributedDataParallel<ddptest::Mlp> model(ddptest::Mlp(), w, o);
+    using V = std::vector<std::vector<size_t>>;
+    // Walking backwards: fc2.bias (40) + fc2.weight (1320 >= 1000) close the
+    // first bucket; fc1.bias (128) + fc1.weight (8320 >= 4000) the second.
+    EXPECT_EQ(model.reducer().bucket_layout(), (V{{3, 2}, {1, 0}}));
+    ddp::DdpOptions per_param;
+    per_param.strategy = ddp::SyncStrategy::kOverlap;
+    ddp::DistributedDataParallel<ddptest::Mlp> overlap(ddptest::Mlp(), w, per_param);
+    EXPECT_EQ(overlap.reducer().bucket_layout(), (V{{3}, {2}, {1}, {0}}));
+  });
+}
+
+TEST_F(DdpTest, BuffersFollowRankZero) {
+  run_ranks(2, [](ddp::World& w) {
+    auto bn = torch::nn::BatchNorm1d(4);
+    auto net = torch::nn::Sequential(torch::nn::Linear(4, 4), bn);
+    ddp::DistributedDataParallel<torch::nn::Sequential> model(net, w);
+    // Different data: different running statistics, until finalize copies rank 0's.
+    auto gen = at::detail::createCPUGenerator(50 + w.rank());
+    model(at::randn({8, 4}, gen)).sum().backward();
+    model.finalize();
+    EXPECT_TRUE(ddptest::identical_on_all_ranks(w.cpu(), bn->running_mean.clone()));
+    EXPECT_TRUE(ddptest::identical_on_all_ranks(w.cpu(), bn->running_var.clone()));
+  });
+}
+
+TEST(SyncStrategy, ParsesItsNames) {
+  for (auto s : {ddp::SyncStrategy::kNaive, ddp::SyncStrategy::kFlat, ddp::SyncStrategy::kOverlap,
+                 ddp::SyncStrategy::kBucketed}) {
+    EXPECT_EQ(ddp::parse_sync_strategy(ddp::to_string(s)), s);
+  }
+  EXPECT_THROW(ddp::parse_sync_strategy("fast"), std::invalid_argument);
+}
+
+}  // namespace

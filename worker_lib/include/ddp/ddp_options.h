@@ -1,0 +1,42 @@
+// Settings of DistributedDataParallel. No LibTorch here.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace ddp {
+
+// How gradients are averaged over the ranks (seed 003's four designs):
+//   kNaive    after backward, one all_reduce per parameter
+//   kFlat     after backward, all gradients in one flat buffer, one all_reduce
+//   kOverlap  during backward, one all_reduce per parameter as soon as its
+//             gradient is ready (a bucket per parameter)
+//   kBucketed during backward, buckets of gradients all-reduced as soon as
+//             every gradient in them is ready (PyTorch's design; the default)
+enum class SyncStrategy { kNaive, kFlat, kOverlap, kBucketed };
+
+std::string to_string(SyncStrategy s);
+// "naive", "flat", "overlap" or "bucketed"; throws std::invalid_argument listing them.
+SyncStrategy parse_sync_strategy(const std::string& name);
+
+// What construction does about parameters that differ between ranks.
+enum class InitSync {
+  kBroadcast,  // copy rank 0's parameters and buffers to every rank
+  kVerify,     // throw, naming the first parameter that differs from rank 0's
+};
+
+struct DdpOptions {
+  SyncStrategy strategy = SyncStrategy::kBucketed;
+  size_t bucket_cap_bytes = 25u << 20;       // 25 MiB
+  size_t first_bucket_cap_bytes = 1u << 20;  // 1 MiB: start communicating early
+  InitSync init_sync = InitSync::kBroadcast;
+  // Parameters that get no gradient in a step are an error unless this is
+  // set; then their gradient counts as zero on ranks that did not use them,
+  // and parameters no rank used keep no gradient.
+  bool find_unused_parameters = false;
+  // Copy rank 0's buffers (e.g. batch-norm statistics) to every rank after
+  // each synchronised step.
+  bool broadcast_buffers = true;
+};
+
+}  // namespace ddp

@@ -1,0 +1,137 @@
+// Averages gradients over the ranks of a communicator, the engine of
+// DistributedDataParallel. A training step reads
+//
+//   loss.backward();      // hooks start all-reducing buckets as gradients arrive
+//   reducer.finalize();   // waits for them; every .grad is now the average
+//   optimizer.step();
+//
+// Construction is collective: it checks that every rank has the same
+// parameters (names, shapes, dtypes) and then broadcasts rank 0's values or
+// verifies that they agree (DdpOptions::init_sync).
+//
+// Between backward() and finalize() the communicator belongs to the reducer:
+// run no other collective on it there.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ddp/communicator.h"
+#include "ddp/ddp_options.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace ddp {
+
+struct NamedTensor {
+  std::string name;
+  at::Tensor tensor;
+};
+
+class CommWorker;
+
+class Reducer {
+ public:
+  // params: the trainable parameters in registration order; buffers: state
+  // that is not trained (batch-norm statistics). Throws std::runtime_error
+  // (on every rank alike) when the ranks' models disagree.
+  Reducer(std::vector<NamedTensor> params, std::vector<NamedTensor> buffers, Communicator& comm,
+          DdpOptions options = {});
+  ~Reducer();
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  // Waits until every gradient is the average over the ranks (and, with
+  // broadcast_buffers, rank 0's buffers are everywhere). Does nothing while
+  // gradient sync is disabled. Throws CollectiveError when communication
+  // fails, std::runtime_error when a parameter got no gradient and
+  // find_unused_parameters is off.
+  void finalize();
+
+  // Gradient accumulation: while sync is disabled, backward() only adds to
+  // .grad and finalize() does nothing; the next synchronised step averages
+  // everything accumulated.
+  void enable_grad_sync() { sync_enabled_ = true; }
+  void disable_grad_sync() { sync_enabled_ = false; }
+  bool grad_sync_enabled() const { return sync_enabled_; }
+
+  // Disables sync until it goes out of scope, then restores what was before.
+  class NoSync {
+   public:
+    explicit NoSync(Reducer& r) : reducer_(&r), was_enabled_(r.grad_sync_enabled()) {
+      r.disable_grad_sync();
+    }
+    NoSync(NoSync&& other) noexcept : reducer_(other.reducer_), was_enabled_(other.was_enabled_) {
+      other.reducer_ = nullptr;
+    }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+    NoSync& operator=(NoSync&&) = delete;
+    ~NoSync() {
+      if (reducer_ && was_enabled_) reducer_->enable_grad_sync();
+    }
+
+   private:
+    Reducer* reducer_;
+    bool was_enabled_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
+  // Parameter indices of each bucket, in launch order (overlap and bucketed).
+  const std::vector<std::vector<size_t>>& bucket_layout() const { return layout_; }
+  const DdpOptions& options() const { return options_; }
+  Communicator& communicator() { return comm_; }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;     // parameter indices
+    at::Tensor buffer;              // flat, all gradients of the bucket
+    std::vector<at::Tensor> slots;  // views of buffer, one per parameter
+    size_t pending = 0;             // gradients not yet copied in
+    bool ready = false;
+    std::future<void> work;
+  };
+
+  void check_same_model();
+  void broadcast_state(const std::vector<NamedTensor>& tensors);
+  void verify_params();
+  void build_buckets();
+  void on_grad_ready(size_t index);
+  void mark_ready_locked(Bucket& b);
+  void launch_ready_buckets_locked();
+  void average_bucket(Bucket& b);
+  void finalize_hooked();
+  void finalize_after_backward();
+  // With find_unused_parameters: which parameters some rank used (collective).
+  std::vector<bool> used_anywhere(const std::vector<bool>& used_here);
+  [[noreturn]] void throw_unused(const std::vector<size_t>& missing);
+  void reset_iteration_locked();
+
+  std::vector<NamedTensor> params_;
+  std::vector<NamedTensor> buffers_;
+  Communicator& comm_;
+  DdpOptions options_;
+  std::atomic<bool> sync_enabled_{true};
+
+  // Hook-driven strategies (kOverlap, kBucketed).
+  std::vector<std::vector<size_t>> layout_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;  // parameter → bucket
+  std::vector<size_t> slot_of_;    // parameter → slot in its bucket
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<uintptr_t> hook_handles_;
+  std::mutex mu_;                 // guards the per-step state below
+  std::vector<bool> ready_;       // parameter's gradient is in its bucket this step
+  size_t next_launch_ = 0;        // buckets are launched in order, on every rank alike
+  std::unique_ptr<CommWorker> worker_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,63 @@
+// A thread that runs communication jobs one after another, in the order
+// they were submitted, so that collectives overlap with the caller's work
+// (backward) while a communicator still sees one call at a time.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+
+namespace ddp {
+
+class CommWorker {
+ public:
+  CommWorker() : thread_([this] { loop(); }) {}
+  ~CommWorker() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
+  CommWorker(const CommWorker&) = delete;
+  CommWorker& operator=(const CommWorker&) = delete;
+
+  // The future holds the job's exception, if it throws.
+  std::future<void> submit(std::function<void()> job) {
+    std::packaged_task<void()> task(std::move(job));
+    auto done = task.get_future();
+    {
+      std::lock_guard lock(mu_);
+      jobs_.push_back(std::move(task));
+    }
+    wake_.notify_one();
+    return done;
+  }
+
+ private:
+  void loop() {
+    while (true) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock lock(mu_);
+        wake_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;  // stopping, and nothing left to do
+        task = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      task();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::packaged_task<void()>> jobs_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the rest is ready
+};
+
+}  // namespace ddp

@@ -1,0 +1,26 @@
+#include "ddp/ddp_options.h"
+
+#include <stdexcept>
+
+namespace ddp {
+
+std::string to_string(SyncStrategy s) {
+  switch (s) {
+    case SyncStrategy::kNaive: return "naive";
+    case SyncStrategy::kFlat: return "flat";
+    case SyncStrategy::kOverlap: return "overlap";
+    case SyncStrategy::kBucketed: return "bucketed";
+  }
+  return "?";
+}
+
+SyncStrategy parse_sync_strategy(const std::string& name) {
+  for (auto s : {SyncStrategy::kNaive, SyncStrategy::kFlat, SyncStrategy::kOverlap,
+                 SyncStrategy::kBucketed}) {
+    if (to_string(s) == name) return s;
+  }
+  throw std::invalid_argument("unknown sync strategy '" + name +
+                              "' (expected naive, flat, overlap or bucketed)");
+}
+
+}  // namespace ddp

@@ -1,0 +1,386 @@
+#include "ddp/reducer.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <functional>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include "comm_worker.h"
+#include "ddp/bucket_plan.h"
+
+namespace ddp {
+namespace {
+
+// Runs after a parameter's AccumulateGrad node, i.e. once backward has added
+// this step's gradient into .grad.
+class GradReadyHook final : public torch::autograd::FunctionPostHook {
+ public:
+  explicit GradReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    fn_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> fn_;
+};
+
+// Tensors share a bucket or a flat buffer only with the same dtype and device.
+std::string dtype_device_key(const at::Tensor& t) {
+  return std::string(c10::toString(t.scalar_type())) + "@" + t.device().str();
+}
+
+std::string names_of(const std::vector<NamedTensor>& params, const std::vector<size_t>& which) {
+  std::string out;
+  const size_t shown = std::min<size_t>(which.size(), 5);
+  for (size_t k = 0; k < shown; ++k) out += (k ? ", " : "") + params[which[k]].name;
+  if (which.size() > shown) out += " and " + std::to_string(which.size() - shown) + " more";
+  return out;
+}
+
+}  // namespace
+
+Reducer::Reducer(std::vector<NamedTensor> params, std::vector<NamedTensor> buffers,
+                 Communicator& comm, DdpOptions options)
+    : params_(std::move(params)), buffers_(std::move(buffers)), comm_(comm), options_(options) {
+  for (const auto& p : params_) {
+    if (!p.tensor.defined() || !p.tensor.requires_grad()) {
+      throw std::invalid_argument("ddp: parameter '" + p.name +
+                                  "' is undefined or does not require grad; pass only trainable "
+                                  "parameters");
+    }
+  }
+  check_same_model();
+  if (options_.init_sync == InitSync::kVerify) {
+    verify_params();
+  } else {
+    broadcast_state(params_);
+  }
+  broadcast_state(buffers_);
+  if (options_.strategy == SyncStrategy::kOverlap || options_.strategy == SyncStrategy::kBucketed) {
+    build_buckets();
+  }
+}
+
+Reducer::~Reducer() {
+  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_handles_[i]);
+  // Let in-flight work finish before the buckets it writes go away.
+  for (auto& b : buckets_) {
+    if (b.work.valid()) b.work.wait();
+  }
+  worker_.reset();
+}
+
+// Every rank must hold the same parameters in the same order, or the
+// collectives below would pair up the wrong tensors (or hang).
+void Reducer::check_same_model() {
+  std::ostringstream sig;
+  for (const auto* list : {&params_, &buffers_}) {
+    for (const auto& t : *list) {
+      sig << t.name << ':' << t.tensor.sizes() << ':' << t.tensor.scalar_type() << ';';
+    }
+  }
+  const int64_t mine = static_cast<int64_t>(std::hash<std::string>{}(sig.str()) >> 1);
+  at::Tensor all = comm_.all_gather(at::full({1}, mine, at::kLong));
+  for (int r = 0; r < comm_.size(); ++r) {
+    if (all[r].item<int64_t>() != all[0].item<int64_t>()) {
+      throw std::runtime_error("ddp: rank " + std::to_string(r) +
+                               " has a model of different structure (parameter and buffer names, "
+                               "shapes or dtypes) than rank 0; every rank must build the same model");
+    }
+  }
+}
+
+void Reducer::broadcast_state(const std::vector<NamedTensor>& tensors) {
+  at::NoGradGuard no_grad;
+  for (const auto& t : tensors) {
+    at::Tensor data = t.tensor.detach();
+    comm_.broadcast(data, 0);
+  }
+}
+
+// Compares every parameter with rank 0's and, if any differs anywhere,
+// throws on every rank with the same message.
+void Reducer::verify_params() {
+  at::NoGradGuard no_grad;
+  int64_t first_bad = -1;
+  double max_diff = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor mine = params_[i].tensor.detach();
+    at::Tensor rank0 = mine.clone();
+    comm_.broadcast(rank0, 0);
+    if (first_bad < 0 && !at::equal(mine, rank0)) {
+      first_bad = static_cast<int64_t>(i);
+      max_diff = (mine.to(at::kDouble) - rank0.to(at::kDouble)).abs().max().item<double>();
+    }
+  }
+  at::Tensor report = at::tensor({static_cast<double>(first_bad), max_diff}, at::kDouble);
+  at::Tensor all = comm_.all_gather(report);  // [ranks, 2]
+  int64_t worst = -1;  // the lowest parameter index that differs anywhere
+  for (int r = 0; r < comm_.size(); ++r) {
+    const auto idx = static_cast<int64_t>(all[r][0].item<double>());
+    if (idx >= 0 && (worst < 0 || idx < worst)) worst = idx;
+  }
+  if (worst < 0) return;
+  std::string ranks;
+  double diff = 0;
+  for (int r = 0; r < comm_.size(); ++r) {
+    if (static_cast<int64_t>(all[r][0].item<double>()) == worst) {
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      diff = std::max(diff, all[r][1].item<double>());
+    }
+  }
+  std::ostringstream msg;
+  msg << "ddp: parameter '" << params_[worst].name << "' differs between rank 0 and rank(s) "
+      << ranks << " (max difference " << diff
+      << "); seed every rank the same (torch::manual_seed) before building the model, or "
+         "construct DistributedDataParallel with InitSync::kBroadcast";
+  throw std::runtime_error(msg.str());
+}
+
+void Reducer::build_buckets() {
+  std::vector<BucketParam> sizes;
+  for (const auto& p : params_) {
+    sizes.push_back({static_cast<size_t>(p.tensor.numel() * p.tensor.element_size()),
+                     dtype_device_key(p.tensor)});
+  }
+  const bool per_param = options_.strategy == SyncStrategy::kOverlap;
+  layout_ = assign_buckets(sizes, per_param ? 0 : options_.first_bucket_cap_bytes,
+                           per_param ? 0 : options_.bucket_cap_bytes);
+
+  bucket_of_.assign(params_.size(), 0);
+  slot_of_.assign(params_.size(), 0);
+  buckets_.resize(layout_.size());
+  for (size_t b = 0; b < layout_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    bucket.params = layout_[b];
+    int64_t total = 0;
+    for (size_t i : bucket.params) total += params_[i].tensor.numel();
+    const at::Tensor& first = params_[bucket.params.front()].tensor;
+    bucket.buffer = at::zeros({total}, first.options().requires_grad(false));
+    int64_t offset = 0;
+    for (size_t k = 0; k < bucket.params.size(); ++k) {
+      const size_t i = bucket.params[k];
+      const int64_t n = params_[i].tensor.numel();
+      bucket.slots.push_back(bucket.buffer.narrow(0, offset, n));
+      offset += n;
+      bucket_of_[i] = b;
+      slot_of_[i] = k;
+    }
+    bucket.pending = bucket.params.size();
+  }
+  ready_.assign(params_.size(), false);
+
+  worker_ = std::make_unique<CommWorker>();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    // The accumulator must stay alive: the variable holds it weakly, and a
+    // new one (without our hook) would be made for the next backward.
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i].tensor);
+    hook_handles_.push_back(acc->add_post_hook(std::make_unique<GradReadyHook>([this, i] { on_grad_ready(i); })));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+// Called by autograd (possibly on one of its threads) once parameter
+// `index` has its gradient for this step.
+void Reducer::on_grad_ready(size_t index) {
+  if (!sync_enabled_) return;  // accumulating: .grad keeps the sum
+  Bucket& b = buckets_[bucket_of_[index]];
+  {
+    std::lock_guard lock(mu_);
+    if (ready_[index]) {
+      throw std::runtime_error("ddp: parameter '" + params_[index].name +
+                               "' got a gradient twice before finalize(); call finalize() after "
+                               "every synchronised backward (use no_sync() to accumulate)");
+    }
+    ready_[index] = true;
+  }
+  // Copy outside the lock: every parameter has its own slot.
+  b.slots[slot_of_[index]].copy_(params_[index].tensor.grad().reshape(-1));
+  std::lock_guard lock(mu_);
+  mark_ready_locked(b);
+}
+
+void Reducer::mark_ready_locked(Bucket& b) {
+  if (--b.pending == 0) {
+    b.ready = true;
+    launch_ready_buckets_locked();
+  }
+}
+
+// Launches buckets strictly in layout order, so that every rank issues the
+// same sequence of all_reduces even when gradients arrive in another order.
+void Reducer::launch_ready_buckets_locked() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready) {
+    Bucket& b = buckets_[next_launch_];
+    b.work = worker_->submit([this, &b] { average_bucket(b); });
+    ++next_launch_;
+  }
+}
+
+// On the communication thread: sum over the ranks, divide, and put the
+// averages back into the gradients that were ready.
+void Reducer::average_bucket(Bucket& b) {
+  comm_.all_reduce(b.buffer, ReduceOp::kSum);
+  b.buffer.div_(comm_.size());
+  at::NoGradGuard no_grad;
+  for (size_t k = 0; k < b.params.size(); ++k) {
+    at::Tensor grad = params_[b.params[k]].tensor.grad();
+    if (grad.defined()) grad.copy_(b.slots[k].view_as(grad));
+  }
+}
+
+void Reducer::finalize() {
+  if (!sync_enabled_) return;
+  if (options_.strategy == SyncStrategy::kOverlap || options_.strategy == SyncStrategy::kBucketed) {
+    finalize_hooked();
+  } else {
+    finalize_after_backward();
+  }
+  if (options_.broadcast_buffers) broadcast_state(buffers_);
+}
+
+void Reducer::throw_unused(const std::vector<size_t>& missing) {
+  throw std::runtime_error(
+      "ddp: parameter(s) " + names_of(params_, missing) +
+      " got no gradient in this step; if the model has parameters that some steps do not use, "
+      "construct DistributedDataParallel with DdpOptions::find_unused_parameters = true");
+}
+
+std::vector<bool> Reducer::used_anywhere(const std::vector<bool>& used_here) {
+  at::Tensor flags = at::zeros({static_cast<int64_t>(used_here.size())}, at::kInt);
+  for (size_t i = 0; i < used_here.size(); ++i) flags[i] = used_here[i] ? 1 : 0;
+  comm_.all_reduce(flags, ReduceOp::kSum);
+  std::vector<bool> used(used_here.size());
+  for (size_t i = 0; i < used.size(); ++i) used[i] = flags[i].item<int>() > 0;
+  return used;
+}
+
+void Reducer::reset_iteration_locked() {
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (auto& b : buckets_) {
+    b.pending = b.params.size();
+    b.ready = false;
+  }
+  next_launch_ = 0;
+}
+
+void Reducer::finalize_hooked() {
+  // Parameters whose hook did not fire in this backward: a gradient kept
+  // from earlier accumulation steps still counts, otherwise zero.
+  std::vector<size_t> missing;
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!ready_[i]) missing.push_back(i);
+    }
+    if (!missing.empty() && options_.find_unused_parameters) {
+      for (size_t i : missing) {
+        Bucket& b = buckets_[bucket_of_[i]];
+        const at::Tensor& grad = params_[i].tensor.grad();
+        if (grad.defined()) {
+          b.slots[slot_of_[i]].copy_(grad.reshape(-1));
+        } else {
+          b.slots[slot_of_[i]].zero_();
+        }
+        ready_[i] = true;
+        mark_ready_locked(b);
+      }
+    }
+  }
+  // Wait for everything launched, in order, before anything else touches the
+  // communicator; keep the first error.
+  std::exception_ptr error;
+  for (auto& b : buckets_) {
+    if (!b.work.valid()) continue;
+    try {
+      b.work.get();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    reset_iteration_locked();
+  }
+  if (error) std::rethrow_exception(error);
+  if (!options_.find_unused_parameters) {
+    if (!missing.empty()) throw_unused(missing);
+    return;
+  }
+  // Every rank takes part in this exchange every step, missing or not. A
+  // parameter some rank used gets its average as gradient (the ones with a
+  // gradient already got it on the communication thread); one no rank used
+  // keeps none.
+  std::vector<bool> used_here(params_.size(), true);
+  for (size_t i : missing) used_here[i] = params_[i].tensor.grad().defined();
+  const std::vector<bool> used = used_anywhere(used_here);
+  at::NoGradGuard no_grad;
+  for (size_t i : missing) {
+    at::Tensor& p = params_[i].tensor;
+    if (!p.grad().defined() && used[i]) {
+      p.mutable_grad() = buckets_[bucket_of_[i]].slots[slot_of_[i]].view_as(p).clone();
+    }
+  }
+}
+
+void Reducer::finalize_after_backward() {
+  std::vector<size_t> missing;
+  std::vector<bool> used_here(params_.size(), true);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].tensor.grad().defined()) {
+      missing.push_back(i);
+      used_here[i] = false;
+    }
+  }
+  if (!missing.empty() && !options_.find_unused_parameters) throw_unused(missing);
+  // Only what some rank used travels; every rank agrees on that list.
+  std::vector<size_t> to_sync;
+  if (options_.find_unused_parameters) {
+    const std::vector<bool> used = used_anywhere(used_here);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (used[i]) to_sync.push_back(i);
+    }
+  } else {
+    for (size_t i = 0; i < params_.size(); ++i) to_sync.push_back(i);
+  }
+  at::NoGradGuard no_grad;
+  for (size_t i : to_sync) {
+    at::Tensor& p = params_[i].tensor;
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+  }
+  const double ws = comm_.size();
+  if (options_.strategy == SyncStrategy::kNaive) {
+    for (size_t i : to_sync) {
+      at::Tensor grad = params_[i].tensor.grad();
+      comm_.all_reduce(grad, ReduceOp::kSum);
+      grad.div_(ws);
+    }
+    return;
+  }
+  // kFlat: one flat buffer per dtype and device, one all_reduce each.
+  std::map<std::string, std::vector<size_t>> groups;
+  for (size_t i : to_sync) {
+    groups[dtype_device_key(params_[i].tensor.grad())].push_back(i);
+  }
+  for (const auto& [key, members] : groups) {
+    std::vector<at::Tensor> pieces;
+    for (size_t i : members) pieces.push_back(params_[i].tensor.grad().reshape(-1));
+    at::Tensor flat = at::cat(pieces);
+    comm_.all_reduce(flat, ReduceOp::kSum);
+    flat.div_(ws);
+    int64_t offset = 0;
+    for (size_t i : members) {
+      at::Tensor grad = params_[i].tensor.grad();
+      grad.copy_(flat.narrow(0, offset, grad.numel()).view_as(grad));
+      offset += grad.numel();
+    }
+  }
+}
+
+}  // namespace ddp
