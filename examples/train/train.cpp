@@ -1,82 +1,83 @@
-// The default ddprun job: data-parallel training of a small network on
-// Fashion-MNIST. Each rank trains on its shard of every epoch's shuffled
-// data; after backward, gradients are averaged over all ranks (the seeds'
-// sync_gradients), so every rank takes the same step. At the end the ranks
-// check that their parameters are identical and rank 0 prints the test
-// accuracy.
+// The default ddprun job: data-parallel training of a small CNN on
+// Fashion-MNIST with ddp::DistributedDataParallel.
 //
-//   ddprun --nproc 4 train --epochs 1
+// Each rank reads its shard of every epoch's shuffled order (a
+// DistributedSampler), gradients are averaged over the ranks during backward
+// (bucketed all-reduce, or another --sync strategy), and every rank takes the
+// same optimizer step. Rank 0 prints per-epoch loss, test accuracy and
+// throughput; --summary-json writes the final figures and a checksum of the
+// final parameters so that runs can be compared from outside.
+//
+//   ddprun --nproc 4 train
+//   ddprun --nproc 2 train --epochs 3 --grad-accum 2 --sync overlap
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "ddp/ddp.h"
 #include "fashion_mnist.h"
+#include "models.h"
 
 namespace {
 
 struct Options {
-  int epochs = 1;
-  int batch_size = 64;  // per rank
+  int epochs = 3;
+  int batch_size = 32;  // per rank, per micro-batch
   double lr = 0.05;
   uint64_t seed = 0;
+  int grad_accum = 1;
+  double bucket_mb = 25;
+  double first_bucket_mb = 1;
+  std::string sync = "bucketed";
+  std::string model = "cnn";
   std::string data = examples::kFashionMnistDir;
   int64_t limit = 0;  // use only the first N training images (0: all)
+  std::string summary_json;
 };
 
-struct MlpImpl : torch::nn::Module {
-  MlpImpl()
-      : fc1(register_module("fc1", torch::nn::Linear(784, 256))),
-        fc2(register_module("fc2", torch::nn::Linear(256, 128))),
-        fc3(register_module("fc3", torch::nn::Linear(128, 10))) {}
-  torch::Tensor forward(torch::Tensor x) {
-    x = torch::relu(fc1(x.flatten(1)));
-    x = torch::relu(fc2(x));
-    return fc3(x);
+// FNV-1a over the bytes of every parameter: equal checksums, equal models.
+std::string checksum(const torch::nn::Module& m) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& p : m.parameters()) {
+    torch::Tensor t = p.detach().contiguous();
+    const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
+    for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
   }
-  torch::nn::Linear fc1, fc2, fc3;
-};
-TORCH_MODULE(Mlp);
-
-// Every rank must start from rank 0's parameters: the seed makes them equal,
-// and this says so loudly when it did not.
-void check_same_start(ddp::World& world, Mlp& model) {
-  for (const auto& p : model->named_parameters()) {
-    torch::Tensor theirs = p.value().detach().clone();
-    world.broadcast(theirs, 0);
-    if (!torch::equal(theirs, p.value().detach())) {
-      throw std::runtime_error("parameter " + p.key() + " on rank " + std::to_string(world.rank()) +
-                               " differs from rank 0's; seed every rank the same before building "
-                               "the model");
-    }
-  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
 }
 
-// Averages every gradient over the ranks, one all_reduce per parameter.
-void sync_gradients(ddp::World& world, Mlp& model) {
-  for (auto& p : model->parameters()) {
-    if (p.grad().defined()) world.all_reduce(p.mutable_grad(), ddp::ReduceOp::kAvg);
+// Test accuracy over the whole test set: each rank scores a shard and the
+// counts are summed.
+template <typename Net>
+double test_accuracy(ddp::World& world, Net& net, const examples::Dataset& test) {
+  torch::NoGradGuard no_grad;
+  net->eval();
+  const int ws = world.size(), rank = world.rank();
+  const int64_t per_rank = (test.size() + ws - 1) / ws;
+  const int64_t begin = std::min<int64_t>(rank * per_rank, test.size());
+  const int64_t len = std::min<int64_t>(per_rank, test.size() - begin);
+  torch::Tensor counts = torch::zeros({2}, torch::kInt64);
+  for (int64_t at = 0; at < len; at += 1000) {
+    const int64_t n = std::min<int64_t>(1000, len - at);
+    torch::Tensor pred = net->forward(test.images.narrow(0, begin + at, n)).argmax(1);
+    counts[0] += pred.eq(test.labels.narrow(0, begin + at, n)).sum();
+    counts[1] += n;
   }
+  world.all_reduce(counts, ddp::ReduceOp::kSum);
+  net->train();
+  return static_cast<double>(counts[0].item<int64_t>()) / counts[1].item<int64_t>();
 }
 
-// Whether all ranks hold bitwise identical parameters (collective).
-bool parameters_agree(ddp::World& world, Mlp& model) {
-  std::vector<torch::Tensor> flat;
-  for (const auto& p : model->parameters()) flat.push_back(p.detach().flatten());
-  torch::Tensor mine = torch::cat(flat);
-  torch::Tensor rank0 = mine.clone();
-  world.broadcast(rank0, 0);
-  torch::Tensor differs = torch::tensor({torch::equal(mine, rank0) ? 0 : 1}, torch::kInt64);
-  world.all_reduce(differs, ddp::ReduceOp::kSum);
-  return differs.item<int64_t>() == 0;
-}
-
+template <typename Net>
 int run(const Options& opt) {
   auto world = ddp::init();
   const int rank = ddp::get("rank"), ws = ddp::get("ws");
-  torch::manual_seed(opt.seed);
 
   examples::Dataset train = examples::load_fashion_mnist(opt.data, "train");
   examples::Dataset test = examples::load_fashion_mnist(opt.data, "t10k");
@@ -85,69 +86,103 @@ int run(const Options& opt) {
     train.labels = train.labels.narrow(0, 0, opt.limit);
   }
 
-  Mlp model;
-  check_same_start(*world, model);
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(opt.lr).momentum(0.9));
+  torch::manual_seed(opt.seed);  // the same on every rank; DDP also broadcasts rank 0's
+  ddp::DdpOptions ddp_options;
+  ddp_options.strategy = ddp::parse_sync_strategy(opt.sync);
+  ddp_options.bucket_cap_bytes = static_cast<size_t>(opt.bucket_mb * (1 << 20));
+  ddp_options.first_bucket_cap_bytes = static_cast<size_t>(opt.first_bucket_mb * (1 << 20));
+  ddp::DistributedDataParallel<Net> model(Net(), *world, ddp_options);
+  torch::optim::SGD optimizer(model.module()->parameters(),
+                              torch::optim::SGDOptions(opt.lr).momentum(0.9));
 
-  // Contiguous shards of an epoch's permutation; every rank gets as many
-  // samples (the remainder is dropped), so all ranks run the same steps.
-  const int64_t per_rank = train.size() / ws;
-  const int64_t steps = (per_rank + opt.batch_size - 1) / opt.batch_size;
+  ddp::SamplerOptions so;
+  so.dataset_size = train.size();
+  so.rank = rank;
+  so.world_size = ws;
+  so.seed = opt.seed;
+  ddp::DistributedSampler sampler(so);
+  const int64_t micro_batches = sampler.num_batches(opt.batch_size);
   if (rank == 0) {
-    std::printf("training on %lld images (%lld per rank, %d ranks), %lld steps per epoch\n",
-                static_cast<long long>(per_rank * ws), static_cast<long long>(per_rank), ws,
-                static_cast<long long>(steps));
+    std::printf("%s on %lld images: %d ranks x %lld per epoch, batch %d per rank x %d micro-batches, "
+                "sync %s\n",
+                opt.model.c_str(), static_cast<long long>(train.size()), ws,
+                static_cast<long long>(sampler.num_samples()), opt.batch_size, opt.grad_accum,
+                opt.sync.c_str());
   }
+
+  const int64_t steps_per_epoch = (micro_batches + opt.grad_accum - 1) / opt.grad_accum;
+  const int64_t total_steps = steps_per_epoch * opt.epochs;
+  const auto start = std::chrono::steady_clock::now();
+  int64_t steps = 0;
+  double last_loss = 0, accuracy = 0;
   for (int epoch = 0; epoch < opt.epochs; ++epoch) {
-    const auto start = std::chrono::steady_clock::now();
-    auto gen = at::detail::createCPUGenerator(opt.seed + 1 + epoch);
-    torch::Tensor order = torch::randperm(train.size(), gen, torch::kInt64);
-    torch::Tensor shard = order.narrow(0, rank * per_rank, per_rank);
-    model->train();
+    const auto epoch_start = std::chrono::steady_clock::now();
+    sampler.set_epoch(epoch);
     torch::Tensor loss_sum = torch::zeros({1}, torch::kFloat64);
-    for (int64_t s = 0; s < steps; ++s) {
-      const int64_t begin = s * opt.batch_size;
-      const int64_t len = std::min<int64_t>(opt.batch_size, per_rank - begin);
-      torch::Tensor idx = shard.narrow(0, begin, len);
-      torch::Tensor x = train.images.index_select(0, idx);
-      torch::Tensor y = train.labels.index_select(0, idx);
+    int64_t loss_count = 0;
+    // One optimizer step per grad_accum micro-batches; the last, short group
+    // of an epoch still steps. Every rank has as many micro-batches.
+    for (int64_t mb = 0; mb < micro_batches;) {
       optimizer.zero_grad();
-      torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
-      loss.backward();
-      sync_gradients(*world, model);
+      const int64_t group = std::min<int64_t>(opt.grad_accum, micro_batches - mb);
+      for (int64_t j = 0; j < group; ++j, ++mb) {
+        auto idx_vec = *sampler.next_batch(opt.batch_size);
+        torch::Tensor idx = torch::tensor(idx_vec, torch::kInt64);
+        torch::Tensor x = train.images.index_select(0, idx);
+        torch::Tensor y = train.labels.index_select(0, idx);
+        torch::Tensor loss = torch::nn::functional::cross_entropy(model(x), y);
+        loss_sum += loss.detach().to(torch::kFloat64);
+        ++loss_count;
+        if (j + 1 < group) {
+          auto no_sync = model.no_sync();  // accumulate locally
+          (loss / group).backward();
+        } else {
+          (loss / group).backward();
+          model.finalize();  // gradients averaged over the ranks
+        }
+      }
+      // The learning rate falls linearly to zero over the run: the last
+      // steps settle instead of bouncing around the minimum.
+      const double progress = static_cast<double>(steps) / total_steps;
+      for (auto& group : optimizer.param_groups()) {
+        static_cast<torch::optim::SGDOptions&>(group.options()).lr(opt.lr * (1 - progress));
+      }
       optimizer.step();
-      loss_sum += loss.detach().to(torch::kFloat64);
+      ++steps;
     }
     world->all_reduce(loss_sum, ddp::ReduceOp::kAvg);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    last_loss = loss_sum.item<double>() / loss_count;
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
+    accuracy = test_accuracy(*world, model.module(), test);
     if (rank == 0) {
-      std::printf("epoch %d/%d: mean loss %.4f, %.0f samples/s\n", epoch + 1, opt.epochs,
-                  loss_sum.item<double>() / steps, per_rank * ws / secs);
+      std::printf("epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f samples/s\n", epoch + 1,
+                  opt.epochs, last_loss, 100 * accuracy, sampler.num_samples() * ws / secs);
+      std::fflush(stdout);
     }
   }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  if (!parameters_agree(*world, model)) {
-    throw std::runtime_error("parameters differ between ranks after training");
+  // Every rank must end with rank 0's parameters, bit for bit. All ranks
+  // see the same gathered copy, so they all agree on the verdict.
+  torch::Tensor all = world->all_gather(examples::flat_parameters(*model.module()));
+  for (int r = 1; r < ws; ++r) {
+    if (!torch::equal(all[r], all[0])) {
+      throw std::runtime_error("parameters differ between rank 0 and rank " + std::to_string(r));
+    }
   }
-
-  // Each rank scores a shard of the test set; the counts are summed.
-  torch::NoGradGuard no_grad;
-  model->eval();
-  const int64_t test_per_rank = (test.size() + ws - 1) / ws;
-  const int64_t tbegin = std::min<int64_t>(rank * test_per_rank, test.size());
-  const int64_t tlen = std::min<int64_t>(test_per_rank, test.size() - tbegin);
-  torch::Tensor counts = torch::zeros({2}, torch::kInt64);
-  if (tlen > 0) {
-    torch::Tensor pred = model->forward(test.images.narrow(0, tbegin, tlen)).argmax(1);
-    counts[0] = pred.eq(test.labels.narrow(0, tbegin, tlen)).sum();
-    counts[1] = tlen;
-  }
-  world->all_reduce(counts, ddp::ReduceOp::kSum);
   if (rank == 0) {
-    const auto correct = counts[0].item<int64_t>(), total = counts[1].item<int64_t>();
-    std::printf("parameters identical on all %d ranks\n", ws);
-    std::printf("test accuracy: %.2f%% (%lld/%lld)\n", 100.0 * correct / total,
-                static_cast<long long>(correct), static_cast<long long>(total));
+    const std::string sum = checksum(*model.module());
+    std::printf("parameters identical on all %d ranks (checksum %s)\n", ws, sum.c_str());
+    std::printf("test accuracy: %.2f%%\n", 100 * accuracy);
+    if (!opt.summary_json.empty()) {
+      nlohmann::json j = {{"test_accuracy", accuracy}, {"steps", steps},        {"final_loss", last_loss},
+                          {"wall_time_s", wall},       {"world_size", ws},      {"epochs", opt.epochs},
+                          {"sync", opt.sync},          {"model", opt.model},    {"param_checksum", sum}};
+      std::ofstream out(opt.summary_json);
+      out << j.dump(2) << "\n";
+      if (!out) throw std::runtime_error("cannot write --summary-json " + opt.summary_json);
+    }
   }
   return 0;
 }
@@ -157,14 +192,23 @@ int run(const Options& opt) {
 int main(int argc, char** argv) {
   CLI::App app{"Data-parallel training on Fashion-MNIST (run it under ddprun)", "train"};
   Options opt;
-  app.add_option("--epochs", opt.epochs, "Passes over the training set")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", opt.batch_size, "Images per step on each rank")
+  app.add_option("--epochs", opt.epochs, "Passes over the training set [3]")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", opt.batch_size, "Images per micro-batch on each rank [32]")
       ->check(CLI::PositiveNumber);
-  app.add_option("--lr", opt.lr, "Learning rate (SGD with momentum 0.9)")->check(CLI::PositiveNumber);
-  app.add_option("--seed", opt.seed, "Seed of the model and the shuffling");
+  app.add_option("--lr", opt.lr, "Initial learning rate (SGD, momentum 0.9, linear decay to 0) [0.05]")->check(CLI::PositiveNumber);
+  app.add_option("--seed", opt.seed, "Seed of the model and the shuffling [0]");
+  app.add_option("--grad-accum", opt.grad_accum, "Micro-batches per optimizer step [1]")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--bucket-mb", opt.bucket_mb, "Bucket cap in MiB [25]")->check(CLI::NonNegativeNumber);
+  app.add_option("--first-bucket-mb", opt.first_bucket_mb, "First bucket's cap in MiB [1]")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--sync", opt.sync, "Gradient sync: naive, flat, overlap or bucketed [bucketed]")
+      ->check(CLI::IsMember({"naive", "flat", "overlap", "bucketed"}));
+  app.add_option("--model", opt.model, "cnn or mlp [cnn]")->check(CLI::IsMember({"cnn", "mlp"}));
   app.add_option("--data", opt.data, "Folder with Fashion-MNIST's .gz files");
   app.add_option("--limit", opt.limit, "Train on the first N images only (0: all)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--summary-json", opt.summary_json, "Write final metrics and a parameter checksum here");
   CLI11_PARSE(app, argc, argv);
-  return run(opt);
+  return opt.model == "cnn" ? run<examples::Cnn>(opt) : run<examples::Mlp>(opt);
 }
