@@ -8,7 +8,7 @@ packages=(
   libtorch-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev libgtest-dev libgloo-dev nlohmann-json3-dev
-  zlib1g-dev python3-torch dataset-fashion-mnist
+  zlib1g-dev libopenblas0-openmp python3-torch dataset-fashion-mnist
   procps
 )
 

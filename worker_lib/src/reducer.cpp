@@ -35,6 +35,19 @@ std::string dtype_device_key(const at::Tensor& t) {
   return std::string(c10::toString(t.scalar_type())) + "@" + t.device().str();
 }
 
+// Whether a gradient already lives in its bucket slot.
+bool is_slot_view(const at::Tensor& grad, const at::Tensor& slot) {
+  return grad.defined() && grad.data_ptr() == slot.data_ptr() && grad.numel() == slot.numel();
+}
+
+// A tensor shaped like `param` on the memory of `slot`. Not an autograd view
+// (set_ on a fresh tensor): LibTorch 1.13's Optimizer::zero_grad() calls
+// detach_() on every gradient, which autograd refuses for views.
+at::Tensor slot_alias(const at::Tensor& slot, const at::Tensor& param) {
+  at::NoGradGuard no_grad;
+  return at::empty({0}, slot.options()).set_(slot.storage(), slot.storage_offset(), param.sizes());
+}
+
 std::string names_of(const std::vector<NamedTensor>& params, const std::vector<size_t>& which) {
   std::string out;
   const size_t shown = std::min<size_t>(which.size(), 5);
@@ -200,8 +213,16 @@ void Reducer::on_grad_ready(size_t index) {
     }
     ready_[index] = true;
   }
-  // Copy outside the lock: every parameter has its own slot.
-  b.slots[slot_of_[index]].copy_(params_[index].tensor.grad().reshape(-1));
+  // Outside the lock: every parameter has its own slot. Once .grad is a
+  // view of its slot, backward accumulates straight into the bucket and
+  // nothing needs copying; until then (first step, or after .grad was
+  // reset) copy it in and make it that view.
+  at::Tensor& param = params_[index].tensor;
+  at::Tensor& slot = b.slots[slot_of_[index]];
+  if (!is_slot_view(param.grad(), slot)) {
+    slot.copy_(param.grad().reshape(-1));
+    param.mutable_grad() = slot_alias(slot, param);
+  }
   std::lock_guard lock(mu_);
   mark_ready_locked(b);
 }
@@ -223,16 +244,12 @@ void Reducer::launch_ready_buckets_locked() {
   }
 }
 
-// On the communication thread: sum over the ranks, divide, and put the
-// averages back into the gradients that were ready.
+// On the communication thread: sum over the ranks and divide, in place.
+// Gradients that are views of the bucket are then averaged; finalize()
+// deals with the few that are not.
 void Reducer::average_bucket(Bucket& b) {
   comm_.all_reduce(b.buffer, ReduceOp::kSum);
   b.buffer.div_(comm_.size());
-  at::NoGradGuard no_grad;
-  for (size_t k = 0; k < b.params.size(); ++k) {
-    at::Tensor grad = params_[b.params[k]].tensor.grad();
-    if (grad.defined()) grad.copy_(b.slots[k].view_as(grad));
-  }
 }
 
 void Reducer::finalize() {
@@ -282,11 +299,13 @@ void Reducer::finalize_hooked() {
     if (!missing.empty() && options_.find_unused_parameters) {
       for (size_t i : missing) {
         Bucket& b = buckets_[bucket_of_[i]];
-        const at::Tensor& grad = params_[i].tensor.grad();
-        if (grad.defined()) {
-          b.slots[slot_of_[i]].copy_(grad.reshape(-1));
-        } else {
-          b.slots[slot_of_[i]].zero_();
+        at::Tensor& param = params_[i].tensor;
+        at::Tensor& slot = b.slots[slot_of_[i]];
+        if (!param.grad().defined()) {
+          slot.zero_();
+        } else if (!is_slot_view(param.grad(), slot)) {
+          slot.copy_(param.grad().reshape(-1));
+          param.mutable_grad() = slot_alias(slot, param);
         }
         ready_[i] = true;
         mark_ready_locked(b);

@@ -11,6 +11,12 @@
 //
 // Between backward() and finalize() the communicator belongs to the reducer:
 // run no other collective on it there.
+//
+// With the hook-driven strategies, each .grad becomes a view of its slot in
+// a bucket after the first synchronised step (PyTorch's
+// gradient_as_bucket_view): backward accumulates straight into the buckets
+// and the averages land in .grad without copies. Replacing or resetting
+// .grad is fine; the next step copies it in and makes it a view again.
 #pragma once
 
 #include <ATen/ATen.h>
