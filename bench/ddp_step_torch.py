@@ -1,0 +1,91 @@
+"""Benchmark worker: per-step time of PyTorch's DistributedDataParallel (gloo)
+on a fixed batch of random data, the twin of ddp_step_bench.cpp. Rank 0
+prints one JSON line: {"impl": "torch", "ms_per_step": ..., ...}."""
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Cnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = nn.Linear(32 * 7 * 7, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x.view(-1, 1, 28, 28))), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+class WideMlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 2048)
+        self.fc2 = nn.Linear(2048, 2048)
+        self.fc3 = nn.Linear(2048, 2048)
+        self.fc4 = nn.Linear(2048, 10)
+
+    def forward(self, x):
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        x = F.relu(self.fc3(x))
+        return self.fc4(x)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="cnn", choices=["cnn", "wide-mlp"])
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--bucket-mb", type=float, default=25)
+    a = p.parse_args()
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    net = Cnn() if a.model == "cnn" else WideMlp()
+    model = DDP(net, bucket_cap_mb=a.bucket_mb)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    gen = torch.Generator().manual_seed(100 + rank)
+    x = torch.randn(a.batch, 784, generator=gen)
+    y = torch.randint(0, 10, (a.batch,), generator=gen)
+
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    for _ in range(a.warmup):
+        step()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    dist.barrier()
+    secs = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    dist.all_reduce(secs, op=dist.ReduceOp.MAX)  # the slowest rank's time is the step time
+    if rank == 0:
+        params = sum(p.numel() for p in net.parameters())
+        print(json.dumps({"impl": "torch", "model": a.model, "params": params, "ranks": world,
+                          "batch": a.batch, "sync": "bucketed", "bucket_mb": a.bucket_mb,
+                          "ms_per_step": round(secs.item() * 1000 / a.steps, 3)}), flush=True)
+    dist.barrier()
+    # Skip teardown: with torch 1.13, destroying DDP's gloo process group
+    # while holding the GIL can deadlock (~ProcessGroupGloo joins a thread
+    # that waits for the GIL), which hung this benchmark.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
