@@ -24,7 +24,7 @@ struct Options {
 };
 
 template <typename Net>
-double run(ddp::World& world, const Options& o, int64_t input_numel, int64_t* param_count) {
+double run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape, int64_t* param_count) {
   torch::manual_seed(0);
   ddp::DdpOptions d;
   d.strategy = ddp::parse_sync_strategy(o.sync);
@@ -35,7 +35,8 @@ double run(ddp::World& world, const Options& o, int64_t input_numel, int64_t* pa
   for (const auto& p : model.module()->parameters()) *param_count += p.numel();
   torch::optim::SGD opt(model.module()->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   auto gen = at::detail::createCPUGenerator(100 + world.rank());
-  torch::Tensor x = at::randn({o.batch, input_numel}, gen);
+  input_shape.insert(input_shape.begin(), o.batch);
+  torch::Tensor x = at::randn(input_shape, gen);
   torch::Tensor y = at::randint(0, 10, {o.batch}, gen, at::kLong);
   auto step = [&] {
     opt.zero_grad();
@@ -71,8 +72,8 @@ int main(int argc, char** argv) {
 
   auto world = ddp::init();
   int64_t params = 0;
-  const double ms = o.model == "cnn" ? run<bench::Cnn>(*world, o, 28 * 28, &params)
-                                     : run<bench::WideMlp>(*world, o, 784, &params);
+  const double ms = o.model == "cnn" ? run<bench::Cnn>(*world, o, {1, 28, 28}, &params)
+                                     : run<bench::WideMlp>(*world, o, {784}, &params);
   if (world->rank() == 0) {
     std::printf("{\"impl\": \"ddprun\", \"model\": \"%s\", \"params\": %lld, \"ranks\": %d, \"batch\": %d, "
                 "\"sync\": \"%s\", \"bucket_mb\": %g, \"ms_per_step\": %.3f}\n",
