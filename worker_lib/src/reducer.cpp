@@ -9,7 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "comm_worker.h"
+#include "serial_worker.h"
 #include "ddp/bucket_plan.h"
 
 namespace ddp {
@@ -189,7 +189,7 @@ void Reducer::build_buckets() {
   }
   ready_.assign(params_.size(), false);
 
-  worker_ = std::make_unique<CommWorker>();
+  worker_ = std::make_unique<SerialWorker>();
   for (size_t i = 0; i < params_.size(); ++i) {
     // The accumulator must stay alive: the variable holds it weakly, and a
     // new one (without our hook) would be made for the next backward.

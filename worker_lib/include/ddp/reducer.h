@@ -42,7 +42,7 @@ struct NamedTensor {
   at::Tensor tensor;
 };
 
-class CommWorker;
+class SerialWorker;
 
 class Reducer {
  public:
@@ -137,7 +137,7 @@ class Reducer {
   std::mutex mu_;                 // guards the per-step state below
   std::vector<bool> ready_;       // parameter's gradient is in its bucket this step
   size_t next_launch_ = 0;        // buckets are launched in order, on every rank alike
-  std::unique_ptr<CommWorker> worker_;
+  std::unique_ptr<SerialWorker> worker_;
 };
 
 }  // namespace ddp

@@ -1,6 +1,6 @@
-// A thread that runs communication jobs one after another, in the order
-// they were submitted, so that collectives overlap with the caller's work
-// (backward) while a communicator still sees one call at a time.
+// A thread that runs jobs one after another, in the order they were
+// submitted: the Reducer's collectives (overlapping backward while the
+// communicator still sees one call at a time) and the Checkpointer's writes.
 #pragma once
 
 #include <condition_variable>
@@ -12,10 +12,10 @@
 
 namespace ddp {
 
-class CommWorker {
+class SerialWorker {
  public:
-  CommWorker() : thread_([this] { loop(); }) {}
-  ~CommWorker() {
+  SerialWorker() : thread_([this] { loop(); }) {}
+  ~SerialWorker() {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
@@ -23,8 +23,8 @@ class CommWorker {
     wake_.notify_one();
     thread_.join();
   }
-  CommWorker(const CommWorker&) = delete;
-  CommWorker& operator=(const CommWorker&) = delete;
+  SerialWorker(const SerialWorker&) = delete;
+  SerialWorker& operator=(const SerialWorker&) = delete;
 
   // The future holds the job's exception, if it throws.
   std::future<void> submit(std::function<void()> job) {

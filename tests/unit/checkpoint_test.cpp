@@ -1,0 +1,204 @@
+// Checkpointer, training state, stop flag: ranks as threads.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <ATen/Parallel.h>
+#include <filesystem>
+#include <fstream>
+
+#include "ddp/ddp.h"
+#include "support/ddp_checks.h"
+#include "support/thread_ranks.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ddptest::run_ranks;
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("ddprun-ckpt-" + name + "-" + std::to_string(getpid()));
+  fs::remove_all(d);
+  return d;
+}
+
+// A few SGD-with-momentum steps so that the optimizer has state.
+void train_a_bit(ddptest::Mlp& net, torch::optim::Optimizer& opt, int steps, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  for (int i = 0; i < steps; ++i) {
+    opt.zero_grad();
+    torch::nn::functional::cross_entropy(net->forward(at::randn({8, 64}, gen)),
+                                         at::randint(0, 10, {8}, gen, at::kLong))
+        .backward();
+    opt.step();
+  }
+}
+
+TEST(TrainingState, RoundTripsModelOptimizerAndProgress) {
+  for (const std::string kind : {"sgd", "adam", "adamw"}) {
+    SCOPED_TRACE(kind);
+    auto make_opt = [&](ddptest::Mlp& net) -> std::unique_ptr<torch::optim::Optimizer> {
+      if (kind == "sgd") return std::make_unique<torch::optim::SGD>(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+      if (kind == "adam") return std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(0.01));
+      return std::make_unique<torch::optim::AdamW>(net->parameters(), torch::optim::AdamWOptions(0.01));
+    };
+    auto a = ddptest::seeded_model<ddptest::Mlp>(1);
+    auto opt_a = make_opt(a);
+    train_a_bit(a, *opt_a, 3, 5);
+    const auto bytes = ddp::encode_state(ddp::capture_state(*a, *opt_a, 3, 1, 40));
+
+    auto b = ddptest::seeded_model<ddptest::Mlp>(2);  // different start
+    auto opt_b = make_opt(b);
+    ddp::TrainingState s = ddp::decode_state(bytes);
+    EXPECT_EQ(s.step, 3);
+    EXPECT_EQ(s.epoch, 1);
+    EXPECT_EQ(s.sampler_position, 40);
+    ddp::apply_state(s, *b, *opt_b);
+    EXPECT_TRUE(torch::equal(ddptest::flat_parameters(*a), ddptest::flat_parameters(*b)));
+    // With the optimizer state restored too, the next steps agree exactly.
+    train_a_bit(a, *opt_a, 2, 9);
+    train_a_bit(b, *opt_b, 2, 9);
+    EXPECT_TRUE(torch::equal(ddptest::flat_parameters(*a), ddptest::flat_parameters(*b)));
+  }
+}
+
+TEST(TrainingState, MismatchesAreNamed) {
+  auto mlp = ddptest::seeded_model<ddptest::Mlp>(1);
+  torch::optim::SGD sgd(mlp->parameters(), 0.1);
+  auto s = ddp::capture_state(*mlp, sgd, 0, 0, 0);
+  s.model["fc1.weight"] = at::zeros({3, 3});
+  try {
+    ddp::apply_state(s, *mlp, sgd);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint tensor 'fc1.weight' has shape [3, 3]"), std::string::npos)
+        << e.what();
+  }
+  torch::optim::Adam adam(mlp->parameters());
+  auto s2 = ddp::capture_state(*mlp, sgd, 0, 0, 0);
+  EXPECT_THROW(ddp::apply_state(s2, *mlp, adam), std::runtime_error);
+  EXPECT_THROW(ddp::decode_state(std::vector<char>{'n', 'o', 'p', 'e'}), std::runtime_error);
+}
+
+TEST(Checkpointer, RestoreBroadcastsRankZerosNewestToRanksWithoutTheFiles) {
+  const fs::path dir = fresh_dir("broadcast");
+  run_ranks(2, [&](ddp::World& w) {
+    auto net = ddptest::seeded_model<ddptest::Mlp>(3);
+    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    ddp::CheckpointOptions o;
+    // Only rank 0 owns the folder: rank 1 names another, which must never
+    // be created or read.
+    o.dir = w.rank() == 0 ? dir.string() : dir.string() + "-rank1";
+    o.every_steps = 2;
+    o.keep = 2;
+    ddp::Checkpointer ckpt(w.cpu(), o);
+    EXPECT_FALSE(ckpt.restore());  // nothing yet, on every rank
+    for (int64_t step = 1; step <= 6; ++step) {
+      if (w.rank() == 0) train_a_bit(net, opt, 1, step);
+      if (ckpt.due(step)) ckpt.save(ddp::capture_state(*net, opt, step, 0, step * 8));
+      EXPECT_EQ(ckpt.due(step), false);  // just saved, or not due
+    }
+    ckpt.wait();
+    w.barrier();
+    auto state = ckpt.restore();
+    ASSERT_TRUE(state);
+    EXPECT_EQ(state->step, 6);
+    EXPECT_EQ(state->sampler_position, 48);
+  });
+  EXPECT_FALSE(fs::exists(dir.string() + "-rank1"));
+  // every_steps 2 over 6 steps, keep 2: steps 4 and 6 remain.
+  auto files = ddp::list_checkpoints(dir.string());
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(files[0].step, 6);
+  EXPECT_EQ(files[1].step, 4);
+  fs::remove_all(dir);
+}
+
+// Writes checkpoints for steps 1..3 and returns their files, newest first.
+std::vector<ddp::CheckpointFile> three_checkpoints(ddp::World& w, const fs::path& dir) {
+  auto net = ddptest::seeded_model<ddptest::Mlp>(3);
+  torch::optim::SGD opt(net->parameters(), 0.1);
+  ddp::CheckpointOptions o;
+  o.dir = dir.string();
+  ddp::Checkpointer ckpt(w.cpu(), o);
+  for (int64_t step = 1; step <= 3; ++step) ckpt.save(ddp::capture_state(*net, opt, step, 0, 0));
+  ckpt.wait();
+  return ddp::list_checkpoints(dir.string());
+}
+
+TEST(Checkpointer, TruncatedOrBitFlippedNewestIsSkippedForThePreviousOne) {
+  for (const std::string damage : {"truncate", "flip"}) {
+    SCOPED_TRACE(damage);
+    const fs::path dir = fresh_dir(damage);
+    run_ranks(1, [&](ddp::World& w) {
+      auto files = three_checkpoints(w, dir);
+      ASSERT_EQ(files.size(), 3u);
+      if (damage == "truncate") {
+        fs::resize_file(files[0].path, fs::file_size(files[0].path) / 2);
+      } else {
+        std::fstream f(files[0].path, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(100);
+        char c = 0;
+        f.read(&c, 1);
+        c ^= 0x10;
+        f.seekp(100);
+        f.write(&c, 1);
+      }
+      ddp::CheckpointOptions o;
+      o.dir = dir.string();
+      ddp::Checkpointer ckpt(w.cpu(), o);
+      testing::internal::CaptureStderr();
+      auto state = ckpt.restore();
+      const std::string err = testing::internal::GetCapturedStderr();
+      ASSERT_TRUE(state);
+      EXPECT_EQ(state->step, 2);
+      EXPECT_EQ(ckpt.last_path(), files[1].path);
+      EXPECT_NE(err.find("skipping checkpoint " + files[0].path), std::string::npos) << err;
+      EXPECT_NE(err.find("does not match"), std::string::npos) << err;
+    });
+    fs::remove_all(dir);
+  }
+}
+
+TEST(Checkpointer, LeftoverTemporaryFilesAreCleared) {
+  const fs::path dir = fresh_dir("tmp");
+  fs::create_directories(dir);
+  std::ofstream(dir / ".ckpt-000000000007-00000000.pt.tmp") << "half a write";
+  run_ranks(1, [&](ddp::World& w) {
+    ddp::CheckpointOptions o;
+    o.dir = dir.string();
+    ddp::Checkpointer ckpt(w.cpu(), o);
+    EXPECT_FALSE(fs::exists(dir / ".ckpt-000000000007-00000000.pt.tmp"));
+  });
+  fs::remove_all(dir);
+}
+
+TEST(Checkpointer, DueEveryStepsOrSeconds) {
+  run_ranks(1, [&](ddp::World& w) {
+    ddp::CheckpointOptions o;
+    o.dir = fresh_dir("due").string();
+    o.every_steps = 5;
+    ddp::Checkpointer by_steps(w.cpu(), o);
+    EXPECT_FALSE(by_steps.due(4));
+    EXPECT_TRUE(by_steps.due(5));
+    o.every_steps = 0;
+    o.every_seconds = 1e-9;  // always overdue
+    ddp::Checkpointer by_time(w.cpu(), o);
+    EXPECT_TRUE(by_time.due(1));
+    fs::remove_all(o.dir);
+  });
+}
+
+TEST(StopFlag, SignalsSetItAndRanksAgree) {
+  ddp::StopFlag flag;
+  EXPECT_THROW(ddp::StopFlag second, std::logic_error);
+  run_ranks(2, [&](ddp::World& w) {
+    EXPECT_FALSE(ddp::stop_agreed(flag, w.cpu()));
+    w.barrier();
+    if (w.rank() == 0) raise(SIGTERM);  // only one rank's process would see it in real life
+    w.barrier();
+    EXPECT_TRUE(ddp::stop_agreed(flag, w.cpu()));
+  });
+  EXPECT_EQ(flag.signal(), SIGTERM);
+}
+
+}  // namespace

@@ -1,0 +1,55 @@
+// Everything a training run needs to continue exactly where it was: the
+// model's parameters and buffers, the optimizer's state, the step, epoch and
+// sampler position, and the CPU random generator.
+//
+// capture_state() makes deep copies in host memory, so training can go on
+// while a Checkpointer writes them; apply_state() puts them back. The file
+// form (encode_state) is a pickle that Python's torch.load reads as a dict:
+//   {"format": "ddprun-checkpoint/1", "step": int, "epoch": int,
+//    "sampler_position": int, "model": {name: tensor},
+//    "optimizer": {"kind": str, "lr": [float], "state": [{name: tensor}],
+//                  "archive": uint8 tensor}, "rng": uint8 tensor}
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+struct OptimizerState {
+  // "sgd", "adam" or "adamw": per-parameter state tensors below; any other
+  // optimizer is kept as LibTorch's own archive bytes ("archive").
+  std::string kind;
+  std::vector<double> lr;  // per parameter group
+  // Per parameter, in param_groups order: "momentum_buffer" (SGD), or
+  // "step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq" (Adam, AdamW).
+  std::vector<std::map<std::string, at::Tensor>> params;
+  std::string archive;
+};
+
+struct TrainingState {
+  int64_t step = 0;              // optimizer steps completed
+  int64_t epoch = 0;             // the epoch to continue in
+  int64_t sampler_position = 0;  // samples of that epoch already read (per rank)
+  std::map<std::string, at::Tensor> model;  // parameters and buffers by name
+  OptimizerState optimizer;
+  at::Tensor rng;  // the default CPU generator's state
+};
+
+TrainingState capture_state(const torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                            int64_t step, int64_t epoch, int64_t sampler_position);
+
+// Throws std::runtime_error naming the first parameter that is missing or
+// has another shape, or an optimizer of another kind.
+void apply_state(const TrainingState& state, torch::nn::Module& model,
+                 torch::optim::Optimizer& optimizer);
+
+std::vector<char> encode_state(const TrainingState& state);
+// Throws std::runtime_error when the bytes are not a ddprun checkpoint.
+TrainingState decode_state(const std::vector<char>& bytes);
+
+}  // namespace ddp

@@ -1,0 +1,257 @@
+#include "ddp/training_state.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+#include <torch/serialize.h>
+
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <type_traits>
+
+namespace ddp {
+namespace {
+
+constexpr const char* kFormat = "ddprun-checkpoint/1";
+
+at::Tensor host_copy(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  return t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+}
+
+// The optimizer's state map is keyed by the parameter's TensorImpl, as a
+// string in LibTorch 1.13 and as a pointer in later versions.
+template <typename Map>
+typename Map::key_type state_key(const Map&, const at::Tensor& p) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    return c10::guts::to_string(p.unsafeGetTensorImpl());
+  } else {
+    return reinterpret_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+
+std::vector<at::Tensor> optimizer_params(torch::optim::Optimizer& opt) {
+  std::vector<at::Tensor> out;
+  for (auto& g : opt.param_groups()) {
+    for (auto& p : g.params()) out.push_back(p);
+  }
+  return out;
+}
+
+template <typename AdamState>
+void capture_adam(const AdamState& s, std::map<std::string, at::Tensor>& out) {
+  out["step"] = at::tensor(s.step(), at::kLong);
+  out["exp_avg"] = host_copy(s.exp_avg());
+  out["exp_avg_sq"] = host_copy(s.exp_avg_sq());
+  if (s.max_exp_avg_sq().defined()) out["max_exp_avg_sq"] = host_copy(s.max_exp_avg_sq());
+}
+
+template <typename AdamState>
+std::unique_ptr<AdamState> restore_adam(const std::map<std::string, at::Tensor>& in,
+                                        const at::Tensor& p) {
+  auto s = std::make_unique<AdamState>();
+  s->step(in.at("step").template item<int64_t>());
+  s->exp_avg(in.at("exp_avg").to(p.device()).clone());
+  s->exp_avg_sq(in.at("exp_avg_sq").to(p.device()).clone());
+  if (in.count("max_exp_avg_sq")) s->max_exp_avg_sq(in.at("max_exp_avg_sq").to(p.device()).clone());
+  return s;
+}
+
+std::string kind_of(torch::optim::Optimizer& opt) {
+  if (dynamic_cast<torch::optim::SGD*>(&opt)) return "sgd";
+  if (dynamic_cast<torch::optim::AdamW*>(&opt)) return "adamw";
+  if (dynamic_cast<torch::optim::Adam*>(&opt)) return "adam";
+  return "archive";
+}
+
+OptimizerState capture_optimizer(torch::optim::Optimizer& opt) {
+  OptimizerState o;
+  o.kind = kind_of(opt);
+  for (auto& g : opt.param_groups()) o.lr.push_back(g.options().get_lr());
+  if (o.kind == "archive") {
+    // Unknown optimizer: LibTorch's own serialisation, done now (slower).
+    torch::serialize::OutputArchive archive;
+    opt.save(archive);
+    std::ostringstream bytes;
+    archive.save_to(bytes);
+    o.archive = bytes.str();
+    return o;
+  }
+  auto& state = opt.state();
+  for (const auto& p : optimizer_params(opt)) {
+    std::map<std::string, at::Tensor> entry;
+    auto it = state.find(state_key(state, p));
+    if (it != state.end()) {
+      if (o.kind == "sgd") {
+        const auto& s = static_cast<const torch::optim::SGDParamState&>(*it->second);
+        if (s.momentum_buffer().defined()) entry["momentum_buffer"] = host_copy(s.momentum_buffer());
+      } else if (o.kind == "adamw") {
+        capture_adam(static_cast<const torch::optim::AdamWParamState&>(*it->second), entry);
+      } else {
+        capture_adam(static_cast<const torch::optim::AdamParamState&>(*it->second), entry);
+      }
+    }
+    o.params.push_back(std::move(entry));
+  }
+  return o;
+}
+
+void apply_optimizer(const OptimizerState& o, torch::optim::Optimizer& opt) {
+  const std::string kind = kind_of(opt);
+  if (kind != o.kind) {
+    throw std::runtime_error("ddp: the checkpoint holds " + o.kind + " optimizer state but this run uses " +
+                             kind);
+  }
+  auto& groups = opt.param_groups();
+  if (o.lr.size() != groups.size()) {
+    throw std::runtime_error("ddp: the checkpoint has " + std::to_string(o.lr.size()) +
+                             " parameter groups, the optimizer " + std::to_string(groups.size()));
+  }
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].options().set_lr(o.lr[g]);
+  if (kind == "archive") {
+    torch::serialize::InputArchive archive;
+    std::istringstream bytes(o.archive);
+    archive.load_from(bytes);
+    opt.load(archive);
+    return;
+  }
+  const auto params = optimizer_params(opt);
+  if (params.size() != o.params.size()) {
+    throw std::runtime_error("ddp: the checkpoint has optimizer state for " + std::to_string(o.params.size()) +
+                             " parameters, the optimizer has " + std::to_string(params.size()));
+  }
+  auto& state = opt.state();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& entry = o.params[i];
+    const auto key = state_key(state, params[i]);
+    if (entry.empty()) {
+      state.erase(key);
+      continue;
+    }
+    if (kind == "sgd") {
+      auto s = std::make_unique<torch::optim::SGDParamState>();
+      s->momentum_buffer(entry.at("momentum_buffer").to(params[i].device()).clone());
+      state[key] = std::move(s);
+    } else if (kind == "adamw") {
+      state[key] = restore_adam<torch::optim::AdamWParamState>(entry, params[i]);
+    } else {
+      state[key] = restore_adam<torch::optim::AdamParamState>(entry, params[i]);
+    }
+  }
+}
+
+c10::impl::GenericDict tensor_dict(const std::map<std::string, at::Tensor>& m) {
+  c10::impl::GenericDict d(c10::StringType::get(), c10::TensorType::get());
+  for (const auto& [k, v] : m) d.insert(k, v);
+  return d;
+}
+
+std::map<std::string, at::Tensor> tensor_map(const c10::IValue& v) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& e : v.toGenericDict()) out[e.key().toStringRef()] = e.value().toTensor();
+  return out;
+}
+
+at::Tensor bytes_tensor(const std::string& s) {
+  at::Tensor t = at::empty({static_cast<int64_t>(s.size())}, at::kByte);
+  if (!s.empty()) std::memcpy(t.data_ptr(), s.data(), s.size());
+  return t;
+}
+
+}  // namespace
+
+TrainingState capture_state(const torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                            int64_t step, int64_t epoch, int64_t sampler_position) {
+  TrainingState s;
+  s.step = step;
+  s.epoch = epoch;
+  s.sampler_position = sampler_position;
+  for (const auto& p : model.named_parameters(true)) s.model[p.key()] = host_copy(p.value());
+  for (const auto& b : model.named_buffers(true)) s.model[b.key()] = host_copy(b.value());
+  s.optimizer = capture_optimizer(optimizer);
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    s.rng = gen.get_state();
+  }
+  return s;
+}
+
+void apply_state(const TrainingState& s, torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
+  at::NoGradGuard no_grad;
+  auto put = [&](const std::string& name, at::Tensor& target) {
+    auto it = s.model.find(name);
+    if (it == s.model.end()) {
+      throw std::runtime_error("ddp: the checkpoint has no tensor '" + name + "' for this model");
+    }
+    if (it->second.sizes() != target.sizes()) {
+      std::ostringstream msg;
+      msg << "ddp: checkpoint tensor '" << name << "' has shape " << it->second.sizes()
+          << ", the model's has " << target.sizes();
+      throw std::runtime_error(msg.str());
+    }
+    target.copy_(it->second);
+  };
+  for (auto& p : model.named_parameters(true)) put(p.key(), p.value());
+  for (auto& b : model.named_buffers(true)) put(b.key(), b.value());
+  apply_optimizer(s.optimizer, optimizer);
+  if (s.rng.defined()) {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(s.rng);
+  }
+}
+
+std::vector<char> encode_state(const TrainingState& s) {
+  c10::impl::GenericDict opt(c10::StringType::get(), c10::AnyType::get());
+  opt.insert("kind", s.optimizer.kind);
+  opt.insert("lr", c10::List<double>(s.optimizer.lr));
+  c10::impl::GenericList per_param(c10::DictType::create(c10::StringType::get(), c10::TensorType::get()));
+  for (const auto& entry : s.optimizer.params) per_param.push_back(tensor_dict(entry));
+  opt.insert("state", per_param);
+  opt.insert("archive", bytes_tensor(s.optimizer.archive));
+
+  c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
+  d.insert("format", std::string(kFormat));
+  d.insert("step", s.step);
+  d.insert("epoch", s.epoch);
+  d.insert("sampler_position", s.sampler_position);
+  d.insert("model", tensor_dict(s.model));
+  d.insert("optimizer", opt);
+  d.insert("rng", s.rng.defined() ? s.rng : at::empty({0}, at::kByte));
+  return torch::pickle_save(d);
+}
+
+TrainingState decode_state(const std::vector<char>& bytes) {
+  c10::IValue v;
+  try {
+    v = torch::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("not a readable checkpoint: ") + e.what());
+  }
+  if (!v.isGenericDict()) throw std::runtime_error("not a ddprun checkpoint (not a dict)");
+  auto d = v.toGenericDict();
+  if (!d.contains("format") || d.at("format").toStringRef() != kFormat) {
+    throw std::runtime_error(std::string("not a ddprun checkpoint (format is not ") + kFormat + ")");
+  }
+  TrainingState s;
+  s.step = d.at("step").toInt();
+  s.epoch = d.at("epoch").toInt();
+  s.sampler_position = d.at("sampler_position").toInt();
+  s.model = tensor_map(d.at("model"));
+  auto opt = d.at("optimizer").toGenericDict();
+  s.optimizer.kind = opt.at("kind").toStringRef();
+  for (double lr : opt.at("lr").toDoubleList()) s.optimizer.lr.push_back(lr);
+  for (const auto& entry : opt.at("state").toList()) s.optimizer.params.push_back(tensor_map(entry));
+  at::Tensor archive = opt.at("archive").toTensor().contiguous();
+  s.optimizer.archive.assign(static_cast<const char*>(archive.data_ptr()), archive.numel());
+  s.rng = d.at("rng").toTensor();
+  if (s.rng.numel() == 0) s.rng = at::Tensor();
+  return s;
+}
+
+}  // namespace ddp
