@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <spdlog/spdlog.h>
 
+#include "agent/heartbeat_table.h"
 #include "agent/worker_group.h"
 
 namespace ddprun {
@@ -59,6 +60,12 @@ int Agent::run() {
     if (wants_files) spdlog::info("worker logs are in {}", files_dir_);
   }
 
+  // Hang detection: one shared-memory counter per local worker.
+  std::unique_ptr<HeartbeatTable> heartbeats;
+  if (cfg_.hang_timeout.count() > 0) {
+    heartbeats = std::make_unique<HeartbeatTable>(files_dir_ + "/heartbeat", cfg_.nproc);
+  }
+
   int exit_code = kExitWorkerFailed;
   for (int attempt = 0; attempt <= cfg_.max_restarts; ++attempt) {
     if (int sig = pending_stop_signal()) {
@@ -98,6 +105,7 @@ int Agent::run() {
     job.round = a.round;
     job.nccl_id = joined.nccl_id;
     job.local_addr = cfg_.local_addr;
+    job.heartbeat_file = heartbeats ? heartbeats->path() : "";
 
     std::vector<WorkerLaunch> launches;
     for (int lr = 0; lr < cfg_.nproc; ++lr) {
@@ -123,7 +131,14 @@ int Agent::run() {
 
     GroupResult result;
     try {
-      WorkerGroup group(std::move(launches), signals_, cfg_.host, cfg_.stop_timeout);
+      GroupOptions go;
+      go.host = cfg_.host;
+      go.stop_timeout = cfg_.stop_timeout;
+      go.heartbeats = heartbeats.get();
+      go.hang_timeout = cfg_.hang_timeout;
+      go.monitor_interval = cfg_.monitor_interval;
+      if (heartbeats) heartbeats->reset();
+      WorkerGroup group(std::move(launches), signals_, go);
       result = group.run();
     } catch (const std::exception& e) {
       spdlog::error("{}", e.what());

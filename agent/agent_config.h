@@ -41,6 +41,9 @@ struct AgentConfig {
   int max_restarts = 0;
   std::chrono::milliseconds monitor_interval{100};
   std::chrono::milliseconds stop_timeout{std::chrono::seconds(10)};  // SIGTERM → SIGKILL
+  // A worker whose heartbeat (worker_lib) stops for this long counts as
+  // failed; 0 turns hang detection off.
+  std::chrono::milliseconds hang_timeout{0};
 
   // Output.
   std::string log_dir;  // per-rank log files when set

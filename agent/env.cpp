@@ -35,6 +35,10 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id, co
       {"DDPRUN_LOCAL_ADDR", job.local_addr},
   };
   if (!job.nccl_id.empty()) v["DDPRUN_NCCL_ID"] = to_hex(job.nccl_id);
+  if (!job.heartbeat_file.empty()) {
+    v["DDPRUN_HEARTBEAT_FILE"] = job.heartbeat_file;
+    v["DDPRUN_HEARTBEAT_SLOT"] = s(id.local_rank);
+  }
   return v;
 }
 
@@ -49,8 +53,8 @@ std::vector<std::string> merge_environment(const std::vector<std::string>& inher
     const std::string key = entry.substr(0, eq);
     if (key == "OMP_NUM_THREADS") has_omp = true;
     if (vars.count(key)) continue;  // replaced below
-    // A stale NCCL id from an outer ddprun must not leak into this job.
-    if (key == "DDPRUN_NCCL_ID") continue;
+    // Stale per-job settings from an outer ddprun must not leak into this job.
+    if (key == "DDPRUN_NCCL_ID" || key == "DDPRUN_HEARTBEAT_FILE" || key == "DDPRUN_HEARTBEAT_SLOT") continue;
     out.push_back(entry);
   }
   for (const auto& [k, val] : vars) out.push_back(k + "=" + val);

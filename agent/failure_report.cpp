@@ -45,6 +45,7 @@ void describe_worker(std::ostringstream& os, const WorkerExit& e, const char* in
 }  // namespace
 
 std::string describe_exit(const WorkerExit& e) {
+  if (!e.reason.empty()) return e.reason;
   if (e.signal != 0) return "killed by " + signal_name(e.signal);
   return "exit code " + std::to_string(e.exit_code);
 }
@@ -73,8 +74,9 @@ std::string format_failure_summary(std::vector<WorkerExit> failures, const Summa
   std::stable_sort(failures.begin(), failures.end(),
                    [](const WorkerExit& a, const WorkerExit& b) { return a.time < b.time; });
   std::ostringstream os;
-  os << "ddprun: job " << ctx.run_id << " failed";
-  if (!ctx.stop_reason.empty()) os << " (" << ctx.stop_reason << ")";
+  os << "ddprun: job " << ctx.run_id << (failures.empty() ? "" : " failed");
+  if (!ctx.stop_reason.empty()) os << (failures.empty() ? " " : " (") << ctx.stop_reason
+                                   << (failures.empty() ? "" : ")");
   os << " on attempt " << (ctx.attempt + 1) << " of " << (ctx.max_restarts + 1) << "\n";
   if (failures.empty()) {
     os << "  no worker failed on its own\n";
@@ -87,7 +89,7 @@ std::string format_failure_summary(std::vector<WorkerExit> failures, const Summa
     }
   }
   if (ctx.stopped_count > 0) {
-    os << "  " << ctx.stopped_count << " other worker(s) stopped by ddprun\n";
+    os << "  " << ctx.stopped_count << (failures.empty() ? "" : " other") << " worker(s) stopped by ddprun\n";
   }
   return os.str();
 }

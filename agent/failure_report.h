@@ -18,13 +18,14 @@ struct WorkerExit {
   int exit_code = 0;  // when signal == 0
   int signal = 0;     // the signal that killed it, 0 if it exited
   std::chrono::system_clock::time_point time;
+  std::string reason;                    // set when ddprun judged it failed (hung), else ""
   std::string error_message;             // from its error file, if it wrote one
   std::vector<std::string> stderr_tail;  // last lines of its stderr
 
-  bool failed() const { return signal != 0 || exit_code != 0; }
+  bool failed() const { return signal != 0 || exit_code != 0 || !reason.empty(); }
 };
 
-// "exit code 3" or "signal SIGSEGV".
+// "exit code 3", "killed by SIGSEGV", or the reason ddprun gave.
 std::string describe_exit(const WorkerExit& e);
 
 // The message a worker wrote to TORCHELASTIC_ERROR_FILE (torchrun's JSON

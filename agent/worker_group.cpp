@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 #include <spdlog/spdlog.h>
 
 namespace ddprun {
@@ -18,14 +20,14 @@ struct WorkerGroup::Worker {
   std::unique_ptr<WorkerOutput> output;
   bool running = false;
   bool term_sent = false;  // the group asked it to stop
+  bool hung = false;       // judged hung, failure already recorded
+  uint64_t beats = 0;      // heartbeat counter last seen
+  std::chrono::steady_clock::time_point beat_changed;  // when it last moved
 };
 
 WorkerGroup::WorkerGroup(std::vector<WorkerLaunch> launches, SignalChannel& signals,
-                         std::string host, std::chrono::milliseconds stop_timeout)
-    : launches_(std::move(launches)),
-      signals_(signals),
-      host_(std::move(host)),
-      stop_timeout_(stop_timeout) {}
+                         GroupOptions options)
+    : launches_(std::move(launches)), signals_(signals), options_(std::move(options)) {}
 
 WorkerGroup::~WorkerGroup() {
   // Only reached with running workers when run() threw: make sure none is left.
@@ -60,6 +62,7 @@ void WorkerGroup::start_all() {
     w->fds[0] = p.stdout_fd;
     w->fds[1] = p.stderr_fd;
     w->running = true;
+    w->beat_changed = std::chrono::steady_clock::now();
     workers_.push_back(std::move(w));
   }
 }
@@ -75,7 +78,7 @@ void WorkerGroup::signal_running(int sig) {
 
 void WorkerGroup::begin_stop(int sig) {
   stopping_ = true;
-  kill_at_ = std::chrono::steady_clock::now() + stop_timeout_;
+  kill_at_ = std::chrono::steady_clock::now() + options_.stop_timeout;
   signal_running(sig);
 }
 
@@ -143,13 +146,14 @@ void WorkerGroup::reap() {
     e.rank = w->launch->id.rank;
     e.local_rank = w->launch->id.local_rank;
     e.pid = w->pid;
-    e.host = host_;
+    e.host = options_.host;
     e.time = std::chrono::system_clock::now();
     if (WIFSIGNALED(status)) {
       e.signal = WTERMSIG(status);
     } else {
       e.exit_code = WEXITSTATUS(status);
     }
+    if (w->hung) continue;  // its failure was recorded when it was found hung
     if (w->term_sent) {
       ++result_.stopped_count;  // it ended because we stopped it, however it exited
       continue;
@@ -167,6 +171,45 @@ void WorkerGroup::reap() {
   // Stop the others only after this pass, so that workers that failed
   // together all count as failures rather than as stopped by us.
   if (!stopping_ && !result_.failures.empty()) begin_stop(SIGTERM);
+}
+
+// A worker whose heartbeat counter has not moved for hang_timeout (after it
+// started beating: programs without worker_lib never do) is hung: it is
+// killed at once (it may be stopped, or stuck) and the others are stopped.
+void WorkerGroup::check_heartbeats() {
+  if (!watching_heartbeats() || stopping_) return;
+  const auto now = std::chrono::steady_clock::now();
+  bool found = false;
+  for (auto& w : workers_) {
+    if (!w->running) continue;
+    const uint64_t beats = options_.heartbeats->read(w->launch->id.local_rank);
+    if (beats != w->beats) {
+      w->beats = beats;
+      w->beat_changed = now;
+      continue;
+    }
+    const auto silent = now - w->beat_changed;
+    if (beats == 0 || silent < options_.hang_timeout) continue;
+    WorkerExit e;
+    e.rank = w->launch->id.rank;
+    e.local_rank = w->launch->id.local_rank;
+    e.pid = w->pid;
+    e.host = options_.host;
+    // Its failure dates from its last sign of life.
+    e.time = std::chrono::system_clock::now() -
+             std::chrono::duration_cast<std::chrono::system_clock::duration>(silent);
+    char why[160];
+    std::snprintf(why, sizeof(why), "hung: no heartbeat for %.1f s (--hang-timeout %.1f s)",
+                  std::chrono::duration<double>(silent).count(),
+                  std::chrono::duration<double>(options_.hang_timeout).count());
+    e.reason = why;
+    spdlog::warn("rank {} (pid {}) {}; killing it and stopping the other workers", e.rank, e.pid, e.reason);
+    kill(-w->pid, SIGKILL);
+    w->hung = true;
+    result_.failures.push_back(std::move(e));
+    found = true;
+  }
+  if (found) begin_stop(SIGTERM);
 }
 
 GroupResult WorkerGroup::run() {
@@ -197,6 +240,8 @@ GroupResult WorkerGroup::run() {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           kill_at_ - std::chrono::steady_clock::now());
       timeout_ms = static_cast<int>(std::max<int64_t>(0, left.count()));
+    } else if (watching_heartbeats() && !stopping_) {
+      timeout_ms = static_cast<int>(options_.monitor_interval.count());
     }
     int n = poll(fds.data(), fds.size(), timeout_ms);
     if (n < 0 && errno != EINTR) throw std::runtime_error("poll failed");
@@ -207,9 +252,10 @@ GroupResult WorkerGroup::run() {
     if (fds[0].revents & POLLIN) {
       while (auto sig = signals_.next()) handle_signal(*sig);
     }
+    check_heartbeats();
     if (stopping_ && !killed_ && std::chrono::steady_clock::now() >= kill_at_ && any_running()) {
       spdlog::warn("workers still running {} ms after being asked to stop: sending SIGKILL",
-                   stop_timeout_.count());
+                   options_.stop_timeout.count());
       signal_running(SIGKILL);
       killed_ = true;
     }

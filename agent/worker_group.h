@@ -11,6 +11,7 @@
 
 #include "agent/env.h"
 #include "agent/failure_report.h"
+#include "agent/heartbeat_table.h"
 #include "agent/signals.h"
 #include "agent/spawn.h"
 #include "agent/worker_output.h"
@@ -32,10 +33,20 @@ struct GroupResult {
   int stopped_count = 0;             // workers the group stopped
 };
 
+struct GroupOptions {
+  std::string host;
+  std::chrono::milliseconds stop_timeout{std::chrono::seconds(10)};  // SIGTERM → SIGKILL
+  // Hang detection: with a table and a timeout > 0, a worker whose counter
+  // stays still that long (after its first beat) fails. Checked every
+  // monitor_interval.
+  const HeartbeatTable* heartbeats = nullptr;
+  std::chrono::milliseconds hang_timeout{0};
+  std::chrono::milliseconds monitor_interval{100};
+};
+
 class WorkerGroup {
  public:
-  WorkerGroup(std::vector<WorkerLaunch> launches, SignalChannel& signals, std::string host,
-              std::chrono::milliseconds stop_timeout);
+  WorkerGroup(std::vector<WorkerLaunch> launches, SignalChannel& signals, GroupOptions options);
   ~WorkerGroup();
 
   // Starts every worker and returns once all have exited. Throws SpawnError
@@ -49,13 +60,14 @@ class WorkerGroup {
   void reap();
   void drain(Worker& w, bool until_eof);
   void begin_stop(int sig);
+  void check_heartbeats();
+  bool watching_heartbeats() const { return options_.heartbeats && options_.hang_timeout.count() > 0; }
   void signal_running(int sig);
   bool any_running() const;
 
   std::vector<WorkerLaunch> launches_;
   SignalChannel& signals_;
-  std::string host_;
-  std::chrono::milliseconds stop_timeout_;
+  GroupOptions options_;
   std::vector<std::unique_ptr<Worker>> workers_;
 
   bool stopping_ = false;

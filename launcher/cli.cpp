@@ -168,7 +168,7 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
 
   CliOptions o;
   std::string nnodes = "1", node_rank, endpoint, rdzv_conf, tee, redirects;
-  std::string max_restarts = "0", monitor = "0.1", stop_timeout = "10", master_port = "0";
+  std::string max_restarts = "0", monitor = "0.1", stop_timeout = "10", hang_timeout = "0", master_port = "0";
 
   auto* g = "Workers";
   app.add_option("--nproc-per-node,--nproc_per_node,--nproc", o.nproc,
@@ -216,6 +216,12 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
       ->type_name("SECONDS")->group(g);
   app.add_option("--stop-timeout,--stop_timeout", stop_timeout,
                  "Seconds between SIGTERM and SIGKILL when stopping workers [default: 10]")
+      ->type_name("SECONDS")
+      ->group(g);
+
+  app.add_option("--hang-timeout,--hang_timeout", hang_timeout,
+                 "Seconds without a heartbeat from a worker_lib worker before it counts as hung "
+                 "[default: 0, off]")
       ->type_name("SECONDS")
       ->group(g);
 
@@ -277,6 +283,7 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
   o.max_restarts = parse_int("--max-restarts", max_restarts, 0, 1000000);
   o.monitor_interval_s = parse_seconds("--monitor-interval", monitor, false);
   o.stop_timeout_s = parse_seconds("--stop-timeout", stop_timeout, true);
+  o.hang_timeout_s = parse_seconds("--hang-timeout", hang_timeout, true);
   o.master_port = parse_int("--master-port", master_port, 0, 65535);
   if (o.master_addr.empty()) throw UsageError("--master-addr: must not be empty");
   if (!tee.empty()) o.tee = parse_std_selection("--tee", tee);

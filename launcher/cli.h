@@ -33,6 +33,7 @@ struct CliOptions {
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
   double stop_timeout_s = 10;
+  double hang_timeout_s = 0;  // 0: no hang detection
   std::string log_dir;
   StdSelection tee;
   StdSelection redirects;

@@ -103,6 +103,7 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   a.max_restarts = o.max_restarts;
   a.monitor_interval = std::chrono::milliseconds(static_cast<int64_t>(o.monitor_interval_s * 1000));
   a.stop_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.stop_timeout_s * 1000));
+  a.hang_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.hang_timeout_s * 1000));
   a.log_dir = o.log_dir;
   a.tee = o.tee;
   a.redirects = o.redirects;

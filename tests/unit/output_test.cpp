@@ -141,8 +141,20 @@ TEST(ErrorFile, ReadsTorchrunsFormatsAndOurOwn) {
 
 TEST(FailureSummary, RootCauseIsTheEarliestFailure) {
   const auto t = std::chrono::system_clock::now();
-  WorkerExit late{1, 1, 101, "hostA", 0, 11, t + std::chrono::milliseconds(5), "", {}};
-  WorkerExit early{2, 2, 102, "hostA", 3, 0, t, "RuntimeError: boom", {"line a", "line b"}};
+  auto worker = [&](int rank, pid_t pid, int code, int sig, std::chrono::milliseconds later) {
+    WorkerExit e;
+    e.rank = e.local_rank = rank;
+    e.pid = pid;
+    e.host = "hostA";
+    e.exit_code = code;
+    e.signal = sig;
+    e.time = t + later;
+    return e;
+  };
+  WorkerExit late = worker(1, 101, 0, 11, std::chrono::milliseconds(5));
+  WorkerExit early = worker(2, 102, 3, 0, std::chrono::milliseconds(0));
+  early.error_message = "RuntimeError: boom";
+  early.stderr_tail = {"line a", "line b"};
   SummaryContext ctx{"job1", 0, 2, 2, ""};
   std::string s = format_failure_summary({late, early}, ctx);
   const auto root = s.find("root cause (earliest failure): rank 2 (local rank 2, pid 102, host hostA): exit code 3");
@@ -155,6 +167,19 @@ TEST(FailureSummary, RootCauseIsTheEarliestFailure) {
   EXPECT_NE(s.find("line b"), std::string::npos);
   EXPECT_NE(s.find("attempt 1 of 3"), std::string::npos);
   EXPECT_NE(s.find("2 other worker(s) stopped by ddprun"), std::string::npos);
+
+  WorkerExit hung = worker(0, 100, 0, 0, std::chrono::milliseconds(0));
+  hung.reason = "hung: no heartbeat for 3.0 s (--hang-timeout 3.0 s)";
+  EXPECT_TRUE(hung.failed());
+  EXPECT_NE(format_failure_summary({hung}, ctx).find("host hostA): hung: no heartbeat for 3.0 s"), std::string::npos);
+}
+
+TEST(FailureSummary, AGracefulStopIsNotCalledAFailure) {
+  SummaryContext ctx{"job1", 0, 0, 4, "stopped by SIGTERM"};
+  const std::string s = format_failure_summary({}, ctx);
+  EXPECT_EQ(s, "ddprun: job job1 stopped by SIGTERM on attempt 1 of 1\n"
+               "  no worker failed on its own\n"
+               "  4 worker(s) stopped by ddprun\n");
 }
 
 }  // namespace

@@ -85,8 +85,10 @@ std::string to_string(ReduceOp op) {
 
 template <typename Fn>
 void GlooCommunicator::run(const char* op, Timeout timeout, Fn&& fn) {
+  if (options_.heartbeat) options_.heartbeat->beat();
   try {
     fn();
+    if (options_.heartbeat) options_.heartbeat->beat();
   } catch (const gloo::Exception& e) {
     throw CollectiveError(std::string("ddp: ") + op + " failed on rank " +
                           std::to_string(options_.rank) + " of " + std::to_string(options_.size) +

@@ -61,6 +61,8 @@ LaunchInfo read_launch_info(const EnvLookup& env) {
   if (auto v = env("DDPRUN_ROUND")) info.round = parse_number<int64_t>("DDPRUN_ROUND", *v);
   if (auto v = env("DDPRUN_LOCAL_ADDR"); v && !v->empty()) info.local_addr = *v;
   if (auto v = env("TORCHELASTIC_ERROR_FILE")) info.error_file = *v;
+  if (auto v = env("DDPRUN_HEARTBEAT_FILE")) info.heartbeat_file = *v;
+  info.heartbeat_slot = number("DDPRUN_HEARTBEAT_SLOT", info.local_rank);
   if (auto v = env("DDPRUN_NCCL_ID"); v && !v->empty()) {
     try {
       info.nccl_id = ddprun::from_hex(*v);

@@ -149,10 +149,14 @@ class NcclCommunicator final : public Communicator {
   // Waits for the stream; a peer that never arrives must not hang us, so past
   // the timeout the communicator is aborted and the call throws.
   void wait(const char* op, Timeout timeout) {
+    if (options_.heartbeat) options_.heartbeat->beat();
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (true) {
       cudaError_t e = cudaStreamQuery(stream_);
-      if (e == cudaSuccess) return;
+      if (e == cudaSuccess) {
+        if (options_.heartbeat) options_.heartbeat->beat();
+        return;
+      }
       if (e != cudaErrorNotReady) check_cuda(e, op);
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);

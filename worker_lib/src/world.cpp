@@ -28,7 +28,10 @@ std::chrono::milliseconds default_timeout(const EnvLookup& env) {
 
 World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
              std::chrono::milliseconds timeout)
-    : info_(std::move(info)), timeout_(timeout), store_(std::move(store)) {
+    : info_(std::move(info)),
+      timeout_(timeout),
+      heartbeat_(std::make_shared<Heartbeat>(info_.heartbeat_file, info_.heartbeat_slot)),
+      store_(std::move(store)) {
   // Every round gets fresh keys: a restarted group never reads a dead one's.
   round_store_ = std::make_unique<ddprun::PrefixStore>("round/" + std::to_string(info_.round), *store_);
   gloo_store_ = std::make_unique<ddprun::PrefixStore>("gloo", *round_store_);
@@ -39,6 +42,7 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
   gloo.size = info_.world_size;
   gloo.local_addr = info_.local_addr;
   gloo.timeout = timeout_;
+  gloo.heartbeat = heartbeat_;
   cpu_ = std::make_unique<GlooCommunicator>(*gloo_store_, gloo);
 }
 
@@ -55,6 +59,7 @@ Communicator& World::cuda() {
     o.size = info_.world_size;
     o.device = info_.local_rank;
     o.timeout = timeout_;
+    o.heartbeat = heartbeat_;
     cuda_ = make_nccl_communicator(o);
   }
   return *cuda_;
@@ -87,6 +92,7 @@ std::unique_ptr<Communicator> World::connect_group(const std::string& name,
     gloo.size = static_cast<int>(ranks.size());
     gloo.local_addr = info_.local_addr;
     gloo.timeout = timeout_;
+    gloo.heartbeat = heartbeat_;
     return std::make_unique<GlooCommunicator>(store, gloo);
   }
   // NCCL: the group's first rank makes the id and shares it through the store.
@@ -101,6 +107,7 @@ std::unique_ptr<Communicator> World::connect_group(const std::string& name,
   o.size = static_cast<int>(ranks.size());
   o.device = info_.local_rank;
   o.timeout = timeout_;
+  o.heartbeat = heartbeat_;
   return make_nccl_communicator(o);
 }
 

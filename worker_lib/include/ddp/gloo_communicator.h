@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ddp/communicator.h"
+#include "ddp/heartbeat.h"
 #include "rendezvous/store.h"
 
 namespace gloo {
@@ -21,6 +22,8 @@ struct GlooOptions {
   // may resolve to 127.0.1.1).
   std::string local_addr = "127.0.0.1";
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // Beaten before and after every collective (may be null).
+  std::shared_ptr<Heartbeat> heartbeat;
 };
 
 class GlooCommunicator final : public Communicator {

@@ -30,6 +30,8 @@ struct LaunchInfo {
   std::string nccl_id;  // raw bytes, empty when none
   std::string local_addr = "127.0.0.1";
   std::string error_file;
+  std::string heartbeat_file;  // DDPRUN_HEARTBEAT_FILE, empty without hang detection
+  int heartbeat_slot = 0;
 
   // Launched by ddprun (so a rendezvous store is reachable).
   bool from_ddprun() const { return !rdzv_address.empty(); }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ddp/communicator.h"
+#include "ddp/heartbeat.h"
 
 namespace ddp {
 
@@ -23,6 +24,7 @@ struct NcclOptions {
   int size = 1;
   int device = 0;  // CUDA device index, normally LOCAL_RANK
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  std::shared_ptr<Heartbeat> heartbeat;  // beaten around every collective (may be null)
 };
 
 // A fresh ncclUniqueId's bytes, made in this process (which must then live

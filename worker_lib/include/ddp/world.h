@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ddp/communicator.h"
+#include "ddp/heartbeat.h"
 #include "ddp/launch_info.h"
 #include "rendezvous/store.h"
 
@@ -59,6 +60,11 @@ class World {
   at::Tensor all_gather(const at::Tensor& t) { return for_tensor(t).all_gather(t); }
   void barrier() { cpu().barrier(); }
 
+  // Tells the agent this worker is alive (see --hang-timeout). Collectives
+  // do it themselves; call it in long stretches without any.
+  void heartbeat() { heartbeat_->beat(); }
+  const std::shared_ptr<Heartbeat>& heartbeat_handle() const { return heartbeat_; }
+
   // A store for the program's own keys, private to this job and round.
   ddprun::Store& store() { return *user_store_; }
 
@@ -77,6 +83,7 @@ class World {
  private:
   LaunchInfo info_;
   std::chrono::milliseconds timeout_;
+  std::shared_ptr<Heartbeat> heartbeat_;
   std::shared_ptr<ddprun::Store> store_;
   std::unique_ptr<ddprun::Store> round_store_;
   std::unique_ptr<ddprun::Store> gloo_store_;

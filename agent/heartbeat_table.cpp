@@ -1,0 +1,48 @@
+#include "agent/heartbeat_table.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace ddprun {
+
+HeartbeatTable::HeartbeatTable(std::string path, int slots) : path_(std::move(path)), slots_(slots) {
+  int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    throw std::runtime_error("cannot create heartbeat file " + path_ + ": " + std::strerror(errno));
+  }
+  const size_t len = static_cast<size_t>(slots_) * kSlotBytes;
+  if (::ftruncate(fd, static_cast<off_t>(len)) != 0) {
+    ::close(fd);
+    throw std::runtime_error("cannot size heartbeat file " + path_ + ": " + std::strerror(errno));
+  }
+  map_ = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    throw std::runtime_error("cannot map heartbeat file " + path_ + ": " + std::strerror(errno));
+  }
+}
+
+HeartbeatTable::~HeartbeatTable() {
+  if (map_) ::munmap(map_, static_cast<size_t>(slots_) * kSlotBytes);
+  ::unlink(path_.c_str());
+}
+
+uint64_t HeartbeatTable::read(int slot) const {
+  auto* counter = reinterpret_cast<uint64_t*>(static_cast<char*>(map_) + static_cast<size_t>(slot) * kSlotBytes);
+  return __atomic_load_n(counter, __ATOMIC_RELAXED);
+}
+
+void HeartbeatTable::reset() {
+  for (int i = 0; i < slots_; ++i) {
+    auto* counter = reinterpret_cast<uint64_t*>(static_cast<char*>(map_) + static_cast<size_t>(i) * kSlotBytes);
+    __atomic_store_n(counter, 0, __ATOMIC_RELAXED);
+  }
+}
+
+}  // namespace ddprun

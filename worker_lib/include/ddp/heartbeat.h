@@ -1,0 +1,38 @@
+// The worker's side of hang detection: a counter in a small shared-memory
+// file that the agent reads. beat() is one relaxed atomic increment, cheap
+// enough for every collective; a worker whose counter stops moving for
+// --hang-timeout is treated as failed. No LibTorch here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ddp {
+
+class Heartbeat {
+ public:
+  // Maps slot `slot` of `path` (made by the agent). An empty path gives a
+  // heartbeat that does nothing (not launched by ddprun, or no hang
+  // detection). Throws std::runtime_error naming the file when it cannot be
+  // mapped.
+  Heartbeat(const std::string& path, int slot);
+  ~Heartbeat();
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+
+  void beat() {
+    if (counter_) __atomic_fetch_add(counter_, 1, __ATOMIC_RELAXED);
+  }
+  uint64_t count() const { return counter_ ? __atomic_load_n(counter_, __ATOMIC_RELAXED) : 0; }
+
+  // Layout shared with the agent: one 64-byte line per local rank.
+  static constexpr size_t kSlotBytes = 64;
+
+ private:
+  void* map_ = nullptr;
+  size_t map_len_ = 0;
+  uint64_t* counter_ = nullptr;
+};
+
+}  // namespace ddp
