@@ -37,6 +37,11 @@ struct Options {
   std::string data = examples::kFashionMnistDir;
   int64_t limit = 0;  // use only the first N training images (0: all)
   std::string summary_json;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;  // steps
+  double checkpoint_every_seconds = 0;
+  int keep_checkpoints = 3;
+  bool print_steps = false;
 };
 
 // FNV-1a over the bytes of every parameter: equal checksums, equal models.
@@ -112,20 +117,58 @@ int run(const Options& opt) {
 
   const int64_t steps_per_epoch = (micro_batches + opt.grad_accum - 1) / opt.grad_accum;
   const int64_t total_steps = steps_per_epoch * opt.epochs;
-  const auto start = std::chrono::steady_clock::now();
   int64_t steps = 0;
+  int64_t start_epoch = 0, start_position = 0;
+
+  // Checkpoints: rank 0 writes them in the background; at start, the newest
+  // sound one (if any) is read by rank 0 and broadcast, and training goes on
+  // from its step. SIGTERM/SIGINT then mean: checkpoint and stop.
+  std::unique_ptr<ddp::Checkpointer> ckpt;
+  std::unique_ptr<ddp::StopFlag> stop;
+  if (!opt.checkpoint_dir.empty()) {
+    ddp::CheckpointOptions co;
+    co.dir = opt.checkpoint_dir;
+    co.every_steps = opt.checkpoint_every;
+    co.every_seconds = opt.checkpoint_every_seconds;
+    co.keep = opt.keep_checkpoints;
+    ckpt = std::make_unique<ddp::Checkpointer>(world->cpu(), co);
+    stop = std::make_unique<ddp::StopFlag>();
+    if (auto state = ckpt->restore()) {
+      ddp::apply_state(*state, *model.module(), optimizer);
+      steps = state->step;
+      start_epoch = state->epoch;
+      start_position = state->sampler_position;
+      if (rank == 0) {
+        std::printf("resumed from %s at step %lld (epoch %lld, sample %lld)\n", ckpt->last_path().c_str(),
+                    static_cast<long long>(steps), static_cast<long long>(start_epoch + 1),
+                    static_cast<long long>(start_position));
+      }
+    }
+  }
+  // The state after `steps`, as the next run must see it: an epoch read to
+  // its end continues with the next one.
+  auto save = [&](int64_t epoch) {
+    const bool epoch_done = sampler.position() >= sampler.num_samples();
+    ckpt->save(ddp::capture_state(*model.module(), optimizer, steps, epoch_done ? epoch + 1 : epoch,
+                                  epoch_done ? 0 : sampler.position()));
+  };
+
+  const auto start = std::chrono::steady_clock::now();
   double last_loss = 0, accuracy = 0;
-  for (int epoch = 0; epoch < opt.epochs; ++epoch) {
+  for (int epoch = static_cast<int>(start_epoch); epoch < opt.epochs; ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
     sampler.set_epoch(epoch);
+    if (epoch == start_epoch) sampler.set_position(start_position);
+    const int64_t first_sample = sampler.position();
     torch::Tensor loss_sum = torch::zeros({1}, torch::kFloat64);
     int64_t loss_count = 0;
     // One optimizer step per grad_accum micro-batches; the last, short group
     // of an epoch still steps. Every rank has as many micro-batches.
-    for (int64_t mb = 0; mb < micro_batches;) {
+    while (sampler.position() < sampler.num_samples()) {
       optimizer.zero_grad();
-      const int64_t group = std::min<int64_t>(opt.grad_accum, micro_batches - mb);
-      for (int64_t j = 0; j < group; ++j, ++mb) {
+      const int64_t left = (sampler.num_samples() - sampler.position() + opt.batch_size - 1) / opt.batch_size;
+      const int64_t group = std::min<int64_t>(opt.grad_accum, left);
+      for (int64_t j = 0; j < group; ++j) {
         auto idx_vec = *sampler.next_batch(opt.batch_size);
         torch::Tensor idx = torch::tensor(idx_vec, torch::kInt64);
         torch::Tensor x = train.images.index_select(0, idx);
@@ -149,18 +192,44 @@ int run(const Options& opt) {
       }
       optimizer.step();
       ++steps;
+      if (opt.print_steps && rank == 0) {
+        const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        std::printf("step %lld done at %.3f\n", static_cast<long long>(steps), now);
+        std::fflush(stdout);
+      }
+      if (ckpt && ckpt->due(steps)) save(epoch);
+      if (stop && ddp::stop_agreed(*stop, world->cpu())) {
+        // Asked to stop (preemption): every rank agreed at this step; rank 0
+        // writes a final checkpoint, and running the command again resumes.
+        if (ckpt->last_saved_step() != steps) save(epoch);
+        ckpt->wait();
+        if (rank == 0) {
+          std::printf("stopped by signal after step %lld; checkpoint %s\n", static_cast<long long>(steps),
+                      ckpt->last_path().c_str());
+          std::fflush(stdout);
+        }
+        return 0;
+      }
     }
-    world->all_reduce(loss_sum, ddp::ReduceOp::kAvg);
-    last_loss = loss_sum.item<double>() / loss_count;
+    if (loss_count > 0) {
+      world->all_reduce(loss_sum, ddp::ReduceOp::kAvg);
+      last_loss = loss_sum.item<double>() / loss_count;
+    }
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
     accuracy = test_accuracy(*world, model.module(), test);
     if (rank == 0) {
       std::printf("epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f samples/s\n", epoch + 1,
-                  opt.epochs, last_loss, 100 * accuracy, sampler.num_samples() * ws / secs);
+                  opt.epochs, last_loss, 100 * accuracy,
+                  (sampler.num_samples() - first_sample) * ws / secs);
       std::fflush(stdout);
     }
   }
+  if (ckpt) {
+    if (ckpt->last_saved_step() != steps) save(opt.epochs - 1);
+    ckpt->wait();
+  }
+  if (start_epoch >= opt.epochs) accuracy = test_accuracy(*world, model.module(), test);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   // Every rank must end with rank 0's parameters, bit for bit. All ranks
@@ -209,6 +278,14 @@ int main(int argc, char** argv) {
   app.add_option("--limit", opt.limit, "Train on the first N images only (0: all)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--summary-json", opt.summary_json, "Write final metrics and a parameter checksum here");
+  app.add_option("--checkpoint-dir", opt.checkpoint_dir,
+                 "Resume from the newest checkpoint here, write new ones, and stop gracefully on SIGTERM");
+  app.add_option("--checkpoint-every", opt.checkpoint_every, "Checkpoint every N optimizer steps [0: only at the end]")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--checkpoint-every-seconds", opt.checkpoint_every_seconds, "Also checkpoint every T seconds")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--keep-checkpoints", opt.keep_checkpoints, "Checkpoints kept [3]")->check(CLI::PositiveNumber);
+  app.add_flag("--print-steps", opt.print_steps, "Rank 0 prints a line with the time after every step");
   CLI11_PARSE(app, argc, argv);
   return opt.model == "cnn" ? run<examples::Cnn>(opt) : run<examples::Mlp>(opt);
 }

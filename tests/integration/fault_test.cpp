@@ -1,0 +1,209 @@
+// Fault tolerance end to end: the default job killed, stopped and preempted
+// under ddprun, checkpointing and restarting, ends exactly where an
+// uninterrupted run ends.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+
+#include "support/process.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using ddptest::Finished;
+using ddptest::Process;
+
+bool contains(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
+fs::path temp(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("ddprun-fault-" + name + "-" + std::to_string(getpid()));
+  fs::remove_all(p);
+  return p;
+}
+
+// The job every test runs: 2 ranks, 8000 images, 2 epochs of 125 steps.
+std::vector<std::string> train_job(const std::vector<std::string>& launcher_flags,
+                                   const std::vector<std::string>& train_flags) {
+  std::vector<std::string> argv{DDPRUN_BIN, "--nproc", "2"};
+  argv.insert(argv.end(), launcher_flags.begin(), launcher_flags.end());
+  for (const char* a : {TRAIN_BIN, "--limit", "8000", "--epochs", "2", "--print-steps"}) argv.push_back(a);
+  argv.insert(argv.end(), train_flags.begin(), train_flags.end());
+  return argv;
+}
+
+std::string checksum_in(const fs::path& summary) {
+  std::ifstream in(summary);
+  std::string json((std::istreambuf_iterator<char>(in)), {});
+  std::smatch m;
+  if (!std::regex_search(json, m, std::regex(R"re("param_checksum": "([0-9a-f]{16})")re"))) return "";
+  return m[1];
+}
+
+// The parameters of an uninterrupted run (computed once).
+const std::string& reference_checksum() {
+  static const std::string sum = [] {
+    const fs::path summary = temp("reference.json");
+    Finished f = ddptest::run(train_job({}, {"--summary-json", summary.string()}));
+    EXPECT_EQ(f.exit_code, 0) << f.err;
+    return checksum_in(summary);
+  }();
+  return sum;
+}
+
+// Waits for rank 0's "step N done" with N >= step.
+bool reach_step(Process& p, int step) {
+  return p.wait_for_line(
+             [&](const std::string& l) {
+               std::smatch m;
+               return std::regex_search(l, m, std::regex(R"(\]:step (\d+) done)")) && std::stoi(m[1]) >= step;
+             },
+             60s)
+      .has_value();
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(FaultTolerance, WorkersKilledAtRandomStepsStillEndBitwiseLikeAnUninterruptedRun) {
+  const std::string want = reference_checksum();
+  ASSERT_FALSE(want.empty());
+  const fs::path dir = temp("kill-ckpt"), summary = temp("kill.json");
+  std::mt19937 gen(std::random_device{}());
+  // Three kills at random steps, each in its own stretch of the 250 steps.
+  const int targets[3] = {std::uniform_int_distribution<>(10, 60)(gen), std::uniform_int_distribution<>(80, 130)(gen),
+                          std::uniform_int_distribution<>(150, 200)(gen)};
+  SCOPED_TRACE("kills at steps " + std::to_string(targets[0]) + ", " + std::to_string(targets[1]) + ", " +
+               std::to_string(targets[2]));
+  Process p(train_job({"--max-restarts", "5"}, {"--checkpoint-dir", dir.string(), "--checkpoint-every", "7",
+                                               "--summary-json", summary.string()}));
+  for (int target : targets) {
+    ASSERT_TRUE(reach_step(p, target)) << p.out();
+    auto workers = ddptest::children_of(p.pid());
+    ASSERT_FALSE(workers.empty());
+    kill(workers[std::uniform_int_distribution<size_t>(0, workers.size() - 1)(gen)], SIGKILL);
+  }
+  Finished f = p.finish();
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(count(f.err, "restarting the workers"), 3) << f.err;
+  EXPECT_EQ(count(f.out, "resumed from"), 3) << f.out;
+  EXPECT_EQ(checksum_in(summary), want);
+  fs::remove_all(dir);
+  fs::remove(summary);
+}
+
+TEST(FaultTolerance, AStoppedWorkerIsFoundHungAndTheJobRecovers) {
+  const std::string want = reference_checksum();
+  const fs::path dir = temp("stop-ckpt"), summary = temp("stop.json");
+  Process p(train_job({"--max-restarts", "1", "--hang-timeout", "3"},
+                      {"--checkpoint-dir", dir.string(), "--checkpoint-every", "10", "--summary-json",
+                       summary.string()}));
+  ASSERT_TRUE(reach_step(p, 40)) << p.out();
+  auto workers = ddptest::children_of(p.pid());
+  ASSERT_EQ(workers.size(), 2u);
+  kill(workers[1], SIGSTOP);
+  Finished f = p.finish();
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "hung: no heartbeat for")) << f.err;
+  EXPECT_TRUE(contains(f.err, "restarting the workers (restart 1 of 1)")) << f.err;
+  EXPECT_TRUE(contains(f.out, "resumed from")) << f.out;
+  EXPECT_EQ(checksum_in(summary), want);
+  fs::remove_all(dir);
+  fs::remove(summary);
+}
+
+TEST(FaultTolerance, SigtermTakesAFinalCheckpointAndTheSameCommandResumes) {
+  const std::string want = reference_checksum();
+  const fs::path dir = temp("term-ckpt"), summary = temp("term.json");
+  const auto job = train_job({}, {"--checkpoint-dir", dir.string(), "--checkpoint-every", "50",
+                                  "--summary-json", summary.string()});
+  Process p(job);
+  ASSERT_TRUE(reach_step(p, 60)) << p.out();
+  p.signal(SIGTERM);
+  Finished stopped = p.finish();
+  EXPECT_EQ(stopped.exit_code, 128 + SIGTERM) << stopped.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(stopped.out, m, std::regex(R"(stopped by signal after step (\d+); checkpoint (\S+))")))
+      << stopped.out;
+  const int stop_step = std::stoi(m[1]);
+  EXPECT_GE(stop_step, 60);
+  EXPECT_TRUE(fs::exists(m[2].str()));
+  EXPECT_TRUE(contains(stopped.err, "stopped by SIGTERM")) << stopped.err;
+  EXPECT_TRUE(contains(stopped.err, "no worker failed on its own")) << stopped.err;
+
+  // The checkpoint is an ordinary torch.save file (checked before resuming
+  // prunes it).
+  const std::string script =
+      "import sys, torch\n"
+      "ck = torch.load(sys.argv[1])\n"
+      "assert ck['format'] == 'ddprun-checkpoint/1'\n"
+      "assert ck['optimizer']['kind'] == 'sgd'\n"
+      "assert len(ck['optimizer']['state']) == 8 and 'momentum_buffer' in ck['optimizer']['state'][0]\n"
+      "print('loaded step', ck['step'], 'with', len(ck['model']), 'tensors, fc1.weight', tuple(ck['model']['fc1.weight'].shape))\n";
+  Finished py = ddptest::run({PYTHON_BIN, "-c", script, m[2].str()});
+  EXPECT_EQ(py.exit_code, 0) << py.err;
+  EXPECT_TRUE(contains(py.out, "loaded step " + std::to_string(stop_step) + " with 8 tensors, fc1.weight (128, 1568)"))
+      << py.out;
+
+  Finished resumed = ddptest::run(job);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_TRUE(contains(resumed.out, "resumed from " + m[2].str() + " at step " + std::to_string(stop_step)))
+      << resumed.out;
+  EXPECT_EQ(checksum_in(summary), want);
+
+  fs::remove_all(dir);
+  fs::remove(summary);
+}
+
+TEST(FaultTolerance, ADamagedNewestCheckpointFallsBackToTheOneBefore) {
+  const std::string want = reference_checksum();
+  const fs::path dir = temp("damage-ckpt"), summary = temp("damage.json");
+  // Stop part-way with checkpoints at 20, 40, 60 and the final one.
+  const auto job = train_job({}, {"--checkpoint-dir", dir.string(), "--checkpoint-every", "20", "--keep-checkpoints",
+                                  "5", "--summary-json", summary.string()});
+  Process p(job);
+  ASSERT_TRUE(reach_step(p, 65)) << p.out();
+  p.signal(SIGTERM);
+  Finished stopped = p.finish();
+  ASSERT_EQ(stopped.exit_code, 128 + SIGTERM) << stopped.err;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
+  std::sort(files.rbegin(), files.rend());  // newest first (the step is zero-padded)
+  ASSERT_GE(files.size(), 2u);
+  fs::resize_file(files[0], fs::file_size(files[0]) - 10);  // a partial write
+
+  Finished resumed = ddptest::run(job);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_TRUE(contains(resumed.err, "skipping checkpoint " + files[0].string())) << resumed.err;
+  EXPECT_TRUE(contains(resumed.out, "resumed from " + files[1].string())) << resumed.out;
+  EXPECT_EQ(checksum_in(summary), want);
+  fs::remove_all(dir);
+  fs::remove(summary);
+}
+
+TEST(FaultTolerance, ExhaustedRestartsLeaveASummaryAndNoOrphans) {
+  Process p({DDPRUN_BIN, "--nproc", "3", "--max-restarts", "2", PROBE_BIN, "fail-rank", "1", "9"});
+  Finished f = p.finish();
+  EXPECT_EQ(f.exit_code, 1);
+  EXPECT_EQ(count(f.err, "root cause (earliest failure): rank 1"), 3) << f.err;
+  EXPECT_TRUE(contains(f.err, "failed on attempt 3 of 3")) << f.err;
+  // Every worker of every attempt said "ready PID"; none may be left.
+  std::regex ready(R"(\]:ready (\d+))");
+  int seen = 0;
+  for (std::sregex_iterator it(f.out.begin(), f.out.end(), ready), end; it != end; ++it) {
+    ++seen;
+    EXPECT_TRUE(ddptest::exits_within(std::stoi((*it)[1]), 5s)) << "orphan " << (*it)[1];
+  }
+  EXPECT_EQ(seen, 6);  // ranks 0 and 2, three attempts
+}
+
+}  // namespace
