@@ -44,6 +44,8 @@ struct AgentConfig {
   // A worker whose heartbeat (worker_lib) stops for this long counts as
   // failed; 0 turns hang detection off.
   std::chrono::milliseconds hang_timeout{0};
+  // Keep a warm set of workers (waiting in ddp::init()) for the next restart.
+  bool standby = false;
 
   // Output.
   std::string log_dir;  // per-rank log files when set

@@ -24,6 +24,7 @@ struct ChildArgs {
   int stdin_fd;
   int out_w;
   int err_w;
+  int fd3;
   pid_t parent;
   int child_errno;  // written by the child when exec fails (shared memory)
 };
@@ -44,6 +45,11 @@ int child_main(void* arg) {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != a->parent) _exit(127);
   setpgid(0, 0);
   if (dup2(a->stdin_fd, 0) < 0 || dup2(a->out_w, 1) < 0 || dup2(a->err_w, 2) < 0) {
+    a->child_errno = errno;
+    _exit(127);
+  }
+  // dup2 onto itself keeps close-on-exec: clear it by hand then.
+  if (a->fd3 >= 0 && (a->fd3 == 3 ? fcntl(3, F_SETFD, 0) : dup2(a->fd3, 3)) < 0) {
     a->child_errno = errno;
     _exit(127);
   }
@@ -82,7 +88,7 @@ SpawnedProcess spawn_process(const SpawnRequest& req) {
   Pipe out = make_pipe();
   Pipe err = make_pipe();
 
-  ChildArgs args{req.path.c_str(), argv.data(), envp.data(), devnull, out.w, err.w, getpid(), 0};
+  ChildArgs args{req.path.c_str(), argv.data(), envp.data(), devnull, out.w, err.w, req.fd3, getpid(), 0};
   constexpr size_t kStack = 64 * 1024;
   auto stack = std::make_unique<char[]>(kStack);
   // CLONE_VFORK: we resume once the child has exec'd or exited.

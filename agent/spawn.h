@@ -19,6 +19,9 @@ struct SpawnRequest {
   std::string path;               // absolute or relative path, no PATH search
   std::vector<std::string> argv;  // argv[0] first
   std::vector<std::string> env;   // KEY=VALUE
+  // When >= 0, handed to the child as its file descriptor 3 (a standby
+  // worker's control pipe).
+  int fd3 = -1;
 };
 
 struct SpawnedProcess {

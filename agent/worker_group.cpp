@@ -52,12 +52,26 @@ bool WorkerGroup::any_running() const {
 }
 
 void WorkerGroup::start_all() {
-  for (const auto& launch : launches_) {
+  for (auto& launch : launches_) {
     auto w = std::make_unique<Worker>();
     w->launch = &launch;
     unlink(launch.error_file.c_str());  // a stale one would be mistaken for this run's
     w->output = std::make_unique<WorkerOutput>(launch.id.rank, launch.output);
-    SpawnedProcess p = spawn_process(launch.spawn);
+    // A standby is already running, waiting in ddp::init(): tell it who it
+    // is and take over its process. One that died meanwhile is replaced.
+    SpawnedProcess p;
+    if (launch.standby) {
+      try {
+        release_standby(*launch.standby, launch.vars);
+        p = launch.standby->process;
+        launch.standby->process = SpawnedProcess{};
+      } catch (const SpawnError& e) {
+        spdlog::warn("{}; starting a fresh worker instead", e.what());
+        dismiss_standby(*launch.standby);
+      }
+      launch.standby.reset();
+    }
+    if (p.pid < 0) p = spawn_process(launch.spawn);
     w->pid = p.pid;
     w->fds[0] = p.stdout_fd;
     w->fds[1] = p.stderr_fd;
@@ -180,16 +194,18 @@ void WorkerGroup::check_heartbeats() {
   if (!watching_heartbeats() || stopping_) return;
   const auto now = std::chrono::steady_clock::now();
   bool found = false;
+  bool all_beating = true;
   for (auto& w : workers_) {
     if (!w->running) continue;
     const uint64_t beats = options_.heartbeats->read(w->launch->id.local_rank);
+    if (beats == 0) all_beating = false;
     if (beats != w->beats) {
       w->beats = beats;
       w->beat_changed = now;
       continue;
     }
     const auto silent = now - w->beat_changed;
-    if (beats == 0 || silent < options_.hang_timeout) continue;
+    if (beats == 0 || options_.hang_timeout.count() == 0 || silent < options_.hang_timeout) continue;
     WorkerExit e;
     e.rank = w->launch->id.rank;
     e.local_rank = w->launch->id.local_rank;
@@ -209,7 +225,15 @@ void WorkerGroup::check_heartbeats() {
     result_.failures.push_back(std::move(e));
     found = true;
   }
-  if (found) begin_stop(SIGTERM);
+  if (found) {
+    begin_stop(SIGTERM);
+    return;
+  }
+  if (all_beating && options_.on_all_beating) {
+    auto ready = std::move(options_.on_all_beating);
+    options_.on_all_beating = nullptr;
+    ready();
+  }
 }
 
 GroupResult WorkerGroup::run() {

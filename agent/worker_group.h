@@ -5,7 +5,10 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +17,7 @@
 #include "agent/heartbeat_table.h"
 #include "agent/signals.h"
 #include "agent/spawn.h"
+#include "agent/standby.h"
 #include "agent/worker_output.h"
 
 namespace ddprun {
@@ -21,8 +25,11 @@ namespace ddprun {
 struct WorkerLaunch {
   WorkerIdentity id;
   SpawnRequest spawn;
+  std::map<std::string, std::string> vars;  // what ddprun sets (spawn.env holds them too)
   OutputOptions output;
   std::string error_file;
+  // A warm standby process to release with `vars` instead of spawning.
+  std::optional<Standby> standby;
 };
 
 struct GroupResult {
@@ -42,6 +49,8 @@ struct GroupOptions {
   const HeartbeatTable* heartbeats = nullptr;
   std::chrono::milliseconds hang_timeout{0};
   std::chrono::milliseconds monitor_interval{100};
+  // Called once, the first time every worker has beaten (needs heartbeats).
+  std::function<void()> on_all_beating;
 };
 
 class WorkerGroup {
@@ -61,7 +70,9 @@ class WorkerGroup {
   void drain(Worker& w, bool until_eof);
   void begin_stop(int sig);
   void check_heartbeats();
-  bool watching_heartbeats() const { return options_.heartbeats && options_.hang_timeout.count() > 0; }
+  bool watching_heartbeats() const {
+    return options_.heartbeats && (options_.hang_timeout.count() > 0 || options_.on_all_beating);
+  }
   void signal_running(int sig);
   bool any_running() const;
 

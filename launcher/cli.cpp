@@ -120,6 +120,11 @@ class HelpFormatter : public CLI::Formatter {
 
 }  // namespace
 
+bool runs_under_python(const CliOptions& o) {
+  const std::string& e = o.entrypoint;
+  return o.module || (!o.no_python && e.size() > 3 && e.compare(e.size() - 3, 3, ".py") == 0);
+}
+
 StdSelection parse_std_selection(const std::string& flag, const std::string& value) {
   StdSelection sel;
   auto mask = [&](const std::string& v) {
@@ -225,6 +230,10 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
       ->type_name("SECONDS")
       ->group(g);
 
+  app.add_flag("--standby", o.standby,
+               "Keep warm workers waiting for the next restart (the program must use worker_lib)")
+      ->group(g);
+
   g = "Output";
   app.add_option("--log-dir,--log_dir", o.log_dir,
                  "Keep per-rank stdout/stderr/error files under DIR/attempt_N/rankR/")
@@ -292,6 +301,9 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
     throw UsageError("--module and --no-python cannot be used together");
   }
   if (o.verbose && o.quiet) throw UsageError("--verbose and --quiet cannot be used together");
+  if (o.standby && runs_under_python(o)) {
+    throw UsageError("--standby needs a program that uses worker_lib (ddp::init), not a Python script");
+  }
   return CliResult{CliResult::kRun, "", std::move(o)};
 }
 

@@ -34,6 +34,7 @@ struct CliOptions {
   double monitor_interval_s = 0.1;
   double stop_timeout_s = 10;
   double hang_timeout_s = 0;  // 0: no hang detection
+  bool standby = false;
   std::string log_dir;
   StdSelection tee;
   StdSelection redirects;
@@ -58,6 +59,9 @@ struct CliResult {
 
 // args: the command line without argv[0]. Throws UsageError.
 CliResult parse_command_line(const std::vector<std::string>& args);
+
+// Whether the entrypoint runs under Python (-m, or a .py file without --no-python).
+bool runs_under_python(const CliOptions& o);
 
 // Parses "3" or "0:1,1:2" for --tee/--redirects (flag names the option).
 StdSelection parse_std_selection(const std::string& flag, const std::string& value);

@@ -73,9 +73,7 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   a.nproc = resolve_nproc(o.nproc, facts);
 
   // The program and its argv.
-  const bool python = o.module || (!o.no_python && o.entrypoint.size() > 3 &&
-                                   o.entrypoint.compare(o.entrypoint.size() - 3, 3, ".py") == 0);
-  if (python) {
+  if (runs_under_python(o)) {
     a.program = resolve_program(facts.python, facts.path_env, {});
     if (a.program.empty()) {
       throw UsageError("cannot find the Python interpreter " + facts.python +
@@ -104,6 +102,7 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   a.monitor_interval = std::chrono::milliseconds(static_cast<int64_t>(o.monitor_interval_s * 1000));
   a.stop_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.stop_timeout_s * 1000));
   a.hang_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.hang_timeout_s * 1000));
+  a.standby = o.standby && o.max_restarts > 0;
   a.log_dir = o.log_dir;
   a.tee = o.tee;
   a.redirects = o.redirects;

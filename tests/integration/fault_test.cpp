@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 #include <regex>
+#include <set>
 
 #include "support/process.h"
 
@@ -97,6 +98,33 @@ TEST(FaultTolerance, WorkersKilledAtRandomStepsStillEndBitwiseLikeAnUninterrupte
   EXPECT_EQ(count(f.err, "restarting the workers"), 3) << f.err;
   EXPECT_EQ(count(f.out, "resumed from"), 3) << f.out;
   EXPECT_EQ(checksum_in(summary), want);
+  fs::remove_all(dir);
+  fs::remove(summary);
+}
+
+TEST(FaultTolerance, StandbyWorkersTakeOverAfterAKillAndNoneIsLeft) {
+  const std::string want = reference_checksum();
+  const fs::path dir = temp("standby-ckpt"), summary = temp("standby.json");
+  Process p(train_job({"--max-restarts", "2", "--standby"},
+                      {"--checkpoint-dir", dir.string(), "--checkpoint-every", "10", "--summary-json",
+                       summary.string()}));
+  std::set<pid_t> seen;
+  ASSERT_TRUE(reach_step(p, 30)) << p.out();
+  // Two workers and, once they run, two standbys waiting for a restart.
+  for (int tries = 0; tries < 200 && ddptest::children_of(p.pid()).size() < 4; ++tries) {
+    ASSERT_TRUE(reach_step(p, 31 + tries)) << p.out();
+  }
+  auto before = ddptest::children_of(p.pid());
+  ASSERT_EQ(before.size(), 4u);
+  seen.insert(before.begin(), before.end());
+  kill(before.front(), SIGKILL);
+  ASSERT_TRUE(p.wait_for_line([](const std::string& l) { return contains(l, "resumed from"); }, 60s)) << p.out();
+  for (pid_t pid : ddptest::children_of(p.pid())) seen.insert(pid);
+  Finished f = p.finish();
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "restarting the workers (restart 1 of 2, from standby)")) << f.err;
+  EXPECT_EQ(checksum_in(summary), want);
+  for (pid_t pid : seen) EXPECT_TRUE(ddptest::exits_within(pid, 5s)) << "left behind: " << pid;
   fs::remove_all(dir);
   fs::remove(summary);
 }

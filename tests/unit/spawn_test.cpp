@@ -6,9 +6,12 @@
 
 #include "agent/signals.h"
 #include "agent/spawn.h"
+#include "agent/standby.h"
 
 namespace ddprun {
 namespace {
+
+using ddprun::Standby;
 
 std::string read_to_eof(int fd) {
   std::string out;
@@ -89,6 +92,28 @@ TEST(Spawn, ResolveProgram) {
   EXPECT_EQ(resolve_program("/bin/sh", "", {}), "/bin/sh");
   EXPECT_EQ(resolve_program("/etc/passwd", "", {}), "");  // not executable
   EXPECT_FALSE(executable_dir().empty());
+}
+
+TEST(Standby, WaitsForItsVariablesThenRunsWithThem) {
+  Standby s = spawn_standby(SpawnRequest{PROBE_BIN, {"probe", "standby-env"}, {"RANK=stale"}});
+  // Nothing happens until the release: the probe blocks in wait_if_standby().
+  pollfd pf{s.process.stdout_fd, POLLIN, 0};
+  EXPECT_EQ(poll(&pf, 1, 200), 0);
+  release_standby(s, {{"RANK", "5"}, {"PROBE_EXTRA", "hello world"}});
+  EXPECT_EQ(read_to_eof(s.process.stdout_fd), "released RANK=5 PROBE_EXTRA=hello world\n");
+  int status = wait_status(s.process.pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  close(s.process.stdout_fd);
+  close(s.process.stderr_fd);
+}
+
+TEST(Standby, DismissedStandbysAreGone) {
+  Standby s = spawn_standby(SpawnRequest{PROBE_BIN, {"probe", "standby-env"}, {}});
+  const pid_t pid = s.process.pid;
+  dismiss_standby(s);
+  EXPECT_EQ(s.process.pid, -1);
+  EXPECT_EQ(kill(pid, 0), -1);  // reaped: no such process
+  EXPECT_EQ(standby_message({{"A", "1"}, {"B", "x=y"}}), std::string("A=1\0B=x=y\0\0", 11));
 }
 
 TEST(Signals, Names) {

@@ -9,6 +9,8 @@
 //                      (or after printing, if --ignore-term is given, keep
 //                      waiting: only SIGKILL ends it)
 //   spam N             print N long lines in pieces, to test line integrity
+//   standby-env        wait as a standby worker (ddp::wait_if_standby), then
+//                      print RANK and PROBE_EXTRA
 //   fail-rank RANK CODE    the worker of that rank exits with CODE once every
 //                      other worker is ready (a barrier through the job's
 //                      store); the others wait for signals like `wait`
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "ddp/error_file.h"
+#include "ddp/standby.h"
 #include "rendezvous/client.h"
 
 namespace {
@@ -85,6 +88,13 @@ int main(int argc, char** argv) {
       out += std::string(v) + "=" + (val ? val : "<unset>") + "\n";
     }
     say(1, out);
+    return 0;
+  }
+  if (mode == "standby-env") {
+    const bool was_standby = ddp::wait_if_standby();
+    say(1, std::string(was_standby ? "released" : "not a standby") + " RANK=" +
+               (getenv("RANK") ? getenv("RANK") : "<unset>") + " PROBE_EXTRA=" +
+               (getenv("PROBE_EXTRA") ? getenv("PROBE_EXTRA") : "<unset>") + "\n");
     return 0;
   }
   if (mode == "exit" && argc > 2) {

@@ -6,6 +6,7 @@
 #include "ddp/get.h"
 #include "ddp/gloo_communicator.h"
 #include "ddp/nccl_communicator.h"
+#include "ddp/standby.h"
 #include "rendezvous/client.h"
 #include "rendezvous/memory_store.h"
 
@@ -117,6 +118,8 @@ Communicator& World::for_tensor(const at::Tensor& t) {
 
 std::shared_ptr<World> init(InitOptions options) {
   install_error_file_handler();
+  // A standby worker learns here who it is (its variables arrive now).
+  wait_if_standby();
   LaunchInfo info = read_launch_info(options.env);
   const auto timeout =
       options.timeout.count() > 0 ? options.timeout : default_timeout(options.env);

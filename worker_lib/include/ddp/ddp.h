@@ -20,6 +20,7 @@
 #include "ddp/nccl_communicator.h"
 #include "ddp/reducer.h"
 #include "ddp/sampler.h"
+#include "ddp/standby.h"
 #include "ddp/stop_flag.h"
 #include "ddp/training_state.h"
 #include "ddp/world.h"

@@ -95,7 +95,8 @@ class World {
   std::atomic<int> mesh_count_{0};
 };
 
-// Reads the launch environment, connects to the job's store and its peers,
+// Waits for its assignment if it is a standby worker (--standby), reads the
+// launch environment, connects to the job's store and its peers,
 // registers the World as this thread's default for get(), and makes an
 // uncaught exception land in the launcher's failure summary.
 // Throws ConfigError, ddprun::StoreError or CollectiveError.

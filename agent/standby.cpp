@@ -1,0 +1,72 @@
+#include "agent/standby.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace ddprun {
+
+std::string standby_message(const std::map<std::string, std::string>& vars) {
+  std::string msg;
+  for (const auto& [k, v] : vars) {
+    msg += k + "=" + v;
+    msg.push_back('\0');
+  }
+  msg.push_back('\0');
+  return msg;
+}
+
+Standby spawn_standby(SpawnRequest req) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw SpawnError(std::string("pipe: ") + strerror(errno));
+  req.env.push_back("DDPRUN_STANDBY_FD=3");
+  req.fd3 = fds[0];
+  Standby s;
+  try {
+    s.process = spawn_process(req);
+  } catch (...) {
+    close(fds[0]);
+    close(fds[1]);
+    throw;
+  }
+  close(fds[0]);
+  s.control = fds[1];
+  return s;
+}
+
+void release_standby(Standby& s, const std::map<std::string, std::string>& vars) {
+  const std::string msg = standby_message(vars);
+  size_t off = 0;
+  while (off < msg.size()) {
+    ssize_t n = write(s.control, msg.data() + off, msg.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = strerror(errno);
+      close(s.control);
+      s.control = -1;
+      throw SpawnError("standby worker " + std::to_string(s.process.pid) + " is gone (" + why + ")");
+    }
+    off += static_cast<size_t>(n);
+  }
+  close(s.control);
+  s.control = -1;
+}
+
+void dismiss_standby(Standby& s) {
+  if (s.process.pid > 0) {
+    kill(-s.process.pid, SIGKILL);
+    int status;
+    while (waitpid(s.process.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    s.process.pid = -1;
+  }
+  for (int* fd : {&s.control, &s.process.stdout_fd, &s.process.stderr_fd}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+}
+
+}  // namespace ddprun
