@@ -21,10 +21,18 @@ struct Options {
   std::string sync = "bucketed";
   double bucket_mb = 25;
   double first_bucket_mb = 1;
+  std::string checkpoint_dir;  // with checkpoint_every > 0: rank 0 checkpoints
+  int checkpoint_every = 0;
+};
+
+struct Timing {
+  double ms_per_step = 0;
+  double stall_ms = 0;  // mean time in capture_state + save per checkpoint (rank 0)
+  int checkpoints = 0;
 };
 
 template <typename Net>
-double run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape, int64_t* param_count) {
+Timing run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape, int64_t* param_count) {
   torch::manual_seed(0);
   ddp::DdpOptions d;
   d.strategy = ddp::parse_sync_strategy(o.sync);
@@ -38,13 +46,34 @@ double run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape
   input_shape.insert(input_shape.begin(), o.batch);
   torch::Tensor x = at::randn(input_shape, gen);
   torch::Tensor y = at::randint(0, 10, {o.batch}, gen, at::kLong);
+  std::unique_ptr<ddp::Checkpointer> ckpt;
+  if (o.checkpoint_every > 0) {
+    ddp::CheckpointOptions co;
+    co.dir = o.checkpoint_dir;
+    co.every_steps = o.checkpoint_every;
+    ckpt = std::make_unique<ddp::Checkpointer>(world.cpu(), co);
+  }
+  Timing timing;
+  double stall = 0;
+  int64_t steps = 0;
   auto step = [&] {
     opt.zero_grad();
     torch::nn::functional::cross_entropy(model(x), y).backward();
     model.finalize();
     opt.step();
+    ++steps;
+    if (ckpt && ckpt->due(steps)) {
+      // The stall: what the training thread spends before it can go on.
+      const auto t0 = std::chrono::steady_clock::now();
+      ckpt->save(*model.module(), opt, steps, 0, 0);
+      stall += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      ++timing.checkpoints;
+    }
   };
   for (int i = 0; i < o.warmup; ++i) step();
+  if (ckpt) ckpt->wait();
+  stall = 0;
+  timing.checkpoints = 0;
   world.barrier();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < o.steps; ++i) step();
@@ -53,7 +82,10 @@ double run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape
   torch::Tensor secs = torch::tensor(
       {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()}, torch::kFloat64);
   world.all_reduce(secs, ddp::ReduceOp::kMax);
-  return secs.item<double>() * 1000 / o.steps;
+  if (ckpt) ckpt->wait();
+  timing.ms_per_step = secs.item<double>() * 1000 / o.steps;
+  timing.stall_ms = timing.checkpoints ? stall / timing.checkpoints : 0;
+  return timing;
 }
 
 }  // namespace
@@ -68,17 +100,20 @@ int main(int argc, char** argv) {
   app.add_option("--sync", o.sync, "naive, flat, overlap or bucketed");
   app.add_option("--bucket-mb", o.bucket_mb, "Bucket cap in MiB");
   app.add_option("--first-bucket-mb", o.first_bucket_mb, "First bucket cap in MiB");
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "Where rank 0 checkpoints");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps (0: never)");
   CLI11_PARSE(app, argc, argv);
 
   auto world = ddp::init();
   int64_t params = 0;
-  const double ms = o.model == "cnn" ? run<bench::Cnn>(*world, o, {1, 28, 28}, &params)
+  const Timing t = o.model == "cnn" ? run<bench::Cnn>(*world, o, {1, 28, 28}, &params)
                                      : run<bench::WideMlp>(*world, o, {784}, &params);
   if (world->rank() == 0) {
     std::printf("{\"impl\": \"ddprun\", \"model\": \"%s\", \"params\": %lld, \"ranks\": %d, \"batch\": %d, "
-                "\"sync\": \"%s\", \"bucket_mb\": %g, \"ms_per_step\": %.3f}\n",
+                "\"sync\": \"%s\", \"bucket_mb\": %g, \"ms_per_step\": %.3f, \"checkpoint_every\": %d, "
+                "\"checkpoint_stall_ms\": %.3f}\n",
                 o.model.c_str(), static_cast<long long>(params), world->size(), o.batch, o.sync.c_str(),
-                o.bucket_mb, ms);
+                o.bucket_mb, t.ms_per_step, o.checkpoint_every, t.stall_ms);
   }
   return 0;
 }

@@ -70,7 +70,7 @@ double test_accuracy(ddp::World& world, Net& net, const examples::Dataset& test)
   torch::Tensor counts = torch::zeros({2}, torch::kInt64);
   for (int64_t at = 0; at < len; at += 1000) {
     const int64_t n = std::min<int64_t>(1000, len - at);
-    torch::Tensor pred = net->forward(test.images.narrow(0, begin + at, n)).argmax(1);
+    torch::Tensor pred = net->forward(test.slice(begin + at, n)).argmax(1);
     counts[0] += pred.eq(test.labels.narrow(0, begin + at, n)).sum();
     counts[1] += n;
   }
@@ -149,8 +149,8 @@ int run(const Options& opt) {
   // its end continues with the next one.
   auto save = [&](int64_t epoch) {
     const bool epoch_done = sampler.position() >= sampler.num_samples();
-    ckpt->save(ddp::capture_state(*model.module(), optimizer, steps, epoch_done ? epoch + 1 : epoch,
-                                  epoch_done ? 0 : sampler.position()));
+    ckpt->save(*model.module(), optimizer, steps, epoch_done ? epoch + 1 : epoch,
+               epoch_done ? 0 : sampler.position());
   };
 
   const auto start = std::chrono::steady_clock::now();
@@ -171,7 +171,7 @@ int run(const Options& opt) {
       for (int64_t j = 0; j < group; ++j) {
         auto idx_vec = *sampler.next_batch(opt.batch_size);
         torch::Tensor idx = torch::tensor(idx_vec, torch::kInt64);
-        torch::Tensor x = train.images.index_select(0, idx);
+        torch::Tensor x = train.batch(idx);
         torch::Tensor y = train.labels.index_select(0, idx);
         torch::Tensor loss = torch::nn::functional::cross_entropy(model(x), y);
         loss_sum += loss.detach().to(torch::kFloat64);

@@ -185,7 +185,18 @@ void Checkpointer::save(TrainingState state) {
   last_save_ = std::chrono::steady_clock::now();
   last_step_ = state.step;
   auto shared = std::make_shared<TrainingState>(std::move(state));
-  in_flight_ = writer_->submit([this, shared] { write(*shared); });
+  in_flight_ = writer_->submit([this, shared] {
+    write(*shared);
+    recycled_ = shared;  // read by save() only after wait(): no race
+  });
+}
+
+void Checkpointer::save(const torch::nn::Module& model, torch::optim::Optimizer& optimizer, int64_t step,
+                        int64_t epoch, int64_t sampler_position) {
+  if (comm_.rank() != 0) return;
+  wait();  // the previous write is done: its buffers are free
+  auto reuse = std::move(recycled_);
+  save(capture_state(model, optimizer, step, epoch, sampler_position, reuse.get()));
 }
 
 void Checkpointer::wait() {

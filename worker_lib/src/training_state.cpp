@@ -22,6 +22,25 @@ at::Tensor host_copy(const at::Tensor& t) {
   return t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
 }
 
+// Copies t into `into` when that is a host tensor of the same shape and
+// dtype (no allocation, no page faults), else makes a new copy.
+at::Tensor host_copy_into(const at::Tensor& t, at::Tensor into) {
+  if (!t.defined()) return t;
+  if (into.defined() && into.device().is_cpu() && into.sizes() == t.sizes() &&
+      into.scalar_type() == t.scalar_type() && into.is_contiguous()) {
+    into.copy_(t.detach());
+    return into;
+  }
+  return host_copy(t);
+}
+
+// The tensor under `key` in m, or an undefined one.
+at::Tensor take(std::map<std::string, at::Tensor>* m, const std::string& key) {
+  if (!m) return at::Tensor();
+  auto it = m->find(key);
+  return it == m->end() ? at::Tensor() : std::move(it->second);
+}
+
 // The optimizer's state map is keyed by the parameter's TensorImpl, as a
 // string in LibTorch 1.13 and as a pointer in later versions.
 template <typename Map>
@@ -43,11 +62,14 @@ std::vector<at::Tensor> optimizer_params(torch::optim::Optimizer& opt) {
 }
 
 template <typename AdamState>
-void capture_adam(const AdamState& s, std::map<std::string, at::Tensor>& out) {
+void capture_adam(const AdamState& s, std::map<std::string, at::Tensor>& out,
+                  std::map<std::string, at::Tensor>* reuse) {
   out["step"] = at::tensor(s.step(), at::kLong);
-  out["exp_avg"] = host_copy(s.exp_avg());
-  out["exp_avg_sq"] = host_copy(s.exp_avg_sq());
-  if (s.max_exp_avg_sq().defined()) out["max_exp_avg_sq"] = host_copy(s.max_exp_avg_sq());
+  out["exp_avg"] = host_copy_into(s.exp_avg(), take(reuse, "exp_avg"));
+  out["exp_avg_sq"] = host_copy_into(s.exp_avg_sq(), take(reuse, "exp_avg_sq"));
+  if (s.max_exp_avg_sq().defined()) {
+    out["max_exp_avg_sq"] = host_copy_into(s.max_exp_avg_sq(), take(reuse, "max_exp_avg_sq"));
+  }
 }
 
 template <typename AdamState>
@@ -68,7 +90,7 @@ std::string kind_of(torch::optim::Optimizer& opt) {
   return "archive";
 }
 
-OptimizerState capture_optimizer(torch::optim::Optimizer& opt) {
+OptimizerState capture_optimizer(torch::optim::Optimizer& opt, OptimizerState* reuse) {
   OptimizerState o;
   o.kind = kind_of(opt);
   for (auto& g : opt.param_groups()) o.lr.push_back(g.options().get_lr());
@@ -82,17 +104,22 @@ OptimizerState capture_optimizer(torch::optim::Optimizer& opt) {
     return o;
   }
   auto& state = opt.state();
-  for (const auto& p : optimizer_params(opt)) {
+  const auto params = optimizer_params(opt);
+  const bool can_reuse = reuse && reuse->kind == o.kind && reuse->params.size() == params.size();
+  for (size_t i = 0; i < params.size(); ++i) {
     std::map<std::string, at::Tensor> entry;
-    auto it = state.find(state_key(state, p));
+    auto* old = can_reuse ? &reuse->params[i] : nullptr;
+    auto it = state.find(state_key(state, params[i]));
     if (it != state.end()) {
       if (o.kind == "sgd") {
         const auto& s = static_cast<const torch::optim::SGDParamState&>(*it->second);
-        if (s.momentum_buffer().defined()) entry["momentum_buffer"] = host_copy(s.momentum_buffer());
+        if (s.momentum_buffer().defined()) {
+          entry["momentum_buffer"] = host_copy_into(s.momentum_buffer(), take(old, "momentum_buffer"));
+        }
       } else if (o.kind == "adamw") {
-        capture_adam(static_cast<const torch::optim::AdamWParamState&>(*it->second), entry);
+        capture_adam(static_cast<const torch::optim::AdamWParamState&>(*it->second), entry, old);
       } else {
-        capture_adam(static_cast<const torch::optim::AdamParamState&>(*it->second), entry);
+        capture_adam(static_cast<const torch::optim::AdamParamState&>(*it->second), entry, old);
       }
     }
     o.params.push_back(std::move(entry));
@@ -165,14 +192,20 @@ at::Tensor bytes_tensor(const std::string& s) {
 }  // namespace
 
 TrainingState capture_state(const torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                            int64_t step, int64_t epoch, int64_t sampler_position) {
+                            int64_t step, int64_t epoch, int64_t sampler_position, TrainingState* reuse) {
+  at::NoGradGuard no_grad;
   TrainingState s;
   s.step = step;
   s.epoch = epoch;
   s.sampler_position = sampler_position;
-  for (const auto& p : model.named_parameters(true)) s.model[p.key()] = host_copy(p.value());
-  for (const auto& b : model.named_buffers(true)) s.model[b.key()] = host_copy(b.value());
-  s.optimizer = capture_optimizer(optimizer);
+  auto* old_model = reuse ? &reuse->model : nullptr;
+  for (const auto& p : model.named_parameters(true)) {
+    s.model[p.key()] = host_copy_into(p.value(), take(old_model, p.key()));
+  }
+  for (const auto& b : model.named_buffers(true)) {
+    s.model[b.key()] = host_copy_into(b.value(), take(old_model, b.key()));
+  }
+  s.optimizer = capture_optimizer(optimizer, reuse ? &reuse->optimizer : nullptr);
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   {
     std::lock_guard<std::mutex> lock(gen.mutex());

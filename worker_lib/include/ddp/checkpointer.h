@@ -4,7 +4,7 @@
 //   ddp::Checkpointer ckpt(world->cpu(), {.dir = "ckpt", .every_steps = 100});
 //   if (auto s = ckpt.restore()) ddp::apply_state(*s, *model, optimizer);  // collective
 //   ... after each optimizer step:
-//   if (ckpt.due(step)) ckpt.save(ddp::capture_state(*model, optimizer, step, epoch, pos));
+//   if (ckpt.due(step)) ckpt.save(*model, optimizer, step, epoch, pos);
 //
 // Files are DIR/ckpt-<step, 12 digits>-<crc32 of the file, 8 hex>.pt, written
 // to a temporary name, fsynced and renamed, so a reader sees whole files
@@ -75,6 +75,12 @@ class Checkpointer {
   // A failed earlier write is rethrown here.
   void save(TrainingState state);
 
+  // The same, capturing the state itself (only on rank 0) into the host
+  // buffers of the previous checkpoint once it is written: the copy, which
+  // is all that training waits for, then allocates nothing.
+  void save(const torch::nn::Module& model, torch::optim::Optimizer& optimizer, int64_t step, int64_t epoch,
+            int64_t sampler_position);
+
   // Waits for the write in flight; rethrows its failure.
   void wait();
 
@@ -94,6 +100,7 @@ class Checkpointer {
   mutable std::mutex path_mu_;  // last_path_ is set by the writer thread
   std::string last_path_;
   std::future<void> in_flight_;
+  std::shared_ptr<TrainingState> recycled_;  // the last state written, for its buffers
   std::unique_ptr<SerialWorker> writer_;
 };
 

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Recovery time: from SIGKILL of one of 4 workers to the first training step
+completed after the restart restored the checkpoint, for ddprun running
+examples/train and for torchrun (the anchor, --monitor_interval 0.1,
+--max_restarts 1) running the same job as a PyTorch DDP script
+(bench/recovery_torch.py), both checkpointing every 10 steps. Then the
+stall that checkpointing adds to a step (bench worker ddp_step_bench).
+
+    bench/recovery.py [--repeats 3]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+STEP = re.compile(r"step (\d+) done at ([0-9.]+)")
+
+
+def children(pid):
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(entry))
+    return sorted(out)
+
+
+def recovery_once(cmd, kill_at_step=40):
+    """Seconds from the SIGKILL to the first step done after 'resumed from'."""
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+    killed_at = None
+    resumed = False
+    try:
+        for line in job.stdout:
+            if killed_at is None:
+                m = STEP.search(line)
+                if m and int(m.group(1)) >= kill_at_step:
+                    victim = children(job.pid)[-1]  # one worker
+                    killed_at = time.time()
+                    os.kill(victim, signal.SIGKILL)
+            elif "resumed from" in line:
+                resumed = True
+            elif resumed:
+                m = STEP.search(line)
+                if m:
+                    return float(m.group(2)) - killed_at
+        raise RuntimeError("the job ended before recovering: " + " ".join(cmd))
+    finally:
+        job.send_signal(signal.SIGTERM)
+        try:
+            job.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.wait()
+
+
+def median_recovery(make_cmd, repeats):
+    times = []
+    for _ in range(repeats):
+        ckpt = tempfile.mkdtemp(prefix="ddprun-recovery-")
+        try:
+            times.append(recovery_once(make_cmd(ckpt)))
+        finally:
+            shutil.rmtree(ckpt, ignore_errors=True)
+    return statistics.median(times), min(times), max(times)
+
+
+def stall(args, model, every, ckpt):
+    cmd = [os.path.join(args.build, "ddprun"), "--nproc", "4", os.path.join(args.build, "ddp_step_bench"),
+           "--model", model, "--steps", str(args.stall_steps), "--checkpoint-dir", ckpt,
+           "--checkpoint-every", str(every)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if line.startswith("[rank0]:{"):
+            return json.loads(line[len("[rank0]:"):])
+    raise RuntimeError(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--stall-steps", type=int, default=30)
+    p.add_argument("--build", default=os.path.join(ROOT, "build", "bin"))
+    p.add_argument("--torchrun", default=os.path.join(ROOT, "..", "shared", "anchors", "torchrun-compat.py"))
+    p.add_argument("--python", default="/usr/bin/python3", help="the Python with torch 1.13 (python3-torch)")
+    args = p.parse_args()
+
+    ours = lambda ckpt: [os.path.join(args.build, "ddprun"), "--nproc", "4", "--max-restarts", "1",
+                         os.path.join(args.build, "train"), "--epochs", "3", "--checkpoint-dir", ckpt,
+                         "--checkpoint-every", "10", "--print-steps"]
+    theirs = lambda ckpt: [args.python, args.torchrun, "--monitor_interval", "0.1", "--max_restarts", "1",
+                           "--nproc_per_node", "4", os.path.join(HERE, "recovery_torch.py"), "--checkpoint-dir",
+                           ckpt, "--checkpoint-every", "10"]
+    rows = [("ddprun + train (C++)", median_recovery(ours, args.repeats))]
+    if os.path.exists(args.torchrun):
+        rows.append(("torchrun + PyTorch DDP script (anchor)", median_recovery(theirs, args.repeats)))
+    print("## Recovery: SIGKILL of 1 of 4 workers -> first step after restore (checkpoint every 10 steps), "
+          "median of %d\n" % args.repeats)
+    print("| launcher + job | median s | min..max s |")
+    print("|---|---:|---:|")
+    for name, (med, lo, hi) in rows:
+        print("| %s | %.2f | %.2f..%.2f |" % (name, med, lo, hi))
+    if len(rows) == 2:
+        ratio = rows[0][1][0] / rows[1][1][0]
+        print("\nddprun / torchrun = %.3f (1/%.1f); goal <= 1/5 and < 1 s: %s" %
+              (ratio, 1 / ratio, "met" if ratio <= 0.2 and rows[0][1][0] < 1 else "NOT met"))
+
+    print("\n## Checkpoint stall, 4 ranks, %d steps\n" % args.stall_steps)
+    print("| model | checkpoint every | ms/step | stall per checkpoint ms | stall / step | step time vs none |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for model in ("cnn", "wide-mlp"):
+        ckpt = tempfile.mkdtemp(prefix="ddprun-stall-")
+        try:
+            base = stall(args, model, 0, ckpt)["ms_per_step"]
+            print("| %s | never | %.1f | - | - | 1.00 |" % (model, base))
+            for every in (10, 1):
+                r = stall(args, model, every, ckpt)
+                print("| %s | %d | %.1f | %.1f | %.1f%% | %.2f |" % (
+                    model, every, r["ms_per_step"], r["checkpoint_stall_ms"],
+                    100 * r["checkpoint_stall_ms"] / base, r["ms_per_step"] / base), flush=True)
+        finally:
+            shutil.rmtree(ckpt, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
