@@ -117,7 +117,11 @@ TEST(FaultTolerance, StandbyWorkersTakeOverAfterAKillAndNoneIsLeft) {
   auto before = ddptest::children_of(p.pid());
   ASSERT_EQ(before.size(), 4u);
   seen.insert(before.begin(), before.end());
-  kill(before.front(), SIGKILL);
+  std::vector<pid_t> working, waiting;
+  for (pid_t pid : before) (ddptest::started_as_standby(pid) ? waiting : working).push_back(pid);
+  ASSERT_EQ(working.size(), 2u);
+  ASSERT_EQ(waiting.size(), 2u);
+  kill(working.front(), SIGKILL);
   ASSERT_TRUE(p.wait_for_line([](const std::string& l) { return contains(l, "resumed from"); }, 60s)) << p.out();
   for (pid_t pid : ddptest::children_of(p.pid())) seen.insert(pid);
   Finished f = p.finish();

@@ -164,6 +164,12 @@ std::vector<pid_t> children_of(pid_t parent) {
   return out;
 }
 
+bool started_as_standby(pid_t pid) {
+  std::ifstream env("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(env)), {});
+  return all.find("DDPRUN_STANDBY_FD=") != std::string::npos;
+}
+
 bool exits_within(pid_t pid, std::chrono::milliseconds timeout) {
   int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
   if (fd < 0) return errno == ESRCH;  // already gone

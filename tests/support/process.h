@@ -61,6 +61,10 @@ std::vector<std::string> lines(const std::string& text);
 // The pids of pid's live child processes (from /proc).
 std::vector<pid_t> children_of(pid_t pid);
 
+// Whether pid was started as a --standby worker (its initial environment
+// holds DDPRUN_STANDBY_FD).
+bool started_as_standby(pid_t pid);
+
 // Whether process pid exits within timeout (works for processes that are not
 // our children, through a pidfd). True if it is already gone.
 bool exits_within(pid_t pid, std::chrono::milliseconds timeout);
