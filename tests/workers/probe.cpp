@@ -57,6 +57,11 @@ ddprun::GrpcStore job_store() {
   return ddprun::GrpcStore(getenv("DDPRUN_RDZV_ADDR"), getenv("DDPRUN_JOB_ID"));
 }
 
+// A key of this rendezvous round: a restarted group must not see the last one's.
+std::string round_key(const std::string& key) {
+  return "probe/round" + std::string(getenv("DDPRUN_ROUND") ? getenv("DDPRUN_ROUND") : "?") + "/" + key;
+}
+
 // Blocks the signals we report, then says "ready" (and, when asked, tells
 // the store), then reports signals until told to stop.
 int wait_for_signals(bool ignore_term, bool announce_in_store = false) {
@@ -65,7 +70,7 @@ int wait_for_signals(bool ignore_term, bool announce_in_store = false) {
   for (int s : {SIGTERM, SIGUSR1, SIGUSR2, SIGINT, SIGHUP}) sigaddset(&set, s);
   sigprocmask(SIG_BLOCK, &set, nullptr);
   say(1, "ready " + std::to_string(getpid()) + "\n");
-  if (announce_in_store) job_store().set("ready/" + std::to_string(env_int("RANK")), "1");
+  if (announce_in_store) job_store().set(round_key("ready/" + std::to_string(env_int("RANK"))), "1");
   while (true) {
     int sig = 0;
     if (sigwait(&set, &sig) != 0) return 3;
@@ -134,7 +139,7 @@ int main(int argc, char** argv) {
     if (env_int("RANK") == failing) {
       std::vector<std::string> others;
       for (int r = 0; r < env_int("WORLD_SIZE"); ++r) {
-        if (r != failing) others.push_back("ready/" + std::to_string(r));
+        if (r != failing) others.push_back(round_key("ready/" + std::to_string(r)));
       }
       job_store().wait(others, std::chrono::seconds(60));
       say(2, "rank " + std::string(argv[2]) + " is failing on purpose\n");
