@@ -136,7 +136,8 @@ TEST(FaultTolerance, StandbyWorkersTakeOverAfterAKillAndNoneIsLeft) {
 TEST(FaultTolerance, AStoppedWorkerIsFoundHungAndTheJobRecovers) {
   const std::string want = reference_checksum();
   const fs::path dir = temp("stop-ckpt"), summary = temp("stop.json");
-  Process p(train_job({"--max-restarts", "1", "--hang-timeout", "3"},
+  // Generous limits: a loaded CI machine must not make a healthy worker look hung.
+  Process p(train_job({"--max-restarts", "2", "--hang-timeout", "5"},
                       {"--checkpoint-dir", dir.string(), "--checkpoint-every", "10", "--summary-json",
                        summary.string()}));
   ASSERT_TRUE(reach_step(p, 40)) << p.out();
@@ -146,7 +147,7 @@ TEST(FaultTolerance, AStoppedWorkerIsFoundHungAndTheJobRecovers) {
   Finished f = p.finish();
   ASSERT_EQ(f.exit_code, 0) << f.err;
   EXPECT_TRUE(contains(f.err, "hung: no heartbeat for")) << f.err;
-  EXPECT_TRUE(contains(f.err, "restarting the workers (restart 1 of 1)")) << f.err;
+  EXPECT_TRUE(contains(f.err, "restarting the workers (restart 1 of 2)")) << f.err;
   EXPECT_TRUE(contains(f.out, "resumed from")) << f.out;
   EXPECT_EQ(checksum_in(summary), want);
   fs::remove_all(dir);
