@@ -63,6 +63,14 @@ int resolve_nproc(const std::string& spec, const HostFacts& facts) {
   return std::stoi(spec);  // checked by parse_command_line
 }
 
+namespace {
+
+std::chrono::milliseconds from_seconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+}  // namespace
+
 LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   if (o.max_nodes > 1) {
     throw UsageError("--nnodes " + std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes) +
@@ -94,14 +102,14 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
 
   a.run_id = o.rdzv_id.empty() ? random_run_id() : o.rdzv_id;
   a.rdzv = RoundSettings{o.min_nodes, o.max_nodes,
-                         std::chrono::milliseconds(static_cast<int64_t>(o.last_call_s * 1000))};
+                         from_seconds(o.last_call_s)};
   a.node_rank = o.node_rank;
   a.wants_nccl_id = facts.gpu_count > 0;
-  a.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.join_timeout_s * 1000));
+  a.join_timeout = from_seconds(o.join_timeout_s);
   a.max_restarts = o.max_restarts;
-  a.monitor_interval = std::chrono::milliseconds(static_cast<int64_t>(o.monitor_interval_s * 1000));
-  a.stop_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.stop_timeout_s * 1000));
-  a.hang_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.hang_timeout_s * 1000));
+  a.monitor_interval = from_seconds(o.monitor_interval_s);
+  a.stop_timeout = from_seconds(o.stop_timeout_s);
+  a.hang_timeout = from_seconds(o.hang_timeout_s);
   a.standby = o.standby && o.max_restarts > 0;
   a.log_dir = o.log_dir;
   a.tee = o.tee;

@@ -75,7 +75,7 @@ Reducer::Reducer(std::vector<NamedTensor> params, std::vector<NamedTensor> buffe
     broadcast_state(params_);
   }
   broadcast_state(buffers_);
-  if (options_.strategy == SyncStrategy::kOverlap || options_.strategy == SyncStrategy::kBucketed) {
+  if (hook_driven()) {
     build_buckets();
   }
 }
@@ -254,7 +254,7 @@ void Reducer::average_bucket(Bucket& b) {
 
 void Reducer::finalize() {
   if (!sync_enabled_) return;
-  if (options_.strategy == SyncStrategy::kOverlap || options_.strategy == SyncStrategy::kBucketed) {
+  if (hook_driven()) {
     finalize_hooked();
   } else {
     finalize_after_backward();
@@ -270,11 +270,14 @@ void Reducer::throw_unused(const std::vector<size_t>& missing) {
 }
 
 std::vector<bool> Reducer::used_anywhere(const std::vector<bool>& used_here) {
-  at::Tensor flags = at::zeros({static_cast<int64_t>(used_here.size())}, at::kInt);
-  for (size_t i = 0; i < used_here.size(); ++i) flags[i] = used_here[i] ? 1 : 0;
+  // Runs every step with find_unused_parameters: fill and read the flags
+  // through their memory, not one tensor op per parameter.
+  at::Tensor flags = at::empty({static_cast<int64_t>(used_here.size())}, at::kInt);
+  int32_t* f = flags.data_ptr<int32_t>();
+  for (size_t i = 0; i < used_here.size(); ++i) f[i] = used_here[i] ? 1 : 0;
   comm_.all_reduce(flags, ReduceOp::kSum);
   std::vector<bool> used(used_here.size());
-  for (size_t i = 0; i < used.size(); ++i) used[i] = flags[i].item<int>() > 0;
+  for (size_t i = 0; i < used.size(); ++i) used[i] = f[i] > 0;
   return used;
 }
 

@@ -106,6 +106,10 @@ class Reducer {
     std::future<void> work;
   };
 
+  // kOverlap and kBucketed sync during backward, through hooks and buckets.
+  bool hook_driven() const {
+    return options_.strategy == SyncStrategy::kOverlap || options_.strategy == SyncStrategy::kBucketed;
+  }
   void check_same_model();
   void broadcast_state(const std::vector<NamedTensor>& tensors);
   void verify_params();
