@@ -1,12 +1,15 @@
 #include "agent/agent.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <spdlog/spdlog.h>
+#include <thread>
 
 namespace ddprun {
 namespace {
@@ -28,8 +31,13 @@ std::string make_temp_dir(const std::string& run_id) {
 
 }  // namespace
 
-Agent::Agent(AgentConfig config, RendezvousClient& rdzv, SignalChannel& signals)
-    : cfg_(std::move(config)), rdzv_(rdzv), signals_(signals) {}
+Agent::Agent(AgentConfig config, RendezvousClient& rdzv, SignalChannel& signals,
+             std::function<size_t()> nodes_in_job)
+    : cfg_(std::move(config)),
+      rdzv_(rdzv),
+      signals_(signals),
+      nodes_in_job_(std::move(nodes_in_job)),
+      node_id_(cfg_.host + ":" + std::to_string(getpid())) {}
 
 Agent::~Agent() { dismiss_standbys(); }
 
@@ -68,9 +76,11 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
   const Assignment& a = joined.assignment;
   JobEnv job;
   job.role = cfg_.role;
-  job.master_addr = cfg_.master_addr;
-  job.master_port = cfg_.master_port;
-  job.restart_count = attempt;
+  // Across nodes MASTER_ADDR is node 0's address as the others reach it.
+  const bool remote_master = a.num_nodes > 1 && !a.master_addr.empty();
+  job.master_addr = remote_master ? a.master_addr : cfg_.master_addr;
+  job.master_port = remote_master && a.master_port > 0 ? a.master_port : cfg_.master_port;
+  job.restart_count = a.restart_count;
   job.max_restarts = cfg_.max_restarts;
   job.run_id = cfg_.run_id;
   job.rdzv_address = cfg_.rdzv_address;
@@ -124,80 +134,216 @@ void Agent::dismiss_standbys() {
   standbys_.clear();
 }
 
-int Agent::run() {
-  prepare_files();
-  int exit_code = kExitWorkerFailed;
-  for (int attempt = 0; attempt <= cfg_.max_restarts; ++attempt) {
-    if (int sig = pending_stop_signal()) {
-      exit_code = 128 + sig;
-      break;
-    }
-    JoinArgs join;
-    join.job_id = cfg_.run_id;
-    join.node = NodeSpec{cfg_.host + ":" + std::to_string(getpid()), cfg_.host, cfg_.nproc, cfg_.local_addr,
-                         cfg_.node_rank, cfg_.wants_nccl_id};
-    join.settings = cfg_.rdzv;
-    join.timeout = cfg_.join_timeout;
-    JoinResult joined;
-    try {
-      joined = rdzv_.join(join);
-    } catch (const std::exception& e) {
-      spdlog::error("{}", e.what());
-      exit_code = kExitWorkerFailed;
-      break;
-    }
-    if (cfg_.wants_nccl_id && joined.nccl_id.empty()) {
-      spdlog::warn("no NCCL id for round {}: {}", joined.assignment.round, joined.nccl_id_error);
-    }
-    const Assignment& a = joined.assignment;
-    spdlog::debug("round {}: node {} of {}, ranks {}..{} of {}", a.round, a.node_rank, a.num_nodes,
-                  a.first_global_rank, a.first_global_rank + cfg_.nproc - 1, a.world_size);
-
-    std::vector<WorkerLaunch> launches = make_launches(attempt, joined);
-    if (standbys_.size() == launches.size()) {
-      for (size_t i = 0; i < launches.size(); ++i) launches[i].standby = std::move(standbys_[i]);
-      standbys_.clear();
-    }
-    dismiss_standbys();  // a set of the wrong size is of no use
-
-    GroupResult result;
-    try {
-      GroupOptions go;
-      go.host = cfg_.host;
-      go.stop_timeout = cfg_.stop_timeout;
-      go.heartbeats = heartbeats_.get();
-      go.hang_timeout = cfg_.hang_timeout;
-      go.monitor_interval = cfg_.monitor_interval;
-      if (cfg_.standby && attempt < cfg_.max_restarts) {
-        // Once every worker is past its start (it beats), warm up the next set.
-        go.on_all_beating = [this, attempt, &joined] { spawn_standbys(attempt + 1, joined); };
-      }
-      if (heartbeats_) heartbeats_->reset();
-      WorkerGroup group(std::move(launches), signals_, go);
-      result = group.run();
-    } catch (const std::exception& e) {
-      spdlog::error("{}", e.what());
-      exit_code = kExitWorkerFailed;
-      break;
-    }
-    if (result.outcome == GroupResult::kSucceeded) {
-      exit_code = kExitOk;
-      break;
-    }
-    SummaryContext ctx{cfg_.run_id, attempt, cfg_.max_restarts, result.stopped_count,
-                       result.outcome == GroupResult::kStoppedBySignal ? "stopped by " + signal_name(result.signal)
-                                                                       : ""};
-    write_all(cfg_.console_err_fd, format_failure_summary(result.failures, ctx));
-    if (result.outcome == GroupResult::kStoppedBySignal) {
-      exit_code = 128 + result.signal;
-      break;
-    }
-    if (attempt < cfg_.max_restarts) {
-      spdlog::warn("restarting the workers (restart {} of {}{})", attempt + 1, cfg_.max_restarts,
-                   standbys_.empty() ? "" : ", from standby");
-    }
+// Joins the next round. The join runs on a thread of its own so that this
+// loop keeps reading signals: a stop signal cancels the join at once.
+JoinEnd Agent::join_round(const JoinIntent& intent) {
+  JoinEnd end;
+  if (int sig = pending_stop_signal()) {
+    end.signal = sig;
+    return end;
+  }
+  JoinArgs args;
+  args.job_id = cfg_.run_id;
+  args.node = NodeSpec{node_id_,         cfg_.host,          cfg_.nproc,       cfg_.local_addr,
+                       cfg_.node_rank,   cfg_.wants_nccl_id, cfg_.master_port};
+  args.settings = cfg_.rdzv;
+  args.intent = intent;
+  args.lease = cfg_.lease_timeout;
+  args.timeout = cfg_.join_timeout;
+  if (cfg_.rdzv.max_nodes > 1) {
+    spdlog::info("joining job {} at {} as {} ({} node(s) needed, up to {})", cfg_.run_id,
+                 cfg_.rdzv_address, node_id_, cfg_.rdzv.min_nodes, cfg_.rdzv.max_nodes);
   }
 
+  JoinCanceller canceller;
+  const int done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (done_fd < 0) throw std::runtime_error("eventfd failed for the join");
+  std::thread joiner([&] {
+    try {
+      end.joined = rdzv_.join(args, &canceller);
+    } catch (const RendezvousCallError& e) {
+      end.error = e.what();
+      end.job_ended = e.job_ended();
+    } catch (const std::exception& e) {
+      end.error = e.what();
+    }
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(done_fd, &one, sizeof(one));
+  });
+  int stop = 0;
+  while (true) {
+    pollfd fds[2] = {{signals_.fd(), POLLIN, 0}, {done_fd, POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    if (fds[0].revents & POLLIN) {
+      while (auto sig = signals_.next()) {
+        if (!is_stop_signal(*sig) || stop != 0) continue;
+        stop = *sig;
+        spdlog::warn("received {} while joining: giving up the join", signal_name(stop));
+        canceller.cancel();
+      }
+    }
+    if (fds[1].revents & POLLIN) break;
+  }
+  joiner.join();
+  close(done_fd);
+  if (lease_) lease_->reset();  // news from before this join is stale
+  if (stop != 0) {
+    end.signal = stop;
+    if (end.joined) end.joined.reset();  // joined at the last moment: leave all the same
+  }
+  return end;
+}
+
+GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& life) {
+  const Assignment& a = joined.assignment;
+  if (cfg_.wants_nccl_id && joined.nccl_id.empty()) {
+    spdlog::warn("no NCCL id for round {}: {}", a.round, joined.nccl_id_error);
+  }
+  auto log = a.num_nodes > 1 ? spdlog::level::info : spdlog::level::debug;
+  spdlog::log(log, "round {}: node rank {} of {}, ranks {}..{} of {}", a.round, a.node_rank,
+              a.num_nodes, a.first_global_rank, a.first_global_rank + cfg_.nproc - 1, a.world_size);
+
+  std::vector<WorkerLaunch> launches = make_launches(attempt, joined);
+  if (standbys_.size() == launches.size()) {
+    for (size_t i = 0; i < launches.size(); ++i) launches[i].standby = std::move(standbys_[i]);
+    standbys_.clear();
+  }
+  dismiss_standbys();  // a set of the wrong size is of no use
+
+  GroupOptions go;
+  go.host = cfg_.host;
+  go.stop_timeout = cfg_.stop_timeout;
+  go.heartbeats = heartbeats_.get();
+  go.hang_timeout = cfg_.hang_timeout;
+  go.monitor_interval = cfg_.monitor_interval;
+  if (cfg_.standby && life.can_restart()) {
+    // Once every worker is past its start (it beats), warm up the next set.
+    go.on_all_beating = [this, attempt, &joined] { spawn_standbys(attempt + 1, joined); };
+  }
+  if (lease_) {
+    go.control_fd = lease_->fd();
+    go.on_control = [this, &life]() -> std::optional<std::string> {
+      LeaseStatus st = lease_->take();
+      if (st.contact_lost) return life.on_contact_lost() + " (" + st.error + ")";
+      if (!st.view) return std::nullopt;
+      if (st.view->nodes_waiting > nodes_waiting_) {
+        spdlog::info("{} node(s) wait to join; the job runs at its --nnodes maximum of {}",
+                     st.view->nodes_waiting, cfg_.rdzv.max_nodes);
+      }
+      nodes_waiting_ = st.view->nodes_waiting;
+      return life.on_view(*st.view);
+    };
+  }
+  if (heartbeats_) heartbeats_->reset();
+  WorkerGroup group(std::move(launches), signals_, go);
+  GroupResult result = group.run();
+
+  GroupEnd end;
+  switch (result.outcome) {
+    case GroupResult::kSucceeded: end.outcome = GroupEnd::kSucceeded; break;
+    case GroupResult::kWorkerFailed: end.outcome = GroupEnd::kWorkerFailed; break;
+    case GroupResult::kStoppedForRound: end.outcome = GroupEnd::kStoppedForRound; break;
+    case GroupResult::kStoppedBySignal:
+      end.outcome = GroupEnd::kStoppedBySignal;
+      end.signal = result.signal;
+      break;
+  }
+  if (end.outcome == GroupEnd::kWorkerFailed || end.outcome == GroupEnd::kStoppedBySignal) {
+    SummaryContext ctx{cfg_.run_id, a.restart_count, cfg_.max_restarts, result.stopped_count,
+                       end.outcome == GroupEnd::kStoppedBySignal
+                           ? "stopped by " + signal_name(result.signal)
+                           : ""};
+    write_all(cfg_.console_err_fd, format_failure_summary(result.failures, ctx));
+  }
+  if (end.outcome == GroupEnd::kWorkerFailed && life.can_restart()) {
+    spdlog::warn("restarting the workers (restart {} of {}{})", a.restart_count + 1,
+                 cfg_.max_restarts, standbys_.empty() ? "" : ", from standby");
+  }
+  return end;
+}
+
+void Agent::leave(LeaveKind kind, const std::string& message) {
+  try {
+    rdzv_.leave(cfg_.run_id, node_id_, kind, message, std::chrono::seconds(5));
+  } catch (const std::exception& e) {
+    // The rendezvous may be gone (its host finished or died): nothing to tell.
+    spdlog::debug("{}", e.what());
+  }
+}
+
+// The agent that hosts the rendezvous stays until every node has left (or
+// its lease ran out), so a node that finishes first does not pull the
+// rendezvous from under the others. Signals end the wait.
+void Agent::await_others() {
+  if (!nodes_in_job_) return;
+  const auto deadline = std::chrono::steady_clock::now() + cfg_.join_timeout;
+  size_t announced = 0;
+  while (true) {
+    const size_t left = nodes_in_job_();
+    if (left == 0) return;
+    if (left != announced) {
+      spdlog::info("waiting for {} other node(s) to leave before closing the rendezvous", left);
+      announced = left;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      spdlog::warn("{} node(s) still in the job after {} s; closing the rendezvous", left,
+                   cfg_.join_timeout.count() / 1000);
+      return;
+    }
+    pollfd fd{signals_.fd(), POLLIN, 0};
+    if (poll(&fd, 1, static_cast<int>(cfg_.monitor_interval.count())) > 0) {
+      if (pending_stop_signal() != 0) return;
+    }
+  }
+}
+
+int Agent::run() {
+  prepare_files();
+  if (cfg_.lease_timeout.count() > 0) {
+    lease_ = std::make_unique<LeaseKeeper>(
+        rdzv_, LeaseOptions{cfg_.run_id, node_id_, cfg_.keep_alive_interval, cfg_.lease_timeout});
+  }
+  Lifecycle life(LifecycleOptions{cfg_.max_restarts, cfg_.hosts_rendezvous});
+  std::optional<JoinResult> joined;
+  int attempt = 0;
+  int exit_code = kExitWorkerFailed;
+  Action act = life.start();
+  try {
+    while (act.kind != Action::kExit) {
+      switch (act.kind) {
+        case Action::kJoin: {
+          JoinEnd end = join_round(act.intent);
+          if (end.joined) joined = end.joined;
+          if (!end.joined && end.signal == 0) spdlog::error("{}", end.error);
+          act = life.on_join(end);
+          break;
+        }
+        case Action::kRunWorkers:
+          act = life.on_group_end(run_workers(attempt++, *joined, life));
+          break;
+        case Action::kLeave:
+          if (act.leave == LeaveKind::kFailed && cfg_.rdzv.max_nodes > 1) {
+            spdlog::error("this node fails the job: {}", act.message);
+          }
+          leave(act.leave, act.message);
+          act = life.on_left();
+          break;
+        case Action::kAwaitOthers:
+          await_others();
+          act = life.on_others_gone();
+          break;
+        case Action::kExit:
+          break;
+      }
+    }
+    exit_code = act.exit_code;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    leave(LeaveKind::kFailed, e.what());
+    exit_code = kExitWorkerFailed;
+  }
+
+  lease_.reset();
   dismiss_standbys();
   heartbeats_.reset();
   if (files_dir_is_temp_) {

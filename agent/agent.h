@@ -1,14 +1,19 @@
 // The per-node agent: joins a rendezvous round, runs the node's workers as a
-// WorkerGroup, and on failure restarts them in a new round until
-// --max-restarts is used up. With --standby it keeps a warm set of workers
+// WorkerGroup, holds the node's lease, and follows the job from round to
+// round (restarts after failures, lost nodes, late joiners) until it ends.
+// What to do next is decided by the Lifecycle (pure policy); this class only
+// carries its actions out. With --standby it keeps a warm set of workers
 // ready for the next restart.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "agent/agent_config.h"
 #include "agent/heartbeat_table.h"
+#include "agent/lease_keeper.h"
+#include "agent/lifecycle.h"
 #include "agent/signals.h"
 #include "agent/standby.h"
 #include "agent/worker_group.h"
@@ -24,7 +29,10 @@ constexpr int kExitUsage = 2;
 
 class Agent {
  public:
-  Agent(AgentConfig config, RendezvousClient& rdzv, SignalChannel& signals);
+  // nodes_in_job: for the agent that hosts the rendezvous, how many nodes
+  // are still in the job (it waits for 0 before it exits).
+  Agent(AgentConfig config, RendezvousClient& rdzv, SignalChannel& signals,
+        std::function<size_t()> nodes_in_job = nullptr);
   ~Agent();  // dismisses unused standby workers
   // Runs the job; returns ddprun's exit code. Failure summaries go to the
   // console's stderr.
@@ -41,14 +49,24 @@ class Agent {
   void spawn_standbys(int attempt, const JoinResult& guess);
   void dismiss_standbys();
 
+  // The lifecycle's actions.
+  JoinEnd join_round(const JoinIntent& intent);
+  GroupEnd run_workers(int attempt, const JoinResult& joined, Lifecycle& life);
+  void leave(LeaveKind kind, const std::string& message);
+  void await_others();
+
   AgentConfig cfg_;
   RendezvousClient& rdzv_;
   SignalChannel& signals_;
+  std::function<size_t()> nodes_in_job_;
+  std::string node_id_;
   std::string files_dir_;  // log dir, or a temporary folder for error files
   bool files_dir_is_temp_ = false;
   bool wants_files_ = false;
   std::unique_ptr<HeartbeatTable> heartbeats_;
+  std::unique_ptr<LeaseKeeper> lease_;
   std::vector<Standby> standbys_;  // for the next attempt
+  int nodes_waiting_ = 0;          // late nodes last reported waiting
 };
 
 }  // namespace ddprun

@@ -36,6 +36,12 @@ struct AgentConfig {
   int node_rank = -1;  // -1: assigned by the rendezvous
   bool wants_nccl_id = false;
   std::chrono::milliseconds join_timeout{std::chrono::minutes(10)};
+  // Multi-node jobs hold a lease on the rendezvous by keep-alive; 0 turns
+  // it off (one-node jobs, whose rendezvous lives in the same process).
+  std::chrono::milliseconds keep_alive_interval{250};
+  std::chrono::milliseconds lease_timeout{0};
+  // This agent hosts the rendezvous, so it stays until every node has left.
+  bool hosts_rendezvous = false;
 
   // Supervision.
   int max_restarts = 0;

@@ -236,6 +236,17 @@ void WorkerGroup::check_heartbeats() {
   }
 }
 
+// Only while the workers run on their own: once they are stopping for any
+// reason, outside news changes nothing.
+void WorkerGroup::check_control() {
+  if (stopping_ || !options_.on_control) return;
+  if (auto why = options_.on_control()) {
+    spdlog::warn("{}: stopping the workers for the next round", *why);
+    round_stop_ = *why;
+    begin_stop(SIGTERM);
+  }
+}
+
 GroupResult WorkerGroup::run() {
   try {
     start_all();
@@ -251,6 +262,12 @@ GroupResult WorkerGroup::run() {
     owners.clear();
     fds.push_back({signals_.fd(), POLLIN, 0});
     owners.push_back({nullptr, -1});
+    const bool control = options_.control_fd >= 0 && options_.on_control;
+    if (control) {
+      fds.push_back({options_.control_fd, POLLIN, 0});
+      owners.push_back({nullptr, -1});
+    }
+    const size_t first_worker = control ? 2 : 1;
     for (auto& w : workers_) {
       for (int i = 0; i < 2; ++i) {
         if (w->fds[i] >= 0) {
@@ -270,12 +287,13 @@ GroupResult WorkerGroup::run() {
     int n = poll(fds.data(), fds.size(), timeout_ms);
     if (n < 0 && errno != EINTR) throw std::runtime_error("poll failed");
 
-    for (size_t i = 1; i < fds.size(); ++i) {
+    for (size_t i = first_worker; i < fds.size(); ++i) {
       if (fds[i].revents) drain(*owners[i].first, /*until_eof=*/false);
     }
     if (fds[0].revents & POLLIN) {
       while (auto sig = signals_.next()) handle_signal(*sig);
     }
+    if (control && (fds[1].revents & POLLIN)) check_control();
     check_heartbeats();
     if (stopping_ && !killed_ && std::chrono::steady_clock::now() >= kill_at_ && any_running()) {
       spdlog::warn("workers still running {} ms after being asked to stop: sending SIGKILL",
@@ -290,6 +308,9 @@ GroupResult WorkerGroup::run() {
     result_.signal = stop_signal_;
   } else if (!result_.failures.empty()) {
     result_.outcome = GroupResult::kWorkerFailed;
+  } else if (!round_stop_.empty()) {
+    result_.outcome = GroupResult::kStoppedForRound;
+    result_.stop_reason = round_stop_;
   }
   return result_;
 }

@@ -33,11 +33,12 @@ struct WorkerLaunch {
 };
 
 struct GroupResult {
-  enum Outcome { kSucceeded, kWorkerFailed, kStoppedBySignal };
+  enum Outcome { kSucceeded, kWorkerFailed, kStoppedBySignal, kStoppedForRound };
   Outcome outcome = kSucceeded;
   int signal = 0;                   // for kStoppedBySignal
   std::vector<WorkerExit> failures;  // workers that failed on their own
   int stopped_count = 0;             // workers the group stopped
+  std::string stop_reason;           // for kStoppedForRound
 };
 
 struct GroupOptions {
@@ -51,6 +52,11 @@ struct GroupOptions {
   std::chrono::milliseconds monitor_interval{100};
   // Called once, the first time every worker has beaten (needs heartbeats).
   std::function<void()> on_all_beating;
+  // News from outside the node (the lease keeper's fd): when control_fd is
+  // readable, on_control says why the workers must stop (a new round, the
+  // job failed), or nullopt.
+  int control_fd = -1;
+  std::function<std::optional<std::string>()> on_control;
 };
 
 class WorkerGroup {
@@ -70,6 +76,7 @@ class WorkerGroup {
   void drain(Worker& w, bool until_eof);
   void begin_stop(int sig);
   void check_heartbeats();
+  void check_control();
   bool watching_heartbeats() const {
     return options_.heartbeats && (options_.hang_timeout.count() > 0 || options_.on_all_beating);
   }
@@ -84,6 +91,7 @@ class WorkerGroup {
   bool stopping_ = false;
   bool killed_ = false;
   int stop_signal_ = 0;  // the signal that asked us to stop, 0 for a failure
+  std::string round_stop_;  // why the group was told to stop from outside
   std::chrono::steady_clock::time_point kill_at_;
   GroupResult result_;
 };

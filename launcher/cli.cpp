@@ -1,6 +1,7 @@
 #include "launcher/cli.h"
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 
@@ -85,7 +86,19 @@ void parse_endpoint(const std::string& value, CliOptions& o) {
   o.rdzv_port = port.empty() ? 29400 : parse_int("--rdzv-endpoint port", port, 0, 65535);
 }
 
+// on/off/auto for --rdzv-host; torchrun's is_host takes true/false/1/0.
+std::string parse_host_mode(const std::string& flag, const std::string& value) {
+  std::string v;
+  for (char c : value) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (v == "auto") return "auto";
+  if (v == "on" || v == "1" || v == "true" || v == "yes") return "on";
+  if (v == "off" || v == "0" || v == "false" || v == "no") return "off";
+  throw UsageError(flag + ": expected on, off or auto, got " + quote(value));
+}
+
 void parse_rdzv_conf(const std::string& value, CliOptions& o) {
+  int max_attempts = 0;
+  bool lease_given = false;
   size_t start = 0;
   while (start < value.size()) {
     size_t end = value.find(',', start);
@@ -102,13 +115,29 @@ void parse_rdzv_conf(const std::string& value, CliOptions& o) {
       o.join_timeout_s = parse_seconds("--rdzv-conf join_timeout", val, false);
     } else if (key == "last_call_timeout") {
       o.last_call_s = parse_seconds("--rdzv-conf last_call_timeout", val, true);
-    } else if (key == "close_timeout" || key == "timeout" || key == "is_host" ||
-               key == "read_timeout" || key == "keep_alive_interval") {
+    } else if (key == "keep_alive_interval") {
+      o.keep_alive_s = parse_seconds("--rdzv-conf keep_alive_interval", val, false);
+    } else if (key == "lease_timeout") {
+      o.lease_s = parse_seconds("--rdzv-conf lease_timeout", val, false);
+      lease_given = true;
+    } else if (key == "keep_alive_max_attempt") {
+      max_attempts = parse_int("--rdzv-conf keep_alive_max_attempt", val, 1, 1000);
+    } else if (key == "is_host") {
+      o.rdzv_host_mode = parse_host_mode("--rdzv-conf is_host", val);
+    } else if (key == "close_timeout" || key == "timeout" || key == "read_timeout") {
       // torchrun keys with no meaning here; accepted so old commands still run.
     } else {
       throw UsageError("--rdzv-conf: unknown key " + quote(key) +
-                       " (known: join_timeout, last_call_timeout)");
+                       " (known: join_timeout, last_call_timeout, keep_alive_interval, "
+                       "lease_timeout, keep_alive_max_attempt, is_host)");
     }
+  }
+  // torchrun's way to say it: a node is lost after this many missed keep-alives.
+  if (max_attempts > 0 && !lease_given) o.lease_s = o.keep_alive_s * max_attempts;
+  if (o.lease_s < 2 * o.keep_alive_s) {
+    throw UsageError("--rdzv-conf: lease_timeout (" + std::to_string(o.lease_s).substr(0, 5) +
+                     " s) must be at least twice keep_alive_interval (" +
+                     std::to_string(o.keep_alive_s).substr(0, 5) + " s)");
   }
 }
 
@@ -172,7 +201,7 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
   app.get_formatter()->column_width(40);
 
   CliOptions o;
-  std::string nnodes = "1", node_rank, endpoint, rdzv_conf, tee, redirects;
+  std::string nnodes = "1", node_rank, endpoint, rdzv_conf, tee, redirects, rdzv_host;
   std::string max_restarts = "0", monitor = "0.1", stop_timeout = "10", hang_timeout = "0", master_port = "0";
 
   auto* g = "Workers";
@@ -196,6 +225,11 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
                  "HOST[:PORT] the rendezvous listens on [default: 127.0.0.1, a free port]")
       ->type_name("HOST:PORT")
       ->group(g);
+  app.add_option("--rdzv-host,--rdzv_host", rdzv_host,
+                 "Host the rendezvous here: auto (when --rdzv-endpoint is this machine's "
+                 "address and free), on, off [default: auto]")
+      ->type_name("auto|on|off")
+      ->group(g);
   app.add_option("--rdzv-id,--rdzv_id", o.rdzv_id, "Job id (TORCHELASTIC_RUN_ID) [default: random]")->type_name("ID")
       ->group(g);
   app.add_option("--rdzv-backend,--rdzv_backend", o.rdzv_backend,
@@ -203,7 +237,9 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
       ->type_name("NAME")
       ->group(g);
   app.add_option("--rdzv-conf,--rdzv_conf", rdzv_conf,
-                 "join_timeout=SECONDS,last_call_timeout=SECONDS")->type_name("K=V,...")->group(g);
+                 "join_timeout=S,last_call_timeout=S,keep_alive_interval=S,lease_timeout=S")
+      ->type_name("K=V,...")
+      ->group(g);
   app.add_option("--master-addr,--master_addr", o.master_addr,
                  "MASTER_ADDR for the workers [default: 127.0.0.1]")->type_name("ADDR")->group(g);
   app.add_option("--master-port,--master_port", master_port,
@@ -277,14 +313,22 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
   }
   if (!endpoint.empty()) parse_endpoint(endpoint, o);
   if (!rdzv_conf.empty()) parse_rdzv_conf(rdzv_conf, o);
+  if (!rdzv_host.empty()) o.rdzv_host_mode = parse_host_mode("--rdzv-host", rdzv_host);
   if (!o.rdzv_backend.empty() && o.rdzv_backend != "c10d" && o.rdzv_backend != "static" &&
       o.rdzv_backend != "ddprun") {
     throw UsageError("--rdzv-backend: " + quote(o.rdzv_backend) +
                      " is not supported (ddprun uses its own gRPC rendezvous; c10d and static "
                      "are accepted)");
   }
-  if (o.rdzv_id.empty() && !endpoint.empty() && o.max_nodes > 1) {
+  if (o.max_nodes > 1 && endpoint.empty()) {
+    throw UsageError("--nnodes " + nnodes + ": several nodes need --rdzv-endpoint HOST:PORT (the "
+                     "same on every node) to find each other");
+  }
+  if (o.rdzv_id.empty() && !endpoint.empty() && (o.max_nodes > 1 || o.rdzv_host_mode == "off")) {
     throw UsageError("--rdzv-id: needed with --rdzv-endpoint on several nodes, so they find each other");
+  }
+  if (o.standalone && o.max_nodes > 1) {
+    throw UsageError("--standalone runs one node; it cannot be used with --nnodes " + nnodes);
   }
   if (o.rdzv_id.find_first_of("/ \t\n") != std::string::npos) {
     throw UsageError("--rdzv-id: must not contain '/' or spaces, got " + quote(o.rdzv_id));

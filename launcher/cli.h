@@ -29,7 +29,10 @@ struct CliOptions {
   int rdzv_port = 0;
   std::string rdzv_id;
   double join_timeout_s = 600;  // --rdzv-conf join_timeout
-  double last_call_s = 0;       // --rdzv-conf last_call_timeout
+  double last_call_s = 1;       // --rdzv-conf last_call_timeout
+  double keep_alive_s = 0.25;   // --rdzv-conf keep_alive_interval
+  double lease_s = 3;           // --rdzv-conf lease_timeout (or interval x keep_alive_max_attempt)
+  std::string rdzv_host_mode = "auto";  // --rdzv-host (or --rdzv-conf is_host): auto, on, off
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
   double stop_timeout_s = 10;

@@ -1,24 +1,89 @@
-// ddprun: parse the command line, host the rendezvous, run this node's agent.
+// ddprun: parse the command line, host the rendezvous (or find it), run this
+// node's agent. `ddprun rendezvous` serves a rendezvous on its own.
+#include <grpc/support/log.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <memory>
 
 #include "agent/agent.h"
 #include "launcher/cli.h"
+#include "launcher/net.h"
 #include "launcher/plan.h"
+#include "launcher/rendezvous_command.h"
 #include "rendezvous/nccl_unique_id.h"
 #include "rendezvous/server.h"
 
+namespace {
+
+using namespace ddprun;
+
+// gRPC's own log lines (a port already taken while trying to host, a peer
+// gone) go to our log at debug level: what matters reaches the user as the
+// error of the call that failed.
+void grpc_log_to_spdlog(gpr_log_func_args* args) {
+  spdlog::debug("grpc: {} ({}:{})", args->message, args->file, args->line);
+}
+
+void set_up_logging(bool verbose, bool quiet) {
+  gpr_set_log_function(grpc_log_to_spdlog);
+  auto logger = spdlog::stderr_color_mt("ddprun");
+  logger->set_pattern("[ddprun %H:%M:%S.%e] %^%l%$: %v");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(verbose ? spdlog::level::debug : quiet ? spdlog::level::err : spdlog::level::info);
+}
+
+std::string with_port(const std::string& host, int port) {
+  const bool ipv6 = host.find(':') != std::string::npos;
+  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+// Hosts the rendezvous when this node should: always for a private one; for
+// an endpoint when --rdzv-host says on, or (auto) when the endpoint is one
+// of this machine's addresses and no other agent took the port first.
+// Fills in where the agent and its workers reach it.
+std::unique_ptr<RendezvousServer> place_rendezvous(LaunchPlan& plan) {
+  AgentConfig& a = plan.agent;
+  if (plan.private_rdzv) {
+    auto server = std::make_unique<RendezvousServer>("127.0.0.1", 0, make_nccl_unique_id);
+    a.rdzv_address = server->address();
+    a.hosts_rendezvous = true;
+    return server;
+  }
+  const std::string address = resolve_address(plan.rdzv_listen_host);
+  a.rdzv_address = with_port(address, plan.rdzv_listen_port);
+  if (a.local_addr.empty()) a.local_addr = source_address_towards(address);
+  const bool local = is_local_address(address);
+  if (plan.rdzv_host_mode == "off" || (plan.rdzv_host_mode == "auto" && !local)) return nullptr;
+  try {
+    auto server = std::make_unique<RendezvousServer>(address, plan.rdzv_listen_port,
+                                                     make_nccl_unique_id);
+    a.hosts_rendezvous = true;
+    spdlog::info("hosting the rendezvous of job {} on {}", a.run_id, server->address());
+    return server;
+  } catch (const ListenError& e) {
+    if (plan.rdzv_host_mode == "on") throw;
+    spdlog::debug("{}: another agent hosts it; joining", e.what());
+    return nullptr;
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  using namespace ddprun;
   // Before any thread exists, so that every thread inherits the blocked mask.
   SignalChannel signals;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args.front() == "rendezvous") {
+    set_up_logging(false, false);
+    return run_rendezvous_command({args.begin() + 1, args.end()}, signals);
+  }
 
   CliResult cli;
   LaunchPlan plan;
   try {
-    cli = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
+    cli = parse_command_line(args);
     if (cli.kind != CliResult::kRun) {
       std::fputs((cli.text + "\n").c_str(), stdout);
       return kExitOk;
@@ -28,21 +93,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ddprun: error: %s\n", e.what());
     return kExitUsage;
   }
-
-  auto logger = spdlog::stderr_color_mt("ddprun");
-  logger->set_pattern("[ddprun %H:%M:%S.%e] %^%l%$: %v");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(cli.options.verbose ? spdlog::level::debug
-                    : cli.options.quiet ? spdlog::level::err
-                                        : spdlog::level::info);
+  set_up_logging(cli.options.verbose, cli.options.quiet);
 
   try {
     if (plan.agent.master_port == 0) plan.agent.master_port = pick_free_port();
-    RendezvousServer server(plan.rdzv_listen_host, plan.rdzv_listen_port, make_nccl_unique_id);
-    plan.agent.rdzv_address = server.address();
-    spdlog::debug("rendezvous listening on {}; run id {}", server.address(), plan.agent.run_id);
-    RendezvousClient client(server.address());
-    Agent agent(plan.agent, client, signals);
+    if (!plan.private_rdzv && cli.options.local_addr.empty()) plan.agent.local_addr.clear();
+    std::unique_ptr<RendezvousServer> server = place_rendezvous(plan);
+    spdlog::debug("rendezvous at {}; run id {}; local address {}", plan.agent.rdzv_address,
+                  plan.agent.run_id, plan.agent.local_addr);
+    RendezvousClient client(plan.agent.rdzv_address);
+    std::function<size_t()> nodes_in_job;
+    if (server) {
+      nodes_in_job = [&server, id = plan.agent.run_id] { return server->registry().nodes_in_job(id); };
+    }
+    Agent agent(plan.agent, client, signals, nodes_in_job);
     return agent.run();
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());

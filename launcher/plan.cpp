@@ -72,10 +72,6 @@ std::chrono::milliseconds from_seconds(double seconds) {
 }  // namespace
 
 LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
-  if (o.max_nodes > 1) {
-    throw UsageError("--nnodes " + std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes) +
-                     ": multi-node jobs are not supported yet; run with --nnodes 1");
-  }
   LaunchPlan plan;
   AgentConfig& a = plan.agent;
   a.nproc = resolve_nproc(o.nproc, facts);
@@ -101,8 +97,7 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   a.argv.insert(a.argv.end(), o.args.begin(), o.args.end());
 
   a.run_id = o.rdzv_id.empty() ? random_run_id() : o.rdzv_id;
-  a.rdzv = RoundSettings{o.min_nodes, o.max_nodes,
-                         from_seconds(o.last_call_s)};
+  a.rdzv = RoundSettings{o.min_nodes, o.max_nodes, from_seconds(o.last_call_s), o.max_restarts};
   a.node_rank = o.node_rank;
   a.wants_nccl_id = facts.gpu_count > 0;
   a.join_timeout = from_seconds(o.join_timeout_s);
@@ -122,8 +117,17 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   a.base_env = facts.environment;
 
   if (!o.rdzv_host.empty() && !o.standalone) {
+    plan.private_rdzv = false;
     plan.rdzv_listen_host = o.rdzv_host;
     plan.rdzv_listen_port = o.rdzv_port;
+    plan.rdzv_host_mode = o.rdzv_host_mode;
+    // Nodes that may live elsewhere hold a lease, so a lost one is noticed.
+    if (o.max_nodes > 1 || o.rdzv_host_mode == "off") {
+      a.keep_alive_interval = from_seconds(o.keep_alive_s);
+      a.lease_timeout = from_seconds(o.lease_s);
+    }
+  } else if (o.rdzv_host_mode == "off") {
+    throw UsageError("--rdzv-host off: needs --rdzv-endpoint, the rendezvous to join");
   }
   return plan;
 }

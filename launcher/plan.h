@@ -32,8 +32,12 @@ int resolve_nproc(const std::string& spec, const HostFacts& facts);
 
 struct LaunchPlan {
   AgentConfig agent;
+  // Where the rendezvous is: a private one on loopback (one node, no
+  // --rdzv-endpoint), or the endpoint every node was given.
+  bool private_rdzv = true;
   std::string rdzv_listen_host = "127.0.0.1";
   int rdzv_listen_port = 0;  // 0: pick a free port
+  std::string rdzv_host_mode = "auto";  // host it here: auto, on, off
 };
 
 // Throws UsageError (bad combination, program not found).

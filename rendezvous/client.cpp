@@ -37,10 +37,44 @@ std::shared_ptr<grpc::Channel> make_rendezvous_channel(const std::string& target
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 
-RendezvousClient::RendezvousClient(const std::string& target)
-    : target_(target), channel_(make_rendezvous_channel(target)) {}
+bool RendezvousCallError::job_ended() const { return code_ == grpc::StatusCode::ABORTED; }
+bool RendezvousCallError::cancelled() const { return code_ == grpc::StatusCode::CANCELLED; }
+bool RendezvousCallError::timed_out() const {
+  return code_ == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
 
-JoinResult RendezvousClient::join(const JoinArgs& a) {
+void JoinCanceller::cancel() {
+  std::lock_guard lock(mu_);
+  cancelled_ = true;
+  if (ctx_) ctx_->TryCancel();
+}
+
+bool JoinCanceller::cancelled() const {
+  std::lock_guard lock(mu_);
+  return cancelled_;
+}
+
+void JoinCanceller::attach(grpc::ClientContext* ctx) {
+  std::lock_guard lock(mu_);
+  ctx_ = ctx;
+  if (cancelled_) ctx_->TryCancel();
+}
+
+void JoinCanceller::detach() {
+  std::lock_guard lock(mu_);
+  ctx_ = nullptr;
+}
+
+struct RendezvousClient::Stub {
+  std::unique_ptr<v1::Rendezvous::Stub> stub;
+};
+
+RendezvousClient::RendezvousClient(const std::string& target)
+    : target_(target), stub_(std::make_shared<Stub>()) {
+  stub_->stub = v1::Rendezvous::NewStub(make_rendezvous_channel(target));
+}
+
+JoinResult RendezvousClient::join(const JoinArgs& a, JoinCanceller* canceller) {
   v1::JoinRequest req;
   req.set_job_id(a.job_id);
   auto* n = req.mutable_node();
@@ -50,39 +84,95 @@ JoinResult RendezvousClient::join(const JoinArgs& a) {
   n->set_local_addr(a.node.local_addr);
   n->set_node_rank_hint(a.node.node_rank_hint);
   n->set_wants_nccl_id(a.node.wants_nccl_id);
+  n->set_master_port(a.node.master_port);
   req.set_min_nodes(a.settings.min_nodes);
   req.set_max_nodes(a.settings.max_nodes);
   req.set_last_call_ms(a.settings.last_call.count());
+  req.set_max_restarts(a.settings.max_restarts);
   req.set_timeout_ms(a.timeout.count());
+  req.set_last_round(a.intent.last_round);
+  req.set_workers_failed(a.intent.workers_failed);
+  req.set_lease_ms(a.lease.count());
 
   grpc::ClientContext ctx;
   prepare(ctx, a.timeout + kTripMargin);
   v1::JoinResponse resp;
-  auto stub = v1::Rendezvous::NewStub(channel_);
-  grpc::Status s = stub->Join(&ctx, req, &resp);
+  if (canceller) canceller->attach(&ctx);
+  grpc::Status s = stub_->stub->Join(&ctx, req, &resp);
+  if (canceller) canceller->detach();
   if (!s.ok()) {
-    throw RendezvousCallError("rendezvous at " + target_ + ": join failed: " + describe(s));
+    throw RendezvousCallError("rendezvous at " + target_ + ": join failed: " + describe(s),
+                              s.error_code());
   }
   JoinResult r;
-  r.assignment = Assignment{resp.round(), resp.node_rank(), resp.num_nodes(), resp.world_size(),
-                            resp.first_global_rank()};
+  r.assignment = Assignment{resp.round(),       resp.node_rank(),         resp.num_nodes(),
+                            resp.world_size(),  resp.first_global_rank(), resp.master_addr(),
+                            resp.master_port(), resp.restart_count()};
   r.nccl_id = resp.nccl_id();
   r.nccl_id_error = resp.nccl_id_error();
   return r;
+}
+
+NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::string& node_id,
+                                      std::chrono::milliseconds timeout) {
+  v1::KeepAliveRequest req;
+  req.set_job_id(job_id);
+  req.set_node_id(node_id);
+  v1::KeepAliveResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Clock::now() + timeout);  // no wait_for_ready: a lost link must show
+  grpc::Status s = stub_->stub->KeepAlive(&ctx, req, &resp);
+  if (!s.ok()) {
+    throw RendezvousCallError("rendezvous at " + target_ + ": keep-alive failed: " + describe(s),
+                              s.error_code());
+  }
+  NodeView v;
+  v.known = resp.known();
+  v.round = resp.round();
+  v.closed = resp.round_closed();
+  v.phase = static_cast<JobPhase>(resp.phase());
+  v.reason = static_cast<RoundReason>(resp.reason());
+  v.detail = resp.detail();
+  v.nodes_waiting = resp.nodes_waiting();
+  v.restart_count = resp.restart_count();
+  return v;
+}
+
+void RendezvousClient::leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
+                             const std::string& message, std::chrono::milliseconds timeout) {
+  v1::LeaveRequest req;
+  req.set_job_id(job_id);
+  req.set_node_id(node_id);
+  req.set_kind(static_cast<v1::LeaveKind>(kind));
+  req.set_message(message);
+  v1::LeaveResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Clock::now() + timeout);
+  grpc::Status s = stub_->stub->Leave(&ctx, req, &resp);
+  if (!s.ok()) {
+    throw RendezvousCallError("rendezvous at " + target_ + ": leave failed: " + describe(s),
+                              s.error_code());
+  }
 }
 
 struct GrpcStore::Stub {
   std::unique_ptr<v1::Rendezvous::Stub> stub;
 };
 
-GrpcStore::GrpcStore(const std::string& target, std::string job_id)
-    : target_(target), job_id_(std::move(job_id)), stub_(std::make_shared<Stub>()) {
+GrpcStore::GrpcStore(const std::string& target, std::string job_id, std::optional<int64_t> round)
+    : target_(target), job_id_(std::move(job_id)), round_(round), stub_(std::make_shared<Stub>()) {
   stub_->stub = v1::Rendezvous::NewStub(make_rendezvous_channel(target));
+}
+
+template <typename Req>
+void GrpcStore::stamp(Req& req) const {
+  req.set_job_id(job_id_);
+  if (round_) req.set_round(*round_);
 }
 
 void GrpcStore::set(const std::string& key, std::string_view value) {
   v1::SetRequest req;
-  req.set_job_id(job_id_);
+  stamp(req);
   req.set_key(key);
   req.set_value(std::string(value));
   v1::SetResponse resp;
@@ -96,7 +186,7 @@ void GrpcStore::set(const std::string& key, std::string_view value) {
 
 std::string GrpcStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   v1::GetRequest req;
-  req.set_job_id(job_id_);
+  stamp(req);
   req.set_key(key);
   req.set_timeout_ms(timeout.count());
   v1::GetResponse resp;
@@ -112,7 +202,7 @@ std::string GrpcStore::get(const std::string& key, std::chrono::milliseconds tim
 
 void GrpcStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   v1::WaitRequest req;
-  req.set_job_id(job_id_);
+  stamp(req);
   for (const auto& k : keys) req.add_keys(k);
   req.set_timeout_ms(timeout.count());
   v1::WaitResponse resp;
@@ -128,7 +218,7 @@ void GrpcStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
 
 int64_t GrpcStore::add(const std::string& key, int64_t delta) {
   v1::AddRequest req;
-  req.set_job_id(job_id_);
+  stamp(req);
   req.set_key(key);
   req.set_delta(delta);
   v1::AddResponse resp;

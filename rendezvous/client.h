@@ -1,25 +1,35 @@
-// Clients of the rendezvous service: the agent's join, and the Store that
-// workers use, both over one gRPC channel.
+// Clients of the rendezvous service: the agent's join, keep-alive and leave,
+// and the Store that workers use, each over a gRPC channel.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
-#include "rendezvous/registry.h"
 #include "rendezvous/store.h"
+#include "rendezvous/types.h"
 
 namespace grpc {
 class Channel;
-}
+class ClientContext;
+}  // namespace grpc
 
 namespace ddprun {
 
 // A failed call to the rendezvous service (unreachable, refused, timed out).
 class RendezvousCallError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  RendezvousCallError(const std::string& what, int code) : std::runtime_error(what), code_(code) {}
+  int code() const { return code_; }  // the gRPC status code
+  bool job_ended() const;              // the job finished or failed: nothing to join
+  bool cancelled() const;
+  bool timed_out() const;
+
+ private:
+  int code_;
 };
 
 // A channel to "host:port" that ignores http_proxy settings and reconnects
@@ -30,25 +40,52 @@ struct JoinArgs {
   std::string job_id;
   NodeSpec node;
   RoundSettings settings;
+  JoinIntent intent;
+  std::chrono::milliseconds lease{0};  // 0: no lease (one-node jobs)
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+};
+
+// Lets another thread cancel a join in flight (a signal during a join).
+class JoinCanceller {
+ public:
+  void cancel();
+  bool cancelled() const;
+
+ private:
+  friend class RendezvousClient;
+  void attach(grpc::ClientContext* ctx);  // cancels at once if already cancelled
+  void detach();
+  mutable std::mutex mu_;
+  grpc::ClientContext* ctx_ = nullptr;
+  bool cancelled_ = false;
 };
 
 class RendezvousClient {
  public:
   explicit RendezvousClient(const std::string& target);
   // Blocks until the round closes; throws RendezvousCallError.
-  JoinResult join(const JoinArgs& args);
+  JoinResult join(const JoinArgs& args, JoinCanceller* canceller = nullptr);
+  // Renews the node's lease; throws RendezvousCallError.
+  NodeView keep_alive(const std::string& job_id, const std::string& node_id,
+                      std::chrono::milliseconds timeout);
+  // Says the node leaves; throws RendezvousCallError.
+  void leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
+             const std::string& message, std::chrono::milliseconds timeout);
   const std::string& target() const { return target_; }
 
  private:
+  struct Stub;
   std::string target_;
-  std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<Stub> stub_;
 };
 
-// The job's key-value store on the rendezvous service. Thread-safe.
+// The job's key-value store on the rendezvous service. Thread-safe. With a
+// round, every call names it and the service refuses it once that round is
+// over.
 class GrpcStore final : public Store {
  public:
-  GrpcStore(const std::string& target, std::string job_id);
+  GrpcStore(const std::string& target, std::string job_id,
+            std::optional<int64_t> round = std::nullopt);
   void set(const std::string& key, std::string_view value) override;
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
@@ -56,8 +93,11 @@ class GrpcStore final : public Store {
 
  private:
   struct Stub;
+  template <typename Req>
+  void stamp(Req& req) const;
   std::string target_;
   std::string job_id_;
+  std::optional<int64_t> round_;
   std::shared_ptr<Stub> stub_;
 };
 

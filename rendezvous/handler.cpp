@@ -1,5 +1,6 @@
 #include "rendezvous/handler.h"
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 
@@ -35,12 +36,10 @@ std::optional<Status> check_timeout(int64_t timeout_ms) {
   return std::nullopt;
 }
 
-// Runs fn, turning the registry's and the store's exceptions into statuses.
-template <typename Fn>
-Status guarded(Fn&& fn) {
+// The status for an error of the registry or the store.
+Status to_status(std::exception_ptr error) {
   try {
-    fn();
-    return Status::OK;
+    std::rethrow_exception(error);
   } catch (const StoreTimeout& e) {
     return Status(StatusCode::DEADLINE_EXCEEDED, e.what());
   } catch (const JoinTimeout& e) {
@@ -49,6 +48,8 @@ Status guarded(Fn&& fn) {
     return Status(StatusCode::UNAVAILABLE, e.what());
   } catch (const RegistryClosed& e) {
     return Status(StatusCode::UNAVAILABLE, e.what());
+  } catch (const JobEnded& e) {
+    return Status(StatusCode::ABORTED, e.what());
   } catch (const RendezvousError& e) {
     return Status(StatusCode::FAILED_PRECONDITION, e.what());
   } catch (const StoreError& e) {
@@ -58,40 +59,143 @@ Status guarded(Fn&& fn) {
   }
 }
 
+// Runs fn, turning the registry's and the store's exceptions into statuses.
+template <typename Fn>
+Status guarded(Fn&& fn) {
+  try {
+    fn();
+    return Status::OK;
+  } catch (...) {
+    return to_status(std::current_exception());
+  }
+}
+
+std::optional<int64_t> round_of(const auto& req) {
+  return req.has_round() ? std::optional<int64_t>(req.round()) : std::nullopt;
+}
+
+// One Join call: parked in the registry until its round closes; a client
+// that gives up (cancels, or goes away) takes its join back.
+class JoinReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit JoinReactor(JobRegistry& registry) : registry_(registry) {}
+
+  void start(JoinCall call, v1::JoinResponse* resp) {
+    const uint64_t ticket =
+        registry_.join_async(std::move(call), [this, resp](JoinOutcome o) { finish(resp, o); });
+    ticket_.store(ticket);
+  }
+  void OnCancel() override {
+    const uint64_t ticket = ticket_.load();
+    if (ticket != 0 && registry_.cancel(ticket)) {
+      Finish(Status(StatusCode::CANCELLED, "rendezvous: join cancelled by the client"));
+    }
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void finish(v1::JoinResponse* resp, const JoinOutcome& o) {
+    if (o.error) {
+      Finish(to_status(o.error));
+      return;
+    }
+    const Assignment& a = o.result->assignment;
+    resp->set_round(a.round);
+    resp->set_node_rank(a.node_rank);
+    resp->set_num_nodes(a.num_nodes);
+    resp->set_world_size(a.world_size);
+    resp->set_first_global_rank(a.first_global_rank);
+    resp->set_master_addr(a.master_addr);
+    resp->set_master_port(a.master_port);
+    resp->set_restart_count(a.restart_count);
+    resp->set_nccl_id(o.result->nccl_id);
+    resp->set_nccl_id_error(o.result->nccl_id_error);
+    Finish(Status::OK);
+  }
+
+  JobRegistry& registry_;
+  std::atomic<uint64_t> ticket_{0};
+};
+
 }  // namespace
 
-Status RendezvousHandler::Join(grpc::ServerContext*, const v1::JoinRequest* req,
-                               v1::JoinResponse* resp) {
-  if (auto bad = check_job(req->job_id())) return *bad;
-  if (auto bad = check_timeout(req->timeout_ms())) return *bad;
-  if (!req->has_node() || req->node().node_id().empty()) return invalid("node.node_id is empty");
+grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* ctx,
+                                                  const v1::JoinRequest* req,
+                                                  v1::JoinResponse* resp) {
+  auto reject = [&](const Status& s) {
+    auto* r = ctx->DefaultReactor();
+    r->Finish(s);
+    return r;
+  };
+  if (auto bad = check_job(req->job_id())) return reject(*bad);
+  if (auto bad = check_timeout(req->timeout_ms())) return reject(*bad);
+  if (!req->has_node() || req->node().node_id().empty()) {
+    return reject(invalid("node.node_id is empty"));
+  }
   const auto& n = req->node();
   if (n.local_world_size() < 1) {
-    return invalid("node '" + n.node_id() + "' has local_world_size " +
-                   std::to_string(n.local_world_size()));
+    return reject(invalid("node '" + n.node_id() + "' has local_world_size " +
+                          std::to_string(n.local_world_size())));
   }
-  if (req->last_call_ms() < 0) return invalid("last_call_ms is negative");
+  if (n.master_port() < 0 || n.master_port() > 65535) {
+    return reject(invalid("node '" + n.node_id() + "' has master_port " +
+                          std::to_string(n.master_port())));
+  }
+  if (req->last_call_ms() < 0 || req->last_call_ms() > kMaxTimeoutMs) {
+    return reject(invalid("last_call_ms " + std::to_string(req->last_call_ms()) +
+                          " is outside [0, " + std::to_string(kMaxTimeoutMs) + "]"));
+  }
+  if (req->lease_ms() < 0 || req->lease_ms() > kMaxTimeoutMs) {
+    return reject(invalid("lease_ms " + std::to_string(req->lease_ms()) + " is outside [0, " +
+                          std::to_string(kMaxTimeoutMs) + "]"));
+  }
+  if (req->max_restarts() < 0) return reject(invalid("max_restarts is negative"));
 
-  NodeSpec node{n.node_id(), n.host(), n.local_world_size(), n.local_addr(), n.node_rank_hint(),
-                n.wants_nccl_id()};
-  RoundSettings settings{req->min_nodes(), req->max_nodes(),
-                         std::chrono::milliseconds(req->last_call_ms())};
+  JoinCall call;
+  call.job_id = req->job_id();
+  call.node = NodeSpec{n.node_id(),       n.host(),          n.local_world_size(), n.local_addr(),
+                       n.node_rank_hint(), n.wants_nccl_id(), n.master_port()};
+  call.settings = RoundSettings{req->min_nodes(), req->max_nodes(),
+                                std::chrono::milliseconds(req->last_call_ms()), req->max_restarts()};
+  call.intent = JoinIntent{req->last_round(), req->workers_failed()};
+  call.lease = std::chrono::milliseconds(req->lease_ms());
+  call.timeout = std::chrono::milliseconds(req->timeout_ms());
+  auto* reactor = new JoinReactor(registry_);
+  reactor->start(std::move(call), resp);
+  return reactor;
+}
+
+Status RendezvousHandler::KeepAlive(grpc::ServerContext*, const v1::KeepAliveRequest* req,
+                                    v1::KeepAliveResponse* resp) {
+  if (auto bad = check_job(req->job_id())) return *bad;
+  if (req->node_id().empty()) return invalid("node_id is empty");
   return guarded([&] {
-    JoinResult r = registry_.join(req->job_id(), node, settings,
-                                  std::chrono::milliseconds(req->timeout_ms()));
-    resp->set_round(r.assignment.round);
-    resp->set_node_rank(r.assignment.node_rank);
-    resp->set_num_nodes(r.assignment.num_nodes);
-    resp->set_world_size(r.assignment.world_size);
-    resp->set_first_global_rank(r.assignment.first_global_rank);
-    resp->set_nccl_id(r.nccl_id);
-    resp->set_nccl_id_error(r.nccl_id_error);
+    NodeView v = registry_.keep_alive(req->job_id(), req->node_id());
+    resp->set_known(v.known);
+    resp->set_round(v.round);
+    resp->set_round_closed(v.closed);
+    resp->set_phase(static_cast<v1::JobPhase>(v.phase));
+    resp->set_reason(static_cast<v1::RoundReason>(v.reason));
+    resp->set_detail(v.detail);
+    resp->set_nodes_waiting(v.nodes_waiting);
+    resp->set_restart_count(v.restart_count);
+  });
+}
+
+Status RendezvousHandler::Leave(grpc::ServerContext*, const v1::LeaveRequest* req,
+                                v1::LeaveResponse*) {
+  if (auto bad = check_job(req->job_id())) return *bad;
+  if (req->node_id().empty()) return invalid("node_id is empty");
+  if (!v1::LeaveKind_IsValid(req->kind())) return invalid("unknown leave kind");
+  return guarded([&] {
+    registry_.leave(req->job_id(), req->node_id(), static_cast<LeaveKind>(req->kind()),
+                    req->message());
   });
 }
 
 Status RendezvousHandler::Set(grpc::ServerContext*, const v1::SetRequest* req, v1::SetResponse*) {
   if (auto bad = check_key(req->job_id(), req->key())) return *bad;
-  return guarded([&] { registry_.store(req->job_id()).set(req->key(), req->value()); });
+  return guarded([&] { registry_.store(req->job_id(), round_of(*req)).set(req->key(), req->value()); });
 }
 
 Status RendezvousHandler::Get(grpc::ServerContext*, const v1::GetRequest* req,
@@ -99,7 +203,7 @@ Status RendezvousHandler::Get(grpc::ServerContext*, const v1::GetRequest* req,
   if (auto bad = check_key(req->job_id(), req->key())) return *bad;
   if (auto bad = check_timeout(req->timeout_ms())) return *bad;
   return guarded([&] {
-    resp->set_value(registry_.store(req->job_id())
+    resp->set_value(registry_.store(req->job_id(), round_of(*req))
                         .get(req->key(), std::chrono::milliseconds(req->timeout_ms())));
   });
 }
@@ -113,15 +217,17 @@ Status RendezvousHandler::Wait(grpc::ServerContext*, const v1::WaitRequest* req,
     if (k.empty()) return invalid("an empty key in keys");
   }
   return guarded([&] {
-    registry_.store(req->job_id()).wait(keys, std::chrono::milliseconds(req->timeout_ms()));
+    registry_.store(req->job_id(), round_of(*req))
+        .wait(keys, std::chrono::milliseconds(req->timeout_ms()));
   });
 }
 
 Status RendezvousHandler::Add(grpc::ServerContext*, const v1::AddRequest* req,
                               v1::AddResponse* resp) {
   if (auto bad = check_key(req->job_id(), req->key())) return *bad;
-  return guarded(
-      [&] { resp->set_value(registry_.store(req->job_id()).add(req->key(), req->delta())); });
+  return guarded([&] {
+    resp->set_value(registry_.store(req->job_id(), round_of(*req)).add(req->key(), req->delta()));
+  });
 }
 
 }  // namespace ddprun

@@ -88,4 +88,9 @@ size_t MemoryStore::size() const {
   return data_.size();
 }
 
+void MemoryStore::erase_prefix(const std::string& prefix) {
+  std::lock_guard lock(mu_);
+  std::erase_if(data_, [&](const auto& kv) { return kv.first.compare(0, prefix.size(), prefix) == 0; });
+}
+
 }  // namespace ddprun

@@ -23,6 +23,8 @@ class MemoryStore final : public Store {
   void close();
 
   size_t size() const;
+  // Removes every key that starts with prefix (the keys of a round that is over).
+  void erase_prefix(const std::string& prefix);
 
  private:
   // Waits until pred() holds (true) or the timeout passes (false); throws

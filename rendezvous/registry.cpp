@@ -1,19 +1,73 @@
 #include "rendezvous/registry.h"
 
-namespace ddprun {
+#include <ctime>
+#include <future>
 
-JobRegistry::JobRegistry(IdSource id_source) : id_source_(std::move(id_source)) {}
+namespace ddprun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// "12:00:01.234" (local time) for a steady-clock instant in the past.
+std::string wall_time(Clock::time_point t) {
+  const auto ago = Clock::now() - t;
+  const auto wall = std::chrono::system_clock::now() -
+                    std::chrono::duration_cast<std::chrono::system_clock::duration>(ago);
+  const std::time_t secs = std::chrono::system_clock::to_time_t(wall);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(wall.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  localtime_r(&secs, &tm);
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(ms));
+  return buf;
+}
+
+template <typename E>
+JoinOutcome failure(const std::string& message) {
+  return JoinOutcome{std::nullopt, std::make_exception_ptr(E(message))};
+}
+
+}  // namespace
+
+JobRegistry::JobRegistry(IdSource id_source) : id_source_(std::move(id_source)) {
+  timer_ = std::thread([this] { timer_loop(); });
+}
+
+JobRegistry::~JobRegistry() {
+  close();
+  if (timer_.joinable()) timer_.join();
+}
 
 JobRegistry::Job& JobRegistry::job_locked(const std::string& job_id) {
   auto& slot = jobs_[job_id];
-  if (!slot) slot = std::make_unique<Job>();
+  if (!slot) {
+    slot = std::make_unique<Job>();
+    slot->id = job_id;
+  }
   return *slot;
 }
 
-Store& JobRegistry::store(const std::string& job_id) {
+JobRegistry::Job* JobRegistry::find_locked(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : it->second.get();
+}
+
+void JobRegistry::run(std::vector<Completion>& done) {
+  for (auto& [fn, outcome] : done) fn(std::move(outcome));
+  done.clear();
+}
+
+Store& JobRegistry::store(const std::string& job_id, std::optional<int64_t> round) {
   std::lock_guard lock(mu_);
   if (closed_) throw RegistryClosed("rendezvous: shutting down");
-  return job_locked(job_id).store;
+  Job& job = job_locked(job_id);
+  if (round && job.rounds && *round != job.rounds->current_round()) {
+    throw RendezvousError("rendezvous: round " + std::to_string(*round) + " of job '" + job_id +
+                          "' is over; the job is in round " +
+                          std::to_string(job.rounds->current_round()));
+  }
+  return job.store;
 }
 
 void JobRegistry::ensure_nccl_id_locked(Job& job) {
@@ -30,48 +84,228 @@ void JobRegistry::ensure_nccl_id_locked(Job& job) {
   }
 }
 
-JoinResult JobRegistry::join(const std::string& job_id, const NodeSpec& node,
-                             const RoundSettings& settings, std::chrono::milliseconds timeout) {
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + timeout;
-  std::unique_lock lock(mu_);
-  if (closed_) throw RegistryClosed("rendezvous: shutting down");
-  Job& job = job_locked(job_id);
-  if (!job.rounds) job.rounds.emplace(settings);
+std::string JobRegistry::timeout_message_locked(const Job& job, const Parked& p) const {
+  const RoundState& r = *job.rounds;
+  const RoundSettings& s = r.settings();
+  std::string m = "rendezvous: round " + std::to_string(r.current_round()) + " of job '" +
+                  job.id + "' did not close within " +
+                  std::to_string(p.timeout.count() / 1000.0).substr(0, 6) + " s: ";
+  if (r.closed() || r.num_members() >= static_cast<size_t>(s.max_nodes)) {
+    m += "the job already runs its " + std::to_string(s.max_nodes) +
+         " node(s) (--nnodes max), so node '" + p.node_id + "' waited for a free place";
+  } else {
+    m += std::to_string(r.num_members()) + " of the " + std::to_string(s.min_nodes) +
+         " node(s) needed joined (--nnodes " + std::to_string(s.min_nodes) + ":" +
+         std::to_string(s.max_nodes) + ")";
+  }
+  if (!r.lost().empty()) {
+    m += "; lost:";
+    for (const auto& l : r.lost()) {
+      m += " '" + l.node_id + "' (" + l.host + ", last seen " + wall_time(l.last_seen) + ")";
+    }
+  }
+  return m + "; to wait longer raise --rdzv-conf join_timeout=SECONDS";
+}
+
+void JobRegistry::settle_locked(Job& job, Clock::time_point now, std::vector<Completion>& out) {
   RoundState& rounds = *job.rounds;
+  rounds.advance(now);
+  // Keys of rounds that are over are never read again: free them.
+  if (rounds.current_round() > job.store_round) {
+    for (int64_t r = job.store_round; r < rounds.current_round(); ++r) {
+      job.store.erase_prefix(round_key_prefix(r) + "/");
+    }
+    job.store_round = rounds.current_round();
+  }
+  // Parked joins can only move when the rounds changed or one is due.
+  if (now < job.next_due && job.settled_generation == rounds.generation()) return;
+  job.settled_generation = rounds.generation();
+  job.next_due = Clock::time_point::max();
 
-  const int64_t round = rounds.join(node, settings, Clock::now());
-  changed_.notify_all();
-
-  // Wait for the round to close: a join by another node, the end of the
-  // last-call window, or our own deadline, whichever comes first.
-  while (true) {
-    if (closed_) throw RegistryClosed("rendezvous: shutting down");
-    if (rounds.advance(Clock::now())) changed_.notify_all();
-    if (auto a = rounds.assignment(round, node.node_id)) {
+  for (auto it = job.parked.begin(); it != job.parked.end();) {
+    Parked& p = it->second;
+    JoinOutcome outcome;
+    bool finished = true;
+    if (rounds.phase() != JobPhase::kActive) {
+      outcome = failure<JobEnded>("rendezvous: " + rounds.end_message());
+    } else if (auto a = rounds.assignment(p.node_id)) {
       ensure_nccl_id_locked(job);
-      return JoinResult{*a, job.nccl_id, job.nccl_error};
+      outcome.result = JoinResult{*a, job.nccl_id, job.nccl_error};
+    } else if (!rounds.knows(p.node_id)) {
+      outcome = failure<RendezvousError>("rendezvous: node '" + p.node_id +
+                                         "' was dropped from job '" + job.id +
+                                         "': its lease ran out; join again");
+    } else if (now >= p.deadline) {
+      outcome = failure<JoinTimeout>(timeout_message_locked(job, p));
+    } else {
+      finished = false;
+    }
+    if (finished) {
+      tickets_.erase(p.ticket);
+      out.emplace_back(std::move(p.done), std::move(outcome));
+      it = job.parked.erase(it);
+    } else {
+      job.next_due = std::min(job.next_due, p.deadline);
+      ++it;
+    }
+  }
+}
+
+uint64_t JobRegistry::join_async(JoinCall call, JoinDone done) {
+  std::vector<Completion> completions;
+  uint64_t ticket = 0;
+  {
+    std::lock_guard lock(mu_);
+    try {
+      if (closed_) throw RegistryClosed("rendezvous: shutting down");
+      Job& job = job_locked(call.job_id);
+      if (!job.rounds) job.rounds.emplace(call.settings);
+      const auto now = Clock::now();
+      job.rounds->join(call.node, call.settings, call.intent, call.lease, now);
+      // A node has one join in flight: a newer one replaces an older one.
+      const std::string& node_id = call.node.node_id;
+      if (auto old = job.parked.find(node_id); old != job.parked.end()) {
+        tickets_.erase(old->second.ticket);
+        completions.emplace_back(std::move(old->second.done),
+                                 failure<RendezvousError>("rendezvous: node '" + node_id +
+                                                          "' joined again; this join is void"));
+        job.parked.erase(old);
+      }
+      ticket = next_ticket_++;
+      const auto deadline = now + call.timeout;
+      job.parked[node_id] = Parked{ticket, node_id, deadline, call.timeout, std::move(done)};
+      job.next_due = std::min(job.next_due, deadline);
+      tickets_[ticket] = {call.job_id, node_id};
+      // Its join may have closed the round (or superseded a running one).
+      settle_locked(job, now, completions);
+    } catch (...) {
+      completions.emplace_back(std::move(done), JoinOutcome{std::nullopt, std::current_exception()});
+    }
+  }
+  wake_timer_.notify_all();
+  run(completions);
+  return ticket;
+}
+
+bool JobRegistry::cancel(uint64_t ticket) {
+  std::vector<Completion> completions;
+  {
+    std::lock_guard lock(mu_);
+    auto it = tickets_.find(ticket);
+    if (it == tickets_.end()) return false;
+    const auto [job_id, node_id] = it->second;
+    tickets_.erase(it);
+    if (Job* job = find_locked(job_id)) {
+      job->parked.erase(node_id);
+      // A node that stops waiting for its round is not in it any more.
+      const auto now = Clock::now();
+      job->rounds->leave(node_id, LeaveKind::kStopped, "", now);
+      settle_locked(*job, now, completions);
+    }
+  }
+  run(completions);
+  return true;
+}
+
+JoinResult JobRegistry::join(JoinCall call) {
+  std::promise<JoinOutcome> promise;
+  auto future = promise.get_future();
+  join_async(std::move(call), [&promise](JoinOutcome o) { promise.set_value(std::move(o)); });
+  JoinOutcome o = future.get();
+  if (o.error) std::rethrow_exception(o.error);
+  return std::move(*o.result);
+}
+
+NodeView JobRegistry::keep_alive(const std::string& job_id, const std::string& node_id) {
+  std::vector<Completion> completions;
+  NodeView v;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) throw RegistryClosed("rendezvous: shutting down");
+    Job* job = find_locked(job_id);
+    if (!job || !job->rounds) {
+      v.known = false;
+      return v;
     }
     const auto now = Clock::now();
-    if (now >= deadline) {
-      throw JoinTimeout("rendezvous: round " + std::to_string(round) + " of job '" + job_id +
-                        "' did not close within " + std::to_string(timeout.count()) + " ms: " +
-                        std::to_string(rounds.members().size()) + " node(s) joined, " +
-                        std::to_string(rounds.settings().min_nodes) + " needed (--nnodes)");
+    settle_locked(*job, now, completions);  // expire others' leases first
+    v = job->rounds->keep_alive(node_id, now);
+  }
+  run(completions);
+  return v;
+}
+
+void JobRegistry::leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
+                        const std::string& message) {
+  std::vector<Completion> completions;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) throw RegistryClosed("rendezvous: shutting down");
+    Job* job = find_locked(job_id);
+    if (!job || !job->rounds) return;
+    const auto now = Clock::now();
+    job->rounds->leave(node_id, kind, message, now);
+    settle_locked(*job, now, completions);
+  }
+  wake_timer_.notify_all();
+  run(completions);
+}
+
+size_t JobRegistry::nodes_in_job(const std::string& job_id) {
+  std::lock_guard lock(mu_);
+  Job* job = find_locked(job_id);
+  return job && job->rounds ? job->rounds->num_nodes() : 0;
+}
+
+// Ends last-call windows, leases and join timeouts: sleeps until the
+// earliest of them (or until a call changes the picture), then settles.
+void JobRegistry::timer_loop() {
+  std::unique_lock lock(mu_);
+  std::vector<Completion> completions;
+  while (!closed_) {
+    const auto now = Clock::now();
+    std::optional<Clock::time_point> wake;
+    auto consider = [&](Clock::time_point t) {
+      if (!wake || t < *wake) wake = t;
+    };
+    for (auto& [id, job] : jobs_) {
+      if (!job->rounds) continue;
+      settle_locked(*job, now, completions);
+      if (auto d = job->rounds->next_deadline()) consider(*d);
+      if (!job->parked.empty()) consider(job->next_due);
     }
-    auto wake = deadline;
-    if (auto d = rounds.next_deadline(); d && *d < wake) wake = *d;
-    changed_.wait_until(lock, wake);
+    if (!completions.empty()) {
+      lock.unlock();
+      run(completions);
+      lock.lock();
+      continue;
+    }
+    if (wake) {
+      wake_timer_.wait_until(lock, *wake);
+    } else {
+      wake_timer_.wait(lock);
+    }
   }
 }
 
 void JobRegistry::close() {
+  std::vector<Completion> completions;
   {
     std::lock_guard lock(mu_);
+    if (closed_) return;
     closed_ = true;
-    for (auto& [id, job] : jobs_) job->store.close();
+    for (auto& [id, job] : jobs_) {
+      job->store.close();
+      for (auto& [node, p] : job->parked) {
+        completions.emplace_back(std::move(p.done),
+                                 failure<RegistryClosed>("rendezvous: shutting down"));
+      }
+      job->parked.clear();
+    }
+    tickets_.clear();
   }
-  changed_.notify_all();
+  wake_timer_.notify_all();
+  run(completions);
 }
 
 }  // namespace ddprun

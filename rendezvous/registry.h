@@ -1,27 +1,30 @@
 // The state behind the rendezvous service, one entry per job: its rounds, its
 // key-value store and the NCCL id of its current round. No gRPC here: the
 // handler validates requests and calls this; tests call it directly.
+//
+// Joins are asynchronous: a join is parked until its round closes and then
+// completed by whichever call (or the timer thread) closed it, so thousands
+// of waiting agents hold no thread each. One timer thread ends last-call
+// windows, leases and join timeouts.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include "rendezvous/memory_store.h"
 #include "rendezvous/round.h"
 
 namespace ddprun {
-
-struct JoinResult {
-  Assignment assignment;
-  std::string nccl_id;        // empty when not asked for or unavailable
-  std::string nccl_id_error;  // why it is empty although asked for
-};
 
 // The join did not complete in time. Says how far the round got.
 class JoinTimeout : public std::runtime_error {
@@ -35,39 +38,96 @@ class RegistryClosed : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+struct JoinCall {
+  std::string job_id;
+  NodeSpec node;
+  RoundSettings settings;
+  JoinIntent intent;
+  std::chrono::milliseconds lease{0};  // 0: the node holds no lease
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+};
+
+// A finished join: a result, or the error it failed with.
+struct JoinOutcome {
+  std::optional<JoinResult> result;
+  std::exception_ptr error;
+};
+
 class JobRegistry {
  public:
   using IdSource = std::function<std::string()>;
+  using JoinDone = std::function<void(JoinOutcome)>;
 
   // id_source makes NCCL unique ids (make_nccl_unique_id in production).
   explicit JobRegistry(IdSource id_source);
+  ~JobRegistry();  // closes
 
-  // Joins the job's next round and blocks until it closes or timeout passes.
-  JoinResult join(const std::string& job_id, const NodeSpec& node, const RoundSettings& settings,
-                  std::chrono::milliseconds timeout);
+  // Parks the join until its round closes, it times out or fails; then calls
+  // done exactly once (never under the registry's lock; maybe before this
+  // returns). Returns a ticket for cancel().
+  uint64_t join_async(JoinCall call, JoinDone done);
+  // Forgets a parked join without calling its done; false if it has already
+  // completed (or is completing).
+  bool cancel(uint64_t ticket);
+  // Joins and waits (tests, tools).
+  JoinResult join(JoinCall call);
 
-  // The job's store, created on first use. Valid as long as the registry.
-  Store& store(const std::string& job_id);
+  // A node's sign of life, and what it should know about the job.
+  NodeView keep_alive(const std::string& job_id, const std::string& node_id);
+  void leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
+             const std::string& message);
+  // Nodes still in the job (not left, not lost); 0 for an unknown job.
+  size_t nodes_in_job(const std::string& job_id);
 
-  // Wakes every blocked join and store call with an error.
+  // The job's store, created on first use; valid as long as the registry.
+  // With a round, refuses (RendezvousError) when that round is over.
+  Store& store(const std::string& job_id, std::optional<int64_t> round = std::nullopt);
+
+  // Fails every parked join and store wait; later calls fail.
   void close();
 
  private:
+  struct Parked {
+    uint64_t ticket = 0;
+    std::string node_id;
+    std::chrono::steady_clock::time_point deadline;
+    std::chrono::milliseconds timeout{0};
+    JoinDone done;
+  };
   struct Job {
+    std::string id;
     std::optional<RoundState> rounds;
     MemoryStore store;
+    std::unordered_map<std::string, Parked> parked;  // by node id: one join per node
+    // No parked join times out before this.
+    std::chrono::steady_clock::time_point next_due = std::chrono::steady_clock::time_point::max();
+    uint64_t settled_generation = ~uint64_t{0};
+    int64_t store_round = 0;  // keys of earlier rounds are gone
     int64_t nccl_round = -1;
     std::string nccl_id;
     std::string nccl_error;
   };
+  using Completion = std::pair<JoinDone, JoinOutcome>;
+
   Job& job_locked(const std::string& job_id);
+  Job* find_locked(const std::string& job_id);
+  // After any change to a job: hands out assignments, fails joins that
+  // timed out or can no longer succeed, drops old rounds' keys.
+  void settle_locked(Job& job, std::chrono::steady_clock::time_point now,
+                     std::vector<Completion>& out);
   void ensure_nccl_id_locked(Job& job);
+  std::string timeout_message_locked(const Job& job, const Parked& p) const;
+  void timer_loop();
+  static void run(std::vector<Completion>& done);
 
   IdSource id_source_;
   std::mutex mu_;
-  std::condition_variable changed_;
+  std::condition_variable wake_timer_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
+  std::map<uint64_t, std::pair<std::string, std::string>> tickets_;  // → job id, node id
+  uint64_t next_ticket_ = 1;
   bool closed_ = false;
+  std::thread timer_;
 };
 
 }  // namespace ddprun

@@ -1,14 +1,14 @@
 #include "rendezvous/round.h"
 
 #include <algorithm>
-#include <numeric>
 
 namespace ddprun {
 namespace {
 
 std::string describe(const RoundSettings& s) {
-  return "min_nodes=" + std::to_string(s.min_nodes) + " max_nodes=" +
-         std::to_string(s.max_nodes) + " last_call=" + std::to_string(s.last_call.count()) + "ms";
+  return "min_nodes=" + std::to_string(s.min_nodes) + " max_nodes=" + std::to_string(s.max_nodes) +
+         " last_call=" + std::to_string(s.last_call.count()) + "ms max_restarts=" +
+         std::to_string(s.max_restarts);
 }
 
 void validate(const RoundSettings& s) {
@@ -18,132 +18,319 @@ void validate(const RoundSettings& s) {
   if (s.last_call.count() < 0) {
     throw RendezvousError("rendezvous: last_call must not be negative, got " + describe(s));
   }
+  if (s.max_restarts < 0) {
+    throw RendezvousError("rendezvous: max_restarts must not be negative, got " + describe(s));
+  }
 }
+
+std::string quoted(const std::string& id) { return "'" + id + "'"; }
 
 }  // namespace
 
 RoundState::RoundState(RoundSettings settings) : settings_(settings) { validate(settings_); }
 
-int64_t RoundState::join(const NodeSpec& node, const RoundSettings& settings, TimePoint now) {
-  if (!(settings == settings_)) {
-    throw RendezvousError("rendezvous: node '" + node.node_id + "' joined with " +
-                          describe(settings) + " but the job uses " + describe(settings_) +
-                          "; every node must pass the same --nnodes");
-  }
+void RoundState::validate_join(const NodeSpec& node, const RoundSettings& settings) const {
   if (node.node_id.empty()) throw RendezvousError("rendezvous: empty node_id");
+  if (!(settings == settings_)) {
+    throw RendezvousError("rendezvous: node " + quoted(node.node_id) + " joined with " +
+                          describe(settings) + " but the job uses " + describe(settings_) +
+                          "; every node must pass the same --nnodes, --max-restarts and "
+                          "--rdzv-conf");
+  }
   if (node.local_world_size < 1) {
-    throw RendezvousError("rendezvous: node '" + node.node_id +
-                          "' has local_world_size " + std::to_string(node.local_world_size) +
+    throw RendezvousError("rendezvous: node " + quoted(node.node_id) + " has local_world_size " +
+                          std::to_string(node.local_world_size) +
                           "; it must run at least one worker");
   }
   if (node.node_rank_hint >= settings_.max_nodes) {
-    throw RendezvousError("rendezvous: node '" + node.node_id + "' asks for node rank " +
+    throw RendezvousError("rendezvous: node " + quoted(node.node_id) + " asks for node rank " +
                           std::to_string(node.node_rank_hint) + " but max_nodes is " +
                           std::to_string(settings_.max_nodes));
   }
-  if (closed_) open_next_round();
+}
 
-  auto same = [&](const NodeSpec& m) { return m.node_id == node.node_id; };
-  auto it = std::find_if(members_.begin(), members_.end(), same);
-  if (it != members_.end()) {
-    *it = node;  // a repeated join of the open round refreshes the spec
-  } else {
-    if (static_cast<int>(members_.size()) >= settings_.max_nodes) {
-      throw RendezvousError("rendezvous: round " + std::to_string(round_) + " is full (" +
-                            std::to_string(settings_.max_nodes) + " nodes)");
-    }
-    if (node.node_rank_hint >= 0) {
-      for (const auto& m : members_) {
-        if (m.node_rank_hint == node.node_rank_hint) {
-          throw RendezvousError("rendezvous: nodes '" + m.node_id + "' and '" + node.node_id +
-                                "' both ask for node rank " +
-                                std::to_string(node.node_rank_hint) + " (check --node-rank)");
-        }
+void RoundState::join(const NodeSpec& node, const RoundSettings& settings, const JoinIntent& intent,
+                      Duration lease, TimePoint now) {
+  if (phase_ != JobPhase::kActive) {
+    throw JobEnded("rendezvous: " + end_message_ + "; nothing more can join it (start a new job "
+                   "with another --rdzv-id)");
+  }
+  validate_join(node, settings);
+  const std::string& id = node.node_id;
+  // A node asking for a rank another member of the open round holds.
+  if (node.node_rank_hint >= 0 && !closed_) {
+    for (const auto& m : members_) {
+      if (m != id && nodes_.at(m).spec.node_rank_hint == node.node_rank_hint) {
+        throw RendezvousError("rendezvous: nodes " + quoted(m) + " and " + quoted(id) +
+                              " both ask for node rank " + std::to_string(node.node_rank_hint) +
+                              " (check --node-rank)");
       }
     }
-    members_.push_back(node);
   }
+  nodes_[id] = Node{node, lease, now};
+  if (lease.count() > 0 && (!lease_check_at_ || now + lease < *lease_check_at_)) {
+    lease_check_at_ = now + lease;
+  }
+
+  const bool waiting = std::find(waiting_.begin(), waiting_.end(), id) != waiting_.end();
+  if (is_member(id) && closed_) {
+    // It ran in this round and is back: its workers failed there (one
+    // restart), or it lost track of the job. Everyone starts again.
+    const bool failed_here = intent.workers_failed && intent.last_round == round_;
+    supersede(RoundReason::kWorkerFailure,
+              "node " + quoted(id) + (failed_here ? "'s workers failed" : " rejoined"), failed_here,
+              now);
+    if (phase_ != JobPhase::kActive) throw JobEnded("rendezvous: " + end_message_);
+    add_member(id, now);
+  } else if (is_member(id) || waiting) {
+    // A repeated join of the open round (or of the waiting list) refreshes it.
+  } else if (static_cast<int>(members_.size()) < settings_.max_nodes) {
+    if (closed_) supersede(RoundReason::kAdmit, "admitting node " + quoted(id), false, now);
+    add_member(id, now);
+  } else {
+    waiting_.push_back(id);  // the round is full: wait for the next one
+    ++generation_;
+  }
+  advance(now);
+}
+
+void RoundState::add_member(const std::string& id, TimePoint now) {
+  members_.push_back(id);
+  member_set_.insert(id);
+  expected_.erase(id);
   if (!min_reached_at_ && static_cast<int>(members_.size()) >= settings_.min_nodes) {
     min_reached_at_ = now;
   }
-  advance(now);
-  return round_;
+}
+
+void RoundState::remove_member(const std::string& id) {
+  members_.erase(std::remove(members_.begin(), members_.end(), id), members_.end());
+  member_set_.erase(id);
+  if (static_cast<int>(members_.size()) < settings_.min_nodes) min_reached_at_.reset();
+}
+
+void RoundState::supersede(RoundReason reason, std::string detail, bool costs_restart,
+                           TimePoint now) {
+  if (costs_restart) {
+    ++restarts_;
+    if (restarts_ > settings_.max_restarts) {
+      end_job(JobPhase::kFailed, detail + ", and the job has used all " +
+                                     std::to_string(settings_.max_restarts) +
+                                     " restart(s) (raise --max-restarts)");
+      return;
+    }
+  }
+  open_next_round(reason, std::move(detail), now);
+}
+
+void RoundState::open_next_round(RoundReason reason, std::string detail, TimePoint now) {
+  ++round_;
+  ++generation_;
+  // Everyone of the running round still in the job is expected back.
+  follows_running_round_ = closed_;
+  expected_.clear();
+  if (closed_) {
+    for (const auto& id : members_) {
+      if (nodes_.count(id)) expected_.insert(id);
+    }
+  }
+  closed_ = false;
+  reason_ = reason;
+  detail_ = std::move(detail);
+  members_.clear();
+  member_set_.clear();
+  assignments_.clear();
+  min_reached_at_.reset();
+  // Nodes that waited for room come in first, as many as fit.
+  std::vector<std::string> waited = std::move(waiting_);
+  waiting_.clear();
+  for (const auto& id : waited) {
+    if (static_cast<int>(members_.size()) < settings_.max_nodes) {
+      add_member(id, now);
+    } else {
+      waiting_.push_back(id);
+    }
+  }
+}
+
+void RoundState::end_job(JobPhase phase, std::string message) {
+  phase_ = phase;
+  end_message_ = std::move(message);
+  ++generation_;
 }
 
 bool RoundState::advance(TimePoint now) {
-  if (closed_) return false;
-  const int n = static_cast<int>(members_.size());
-  const bool full = n >= settings_.max_nodes;
-  const bool last_call_over = min_reached_at_ && now >= *min_reached_at_ + settings_.last_call;
-  if (full || last_call_over) {
-    close_round();
-    return true;
+  bool changed = false;
+  // Leases: drop every node silent for longer than its lease.
+  std::vector<std::string> expired;
+  if (lease_check_at_ && now >= *lease_check_at_) {
+    lease_check_at_.reset();
+    for (const auto& [id, n] : nodes_) {
+      if (n.lease.count() == 0) continue;
+      const TimePoint due = n.last_seen + n.lease;
+      if (now >= due) {
+        expired.push_back(id);
+      } else if (!lease_check_at_ || due < *lease_check_at_) {
+        lease_check_at_ = due;
+      }
+    }
   }
-  return false;
+  std::sort(expired.begin(), expired.end());  // a stable order for tests and logs
+  for (const auto& id : expired) {
+    drop(id, now);
+    changed = true;
+  }
+  if (phase_ != JobPhase::kActive || closed_ || members_.empty()) return changed;
+  const bool full = static_cast<int>(members_.size()) >= settings_.max_nodes;
+  bool ready = false;
+  if (follows_running_round_) {
+    ready = min_reached_at_ && expected_.empty();
+  } else {
+    ready = min_reached_at_ && now >= *min_reached_at_ + settings_.last_call;
+  }
+  if (full || ready) {
+    close_round();
+    changed = true;
+  }
+  return changed;
+}
+
+void RoundState::drop(const std::string& id, TimePoint now) {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) return;
+  const Node n = it->second;
+  nodes_.erase(it);
+  lost_.push_back(LostNode{id, n.spec.host, n.last_seen});
+  expected_.erase(id);
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
+  ++generation_;
+  if (!is_member(id) || phase_ != JobPhase::kActive) return;
+  if (closed_) {
+    const auto silent = std::chrono::duration_cast<Duration>(now - n.last_seen);
+    supersede(RoundReason::kNodeLost,
+              "node " + quoted(id) + " (" + n.spec.host + ") was lost: no keep-alive for " +
+                  std::to_string(silent.count()) + " ms",
+              true, now);
+  } else {
+    remove_member(id);
+  }
+}
+
+void RoundState::leave(const std::string& id, LeaveKind kind, const std::string& message,
+                       TimePoint now) {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) return;
+  nodes_.erase(it);
+  expected_.erase(id);
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
+  ++generation_;
+  if (phase_ != JobPhase::kActive) return;
+  switch (kind) {
+    case LeaveKind::kSucceeded:
+      // Its workers finished: so has the job. The other members finish
+      // their own (the round they run stays as it is).
+      end_job(JobPhase::kSucceeded, "job finished: node " + quoted(id) + "'s workers succeeded");
+      return;
+    case LeaveKind::kFailed:
+      end_job(JobPhase::kFailed, "job failed on node " + quoted(id) +
+                                     (message.empty() ? "" : ": " + message));
+      return;
+    case LeaveKind::kStopped:
+      if (!is_member(id)) return;
+      if (closed_) {
+        supersede(RoundReason::kNodeLeft, "node " + quoted(id) + " left", false, now);
+      } else {
+        remove_member(id);
+      }
+      return;
+  }
+}
+
+NodeView RoundState::keep_alive(const std::string& node_id, TimePoint now) {
+  auto it = nodes_.find(node_id);
+  if (it != nodes_.end()) it->second.last_seen = now;
+  return view(node_id);
+}
+
+NodeView RoundState::view(const std::string& node_id) const {
+  NodeView v;
+  v.known = nodes_.count(node_id) > 0;
+  v.round = round_;
+  v.closed = closed_;
+  v.phase = phase_;
+  v.reason = reason_;
+  v.detail = phase_ == JobPhase::kActive ? detail_ : end_message_;
+  v.nodes_waiting = static_cast<int>(waiting_.size());
+  v.restart_count = restarts_;
+  return v;
 }
 
 void RoundState::close_round() {
-  // Node ranks: nodes that asked for a rank get it; the others fill the
-  // remaining ranks in join order.
+  // Node ranks: nodes that asked for a rank get it; then nodes keep the
+  // rank they had in the last round where it still exists; the others fill
+  // the free ranks in join order.
   const int n = static_cast<int>(members_.size());
   std::vector<int> order(n, -1);  // order[node_rank] = member index
   std::vector<bool> placed(n, false);
+  auto place = [&](int i, int rank) {
+    if (rank < 0 || rank >= n || order[rank] != -1 || placed[i]) return;
+    order[rank] = i;
+    placed[i] = true;
+  };
+  for (int i = 0; i < n; ++i) place(i, nodes_.at(members_[i]).spec.node_rank_hint);
+  std::vector<std::pair<int, int>> previous;  // (old rank, member index)
   for (int i = 0; i < n; ++i) {
-    int hint = members_[i].node_rank_hint;
-    if (hint >= 0 && hint < n) {
-      order[hint] = i;
-      placed[i] = true;
-    }
+    auto it = last_ranks_.find(members_[i]);
+    if (it != last_ranks_.end()) previous.emplace_back(it->second, i);
   }
+  std::sort(previous.begin(), previous.end());
+  for (auto [rank, i] : previous) place(i, rank);
   int next = 0;
   for (int i = 0; i < n; ++i) {
     if (placed[i]) continue;
     while (order[next] != -1) ++next;
-    order[next] = i;
+    place(i, next);
   }
-  int world = 0;
-  for (const auto& m : members_) world += m.local_world_size;
 
+  int world = 0;
+  for (const auto& id : members_) world += nodes_.at(id).spec.local_world_size;
+  const NodeSpec& master = nodes_.at(members_[order[0]]).spec;
   assignments_.clear();
+  last_ranks_.clear();
   int first = 0;
   for (int rank = 0; rank < n; ++rank) {
-    const NodeSpec& m = members_[order[rank]];
-    assignments_[m.node_id] = Assignment{round_, rank, n, world, first};
+    const NodeSpec& m = nodes_.at(members_[order[rank]]).spec;
+    assignments_[m.node_id] = Assignment{round_,           rank,           n,         world, first,
+                                         master.local_addr, master.master_port, restarts_};
+    last_ranks_[m.node_id] = rank;
     first += m.local_world_size;
   }
   closed_ = true;
+  ++generation_;
 }
 
-void RoundState::open_next_round() {
-  ++round_;
-  closed_ = false;
-  members_.clear();
-  assignments_.clear();
-  min_reached_at_.reset();
-}
-
-std::optional<Assignment> RoundState::assignment(int64_t round, const std::string& node_id) const {
-  if (round != round_) {
-    throw RendezvousError("rendezvous: round " + std::to_string(round) +
-                          " was superseded by round " + std::to_string(round_) + "; join again");
-  }
+std::optional<Assignment> RoundState::assignment(const std::string& node_id) const {
   if (!closed_) return std::nullopt;
   auto it = assignments_.find(node_id);
-  if (it == assignments_.end()) {
-    throw RendezvousError("rendezvous: node '" + node_id + "' is not a member of round " +
-                          std::to_string(round));
-  }
+  if (it == assignments_.end()) return std::nullopt;
   return it->second;
 }
 
 std::optional<RoundState::TimePoint> RoundState::next_deadline() const {
-  if (closed_ || !min_reached_at_) return std::nullopt;
-  return *min_reached_at_ + settings_.last_call;
+  std::optional<TimePoint> next;
+  auto consider = [&](TimePoint t) {
+    if (!next || t < *next) next = t;
+  };
+  if (phase_ == JobPhase::kActive && !closed_ && min_reached_at_ && !follows_running_round_) {
+    consider(*min_reached_at_ + settings_.last_call);
+  }
+  if (lease_check_at_) consider(*lease_check_at_);
+  return next;
 }
 
 bool RoundState::wants_nccl_id() const {
   return std::any_of(members_.begin(), members_.end(),
-                     [](const NodeSpec& m) { return m.wants_nccl_id; });
+                     [&](const std::string& id) { return nodes_.at(id).spec.wants_nccl_id; });
 }
 
 }  // namespace ddprun

@@ -4,92 +4,138 @@
 // A round is open while nodes join it. It closes when max_nodes have joined,
 // or when at least min_nodes have joined and the last-call window has passed
 // since the min-th node arrived. A closed round hands every member its node
-// rank and the global ranks of its workers. A member that joins again (after
-// its workers failed) or a node that arrives late opens the next round, which
-// every node must then join.
+// rank and the global ranks of its workers, and its workers run.
+//
+// A round that follows a running one does not wait out a last-call window:
+// it closes as soon as every node of the running round that is still in the
+// job has come back (or max_nodes have joined), so nodes that take a while
+// to stop their workers are not left behind.
+//
+// A running (closed) round is superseded by the next one when
+//   - a member's workers fail and it joins again (costs one restart),
+//   - a member misses its lease (lost; costs one restart),
+//   - a member leaves without finishing (stopped, e.g. SIGTERM),
+//   - a new node arrives while there is room for it (admission).
+// Every member must then join the new round. A node that arrives while the
+// running round is full waits, and is taken into the next round that opens.
+//
+// Node ranks stay where they were when the same nodes return, so node 0
+// keeps rank 0 while it lives. Once a node reports success the job is
+// finished; once restarts are used up it has failed; either way nothing more
+// can join.
 #pragma once
 
-#include <chrono>
-#include <cstdint>
 #include <map>
 #include <optional>
-#include <stdexcept>
+#include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "rendezvous/types.h"
+
 namespace ddprun {
-
-struct RoundSettings {
-  int min_nodes = 1;
-  int max_nodes = 1;
-  std::chrono::milliseconds last_call{0};
-
-  bool operator==(const RoundSettings&) const = default;
-};
-
-struct NodeSpec {
-  std::string node_id;
-  std::string host;
-  int local_world_size = 1;
-  std::string local_addr;
-  int node_rank_hint = -1;  // -1: assigned by join order
-  bool wants_nccl_id = false;
-};
-
-struct Assignment {
-  int64_t round = 0;
-  int node_rank = 0;
-  int num_nodes = 0;
-  int world_size = 0;
-  int first_global_rank = 0;
-};
-
-// Bad input to the rendezvous (inconsistent settings, bad node spec).
-class RendezvousError : public std::invalid_argument {
- public:
-  using std::invalid_argument::invalid_argument;
-};
 
 class RoundState {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
+  using Duration = std::chrono::milliseconds;
 
   explicit RoundState(RoundSettings settings);
 
-  // Adds the node to the open round (opening the next one first when the
-  // current round is closed) and returns the round it joined. Throws
-  // RendezvousError for bad specs or when the round is full.
-  int64_t join(const NodeSpec& node, const RoundSettings& settings, TimePoint now);
+  // A node joins: the open round, the next one (superseding a running round
+  // it belongs to, or admitting it when there is room), or the waiting list.
+  // lease: how long it may stay silent before it counts as lost (0: never).
+  // Throws RendezvousError for bad input, JobEnded once the job is over.
+  void join(const NodeSpec& node, const RoundSettings& settings, const JoinIntent& intent,
+            Duration lease, TimePoint now);
 
-  // Closes the open round when its conditions hold; true if it closed now.
+  // Closes the open round when its conditions hold and drops nodes whose
+  // lease ran out; true if anything changed.
   bool advance(TimePoint now);
 
-  // The member's assignment once `round` has closed; nullopt while it is
-  // still open. Throws RendezvousError when the round was superseded or the
-  // node is not a member of it.
-  std::optional<Assignment> assignment(int64_t round, const std::string& node_id) const;
+  // A sign of life from a node; what it should know about the job.
+  NodeView keep_alive(const std::string& node_id, TimePoint now);
+  NodeView view(const std::string& node_id) const;
+
+  // A node leaves the job (see LeaveKind). Unknown nodes are ignored.
+  void leave(const std::string& node_id, LeaveKind kind, const std::string& message,
+             TimePoint now);
+
+  // The node's assignment in the current round once it has closed with the
+  // node in it; nullopt while the node waits for that.
+  std::optional<Assignment> assignment(const std::string& node_id) const;
+  // Whether the node is known (a member, waiting, or running).
+  bool knows(const std::string& node_id) const { return nodes_.count(node_id) > 0; }
 
   // When advance() may next change something by time alone (the end of the
-  // last-call window); nullopt when only a join can.
+  // last-call window, a lease running out); nullopt when only a call can.
   std::optional<TimePoint> next_deadline() const;
 
   int64_t current_round() const { return round_; }
   bool closed() const { return closed_; }
-  // Whether any member of the closed current round asked for a NCCL id.
+  JobPhase phase() const { return phase_; }
+  const std::string& end_message() const { return end_message_; }
+  int restart_count() const { return restarts_; }
+  // Changes whenever a round opens or closes, a node is dropped or the job
+  // ends: callers re-check their waiters only then.
+  uint64_t generation() const { return generation_; }
+  // Whether any member of the current round asked for a NCCL id.
   bool wants_nccl_id() const;
-  const std::vector<NodeSpec>& members() const { return members_; }
+  // Members of the current round, in join order.
+  std::vector<std::string> members() const { return members_; }
+  size_t num_members() const { return members_.size(); }
+  size_t num_waiting() const { return waiting_.size(); }
+  // Nodes still in the job (not left, not lost).
+  size_t num_nodes() const { return nodes_.size(); }
+  // Nodes dropped for missed leases, oldest first.
+  const std::vector<LostNode>& lost() const { return lost_; }
   const RoundSettings& settings() const { return settings_; }
+  RoundReason reason() const { return reason_; }
+  const std::string& reason_detail() const { return detail_; }
 
  private:
-  void open_next_round();
+  struct Node {
+    NodeSpec spec;
+    Duration lease{0};
+    TimePoint last_seen;
+  };
+  void validate_join(const NodeSpec& node, const RoundSettings& settings) const;
+  void add_member(const std::string& id, TimePoint now);
+  void remove_member(const std::string& id);
+  void open_next_round(RoundReason reason, std::string detail, TimePoint now);
   void close_round();
+  void end_job(JobPhase phase, std::string message);
+  // A running member is gone or failed: a new round, maybe a restart spent.
+  void supersede(RoundReason reason, std::string detail, bool costs_restart, TimePoint now);
+  void drop(const std::string& id, TimePoint now);  // lease ran out
+  bool is_member(const std::string& id) const { return member_set_.count(id) > 0; }
 
   RoundSettings settings_;
   int64_t round_ = 0;
   bool closed_ = false;
-  std::vector<NodeSpec> members_;                   // in join order
-  std::optional<TimePoint> min_reached_at_;         // when min_nodes was first reached
-  std::map<std::string, Assignment> assignments_;   // of the closed round
+  JobPhase phase_ = JobPhase::kActive;
+  std::string end_message_;
+  int restarts_ = 0;
+  uint64_t generation_ = 0;
+  RoundReason reason_ = RoundReason::kFirst;
+  std::string detail_;
+
+  std::unordered_map<std::string, Node> nodes_;  // every node in the job
+  std::vector<std::string> members_;             // of the current round, join order
+  std::set<std::string> member_set_;
+  std::vector<std::string> waiting_;             // arrived while the round ran full
+  std::optional<TimePoint> min_reached_at_;      // when min_nodes was reached
+  // In a round that follows a running one: the nodes of that round still
+  // expected back (they leave this set when they join, leave or are lost).
+  bool follows_running_round_ = false;
+  std::set<std::string> expected_;
+  // No lease runs out before this (a lower bound: keep-alives only push
+  // leases later), so advance() scans the nodes only from then on.
+  std::optional<TimePoint> lease_check_at_;
+  std::map<std::string, Assignment> assignments_;  // of the closed current round
+  std::map<std::string, int> last_ranks_;          // node ranks of the last closed round
+  std::vector<LostNode> lost_;
 };
 
 }  // namespace ddprun

@@ -16,12 +16,15 @@ RendezvousServer::RendezvousServer(const std::string& host, int port,
   const bool ipv6 = host.find(':') != std::string::npos;
   const std::string listen = (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
   grpc::ServerBuilder builder;
+  // gRPC shares ports (SO_REUSEPORT) by default: then a second agent that
+  // tries to host the same endpoint would succeed and split the job.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(handler_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
-    throw std::runtime_error("rendezvous: cannot listen on " + listen +
-                             " (is the port in use? change --rdzv-endpoint)");
+    throw ListenError("rendezvous: cannot listen on " + listen +
+                      " (is the port in use, or the address not this host's? change --rdzv-endpoint)");
   }
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "rendezvous/registry.h"
@@ -14,10 +15,16 @@ namespace ddprun {
 
 class RendezvousHandler;
 
+class ListenError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class RendezvousServer {
  public:
   // Listens on host:port; port 0 picks a free one (see port()). Throws
-  // std::runtime_error naming the address when it cannot listen.
+  // ListenError naming the address when it cannot listen (the port is
+  // taken: no other process can share it).
   RendezvousServer(const std::string& host, int port, JobRegistry::IdSource id_source);
   ~RendezvousServer();  // shuts down, waking blocked calls
   RendezvousServer(const RendezvousServer&) = delete;

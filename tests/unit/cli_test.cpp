@@ -56,7 +56,7 @@ TEST(Cli, NnodesTakesNOrMinMax) {
   auto a = parse({"--nnodes", "1", "p"});
   EXPECT_EQ(a.min_nodes, 1);
   EXPECT_EQ(a.max_nodes, 1);
-  auto b = parse({"--nnodes", "2:4", "p"});
+  auto b = parse({"--nnodes", "2:4", "--rdzv-endpoint", "h:1", "--rdzv-id", "j", "p"});
   EXPECT_EQ(b.min_nodes, 2);
   EXPECT_EQ(b.max_nodes, 4);
 }
@@ -99,7 +99,16 @@ TEST(Cli, BadValuesNameTheFlagAndTheValue) {
             "--monitor-interval: expected a number of seconds, got 'soon'");
   EXPECT_NE(error_of({"--tee", "5", "p"}).find("--tee: expected 0 (none)"), std::string::npos);
   EXPECT_EQ(error_of({"--rdzv-conf", "bogus=1", "p"}),
-            "--rdzv-conf: unknown key 'bogus' (known: join_timeout, last_call_timeout)");
+            "--rdzv-conf: unknown key 'bogus' (known: join_timeout, last_call_timeout, "
+            "keep_alive_interval, lease_timeout, keep_alive_max_attempt, is_host)");
+  EXPECT_EQ(error_of({"--rdzv-host", "maybe", "p"}),
+            "--rdzv-host: expected on, off or auto, got 'maybe'");
+  EXPECT_EQ(error_of({"--nnodes", "2", "--rdzv-id", "j", "p"}),
+            "--nnodes 2: several nodes need --rdzv-endpoint HOST:PORT (the same on every node) to "
+            "find each other");
+  EXPECT_EQ(error_of({"--rdzv-conf", "keep_alive_interval=1,lease_timeout=1", "p"}),
+            "--rdzv-conf: lease_timeout (1.000 s) must be at least twice keep_alive_interval "
+            "(1.000 s)");
   EXPECT_EQ(error_of({"--rdzv-backend", "etcd", "p"}).rfind("--rdzv-backend: 'etcd'", 0), 0u);
   EXPECT_EQ(error_of({"--node-rank", "1", "p"}), "--node-rank: 1 is out of range [0, 0]");
   EXPECT_EQ(error_of({"--frobnicate", "p"}), "unknown option '--frobnicate' (see ddprun --help)");
@@ -167,13 +176,23 @@ TEST(Plan, ProgramsAreFoundInPathThenInExtraDirs) {
   }
 }
 
-TEST(Plan, MultiNodeIsRefusedClearlyForNow) {
-  try {
-    make_launch_plan(parse({"--nnodes", "2", "--rdzv-id", "j", "true"}), facts(2, 0));
-    FAIL();
-  } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("multi-node jobs are not supported yet"), std::string::npos);
-  }
+TEST(Plan, MultiNodeJobsJoinTheEndpointAndHoldALease) {
+  auto plan = make_launch_plan(
+      parse({"--nnodes", "2:3", "--rdzv-endpoint", "node0:29500", "--rdzv-id", "j",
+             "--max-restarts", "4", "--rdzv-conf", "keep_alive_interval=0.5,keep_alive_max_attempt=6",
+             "true"}),
+      facts(2, 0));
+  EXPECT_FALSE(plan.private_rdzv);
+  EXPECT_EQ(plan.rdzv_listen_host, "node0");
+  EXPECT_EQ(plan.rdzv_listen_port, 29500);
+  EXPECT_EQ(plan.rdzv_host_mode, "auto");
+  EXPECT_EQ(plan.agent.rdzv, (RoundSettings{2, 3, std::chrono::milliseconds(1000), 4}));
+  EXPECT_EQ(plan.agent.keep_alive_interval.count(), 500);
+  EXPECT_EQ(plan.agent.lease_timeout.count(), 3000);
+  // One node on its own keeps its private rendezvous and holds no lease.
+  auto one = make_launch_plan(parse({"true"}), facts(2, 0));
+  EXPECT_TRUE(one.private_rdzv);
+  EXPECT_EQ(one.agent.lease_timeout.count(), 0);
 }
 
 TEST(Plan, CarriesSettingsToTheAgent) {

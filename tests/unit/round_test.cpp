@@ -1,3 +1,5 @@
+// The rendezvous rounds as pure logic with a fake clock: closing rules,
+// stable ranks, leases, late joiners, leaving, restarts, the end of a job.
 #include <gtest/gtest.h>
 
 #include "rendezvous/round.h"
@@ -9,94 +11,328 @@ using namespace std::chrono_literals;
 using TP = RoundState::TimePoint;
 
 const TP t0{};
+const JoinIntent kFirst{-1, false};
 
 NodeSpec node(const std::string& id, int nproc = 2, int hint = -1) {
   NodeSpec n;
   n.node_id = id;
-  n.host = id;
+  n.host = id + "-host";
   n.local_world_size = nproc;
   n.node_rank_hint = hint;
+  n.local_addr = "10.0.0." + std::to_string(id[0] - 'a' + 1);
+  n.master_port = 1000 + (id[0] - 'a');
   return n;
+}
+
+// A job of `ids` with the given settings whose first round has closed.
+RoundState running(const RoundSettings& s, const std::vector<std::string>& ids,
+                   std::chrono::milliseconds lease = 0ms) {
+  RoundState r(s);
+  for (const auto& id : ids) r.join(node(id), s, kFirst, lease, t0);
+  r.advance(t0 + s.last_call);
+  EXPECT_TRUE(r.closed());
+  return r;
 }
 
 TEST(Round, OneNodeClosesAtOnce) {
   RoundSettings s{1, 1, 0ms};
   RoundState r(s);
-  EXPECT_EQ(r.join(node("a", 4), s, t0), 0);
-  auto a = r.assignment(0, "a");
+  r.join(node("a", 4), s, kFirst, 0ms, t0);
+  auto a = r.assignment("a");
   ASSERT_TRUE(a);
+  EXPECT_EQ(a->round, 0);
   EXPECT_EQ(a->node_rank, 0);
   EXPECT_EQ(a->num_nodes, 1);
   EXPECT_EQ(a->world_size, 4);
   EXPECT_EQ(a->first_global_rank, 0);
+  EXPECT_EQ(a->master_addr, "10.0.0.1");
+  EXPECT_EQ(a->master_port, 1000);
 }
 
 TEST(Round, WaitsForMinNodesThenTheLastCallWindow) {
   RoundSettings s{2, 3, 500ms};
   RoundState r(s);
-  r.join(node("a", 2), s, t0);
-  EXPECT_FALSE(r.assignment(0, "a"));
+  r.join(node("a", 2), s, kFirst, 0ms, t0);
+  EXPECT_FALSE(r.assignment("a"));
   EXPECT_FALSE(r.next_deadline());  // only a join can help now
-  r.join(node("b", 3), s, t0 + 100ms);
-  EXPECT_FALSE(r.assignment(0, "a"));
+  r.join(node("b", 3), s, kFirst, 0ms, t0 + 100ms);
+  EXPECT_FALSE(r.assignment("a"));
   ASSERT_TRUE(r.next_deadline());
   EXPECT_EQ(*r.next_deadline(), t0 + 600ms);
   EXPECT_FALSE(r.advance(t0 + 599ms));
   EXPECT_TRUE(r.advance(t0 + 600ms));
-  auto a = r.assignment(0, "a");
-  auto b = r.assignment(0, "b");
+  auto a = r.assignment("a");
+  auto b = r.assignment("b");
   ASSERT_TRUE(a && b);
   EXPECT_EQ(a->world_size, 5);
   EXPECT_EQ(a->first_global_rank, 0);
   EXPECT_EQ(b->node_rank, 1);
   EXPECT_EQ(b->first_global_rank, 2);
+  // Everyone's MASTER_ADDR is node 0's address.
+  EXPECT_EQ(b->master_addr, "10.0.0.1");
+}
+
+TEST(Round, WithoutALastCallWindowTheFirstMinNodesStartAlone) {
+  RoundSettings s{1, 2, 0ms};
+  RoundState r(s);
+  r.join(node("a"), s, kFirst, 0ms, t0);
+  EXPECT_TRUE(r.closed());
+  EXPECT_EQ(r.assignment("a")->num_nodes, 1);
 }
 
 TEST(Round, MaxNodesClosesWithoutWaiting) {
   RoundSettings s{1, 2, 10s};
   RoundState r(s);
-  r.join(node("a"), s, t0);
+  r.join(node("a"), s, kFirst, 0ms, t0);
   EXPECT_FALSE(r.closed());
-  r.join(node("b"), s, t0);
+  r.join(node("b"), s, kFirst, 0ms, t0);
   EXPECT_TRUE(r.closed());
 }
 
 TEST(Round, NodeRankHintsWinOverJoinOrder) {
   RoundSettings s{3, 3, 0ms};
   RoundState r(s);
-  r.join(node("a", 1), s, t0);          // no hint
-  r.join(node("b", 2, 0), s, t0);       // wants rank 0
-  r.join(node("c", 4), s, t0);          // no hint
-  EXPECT_EQ(r.assignment(0, "b")->node_rank, 0);
-  EXPECT_EQ(r.assignment(0, "a")->node_rank, 1);
-  EXPECT_EQ(r.assignment(0, "c")->node_rank, 2);
-  EXPECT_EQ(r.assignment(0, "a")->first_global_rank, 2);
-  EXPECT_EQ(r.assignment(0, "c")->first_global_rank, 3);
+  r.join(node("a", 1), s, kFirst, 0ms, t0);     // no hint
+  r.join(node("b", 2, 0), s, kFirst, 0ms, t0);  // wants rank 0
+  r.join(node("c", 4), s, kFirst, 0ms, t0);     // no hint
+  EXPECT_EQ(r.assignment("b")->node_rank, 0);
+  EXPECT_EQ(r.assignment("a")->node_rank, 1);
+  EXPECT_EQ(r.assignment("c")->node_rank, 2);
+  EXPECT_EQ(r.assignment("a")->first_global_rank, 2);
+  EXPECT_EQ(r.assignment("c")->first_global_rank, 3);
 }
 
-TEST(Round, RejoiningOpensTheNextRoundAndSupersedesTheOld) {
-  RoundSettings s{2, 2, 0ms};
-  RoundState r(s);
-  r.join(node("a"), s, t0);
-  r.join(node("b"), s, t0);
-  ASSERT_TRUE(r.closed());
-  EXPECT_EQ(r.join(node("a"), s, t0 + 1s), 1);  // a's workers failed
+TEST(Round, AFailureOpensTheNextRoundForEveryNodeAndCostsOneRestart) {
+  RoundSettings s{2, 2, 0ms, 3};
+  RoundState r = running(s, {"a", "b"});
+  // b's workers failed in round 0.
+  r.join(node("b"), s, JoinIntent{0, true}, 0ms, t0 + 1s);
+  EXPECT_EQ(r.current_round(), 1);
   EXPECT_FALSE(r.closed());
-  EXPECT_THROW(r.assignment(0, "b"), RendezvousError);  // b must notice and rejoin
-  EXPECT_EQ(r.join(node("b"), s, t0 + 2s), 1);
+  EXPECT_EQ(r.restart_count(), 1);
+  EXPECT_EQ(r.reason(), RoundReason::kWorkerFailure);
+  // a hears of it by keep-alive, stops its workers and joins; its own
+  // workers failed too (their peers died), but round 0 is over already:
+  // that costs nothing more.
+  NodeView v = r.keep_alive("a", t0 + 1s);
+  EXPECT_EQ(v.round, 1);
+  EXPECT_NE(v.detail.find("node 'b''s workers failed"), std::string::npos) << v.detail;
+  r.join(node("a"), s, JoinIntent{0, true}, 0ms, t0 + 2s);
   EXPECT_TRUE(r.closed());
-  EXPECT_EQ(r.assignment(1, "b")->round, 1);
+  EXPECT_EQ(r.restart_count(), 1);
+  EXPECT_EQ(r.assignment("a")->restart_count, 1);
+}
+
+TEST(Round, NodeRanksStayWhereTheyWereWhenTheSameNodesReturn) {
+  RoundSettings s{3, 3, 0ms, 5};
+  RoundState r(s);
+  for (auto id : {"c", "a", "b"}) r.join(node(id), s, kFirst, 0ms, t0);
+  const int ra = r.assignment("a")->node_rank, rb = r.assignment("b")->node_rank,
+            rc = r.assignment("c")->node_rank;
+  EXPECT_EQ(rc, 0);
+  // They come back in another order.
+  r.join(node("b"), s, JoinIntent{0, true}, 0ms, t0 + 1s);
+  r.join(node("a"), s, JoinIntent{0, false}, 0ms, t0 + 1s);
+  r.join(node("c"), s, JoinIntent{0, false}, 0ms, t0 + 1s);
+  EXPECT_EQ(r.assignment("a")->node_rank, ra);
+  EXPECT_EQ(r.assignment("b")->node_rank, rb);
+  EXPECT_EQ(r.assignment("c")->node_rank, rc);
+}
+
+TEST(Round, RankZeroStaysRankZeroWhileItLives) {
+  RoundSettings s{2, 3, 1s, 5};
+  RoundState r = running(s, {"a", "b", "c"});
+  ASSERT_EQ(r.assignment("a")->node_rank, 0);
+  r.leave("b", LeaveKind::kStopped, "", t0 + 1s);  // rank 1 goes away
+  r.join(node("c"), s, JoinIntent{0, false}, 0ms, t0 + 1s);
+  r.join(node("a"), s, JoinIntent{0, false}, 0ms, t0 + 1s);
+  r.advance(t0 + 2s);
+  ASSERT_TRUE(r.closed());
+  EXPECT_EQ(r.assignment("a")->node_rank, 0);
+  EXPECT_EQ(r.assignment("c")->node_rank, 1);
+  EXPECT_EQ(r.assignment("c")->world_size, 4);
+}
+
+TEST(Round, ALateNodeIsAdmittedInANewRoundThatCostsNoRestart) {
+  RoundSettings s{1, 3, 1s, 0};
+  RoundState r = running(s, {"a", "b"});
+  ASSERT_EQ(r.assignment("b")->num_nodes, 2);
+  r.join(node("c"), s, kFirst, 0ms, t0 + 5s);
+  EXPECT_EQ(r.current_round(), 1);
+  EXPECT_EQ(r.reason(), RoundReason::kAdmit);
+  EXPECT_EQ(r.restart_count(), 0);
+  EXPECT_FALSE(r.assignment("c"));  // the running nodes must join first
+  EXPECT_EQ(r.keep_alive("a", t0 + 5s).round, 1);
+  r.join(node("a"), s, JoinIntent{0, false}, 0ms, t0 + 6s);
+  r.join(node("b"), s, JoinIntent{0, false}, 0ms, t0 + 6s);
+  ASSERT_TRUE(r.closed());
+  EXPECT_EQ(r.assignment("c")->node_rank, 2);
+  EXPECT_EQ(r.assignment("c")->world_size, 6);
+  EXPECT_EQ(r.assignment("a")->node_rank, 0);
+}
+
+TEST(Round, ALateNodeWaitsWhileTheRoundIsFullAndComesInWithTheNext) {
+  RoundSettings s{1, 2, 1s, 2};
+  RoundState r = running(s, {"a", "b"});
+  r.join(node("c"), s, kFirst, 0ms, t0 + 1s);
+  EXPECT_EQ(r.current_round(), 0);  // the job is not disturbed
+  EXPECT_TRUE(r.closed());
+  EXPECT_EQ(r.keep_alive("a", t0 + 1s).nodes_waiting, 1);
+  // b leaves (preempted): c takes its place in the next round.
+  r.leave("b", LeaveKind::kStopped, "", t0 + 2s);
+  EXPECT_EQ(r.current_round(), 1);
+  EXPECT_FALSE(r.closed());
+  r.join(node("a"), s, JoinIntent{0, false}, 0ms, t0 + 3s);
+  ASSERT_TRUE(r.closed());
+  EXPECT_EQ(r.assignment("a")->node_rank, 0);
+  EXPECT_EQ(r.assignment("c")->node_rank, 1);
+  EXPECT_EQ(r.num_waiting(), 0u);
+}
+
+TEST(Round, ANodeThatMissesItsLeaseIsDroppedAndTheSurvivorsGoOn) {
+  RoundSettings s{1, 2, 1s, 3};
+  RoundState r = running(s, {"a", "b"}, 2s);
+  r.keep_alive("a", t0 + 1500ms);  // b stays silent
+  EXPECT_EQ(*r.next_deadline(), t0 + 2s);
+  EXPECT_FALSE(r.advance(t0 + 1999ms));
+  EXPECT_TRUE(r.advance(t0 + 2s));
+  EXPECT_FALSE(r.knows("b"));
+  ASSERT_EQ(r.lost().size(), 1u);
+  EXPECT_EQ(r.lost()[0].node_id, "b");
+  EXPECT_EQ(r.lost()[0].host, "b-host");
+  EXPECT_EQ(r.lost()[0].last_seen, t0);
+  EXPECT_EQ(r.current_round(), 1);
+  EXPECT_EQ(r.reason(), RoundReason::kNodeLost);
+  EXPECT_EQ(r.restart_count(), 1);
+  NodeView gone = r.keep_alive("b", t0 + 3s);  // too late
+  EXPECT_FALSE(gone.known);
+  // The only survivor is back: no last-call window to wait out.
+  r.join(node("a"), s, JoinIntent{0, true}, 2s, t0 + 2100ms);
+  ASSERT_TRUE(r.closed());
+  EXPECT_EQ(r.assignment("a")->world_size, 2);
+  EXPECT_EQ(r.restart_count(), 1);  // the failure a saw was the same incident
+}
+
+TEST(Round, ARestartWaitsForEveryNodeOfTheRunningRoundHoweverSlowlyItStops) {
+  RoundSettings s{1, 3, 1s, 3};
+  RoundState r = running(s, {"a", "b", "c"}, 5s);
+  r.join(node("a"), s, JoinIntent{0, true}, 5s, t0 + 1s);
+  r.join(node("b"), s, JoinIntent{0, false}, 5s, t0 + 1100ms);
+  r.advance(t0 + 4s);  // far past the last-call window: c is still stopping
+  EXPECT_FALSE(r.closed());
+  EXPECT_FALSE(r.next_deadline() && *r.next_deadline() < t0 + 5s);  // only c's lease
+  r.join(node("c"), s, JoinIntent{0, false}, 5s, t0 + 4500ms);
+  ASSERT_TRUE(r.closed());
+  EXPECT_EQ(r.assignment("c")->num_nodes, 3);
+}
+
+TEST(Round, ARestartStopsWaitingForANodeWhoseLeaseRanOut) {
+  RoundSettings s{1, 2, 1s, 3};
+  RoundState r = running(s, {"a", "b"}, 2s);
+  r.join(node("a"), s, JoinIntent{0, true}, 2s, t0 + 500ms);
+  r.advance(t0 + 1900ms);
+  EXPECT_FALSE(r.closed());
+  r.advance(t0 + 2s);  // b is lost while a waits for it
+  ASSERT_TRUE(r.closed());
+  EXPECT_EQ(r.assignment("a")->num_nodes, 1);
+}
+
+TEST(Round, KeepAlivesHoldTheLease) {
+  RoundSettings s{2, 2, 0ms};
+  RoundState r = running(s, {"a", "b"}, 1s);
+  for (auto t = 500ms; t < 10s; t += 500ms) {
+    r.keep_alive("a", t0 + t);
+    r.keep_alive("b", t0 + t);
+    r.advance(t0 + t);
+  }
+  EXPECT_EQ(r.current_round(), 0);
+  EXPECT_TRUE(r.lost().empty());
+}
+
+TEST(Round, TooFewSurvivorsLeaveTheRoundOpen) {
+  RoundSettings s{2, 2, 0ms, 3};
+  RoundState r = running(s, {"a", "b"}, 1s);
+  r.keep_alive("a", t0 + 900ms);
+  r.advance(t0 + 1s);  // b lost
+  r.join(node("a"), s, JoinIntent{0, true}, 1s, t0 + 1100ms);
+  r.advance(t0 + 1200ms);
+  EXPECT_FALSE(r.closed());  // min 2: a waits for a replacement
+  EXPECT_FALSE(r.assignment("a"));
+  r.join(node("d"), s, kFirst, 1s, t0 + 1300ms);  // a replacement node
+  EXPECT_TRUE(r.closed());
+}
+
+TEST(Round, ALostNodeInTheOpenRoundOnlyLeavesIt) {
+  RoundSettings s{3, 3, 0ms};
+  RoundState r(s);
+  r.join(node("a"), s, kFirst, 1s, t0);
+  r.join(node("b"), s, kFirst, 1s, t0);
+  r.keep_alive("a", t0 + 900ms);
+  r.advance(t0 + 1s);  // b lost before the round closed
+  EXPECT_EQ(r.num_members(), 1u);
+  EXPECT_EQ(r.current_round(), 0);
+  EXPECT_EQ(r.restart_count(), 0);
+}
+
+TEST(Round, UsingUpTheRestartsFailsTheJob) {
+  RoundSettings s{2, 2, 0ms, 1};
+  RoundState r = running(s, {"a", "b"});
+  r.join(node("a"), s, JoinIntent{0, true}, 0ms, t0);
+  r.join(node("b"), s, JoinIntent{0, false}, 0ms, t0);
+  ASSERT_TRUE(r.closed());
+  EXPECT_THROW(r.join(node("a"), s, JoinIntent{1, true}, 0ms, t0), JobEnded);
+  EXPECT_EQ(r.phase(), JobPhase::kFailed);
+  EXPECT_NE(r.end_message().find("--max-restarts"), std::string::npos);
+  EXPECT_EQ(r.keep_alive("b", t0).phase, JobPhase::kFailed);
+}
+
+TEST(Round, SuccessFinishesTheJobAndLateJoinersAreTold) {
+  RoundSettings s{2, 2, 0ms};
+  RoundState r = running(s, {"a", "b"});
+  r.leave("a", LeaveKind::kSucceeded, "", t0 + 1s);
+  EXPECT_EQ(r.phase(), JobPhase::kSucceeded);
+  // b's workers keep running to their own end: its round is untouched.
+  NodeView v = r.keep_alive("b", t0 + 1s);
+  EXPECT_EQ(v.round, 0);
+  EXPECT_EQ(v.phase, JobPhase::kSucceeded);
+  r.leave("b", LeaveKind::kSucceeded, "", t0 + 2s);
+  EXPECT_EQ(r.num_nodes(), 0u);
+  try {
+    r.join(node("c"), s, kFirst, 0ms, t0 + 3s);
+    FAIL();
+  } catch (const JobEnded& e) {
+    EXPECT_NE(std::string(e.what()).find("job finished"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Round, AStoppedNodeLetsTheOthersGoOnWithoutARestart) {
+  RoundSettings s{1, 3, 1s, 0};
+  RoundState r = running(s, {"a", "b", "c"});
+  r.leave("c", LeaveKind::kStopped, "", t0 + 1s);
+  EXPECT_EQ(r.phase(), JobPhase::kActive);
+  EXPECT_EQ(r.current_round(), 1);
+  EXPECT_EQ(r.reason(), RoundReason::kNodeLeft);
+  EXPECT_EQ(r.restart_count(), 0);
+}
+
+TEST(Round, AFailedLeaveFailsTheJob) {
+  RoundSettings s{2, 2, 0ms};
+  RoundState r = running(s, {"a", "b"});
+  r.leave("a", LeaveKind::kFailed, "join timed out", t0);
+  EXPECT_EQ(r.phase(), JobPhase::kFailed);
+  EXPECT_NE(r.keep_alive("b", t0).detail.find("join timed out"), std::string::npos);
 }
 
 TEST(Round, RejectsBadJoins) {
   RoundSettings s{2, 2, 0ms};
   RoundState r(s);
-  EXPECT_THROW(r.join(node("a"), RoundSettings{1, 2, 0ms}, t0), RendezvousError);
-  EXPECT_THROW(r.join(node("a", 0), s, t0), RendezvousError);
-  EXPECT_THROW(r.join(node("a", 1, 5), s, t0), RendezvousError);
-  r.join(node("a", 1, 1), s, t0);
+  EXPECT_THROW(r.join(node("a"), RoundSettings{1, 2, 0ms}, kFirst, 0ms, t0), RendezvousError);
+  EXPECT_THROW(r.join(node("a"), RoundSettings{2, 2, 0ms, 3}, kFirst, 0ms, t0), RendezvousError);
+  EXPECT_THROW(r.join(node("a", 0), s, kFirst, 0ms, t0), RendezvousError);
+  EXPECT_THROW(r.join(node("a", 1, 5), s, kFirst, 0ms, t0), RendezvousError);
+  r.join(node("a", 1, 1), s, kFirst, 0ms, t0);
   try {
-    r.join(node("b", 1, 1), s, t0);
+    r.join(node("b", 1, 1), s, kFirst, 0ms, t0);
     FAIL();
   } catch (const RendezvousError& e) {
     EXPECT_NE(std::string(e.what()).find("both ask for node rank 1"), std::string::npos);
@@ -107,11 +343,22 @@ TEST(Round, RejectsBadJoins) {
 TEST(Round, WantsNcclIdWhenAnyMemberDoes) {
   RoundSettings s{2, 2, 0ms};
   RoundState r(s);
-  r.join(node("a"), s, t0);
+  r.join(node("a"), s, kFirst, 0ms, t0);
   NodeSpec b = node("b");
   b.wants_nccl_id = true;
-  r.join(b, s, t0);
+  r.join(b, s, kFirst, 0ms, t0);
   EXPECT_TRUE(r.wants_nccl_id());
+}
+
+TEST(Round, GenerationMovesOnlyWhenWaitersHaveSomethingToLearn) {
+  RoundSettings s{3, 3, 0ms};
+  RoundState r(s);
+  const auto g0 = r.generation();
+  r.join(node("a"), s, kFirst, 0ms, t0);
+  r.join(node("b"), s, kFirst, 0ms, t0);
+  EXPECT_EQ(r.generation(), g0);  // nothing closed: no waiter can be answered
+  r.join(node("c"), s, kFirst, 0ms, t0);
+  EXPECT_GT(r.generation(), g0);
 }
 
 }  // namespace

@@ -111,6 +111,27 @@ TEST(MemoryStore, CloseWakesWaiters) {
   EXPECT_THROW(s.set("k", "v"), StoreClosed);
 }
 
+JoinCall call(const std::string& job, const NodeSpec& n, RoundSettings s,
+              std::chrono::milliseconds timeout, JoinIntent intent = {-1, false},
+              std::chrono::milliseconds lease = 0ms) {
+  JoinCall c;
+  c.job_id = job;
+  c.node = n;
+  c.settings = s;
+  c.intent = intent;
+  c.lease = lease;
+  c.timeout = timeout;
+  return c;
+}
+
+NodeSpec named(const std::string& id, int nproc = 1) {
+  NodeSpec n;
+  n.node_id = id;
+  n.host = id;
+  n.local_world_size = nproc;
+  return n;
+}
+
 TEST(Registry, NodesJoiningFromThreadsGetOneConsistentRound) {
   int ids_made = 0;
   JobRegistry reg([&] { return "id-" + std::to_string(++ids_made); });
@@ -119,11 +140,9 @@ TEST(Registry, NodesJoiningFromThreadsGetOneConsistentRound) {
   std::vector<std::thread> nodes;
   for (int i = 0; i < 3; ++i) {
     nodes.emplace_back([&, i] {
-      NodeSpec n;
-      n.node_id = "n" + std::to_string(i);
-      n.local_world_size = i + 1;
+      NodeSpec n = named("n" + std::to_string(i), i + 1);
       n.wants_nccl_id = i == 2;
-      results[i] = reg.join("job", n, s, 10s);
+      results[i] = reg.join(call("job", n, s, 10s));
     });
   }
   for (auto& t : nodes) t.join();
@@ -138,35 +157,108 @@ TEST(Registry, NodesJoiningFromThreadsGetOneConsistentRound) {
   EXPECT_EQ(ids_made, 1);
 }
 
-TEST(Registry, JoinTimesOutSayingHowFarTheRoundGot) {
+TEST(Registry, JoinTimesOutSayingHowFarTheRoundGotAndWhichFlagToRaise) {
   JobRegistry reg(no_nccl);
-  NodeSpec n;
-  n.node_id = "lonely";
   try {
-    reg.join("job", n, RoundSettings{2, 2, 0ms}, 100ms);
+    reg.join(call("job", named("lonely"), RoundSettings{2, 2, 0ms}, 100ms));
     FAIL();
   } catch (const JoinTimeout& e) {
-    EXPECT_NE(std::string(e.what()).find("1 node(s) joined, 2 needed"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("1 of the 2 node(s) needed joined"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("--rdzv-conf join_timeout="), std::string::npos);
+  }
+}
+
+TEST(Registry, ATimeoutNamesTheLostNodesAndWhenTheyWereLastSeen) {
+  JobRegistry reg(no_nccl);
+  RoundSettings s{2, 2, 0ms, 3};
+  std::thread b([&] { reg.join(call("job", named("b"), s, 10s, {-1, false}, 200ms)); });
+  reg.join(call("job", named("a"), s, 10s, {-1, false}, 60s));
+  b.join();
+  // b never keeps its lease; a rejoins after its workers failed, alone.
+  try {
+    reg.join(call("job", named("a"), s, 1s, {0, true}, 60s));
+    FAIL();
+  } catch (const JoinTimeout& e) {
+    EXPECT_NE(std::string(e.what()).find("lost: 'b' (b, last seen "), std::string::npos)
+        << e.what();
   }
 }
 
 TEST(Registry, NcclIdErrorsAreReportedNotThrown) {
   JobRegistry reg(no_nccl);
-  NodeSpec n;
-  n.node_id = "gpu-node";
+  NodeSpec n = named("gpu-node");
   n.wants_nccl_id = true;
-  JoinResult r = reg.join("job", n, RoundSettings{}, 1s);
+  JoinResult r = reg.join(call("job", n, RoundSettings{}, 1s));
   EXPECT_TRUE(r.nccl_id.empty());
   EXPECT_EQ(r.nccl_id_error, "no NCCL in this test");
 }
 
-TEST(Registry, RestartGetsTheNextRound) {
+TEST(Registry, RestartGetsTheNextRoundAndAFreshNcclId) {
+  int ids_made = 0;
+  JobRegistry reg([&] { return "id-" + std::to_string(++ids_made); });
+  NodeSpec n = named("a");
+  n.wants_nccl_id = true;
+  RoundSettings s{1, 1, 0ms, 2};
+  JoinResult r0 = reg.join(call("job", n, s, 1s));
+  JoinResult r1 = reg.join(call("job", n, s, 1s, {0, true}));
+  EXPECT_EQ(r0.assignment.round, 0);
+  EXPECT_EQ(r1.assignment.round, 1);
+  EXPECT_EQ(r1.assignment.restart_count, 1);
+  EXPECT_NE(r0.nccl_id, r1.nccl_id);
+  EXPECT_EQ(reg.join(call("other-job", n, s, 1s)).assignment.round, 0);
+}
+
+TEST(Registry, EachRoundHasItsOwnKeysAndOldRoundsAreRefused) {
   JobRegistry reg(no_nccl);
-  NodeSpec n;
-  n.node_id = "a";
-  EXPECT_EQ(reg.join("job", n, RoundSettings{}, 1s).assignment.round, 0);
-  EXPECT_EQ(reg.join("job", n, RoundSettings{}, 1s).assignment.round, 1);
-  EXPECT_EQ(reg.join("other-job", n, RoundSettings{}, 1s).assignment.round, 0);
+  RoundSettings s{1, 1, 0ms, 2};
+  reg.join(call("job", named("a"), s, 1s));
+  reg.store("job", 0).set(round_key_prefix(0) + "/gloo/addr", "old");
+  reg.join(call("job", named("a"), s, 1s, {0, true}));
+  try {
+    reg.store("job", 0);
+    FAIL();
+  } catch (const RendezvousError& e) {
+    EXPECT_NE(std::string(e.what()).find("the job is in round 1"), std::string::npos) << e.what();
+  }
+  // Round 0's keys are gone; round 1 starts clean.
+  Store& now = reg.store("job", 1);
+  EXPECT_THROW(now.get(round_key_prefix(0) + "/gloo/addr", 10ms), StoreTimeout);
+}
+
+TEST(Registry, AJobThatFinishedTurnsLateJoinersAway) {
+  JobRegistry reg(no_nccl);
+  RoundSettings s{1, 2, 0ms};
+  reg.join(call("job", named("a"), s, 1s));
+  reg.leave("job", "a", LeaveKind::kSucceeded, "");
+  EXPECT_EQ(reg.nodes_in_job("job"), 0u);
+  EXPECT_THROW(reg.join(call("job", named("late"), s, 1s)), JobEnded);
+}
+
+TEST(Registry, ACancelledJoinIsForgotten) {
+  JobRegistry reg(no_nccl);
+  bool called = false;
+  uint64_t ticket = reg.join_async(call("job", named("a"), RoundSettings{2, 2, 0ms}, 10s),
+                                   [&](JoinOutcome) { called = true; });
+  EXPECT_TRUE(reg.cancel(ticket));
+  EXPECT_FALSE(reg.cancel(ticket));
+  reg.close();
+  EXPECT_FALSE(called);
+}
+
+TEST(Registry, ThousandsOfParkedJoinsHoldNoThreadEach) {
+  JobRegistry reg(no_nccl);
+  const int n = 2000;
+  RoundSettings s{n, n, 0ms};
+  std::atomic<int> done{0};
+  for (int i = 0; i < n; ++i) {
+    reg.join_async(call("job", named("n" + std::to_string(i)), s, 60s), [&](JoinOutcome o) {
+      EXPECT_TRUE(o.result);
+      ++done;
+    });
+  }
+  // The last join closed the round and completed every parked one.
+  EXPECT_EQ(done.load(), n);
 }
 
 TEST(RendezvousService, JoinOverGrpc) {
@@ -181,6 +273,79 @@ TEST(RendezvousService, JoinOverGrpc) {
   JoinResult r = client.join(a);
   EXPECT_EQ(r.assignment.world_size, 4);
   EXPECT_EQ(r.nccl_id, std::string(128, 'x'));
+}
+
+TEST(RendezvousService, KeepAliveAndLeaveOverGrpc) {
+  RendezvousServer server("127.0.0.1", 0, no_nccl);
+  RendezvousClient client(server.address());
+  JoinArgs a;
+  a.job_id = "job";
+  a.node = named("n0", 2);
+  a.settings = RoundSettings{1, 2, 0ms, 1};
+  a.lease = 5s;
+  a.timeout = 5s;
+  client.join(a);
+  NodeView v = client.keep_alive("job", "n0", 2s);
+  EXPECT_TRUE(v.known);
+  EXPECT_EQ(v.round, 0);
+  EXPECT_TRUE(v.closed);
+  client.leave("job", "n0", LeaveKind::kSucceeded, "", 2s);
+  v = client.keep_alive("job", "n0", 2s);
+  EXPECT_FALSE(v.known);
+  EXPECT_EQ(v.phase, JobPhase::kSucceeded);
+  a.node = named("late");
+  try {
+    client.join(a);
+    FAIL();
+  } catch (const RendezvousCallError& e) {
+    EXPECT_TRUE(e.job_ended()) << e.what();
+    EXPECT_NE(std::string(e.what()).find("job finished"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RendezvousService, ACancelledJoinReturnsAndLeavesTheRound) {
+  RendezvousServer server("127.0.0.1", 0, no_nccl);
+  RendezvousClient client(server.address());
+  JoinArgs a;
+  a.job_id = "job";
+  a.node = named("impatient");
+  a.settings = RoundSettings{2, 2, 0ms};
+  a.timeout = 60s;
+  JoinCanceller canceller;
+  std::thread t([&] {
+    try {
+      client.join(a, &canceller);
+      ADD_FAILURE() << "the join should not succeed";
+    } catch (const RendezvousCallError& e) {
+      EXPECT_TRUE(e.cancelled()) << e.what();
+    }
+  });
+  canceller.cancel();  // before or during the call: either way it ends now
+  t.join();
+  // The round waits for two nodes still: the one that gave up is not in it.
+  a.node = named("b");
+  a.timeout = 200ms;
+  EXPECT_THROW(client.join(a), RendezvousCallError);
+}
+
+TEST(RendezvousService, StoreCallsOfARoundThatIsOverAreRefused) {
+  RendezvousServer server("127.0.0.1", 0, no_nccl);
+  RoundSettings s{1, 1, 0ms, 1};
+  server.registry().join(call("job", named("a"), s, 1s));
+  GrpcStore round0(server.address(), "job", 0);
+  round0.set("k", "v");
+  server.registry().join(call("job", named("a"), s, 1s, {0, true}));
+  try {
+    round0.set("k", "v");
+    FAIL();
+  } catch (const StoreError& e) {
+    EXPECT_NE(std::string(e.what()).find("is over; the job is in round 1"), std::string::npos)
+        << e.what();
+  }
+  GrpcStore round1(server.address(), "job", 1);
+  round1.set("k", "v");
+  GrpcStore unscoped(server.address(), "job");
+  EXPECT_EQ(unscoped.get("k", 1s), "v");
 }
 
 TEST(RendezvousService, RejectsInvalidRequestsBeforeTouchingState) {
@@ -224,7 +389,7 @@ TEST(Registry, CloseWakesBlockedJoinsAndStoreCalls) {
     NodeSpec n;
     n.node_id = "a";
     // Blocks (2 nodes needed) until close(), or throws at once if close() came first.
-    EXPECT_THROW(reg.join("job", n, RoundSettings{2, 2, 0ms}, 60s), RegistryClosed);
+    EXPECT_THROW(reg.join(call("job", n, RoundSettings{2, 2, 0ms}, 60s)), RegistryClosed);
   });
   std::thread getter([&] { EXPECT_THROW(store.get("never", 60s), StoreClosed); });
   reg.close();

@@ -34,7 +34,7 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
       heartbeat_(std::make_shared<Heartbeat>(info_.heartbeat_file, info_.heartbeat_slot)),
       store_(std::move(store)) {
   // Every round gets fresh keys: a restarted group never reads a dead one's.
-  round_store_ = std::make_unique<ddprun::PrefixStore>("round/" + std::to_string(info_.round), *store_);
+  round_store_ = std::make_unique<ddprun::PrefixStore>(ddprun::round_key_prefix(info_.round), *store_);
   gloo_store_ = std::make_unique<ddprun::PrefixStore>("gloo", *round_store_);
   group_store_ = std::make_unique<ddprun::PrefixStore>("group", *round_store_);
   user_store_ = std::make_unique<ddprun::PrefixStore>("user", *round_store_);
@@ -126,7 +126,8 @@ std::shared_ptr<World> init(InitOptions options) {
   std::shared_ptr<ddprun::Store> store = options.store;
   if (!store) {
     if (info.from_ddprun()) {
-      store = std::make_shared<ddprun::GrpcStore>(info.rdzv_address, info.job_id);
+      // Scoped to its round: once the round is over the service refuses it.
+      store = std::make_shared<ddprun::GrpcStore>(info.rdzv_address, info.job_id, info.round);
     } else if (info.world_size == 1) {
       store = std::make_shared<ddprun::MemoryStore>();
     } else {

@@ -1,0 +1,99 @@
+#include "agent/lease_keeper.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <stdexcept>
+
+namespace ddprun {
+namespace {
+
+// Whether b tells the agent something that a did not.
+bool news(const std::optional<NodeView>& a, const NodeView& b) {
+  return !a || a->known != b.known || a->round != b.round || a->phase != b.phase ||
+         a->nodes_waiting != b.nodes_waiting;
+}
+
+}  // namespace
+
+LeaseKeeper::LeaseKeeper(RendezvousClient& client, LeaseOptions options)
+    : client_(client), options_(std::move(options)) {
+  event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (event_fd_ < 0) throw std::runtime_error("eventfd failed for the lease keeper");
+  thread_ = std::thread([this] { loop(); });
+}
+
+LeaseKeeper::~LeaseKeeper() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  thread_.join();
+  close(event_fd_);
+}
+
+void LeaseKeeper::notify() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(event_fd_, &one, sizeof(one));
+}
+
+LeaseStatus LeaseKeeper::take() {
+  uint64_t count;
+  [[maybe_unused]] ssize_t n = read(event_fd_, &count, sizeof(count));
+  return peek();
+}
+
+void LeaseKeeper::reset() {
+  std::lock_guard lock(mu_);
+  ++epoch_;
+  status_ = LeaseStatus{};
+  uint64_t count;
+  [[maybe_unused]] ssize_t n = read(event_fd_, &count, sizeof(count));
+}
+
+LeaseStatus LeaseKeeper::peek() const {
+  std::lock_guard lock(mu_);
+  return status_;
+}
+
+void LeaseKeeper::loop() {
+  using Clock = std::chrono::steady_clock;
+  auto last_answer = Clock::now();
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    const uint64_t epoch = epoch_;
+    lock.unlock();
+    // Each call may take up to one interval, so a slow link still renews.
+    std::optional<NodeView> view;
+    std::string error;
+    try {
+      view = client_.keep_alive(options_.job_id, options_.node_id, options_.interval * 2);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    const auto now = Clock::now();
+    lock.lock();
+    bool changed = false;
+    if (epoch != epoch_) {
+      // reset() came while the call was out: its answer may predate it.
+    } else if (view) {
+      last_answer = now;
+      changed = news(status_.view, *view) || status_.contact_lost;
+      status_.view = view;
+      status_.contact_lost = false;
+      status_.error.clear();
+    } else {
+      status_.error = error;
+      if (!status_.contact_lost && now - last_answer >= options_.lease) {
+        status_.contact_lost = true;
+        changed = true;
+      }
+    }
+    if (changed) notify();
+    stop_cv_.wait_for(lock, options_.interval, [this] { return stop_; });
+  }
+}
+
+}  // namespace ddprun

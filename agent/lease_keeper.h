@@ -1,0 +1,64 @@
+// Holds a node's lease on the rendezvous: a thread that sends a keep-alive
+// every interval and keeps the latest answer. The agent's event loop polls
+// fd(), which becomes readable when the answer changes (a new round, the job
+// ended, the node was dropped) or when the rendezvous has not answered for a
+// whole lease; it never blocks on the network itself.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "rendezvous/client.h"
+
+namespace ddprun {
+
+struct LeaseOptions {
+  std::string job_id;
+  std::string node_id;
+  std::chrono::milliseconds interval{250};
+  std::chrono::milliseconds lease{2000};
+};
+
+struct LeaseStatus {
+  std::optional<NodeView> view;  // the latest answer, if any came
+  bool contact_lost = false;     // no answer for a whole lease
+  std::string error;             // why the last keep-alive failed
+};
+
+class LeaseKeeper {
+ public:
+  LeaseKeeper(RendezvousClient& client, LeaseOptions options);
+  ~LeaseKeeper();  // stops the thread
+  LeaseKeeper(const LeaseKeeper&) = delete;
+  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
+
+  int fd() const { return event_fd_; }
+  // Clears fd()'s readiness and returns the latest status.
+  LeaseStatus take();
+  LeaseStatus peek() const;
+  // Forgets what was learnt so far (call after each join): answers to
+  // keep-alives sent before it are dropped, so a view from before the join
+  // ("not in the job yet") is never taken for news about the new round.
+  void reset();
+
+ private:
+  void loop();
+  void notify();
+
+  RendezvousClient& client_;
+  LeaseOptions options_;
+  int event_fd_ = -1;
+  mutable std::mutex mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  uint64_t epoch_ = 0;  // bumped by reset()
+  LeaseStatus status_;
+  std::thread thread_;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,138 @@
+#include "agent/lifecycle.h"
+
+namespace ddprun {
+
+const char* to_string(NodeState s) {
+  switch (s) {
+    case NodeState::kJoining: return "joining";
+    case NodeState::kRunning: return "running";
+    case NodeState::kStopping: return "stopping";
+    case NodeState::kRestarting: return "restarting";
+    case NodeState::kLeaving: return "leaving";
+    case NodeState::kDone: return "done";
+  }
+  return "?";
+}
+
+Action Lifecycle::start() {
+  state_ = NodeState::kJoining;
+  Action a;
+  a.kind = Action::kJoin;
+  a.intent = JoinIntent{-1, false};
+  return a;
+}
+
+Action Lifecycle::leave_then_exit(LeaveKind kind, std::string message, int exit_code) {
+  state_ = NodeState::kLeaving;
+  pending_exit_ = exit_code;
+  Action a;
+  a.kind = Action::kLeave;
+  a.leave = kind;
+  a.message = std::move(message);
+  a.exit_code = exit_code;
+  return a;
+}
+
+Action Lifecycle::on_join(const JoinEnd& end) {
+  if (end.joined) {
+    state_ = NodeState::kRunning;
+    assignment_ = end.joined->assignment;
+    Action a;
+    a.kind = Action::kRunWorkers;
+    return a;
+  }
+  if (end.signal != 0) return leave_then_exit(LeaveKind::kStopped, "", 128 + end.signal);
+  // The job is over: nothing to leave; say why and stop.
+  if (end.job_ended) {
+    state_ = NodeState::kDone;
+    Action a;
+    a.kind = Action::kExit;
+    a.message = end.error;
+    a.exit_code = 1;
+    return a;
+  }
+  // A join that failed (timed out, refused) fails the job: the others must
+  // not wait for this node any longer.
+  return leave_then_exit(LeaveKind::kFailed, end.error, 1);
+}
+
+bool Lifecycle::can_restart() const {
+  return assignment_ && assignment_->restart_count < options_.max_restarts;
+}
+
+Action Lifecycle::on_group_end(const GroupEnd& end) {
+  const int64_t round = assignment_ ? assignment_->round : -1;
+  switch (end.outcome) {
+    case GroupEnd::kSucceeded:
+      return leave_then_exit(LeaveKind::kSucceeded, "", 0);
+    case GroupEnd::kStoppedBySignal:
+      return leave_then_exit(LeaveKind::kStopped, "", 128 + end.signal);
+    case GroupEnd::kWorkerFailed: {
+      if (!can_restart()) {
+        return leave_then_exit(LeaveKind::kFailed,
+                               "workers failed and the job has used all " +
+                                   std::to_string(options_.max_restarts) +
+                                   " restart(s) (raise --max-restarts)",
+                               1);
+      }
+      // The rendezvous counts the restart (once, whichever node reports it
+      // first) and opens the next round for every node.
+      state_ = NodeState::kRestarting;
+      Action a;
+      a.kind = Action::kJoin;
+      a.intent = JoinIntent{round, true};
+      return a;
+    }
+    case GroupEnd::kStoppedForRound: {
+      state_ = NodeState::kRestarting;
+      Action a;
+      a.kind = Action::kJoin;
+      a.intent = JoinIntent{round, false};
+      return a;
+    }
+  }
+  return Action{};
+}
+
+Action Lifecycle::on_left() {
+  if (options_.hosts_rendezvous) {
+    Action a;
+    a.kind = Action::kAwaitOthers;
+    a.exit_code = pending_exit_;
+    return a;
+  }
+  return on_others_gone();
+}
+
+Action Lifecycle::on_others_gone() {
+  state_ = NodeState::kDone;
+  Action a;
+  a.kind = Action::kExit;
+  a.exit_code = pending_exit_;
+  return a;
+}
+
+std::optional<std::string> Lifecycle::on_view(const NodeView& view) {
+  if (state_ != NodeState::kRunning || !assignment_) return std::nullopt;
+  std::optional<std::string> why;
+  if (!view.known) {
+    why = "this node was dropped from the job (its lease ran out)";
+  } else if (view.phase == JobPhase::kFailed) {
+    why = "the job failed: " + view.detail;
+  } else if (view.phase == JobPhase::kSucceeded) {
+    // Another node finished: so will this one's workers; let them.
+  } else if (view.round > assignment_->round) {  // (an older view may arrive late)
+    why = "round " + std::to_string(assignment_->round) + " was superseded by round " +
+          std::to_string(view.round) + " (" +
+          (view.detail.empty() ? to_string(view.reason) : view.detail) + ")";
+  }
+  if (why) state_ = NodeState::kStopping;
+  return why;
+}
+
+std::string Lifecycle::on_contact_lost() {
+  state_ = NodeState::kStopping;
+  return "lost contact with the rendezvous for longer than the lease";
+}
+
+}  // namespace ddprun

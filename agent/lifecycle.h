@@ -1,0 +1,87 @@
+// The per-node lifecycle of an agent as data: a pure policy that takes
+// events (a join's outcome, the end of a worker group, what a keep-alive
+// learned, a signal) and answers with the next action (join, run the
+// workers, stop them, leave, wait for the other nodes, exit). The agent's
+// I/O loop only carries the actions out, so every decision here is
+// unit-tested without processes or a clock.
+//
+//   joining ──joined──▶ running ──workers succeeded──▶ leaving ─▶ (barrier) ─▶ done
+//      ▲                  │  │
+//      │   workers failed │  └─round superseded / job failed (keep-alive)─▶ stopping
+//      └─── restarting ◀──┘                                                     │
+//      ▲                                                                        │
+//      └──────────────────────────── next round ◀───────────────────────────────┘
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "rendezvous/types.h"
+
+namespace ddprun {
+
+enum class NodeState { kJoining, kRunning, kStopping, kRestarting, kLeaving, kDone };
+const char* to_string(NodeState s);
+
+// How one run of the node's workers ended.
+struct GroupEnd {
+  enum Outcome { kSucceeded, kWorkerFailed, kStoppedBySignal, kStoppedForRound };
+  Outcome outcome = kSucceeded;
+  int signal = 0;  // kStoppedBySignal
+};
+
+// How a join ended.
+struct JoinEnd {
+  std::optional<JoinResult> joined;
+  int signal = 0;          // a stop signal cancelled it
+  bool job_ended = false;  // the job is over (finished or failed)
+  std::string error;       // otherwise: why it failed
+};
+
+struct Action {
+  enum Kind { kJoin, kRunWorkers, kLeave, kAwaitOthers, kExit };
+  Kind kind = kExit;
+  JoinIntent intent;                    // kJoin
+  LeaveKind leave = LeaveKind::kStopped;  // kLeave
+  std::string message;                  // kLeave (why), kExit (error to print, may be empty)
+  int exit_code = 0;                    // kExit, and after kLeave/kAwaitOthers
+};
+
+struct LifecycleOptions {
+  int max_restarts = 0;
+  bool hosts_rendezvous = false;  // waits for the other nodes before exiting
+};
+
+class Lifecycle {
+ public:
+  explicit Lifecycle(LifecycleOptions options) : options_(options) {}
+
+  Action start();
+  Action on_join(const JoinEnd& end);
+  Action on_group_end(const GroupEnd& end);
+  // After a kLeave action was carried out (successfully or not).
+  Action on_left();
+  // After kAwaitOthers.
+  Action on_others_gone();
+  // While the workers run: what a keep-alive says. Returns why the workers
+  // must stop now (the round was superseded, the job failed, this node was
+  // dropped), or nullopt to let them run.
+  std::optional<std::string> on_view(const NodeView& view);
+  // While the workers run: the rendezvous has not answered for a lease.
+  std::string on_contact_lost();
+
+  NodeState state() const { return state_; }
+  const std::optional<Assignment>& assignment() const { return assignment_; }
+  // Whether the last group failure leaves a restart to spend.
+  bool can_restart() const;
+
+ private:
+  Action leave_then_exit(LeaveKind kind, std::string message, int exit_code);
+
+  LifecycleOptions options_;
+  NodeState state_ = NodeState::kJoining;
+  std::optional<Assignment> assignment_;  // of the round the workers run or ran in
+  int pending_exit_ = 0;
+};
+
+}  // namespace ddprun

@@ -1,0 +1,109 @@
+// The values the rendezvous hands around: settings, node specs, assignments,
+// what a keep-alive learns. Plain data shared by the round logic, the
+// service and its clients (no gRPC, no threads).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+struct RoundSettings {
+  int min_nodes = 1;
+  int max_nodes = 1;
+  std::chrono::milliseconds last_call{0};
+  // Restarts the whole job may spend on failures (--max-restarts).
+  int max_restarts = 0;
+
+  bool operator==(const RoundSettings&) const = default;
+};
+
+struct NodeSpec {
+  std::string node_id;
+  std::string host;
+  int local_world_size = 1;
+  std::string local_addr;
+  int node_rank_hint = -1;  // -1: assigned by the rendezvous
+  bool wants_nccl_id = false;
+  // The port this node's rank 0 would serve MASTER_PORT on, were it node 0.
+  int master_port = 0;
+};
+
+// Why a round was opened; followers of a round change learn it.
+enum class RoundReason { kFirst, kWorkerFailure, kNodeLost, kNodeLeft, kAdmit };
+
+// Whether the job still runs, and how it ended.
+enum class JobPhase { kActive, kSucceeded, kFailed };
+
+struct Assignment {
+  int64_t round = 0;
+  int node_rank = 0;
+  int num_nodes = 0;
+  int world_size = 0;
+  int first_global_rank = 0;
+  // Node rank 0's address and MASTER_PORT, as every node reaches it.
+  std::string master_addr;
+  int master_port = 0;
+  // Restarts the job has spent so far (TORCHELASTIC_RESTART_COUNT).
+  int restart_count = 0;
+};
+
+struct JoinResult {
+  Assignment assignment;
+  std::string nccl_id;        // empty when not asked for or unavailable
+  std::string nccl_id_error;  // why it is empty although asked for
+};
+
+// What an agent says when it joins: the round its workers last ran in
+// (-1: none yet) and whether they failed there.
+struct JoinIntent {
+  int64_t last_round = -1;
+  bool workers_failed = false;
+};
+
+// How a node leaves the job.
+enum class LeaveKind { kSucceeded, kStopped, kFailed };
+
+// A node dropped because its lease ran out.
+struct LostNode {
+  std::string node_id;
+  std::string host;
+  std::chrono::steady_clock::time_point last_seen;
+};
+
+// What a keep-alive tells a node about the job.
+struct NodeView {
+  bool known = true;  // false: the node was dropped (or never joined)
+  int64_t round = 0;  // the current round
+  bool closed = false;
+  JobPhase phase = JobPhase::kActive;
+  RoundReason reason = RoundReason::kFirst;  // why the current round opened
+  std::string detail;                        // e.g. "node 'b' was lost"
+  int nodes_waiting = 0;                     // late nodes waiting for a round
+  int restart_count = 0;
+};
+
+// Bad input to the rendezvous (inconsistent settings, bad node spec, a
+// request for a round that is over).
+class RendezvousError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// The job is over (finished or failed): nothing more can join it.
+class JobEnded : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+const char* to_string(RoundReason r);
+
+// Every store key of round r lives under this prefix (worker_lib's World
+// puts them there; the service drops them once the round is over), so one
+// round never reads another's.
+inline std::string round_key_prefix(int64_t round) { return "round/" + std::to_string(round); }
+
+}  // namespace ddprun
