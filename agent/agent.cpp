@@ -199,7 +199,10 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   if (cfg_.wants_nccl_id && joined.nccl_id.empty()) {
     spdlog::warn("no NCCL id for round {}: {}", a.round, joined.nccl_id_error);
   }
-  auto log = a.num_nodes > 1 ? spdlog::level::info : spdlog::level::debug;
+  for (const auto& lost : a.lost_since_last_round) {
+    spdlog::warn("node {} was lost: no keep-alive within its lease; the job goes on without it", lost);
+  }
+  auto log = cfg_.rdzv.max_nodes > 1 ? spdlog::level::info : spdlog::level::debug;
   spdlog::log(log, "round {}: node rank {} of {}, ranks {}..{} of {}", a.round, a.node_rank,
               a.num_nodes, a.first_global_rank, a.first_global_rank + cfg_.nproc - 1, a.world_size);
 

@@ -197,6 +197,8 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
   app.set_help_flag("-h,--help", "Print this help and exit");
   app.set_version_flag("--version", "ddprun 0.1.0");
   app.prefix_command();
+  // A repeated option: the last one wins, as with torchrun's argparse.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.formatter(std::make_shared<HelpFormatter>());
   app.get_formatter()->column_width(40);
 

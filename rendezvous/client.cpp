@@ -107,7 +107,8 @@ JoinResult RendezvousClient::join(const JoinArgs& a, JoinCanceller* canceller) {
   JoinResult r;
   r.assignment = Assignment{resp.round(),       resp.node_rank(),         resp.num_nodes(),
                             resp.world_size(),  resp.first_global_rank(), resp.master_addr(),
-                            resp.master_port(), resp.restart_count()};
+                            resp.master_port(), resp.restart_count(),
+                            {resp.lost_nodes().begin(), resp.lost_nodes().end()}};
   r.nccl_id = resp.nccl_id();
   r.nccl_id_error = resp.nccl_id_error();
   return r;

@@ -108,6 +108,7 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
     resp->set_master_addr(a.master_addr);
     resp->set_master_port(a.master_port);
     resp->set_restart_count(a.restart_count);
+    for (const auto& l : a.lost_since_last_round) resp->add_lost_nodes(l);
     resp->set_nccl_id(o.result->nccl_id);
     resp->set_nccl_id_error(o.result->nccl_id_error);
     Finish(Status::OK);

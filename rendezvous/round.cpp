@@ -295,13 +295,18 @@ void RoundState::close_round() {
   int world = 0;
   for (const auto& id : members_) world += nodes_.at(id).spec.local_world_size;
   const NodeSpec& master = nodes_.at(members_[order[0]]).spec;
+  std::vector<std::string> lost;
+  for (size_t i = lost_reported_; i < lost_.size(); ++i) {
+    lost.push_back(quoted(lost_[i].node_id) + " (" + lost_[i].host + ")");
+  }
+  lost_reported_ = lost_.size();
   assignments_.clear();
   last_ranks_.clear();
   int first = 0;
   for (int rank = 0; rank < n; ++rank) {
     const NodeSpec& m = nodes_.at(members_[order[rank]]).spec;
     assignments_[m.node_id] = Assignment{round_,           rank,           n,         world, first,
-                                         master.local_addr, master.master_port, restarts_};
+                                         master.local_addr, master.master_port, restarts_, lost};
     last_ranks_[m.node_id] = rank;
     first += m.local_world_size;
   }

@@ -136,6 +136,7 @@ class RoundState {
   std::map<std::string, Assignment> assignments_;  // of the closed current round
   std::map<std::string, int> last_ranks_;          // node ranks of the last closed round
   std::vector<LostNode> lost_;
+  size_t lost_reported_ = 0;  // lost_[0, this) went out with an earlier round
 };
 
 }  // namespace ddprun

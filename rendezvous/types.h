@@ -49,6 +49,9 @@ struct Assignment {
   int master_port = 0;
   // Restarts the job has spent so far (TORCHELASTIC_RESTART_COUNT).
   int restart_count = 0;
+  // Nodes dropped for missed leases since the previous round closed, as
+  // "'node id' (host)".
+  std::vector<std::string> lost_since_last_round;
 };
 
 struct JoinResult {

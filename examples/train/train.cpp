@@ -138,7 +138,10 @@ int run(const Options& opt) {
       ddp::apply_state(*state, *model.module(), optimizer);
       steps = state->step;
       start_epoch = state->epoch;
-      start_position = state->sampler_position;
+      // Checkpoints count the samples the whole world has read this epoch,
+      // so a job that resumes with more or fewer nodes starts at the same
+      // point of the epoch (each rank then reads its share of the rest).
+      start_position = (state->sampler_position + ws - 1) / ws;
       if (rank == 0) {
         std::printf("resumed from %s at step %lld (epoch %lld, sample %lld)\n", ckpt->last_path().c_str(),
                     static_cast<long long>(steps), static_cast<long long>(start_epoch + 1),
@@ -151,7 +154,7 @@ int run(const Options& opt) {
   auto save = [&](int64_t epoch) {
     const bool epoch_done = sampler.position() >= sampler.num_samples();
     ckpt->save(*model.module(), optimizer, steps, epoch_done ? epoch + 1 : epoch,
-               epoch_done ? 0 : sampler.position());
+               epoch_done ? 0 : sampler.position() * ws);
   };
 
   const auto start = std::chrono::steady_clock::now();

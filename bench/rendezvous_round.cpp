@@ -1,0 +1,277 @@
+// One rendezvous round of N simulated agents against one rendezvous server:
+// the time from the first Join sent to the last JoinResponse received.
+//
+// The server runs in this process (RendezvousServer on 127.0.0.1:0), or
+// elsewhere (--target HOST:PORT, e.g. `ddprun rendezvous --port P`). The N
+// agents are N asynchronous Join calls issued from one thread on one
+// CompletionQueue over a few channels (--channels, each its own TCP
+// connection), not N threads. Every agent must get a distinct node rank in
+// 0..N-1 and world size N; otherwise the program exits 1. Times are printed,
+// never asserted. bench/rendezvous_round.py drives it and adds the anchor.
+//
+//   rendezvous_round [--nodes 1000,10000] [--repeats 3] [--channels 8]
+//                    [--target HOST:PORT] [--out FILE.json]
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/server.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace v1 = ddprun::v1;
+
+struct Options {
+  std::vector<int> nodes{1000, 10000};
+  int repeats = 3;
+  int channels = 8;
+  std::string target;  // empty: a server in this process
+  std::string out;
+  int64_t timeout_ms = 120000;
+};
+
+// One round's figures, in seconds from the first Join sent.
+struct Sample {
+  double sent = 0;         // the last Join handed to gRPC
+  double first_reply = 0;  // the first response: the round has closed
+  double total = 0;        // the last response
+};
+
+// A channel with its own TCP connection: gRPC otherwise shares one
+// subchannel between channels with the same target and arguments.
+std::shared_ptr<grpc::Channel> make_channel(const std::string& target, int index) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt("ddprun.bench.channel", index);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+struct Call {
+  grpc::ClientContext ctx;
+  v1::JoinResponse resp;
+  grpc::Status status;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::JoinResponse>> reader;
+};
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Runs one round of n agents in job job_id; nullopt (and a message on
+// stderr) when any agent failed or the assignment is wrong.
+std::optional<Sample> run_round(const std::vector<std::unique_ptr<v1::Rendezvous::Stub>>& stubs,
+                                const std::string& job_id, int n, int64_t timeout_ms) {
+  // Everything but the calls themselves is prepared before the clock starts.
+  std::vector<v1::JoinRequest> reqs(n);
+  for (int i = 0; i < n; ++i) {
+    auto& r = reqs[i];
+    r.set_job_id(job_id);
+    auto* node = r.mutable_node();
+    node->set_node_id("agent-" + std::to_string(i));
+    node->set_host("127.0.0.1");
+    node->set_local_world_size(1);
+    node->set_local_addr("127.0.0.1");
+    node->set_node_rank_hint(-1);
+    r.set_min_nodes(n);
+    r.set_max_nodes(n);
+    r.set_timeout_ms(timeout_ms);
+    r.set_last_round(-1);
+    r.set_lease_ms(0);
+  }
+  std::vector<std::unique_ptr<Call>> calls(n);
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms) +
+                        std::chrono::seconds(5);
+  for (auto& c : calls) {
+    c = std::make_unique<Call>();
+    c->ctx.set_deadline(deadline);
+    c->ctx.set_wait_for_ready(true);
+  }
+  grpc::CompletionQueue cq;
+
+  const auto t0 = Clock::now();
+  for (int i = 0; i < n; ++i) {
+    Call& c = *calls[i];
+    c.reader = stubs[i % stubs.size()]->PrepareAsyncJoin(&c.ctx, reqs[i], &cq);
+    c.reader->StartCall();
+    c.reader->Finish(&c.resp, &c.status, reinterpret_cast<void*>(static_cast<intptr_t>(i)));
+  }
+  const auto t_sent = Clock::now();
+  std::optional<Clock::time_point> t_first;
+  int got = 0;
+  void* tag = nullptr;
+  bool ok = false;
+  while (got < n && cq.Next(&tag, &ok)) {
+    if (!t_first) t_first = Clock::now();
+    ++got;
+  }
+  const auto t_last = Clock::now();
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+
+  // Every agent: OK, a distinct node rank in 0..n-1, world size n.
+  std::vector<int> holder(n, -1);
+  int failures = 0;
+  int64_t round = -1;
+  for (int i = 0; i < n; ++i) {
+    const Call& c = *calls[i];
+    auto fail = [&](const std::string& why) {
+      if (failures++ < 5) std::fprintf(stderr, "rendezvous_round: agent %d: %s\n", i, why.c_str());
+    };
+    if (!c.status.ok()) {
+      fail("Join failed: " + c.status.error_message() + " (gRPC code " +
+           std::to_string(c.status.error_code()) + ")");
+      continue;
+    }
+    const auto& r = c.resp;
+    if (r.world_size() != n || r.num_nodes() != n) {
+      fail("world size " + std::to_string(r.world_size()) + ", " + std::to_string(r.num_nodes()) +
+           " nodes; expected " + std::to_string(n));
+      continue;
+    }
+    if (r.node_rank() < 0 || r.node_rank() >= n) {
+      fail("node rank " + std::to_string(r.node_rank()) + " outside 0.." + std::to_string(n - 1));
+      continue;
+    }
+    if (holder[r.node_rank()] != -1) {
+      fail("node rank " + std::to_string(r.node_rank()) + " also given to agent " +
+           std::to_string(holder[r.node_rank()]));
+      continue;
+    }
+    holder[r.node_rank()] = i;
+    if (round == -1) round = r.round();
+    if (r.round() != round) fail("round " + std::to_string(r.round()) + ", others got " +
+                                 std::to_string(round));
+  }
+  if (got != n) {
+    std::fprintf(stderr, "rendezvous_round: %d of %d responses arrived\n", got, n);
+    return std::nullopt;
+  }
+  if (failures > 0) {
+    std::fprintf(stderr, "rendezvous_round: %d of %d agents failed (job '%s')\n", failures, n,
+                 job_id.c_str());
+    return std::nullopt;
+  }
+  return Sample{seconds(t_sent - t0), seconds(*t_first - t0), seconds(t_last - t0)};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Time of one rendezvous round of N simulated agents (async gRPC Joins)",
+               "rendezvous_round"};
+  Options o;
+  app.add_option("--nodes", o.nodes, "Agents per round, comma separated")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--repeats", o.repeats, "Rounds per N, each a fresh job")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--channels", o.channels, "gRPC channels (TCP connections) the agents share")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--target", o.target,
+                 "HOST:PORT of a running rendezvous (ddprun rendezvous); default: a server in "
+                 "this process");
+  app.add_option("--timeout-ms", o.timeout_ms, "Join timeout of every agent")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--out", o.out, "Also write the results here as JSON");
+  CLI11_PARSE(app, argc, argv);
+
+  std::unique_ptr<ddprun::RendezvousServer> server;
+  std::string target = o.target;
+  if (target.empty()) {
+    // No agent asks for an NCCL id; the source is never called.
+    server = std::make_unique<ddprun::RendezvousServer>("127.0.0.1", 0,
+                                                        [] { return std::string(128, '\0'); });
+    target = server->address();
+  }
+  std::vector<std::unique_ptr<v1::Rendezvous::Stub>> stubs;
+  for (int i = 0; i < o.channels; ++i) {
+    auto ch = make_channel(target, i);
+    // Connections are made before the clock starts: the round is measured.
+    if (!ch->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
+      std::fprintf(stderr, "rendezvous_round: cannot connect to %s\n", target.c_str());
+      return 1;
+    }
+    stubs.push_back(v1::Rendezvous::NewStub(ch));
+  }
+
+  std::printf("rendezvous round: server %s (%s), %d channel(s), %d repeat(s)\n", target.c_str(),
+              server ? "in this process" : "external", o.channels, o.repeats);
+  std::fflush(stdout);
+  // A job id no earlier run of this program used, even on a long-lived server.
+  const std::string run_tag = std::to_string(getpid()) + "-" +
+                              std::to_string(std::chrono::system_clock::now().time_since_epoch() /
+                                             std::chrono::milliseconds(1));
+  std::ostringstream json;
+  json << "{\"server\": \"" << (server ? "in-process" : "external") << "\", \"target\": \""
+       << target << "\", \"channels\": " << o.channels << ", \"results\": [";
+  std::vector<std::string> rows;
+  bool all_ok = true;
+  for (size_t k = 0; k < o.nodes.size(); ++k) {
+    const int n = o.nodes[k];
+    std::vector<Sample> samples;
+    for (int rep = 0; rep < o.repeats; ++rep) {
+      const std::string job = "bench-" + run_tag + "-n" + std::to_string(n) + "-r" +
+                              std::to_string(rep);
+      auto s = run_round(stubs, job, n, o.timeout_ms);
+      if (!s) {
+        all_ok = false;
+        break;
+      }
+      std::printf("  N=%d repeat %d: %.3f s (all sent %.3f s, first reply %.3f s)\n", n, rep,
+                  s->total, s->sent, s->first_reply);
+      std::fflush(stdout);
+      samples.push_back(*s);
+    }
+    if (!all_ok) break;
+    std::vector<double> total, sent, first;
+    for (const auto& s : samples) {
+      total.push_back(s.total);
+      sent.push_back(s.sent);
+      first.push_back(s.first_reply);
+    }
+    char row[256];
+    std::snprintf(row, sizeof(row), "| %d | %.3f | %.3f | %.3f | %.3f |", n, median(total),
+                  *std::min_element(total.begin(), total.end()), median(sent), median(first));
+    rows.push_back(row);
+    json << (k ? ", " : "") << "{\"nodes\": " << n << ", \"median_s\": " << median(total)
+         << ", \"min_s\": " << *std::min_element(total.begin(), total.end())
+         << ", \"samples\": [";
+    for (size_t i = 0; i < samples.size(); ++i) {
+      json << (i ? ", " : "") << "{\"total_s\": " << samples[i].total
+           << ", \"sent_s\": " << samples[i].sent
+           << ", \"first_reply_s\": " << samples[i].first_reply << "}";
+    }
+    json << "]}";
+  }
+  json << "]}\n";
+
+  std::printf("\n| N | median s | min s | all sent (median) s | first reply (median) s |\n");
+  std::printf("|---:|---:|---:|---:|---:|\n");
+  for (const auto& r : rows) std::printf("%s\n", r.c_str());
+  if (!o.out.empty() && all_ok) {
+    std::ofstream(o.out) << json.str();
+  }
+  if (!all_ok) {
+    std::fprintf(stderr, "rendezvous_round: a round failed; no results written\n");
+    return 1;
+  }
+  return 0;
+}

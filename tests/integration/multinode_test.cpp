@@ -1,0 +1,320 @@
+// Multi-node jobs end to end: several real agents form one job, on loopback
+// and on separate hosts (network namespaces joined by a bridge); nodes are
+// killed, cut off, and arrive late; the job goes on.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+
+#include "support/netns.h"
+#include "support/process.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using ddptest::Finished;
+using ddptest::NetLab;
+using ddptest::Process;
+
+bool contains(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
+fs::path temp(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("ddprun-multi-" + name + "-" + std::to_string(getpid()));
+  fs::remove_all(p);
+  return p;
+}
+
+// A loopback port nobody listens on right now.
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string checksum_in(const fs::path& summary) {
+  std::ifstream in(summary);
+  std::string json((std::istreambuf_iterator<char>(in)), {});
+  std::smatch m;
+  if (!std::regex_search(json, m, std::regex(R"re("param_checksum": "([0-9a-f]{16})")re"))) return "";
+  return m[1];
+}
+
+// ddprun's flags for one node of a job, then the program and its flags.
+std::vector<std::string> node_cmd(const std::vector<std::string>& flags,
+                                  const std::vector<std::string>& program) {
+  std::vector<std::string> argv{DDPRUN_BIN};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.insert(argv.end(), program.begin(), program.end());
+  return argv;
+}
+
+std::vector<std::string> train(const std::vector<std::string>& extra) {
+  std::vector<std::string> argv{TRAIN_BIN, "--limit", "2048", "--epochs", "1"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+// Runs every command at once and waits for all.
+std::vector<Finished> run_together(const std::vector<std::vector<std::string>>& cmds) {
+  std::vector<std::unique_ptr<Process>> ps;
+  for (const auto& c : cmds) ps.push_back(std::make_unique<Process>(c));
+  std::vector<Finished> out;
+  for (auto& p : ps) out.push_back(p->finish(3min));
+  return out;
+}
+
+// Waits for rank 0's "step N done" with N >= step.
+bool reach_step(Process& p, int step, std::chrono::milliseconds timeout = 90s) {
+  return p.wait_for_line(
+             [&](const std::string& l) {
+               std::smatch m;
+               return std::regex_search(l, m, std::regex(R"(\]:step (\d+) done)")) &&
+                      std::stoi(m[1]) >= step;
+             },
+             timeout)
+      .has_value();
+}
+
+// The same training as `nodes` agents of `nproc` workers and as one node of
+// nodes*nproc workers: identical parameters.
+void expect_same_as_one_node(int nodes, int nproc) {
+  const int world = nodes * nproc;
+  const fs::path ref = temp("ref-" + std::to_string(world) + ".json");
+  Finished one = ddptest::run(node_cmd({"--nproc", std::to_string(world)},
+                                       train({"--summary-json", ref.string()})));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+
+  const fs::path multi = temp("multi-" + std::to_string(world) + ".json");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  std::vector<std::vector<std::string>> cmds;
+  for (int n = 0; n < nodes; ++n) {
+    cmds.push_back(node_cmd({"--nnodes", std::to_string(nodes), "--nproc", std::to_string(nproc),
+                             "--rdzv-endpoint", endpoint, "--rdzv-id", "same-" + std::to_string(world)},
+                            train({"--summary-json", multi.string()})));
+  }
+  std::vector<Finished> fs_ = run_together(cmds);
+  std::string all;
+  for (const auto& f : fs_) {
+    EXPECT_EQ(f.exit_code, 0) << f.out << f.err;
+    all += f.out;
+  }
+  EXPECT_TRUE(contains(all, std::to_string(world) + " ranks x")) << all;
+  EXPECT_TRUE(contains(all, "parameters identical on all " + std::to_string(world) + " ranks")) << all;
+  const std::string want = checksum_in(ref);
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(checksum_in(multi), want);
+}
+
+TEST(MultiNode, TwoAgentsOnLoopbackTrainLikeOneNodeOfTheSameWorld) { expect_same_as_one_node(2, 2); }
+
+TEST(MultiNode, ThreeAgentsOnLoopbackTrainLikeOneNodeOfTheSameWorld) { expect_same_as_one_node(3, 1); }
+
+// KEY=VALUE lines printed by `probe env`, per rank.
+std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string& out) {
+  std::map<int, std::map<std::string, std::string>> by_rank;
+  std::regex re(R"(^\[rank(\d+)\]:([A-Z_]+)=(.*)$)");
+  for (const auto& l : ddptest::lines(out)) {
+    std::smatch m;
+    if (std::regex_match(l, m, re)) by_rank[std::stoi(m[1])][m[2]] = m[3];
+  }
+  return by_rank;
+}
+
+TEST(MultiNode, WorkersOfEveryNodeGetOneConsistentWorld) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  std::vector<std::vector<std::string>> cmds;
+  for (int n = 0; n < 2; ++n) {
+    cmds.push_back(node_cmd({"--nnodes", "2", "--nproc", "2", "--rdzv-endpoint", endpoint,
+                             "--rdzv-id", "envjob"},
+                            {PROBE_BIN, "env"}));
+  }
+  std::string all;
+  for (const auto& f : run_together(cmds)) {
+    EXPECT_EQ(f.exit_code, 0) << f.err;
+    all += f.out;
+  }
+  auto env = env_by_rank(all);
+  ASSERT_EQ(env.size(), 4u) << all;
+  for (int r = 0; r < 4; ++r) {
+    auto& e = env[r];
+    EXPECT_EQ(e["WORLD_SIZE"], "4");
+    EXPECT_EQ(e["LOCAL_WORLD_SIZE"], "2");
+    EXPECT_EQ(e["GROUP_WORLD_SIZE"], "2");
+    EXPECT_EQ(e["GROUP_RANK"], std::to_string(r / 2));
+    EXPECT_EQ(e["LOCAL_RANK"], std::to_string(r % 2));
+    EXPECT_EQ(e["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_EQ(e["MASTER_PORT"], env[0]["MASTER_PORT"]);  // node 0's, on every node
+    EXPECT_EQ(e["DDPRUN_RDZV_ADDR"], endpoint);
+    EXPECT_EQ(e["TORCHELASTIC_RUN_ID"], "envjob");
+  }
+}
+
+TEST(MultiNode, AJoinThatTimesOutSaysWhichFlagToRaise) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  Finished f = ddptest::run(node_cmd({"--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-id",
+                                      "alone", "--rdzv-conf", "join_timeout=0.5"},
+                                     {PROBE_BIN, "env"}));
+  EXPECT_EQ(f.exit_code, 1);
+  EXPECT_TRUE(contains(f.err, "1 of the 2 node(s) needed joined")) << f.err;
+  EXPECT_TRUE(contains(f.err, "--rdzv-conf join_timeout=")) << f.err;
+  EXPECT_FALSE(contains(f.out, "RANK=")) << "no worker may start";
+}
+
+TEST(MultiNode, CtrlCDuringAJoinEndsItAtOnceWithNoWorkerStarted) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  // stderr merged into stdout, to wait for the agent's "joining" line.
+  Process p({"/bin/sh", "-c",
+             std::string("exec ") + DDPRUN_BIN + " --nnodes 2 --rdzv-endpoint " + endpoint +
+                 " --rdzv-id ctrlc " + PROBE_BIN + " env 2>&1"});
+  ASSERT_TRUE(p.wait_for_line([](const std::string& l) { return contains(l, "joining job ctrlc"); },
+                              30s))
+      << p.out();
+  p.signal(SIGINT);
+  Finished f = p.finish(20s);
+  EXPECT_EQ(f.exit_code, 128 + SIGINT) << f.out;
+  EXPECT_TRUE(contains(f.out, "received SIGINT while joining")) << f.out;
+  EXPECT_FALSE(contains(f.out, "RANK=")) << f.out;
+}
+
+TEST(MultiNode, TheHostingNodeLeavesLastAndALateNodeHearsTheJobFinished) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  // Node rank 1's worker takes a while; node 0 (which hosts) is done at once.
+  const std::string work =
+      "if [ \"$GROUP_RANK\" = 1 ]; then sleep 2; fi; echo done $GROUP_RANK";
+  auto node = [&](int rank) {
+    return node_cmd({"--nnodes", "2", "--node-rank", std::to_string(rank), "--rdzv-host",
+                     rank == 0 ? "on" : "off", "--rdzv-endpoint", endpoint, "--rdzv-id", "order",
+                     "--no-python"},
+                    {"/bin/sh", "-c", work});
+  };
+  Process host(node(0));
+  Process other(node(1));
+  Finished o = other.finish(60s);
+  // The host is still there when the other node has finished and left...
+  EXPECT_FALSE(ddptest::exits_within(host.pid(), 0ms));
+  Finished h = host.finish(60s);
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_EQ(h.exit_code, 0) << h.err;
+  EXPECT_TRUE(contains(h.err, "waiting for 1 other node(s) to leave")) << h.err;
+  EXPECT_TRUE(contains(o.out, "done 1")) << o.out;
+}
+
+TEST(MultiNode, AStandaloneRendezvousTurnsANodeStartedAfterSuccessAway) {
+  Process rdzv({DDPRUN_BIN, "rendezvous", "--host", "127.0.0.1", "--port", "0"});
+  auto line = rdzv.wait_for_line([](const std::string& l) { return contains(l, "listening on"); }, 30s);
+  ASSERT_TRUE(line) << rdzv.out();
+  const std::string endpoint = line->substr(line->rfind(' ') + 1);
+  auto node = [&] {
+    return node_cmd({"--nnodes", "1:2", "--rdzv-endpoint", endpoint, "--rdzv-id", "over",
+                     "--rdzv-host", "off", "--rdzv-conf", "last_call_timeout=0"},
+                    {PROBE_BIN, "env"});
+  };
+  Finished first = ddptest::run(node());
+  EXPECT_EQ(first.exit_code, 0) << first.err;
+  Finished late = ddptest::run(node());
+  EXPECT_EQ(late.exit_code, 1);
+  EXPECT_TRUE(contains(late.err, "job finished")) << late.err;
+  EXPECT_FALSE(contains(late.out, "RANK=")) << late.out;
+  rdzv.signal(SIGTERM);
+  EXPECT_EQ(rdzv.finish(20s).exit_code, 0);
+}
+
+// ---- Separate hosts: network namespaces --------------------------------
+
+std::unique_ptr<NetLab> lab_or_skip(int hosts, std::string* why) {
+  auto lab = NetLab::create(hosts, why);
+  if (!lab && getenv("DDPTEST_REQUIRE_NETNS")) ADD_FAILURE() << *why;
+  return lab;
+}
+
+// One node of a training job on host i of the lab; node 0 hosts the
+// rendezvous. (Each namespace has its own ports: a fixed one is free there.)
+std::vector<std::string> lab_node(const NetLab& lab, int i, const fs::path& ckpt,
+                                  const std::string& join_timeout = "20") {
+  std::vector<std::string> flags{"--nnodes",      "1:2",
+                                 "--nproc",       "1",
+                                 "--node-rank",   std::to_string(i),
+                                 "--rdzv-endpoint", lab.addr(0) + ":29400",
+                                 "--rdzv-id",     "lab",
+                                 "--max-restarts", "3",
+                                 "--stop-timeout", "3",
+                                 "--rdzv-conf",   "join_timeout=" + join_timeout};
+  std::vector<std::string> prog{TRAIN_BIN,          "--limit",       "6000",
+                                "--epochs",         "2",             "--print-steps",
+                                "--checkpoint-dir", ckpt.string(),   "--checkpoint-every",
+                                "10"};
+  return lab.wrap(i, node_cmd(flags, prog));
+}
+
+TEST(NetNodes, AKilledNodeCostsTheSurvivorsARoundNotTheJob) {
+  std::string why;
+  auto lab = lab_or_skip(2, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const fs::path ckpt = temp("killed-ckpt");
+  Process n0(lab_node(*lab, 0, ckpt));
+  Process n1(lab_node(*lab, 1, ckpt));
+  ASSERT_TRUE(reach_step(n0, 25)) << n0.out();
+  n1.signal(SIGKILL);  // the whole node's agent; its workers die with it
+  Finished f0 = n0.finish(3min);
+  n1.finish(10s);
+  EXPECT_EQ(f0.exit_code, 0) << f0.err;
+  EXPECT_TRUE(contains(f0.err, "was lost: no keep-alive")) << f0.err;
+  EXPECT_TRUE(contains(f0.out, "]:resumed from ")) << f0.out;
+  EXPECT_TRUE(contains(f0.out, "parameters identical on all 1 ranks")) << f0.out;
+}
+
+TEST(NetNodes, ACutLinkIsTreatedLikeALostNode) {
+  std::string why;
+  auto lab = lab_or_skip(2, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const fs::path ckpt = temp("cut-ckpt");
+  Process n0(lab_node(*lab, 0, ckpt));
+  Process n1(lab_node(*lab, 1, ckpt, "5"));
+  ASSERT_TRUE(reach_step(n0, 25)) << n0.out();
+  lab->link_down(1);
+  Finished f0 = n0.finish(3min);
+  EXPECT_EQ(f0.exit_code, 0) << f0.err;
+  EXPECT_TRUE(contains(f0.err, "was lost: no keep-alive")) << f0.err;
+  EXPECT_TRUE(contains(f0.out, "parameters identical on all 1 ranks")) << f0.out;
+  // The cut-off node notices it lost the rendezvous and gives up.
+  Finished f1 = n1.finish(2min);
+  EXPECT_NE(f1.exit_code, 0);
+  EXPECT_TRUE(contains(f1.err, "lost contact with the rendezvous")) << f1.err;
+}
+
+TEST(NetNodes, ALateNodeIsAdmittedAndBothFinishTogether) {
+  std::string why;
+  auto lab = lab_or_skip(2, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const fs::path ckpt = temp("late-ckpt");
+  Process n0(lab_node(*lab, 0, ckpt));
+  ASSERT_TRUE(reach_step(n0, 15)) << n0.out();
+  Process n1(lab_node(*lab, 1, ckpt));
+  Finished f1 = n1.finish(3min);
+  Finished f0 = n0.finish(3min);
+  EXPECT_EQ(f0.exit_code, 0) << f0.err;
+  EXPECT_EQ(f1.exit_code, 0) << f1.err;
+  EXPECT_TRUE(contains(f0.err, "admitting node")) << f0.err;
+  EXPECT_TRUE(contains(f0.out, "parameters identical on all 2 ranks")) << f0.out;
+  EXPECT_TRUE(contains(f1.err, "node rank 1 of 2, ranks 1..1 of 2")) << f1.err;
+  // Admitting a node is no failure: no restart was spent on it.
+  EXPECT_FALSE(contains(f0.err, "restarting the workers")) << f0.err;
+}
+
+}  // namespace
