@@ -1,43 +1,49 @@
 #include "agent/env.h"
 
+#include <algorithm>
+#include <iterator>
+
+#include "channel/env_names.h"
 #include "rendezvous/hex.h"
 
 extern char** environ;
 
 namespace ddprun {
 
+namespace ch = channel;
+
 std::map<std::string, std::string> worker_variables(const WorkerIdentity& id, const JobEnv& job,
                                                     const std::string& error_file) {
   auto s = [](auto v) { return std::to_string(v); };
   std::map<std::string, std::string> v{
       // What torchrun sets.
-      {"RANK", s(id.rank)},
-      {"LOCAL_RANK", s(id.local_rank)},
-      {"WORLD_SIZE", s(id.world_size)},
-      {"LOCAL_WORLD_SIZE", s(id.local_world_size)},
-      {"GROUP_RANK", s(id.group_rank)},
-      {"GROUP_WORLD_SIZE", s(id.group_world_size)},
+      {ch::kRank, s(id.rank)},
+      {ch::kLocalRank, s(id.local_rank)},
+      {ch::kWorldSize, s(id.world_size)},
+      {ch::kLocalWorldSize, s(id.local_world_size)},
+      {ch::kGroupRank, s(id.group_rank)},
+      {ch::kGroupWorldSize, s(id.group_world_size)},
       // One role per job: role ranks are the global ranks.
-      {"ROLE_RANK", s(id.rank)},
-      {"ROLE_WORLD_SIZE", s(id.world_size)},
-      {"ROLE_NAME", job.role},
-      {"MASTER_ADDR", job.master_addr},
-      {"MASTER_PORT", s(job.master_port)},
-      {"TORCHELASTIC_RESTART_COUNT", s(job.restart_count)},
-      {"TORCHELASTIC_MAX_RESTARTS", s(job.max_restarts)},
-      {"TORCHELASTIC_RUN_ID", job.run_id},
-      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
-      {"TORCHELASTIC_ERROR_FILE", error_file},
+      {ch::kRoleRank, s(id.rank)},
+      {ch::kRoleWorldSize, s(id.world_size)},
+      {ch::kRoleName, job.role},
+      {ch::kMasterAddr, job.master_addr},
+      {ch::kMasterPort, s(job.master_port)},
+      {ch::kRestartCount, s(job.restart_count)},
+      {ch::kMaxRestarts, s(job.max_restarts)},
+      {ch::kRunId, job.run_id},
+      {ch::kUseAgentStore, "False"},
+      {ch::kErrorFile, error_file},
       // What worker_lib reads.
-      {"DDPRUN_RDZV_ADDR", job.rdzv_address},
-      {"DDPRUN_JOB_ID", job.run_id},
-      {"DDPRUN_ROUND", s(job.round)},
-      {"DDPRUN_LOCAL_ADDR", job.local_addr},
+      {ch::kRdzvAddr, job.rdzv_address},
+      {ch::kJobId, job.run_id},
+      {ch::kRound, s(job.round)},
+      {ch::kLocalAddr, job.local_addr},
   };
-  if (!job.nccl_id.empty()) v["DDPRUN_NCCL_ID"] = to_hex(job.nccl_id);
+  if (!job.nccl_id.empty()) v[ch::kNcclId] = to_hex(job.nccl_id);
   if (!job.heartbeat_file.empty()) {
-    v["DDPRUN_HEARTBEAT_FILE"] = job.heartbeat_file;
-    v["DDPRUN_HEARTBEAT_SLOT"] = s(id.local_rank);
+    v[ch::kHeartbeatFile] = job.heartbeat_file;
+    v[ch::kHeartbeatSlot] = s(id.local_rank);
   }
   return v;
 }
@@ -54,7 +60,10 @@ std::vector<std::string> merge_environment(const std::vector<std::string>& inher
     if (key == "OMP_NUM_THREADS") has_omp = true;
     if (vars.count(key)) continue;  // replaced below
     // Stale per-job settings from an outer ddprun must not leak into this job.
-    if (key == "DDPRUN_NCCL_ID" || key == "DDPRUN_HEARTBEAT_FILE" || key == "DDPRUN_HEARTBEAT_SLOT") continue;
+    if (std::find(std::begin(ch::kNeverInherited), std::end(ch::kNeverInherited), key) !=
+        std::end(ch::kNeverInherited)) {
+      continue;
+    }
     out.push_back(entry);
   }
   for (const auto& [k, val] : vars) out.push_back(k + "=" + val);

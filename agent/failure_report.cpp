@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <ctime>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include "channel/error_file.h"
 #include <sstream>
 
 #include "agent/signals.h"
@@ -56,15 +56,7 @@ std::string read_error_file(const std::string& path) {
   std::stringstream buf;
   buf << in.rdbuf();
   try {
-    auto j = nlohmann::json::parse(buf.str());
-    const auto& m = j.at("message");
-    if (m.is_string()) return m.get<std::string>();
-    std::string msg = m.at("message").get<std::string>();
-    if (m.contains("extraInfo") && m["extraInfo"].contains("py_callstack")) {
-      const auto& cs = m["extraInfo"]["py_callstack"];
-      if (cs.is_string() && !cs.get<std::string>().empty()) msg = cs.get<std::string>();
-    }
-    return msg;
+    return channel::error_file_message(buf.str());
   } catch (const std::exception& e) {
     return "(error file " + path + " is not torchrun's JSON format: " + e.what() + ")";
   }

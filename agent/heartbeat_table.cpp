@@ -8,6 +8,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "channel/heartbeat_layout.h"
+
 namespace ddprun {
 
 HeartbeatTable::HeartbeatTable(std::string path, int slots) : path_(std::move(path)), slots_(slots) {
@@ -15,7 +17,7 @@ HeartbeatTable::HeartbeatTable(std::string path, int slots) : path_(std::move(pa
   if (fd < 0) {
     throw std::runtime_error("cannot create heartbeat file " + path_ + ": " + std::strerror(errno));
   }
-  const size_t len = static_cast<size_t>(slots_) * kSlotBytes;
+  const size_t len = channel::heartbeat_file_bytes(slots_);
   if (::ftruncate(fd, static_cast<off_t>(len)) != 0) {
     ::close(fd);
     throw std::runtime_error("cannot size heartbeat file " + path_ + ": " + std::strerror(errno));
@@ -29,18 +31,18 @@ HeartbeatTable::HeartbeatTable(std::string path, int slots) : path_(std::move(pa
 }
 
 HeartbeatTable::~HeartbeatTable() {
-  if (map_) ::munmap(map_, static_cast<size_t>(slots_) * kSlotBytes);
+  if (map_) ::munmap(map_, channel::heartbeat_file_bytes(slots_));
   ::unlink(path_.c_str());
 }
 
 uint64_t HeartbeatTable::read(int slot) const {
-  auto* counter = reinterpret_cast<uint64_t*>(static_cast<char*>(map_) + static_cast<size_t>(slot) * kSlotBytes);
+  auto* counter = channel::heartbeat_counter(map_, slot);
   return __atomic_load_n(counter, __ATOMIC_RELAXED);
 }
 
 void HeartbeatTable::reset() {
   for (int i = 0; i < slots_; ++i) {
-    auto* counter = reinterpret_cast<uint64_t*>(static_cast<char*>(map_) + static_cast<size_t>(i) * kSlotBytes);
+    auto* counter = channel::heartbeat_counter(map_, i);
     __atomic_store_n(counter, 0, __ATOMIC_RELAXED);
   }
 }

@@ -10,8 +10,6 @@ namespace ddprun {
 
 class HeartbeatTable {
  public:
-  static constexpr size_t kSlotBytes = 64;  // the same layout as ddp::Heartbeat
-
   // Creates (or truncates) path with `slots` zeroed counters and maps it.
   // Throws std::runtime_error naming the file.
   HeartbeatTable(std::string path, int slots);

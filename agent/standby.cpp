@@ -7,22 +7,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "channel/env_names.h"
+#include "channel/standby_message.h"
+
 namespace ddprun {
 
 std::string standby_message(const std::map<std::string, std::string>& vars) {
-  std::string msg;
-  for (const auto& [k, v] : vars) {
-    msg += k + "=" + v;
-    msg.push_back('\0');
-  }
-  msg.push_back('\0');
-  return msg;
+  return channel::encode_standby_message(vars);
 }
 
 Standby spawn_standby(SpawnRequest req) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw SpawnError(std::string("pipe: ") + strerror(errno));
-  req.env.push_back("DDPRUN_STANDBY_FD=3");
+  req.env.push_back(std::string(channel::kStandbyFd) + "=" +
+                    std::to_string(channel::kStandbyFdNumber));
   req.fd3 = fds[0];
   Standby s;
   try {

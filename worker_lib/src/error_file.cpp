@@ -8,7 +8,7 @@
 #include <exception>
 #include <fstream>
 #include <mutex>
-#include <nlohmann/json.hpp>
+#include "channel/error_file.h"
 #include <typeinfo>
 
 namespace ddp {
@@ -47,15 +47,11 @@ std::string demangle(const char* name) {
 bool write_error_file(const std::string& path, const std::string& message) {
   if (path.empty()) return false;
   const auto now = std::chrono::system_clock::now().time_since_epoch();
-  nlohmann::json j = {
-      {"message",
-       {{"message", message},
-        {"extraInfo",
-         {{"py_callstack", ""},
-          {"timestamp", std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count())}}}}}};
   std::ofstream out(path, std::ios::trunc);
   if (!out) return false;
-  out << j.dump() << "\n";
+  out << ddprun::channel::error_file_json(
+             message, std::chrono::duration_cast<std::chrono::seconds>(now).count())
+      << "\n";
   return static_cast<bool>(out);
 }
 

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "channel/heartbeat_layout.h"
+
 namespace ddp {
 
 Heartbeat::Heartbeat(const std::string& path, int slot) {
@@ -19,7 +21,7 @@ Heartbeat::Heartbeat(const std::string& path, int slot) {
                              std::strerror(errno));
   }
   struct stat st {};
-  const size_t need = (static_cast<size_t>(slot) + 1) * kSlotBytes;
+  const size_t need = ddprun::channel::heartbeat_file_bytes(slot + 1);
   if (::fstat(fd, &st) != 0 || slot < 0 || static_cast<size_t>(st.st_size) < need) {
     ::close(fd);
     throw std::runtime_error("ddp: heartbeat file " + path + " has no slot " + std::to_string(slot) +
@@ -32,7 +34,7 @@ Heartbeat::Heartbeat(const std::string& path, int slot) {
     map_ = nullptr;
     throw std::runtime_error("ddp: cannot map heartbeat file " + path + ": " + std::strerror(errno));
   }
-  counter_ = reinterpret_cast<uint64_t*>(static_cast<char*>(map_) + static_cast<size_t>(slot) * kSlotBytes);
+  counter_ = ddprun::channel::heartbeat_counter(map_, slot);
 }
 
 Heartbeat::~Heartbeat() {

@@ -3,10 +3,13 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "channel/env_names.h"
 #include "rendezvous/hex.h"
 
 namespace ddp {
 namespace {
+
+namespace ch = ddprun::channel;
 
 template <typename T>
 T parse_number(const std::string& name, const std::string& value) {
@@ -29,16 +32,16 @@ std::optional<std::string> process_env(const std::string& name) {
 
 LaunchInfo read_launch_info(const EnvLookup& env) {
   LaunchInfo info;
-  auto rank = env("RANK");
-  auto ws = env("WORLD_SIZE");
+  auto rank = env(ch::kRank);
+  auto ws = env(ch::kWorldSize);
   if (!rank && !ws) return info;  // a plain single process
   if (!rank || !ws) {
     throw ConfigError(std::string("ddp: ") + (rank ? "WORLD_SIZE" : "RANK") +
                       " is not set although " + (rank ? "RANK" : "WORLD_SIZE") +
                       " is; start workers with ddprun");
   }
-  info.rank = parse_number<int>("RANK", *rank);
-  info.world_size = parse_number<int>("WORLD_SIZE", *ws);
+  info.rank = parse_number<int>(ch::kRank, *rank);
+  info.world_size = parse_number<int>(ch::kWorldSize, *ws);
   if (info.world_size < 1 || info.rank < 0 || info.rank >= info.world_size) {
     throw ConfigError("ddp: RANK=" + *rank + " is not in [0, WORLD_SIZE=" + *ws + ")");
   }
@@ -46,24 +49,24 @@ LaunchInfo read_launch_info(const EnvLookup& env) {
     auto v = env(name);
     return v ? parse_number<int>(name, *v) : fallback;
   };
-  info.local_rank = number("LOCAL_RANK", info.rank);
-  info.local_world_size = number("LOCAL_WORLD_SIZE", info.world_size);
-  info.group_rank = number("GROUP_RANK", 0);
-  info.group_world_size = number("GROUP_WORLD_SIZE", 1);
-  info.restart_count = number("TORCHELASTIC_RESTART_COUNT", 0);
+  info.local_rank = number(ch::kLocalRank, info.rank);
+  info.local_world_size = number(ch::kLocalWorldSize, info.world_size);
+  info.group_rank = number(ch::kGroupRank, 0);
+  info.group_world_size = number(ch::kGroupWorldSize, 1);
+  info.restart_count = number(ch::kRestartCount, 0);
   if (info.local_rank < 0 || info.local_rank >= info.local_world_size) {
     throw ConfigError("ddp: LOCAL_RANK=" + std::to_string(info.local_rank) +
                       " is not in [0, LOCAL_WORLD_SIZE=" + std::to_string(info.local_world_size) +
                       ")");
   }
-  if (auto v = env("DDPRUN_RDZV_ADDR")) info.rdzv_address = *v;
-  if (auto v = env("DDPRUN_JOB_ID")) info.job_id = *v;
-  if (auto v = env("DDPRUN_ROUND")) info.round = parse_number<int64_t>("DDPRUN_ROUND", *v);
-  if (auto v = env("DDPRUN_LOCAL_ADDR"); v && !v->empty()) info.local_addr = *v;
-  if (auto v = env("TORCHELASTIC_ERROR_FILE")) info.error_file = *v;
-  if (auto v = env("DDPRUN_HEARTBEAT_FILE")) info.heartbeat_file = *v;
-  info.heartbeat_slot = number("DDPRUN_HEARTBEAT_SLOT", info.local_rank);
-  if (auto v = env("DDPRUN_NCCL_ID"); v && !v->empty()) {
+  if (auto v = env(ch::kRdzvAddr)) info.rdzv_address = *v;
+  if (auto v = env(ch::kJobId)) info.job_id = *v;
+  if (auto v = env(ch::kRound)) info.round = parse_number<int64_t>(ch::kRound, *v);
+  if (auto v = env(ch::kLocalAddr); v && !v->empty()) info.local_addr = *v;
+  if (auto v = env(ch::kErrorFile)) info.error_file = *v;
+  if (auto v = env(ch::kHeartbeatFile)) info.heartbeat_file = *v;
+  info.heartbeat_slot = number(ch::kHeartbeatSlot, info.local_rank);
+  if (auto v = env(ch::kNcclId); v && !v->empty()) {
     try {
       info.nccl_id = ddprun::from_hex(*v);
     } catch (const std::exception& e) {

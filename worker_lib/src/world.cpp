@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "channel/env_names.h"
 #include "ddp/error_file.h"
 #include "ddp/get.h"
 #include "ddp/gloo_communicator.h"
@@ -14,7 +15,7 @@ namespace ddp {
 namespace {
 
 std::chrono::milliseconds default_timeout(const EnvLookup& env) {
-  if (auto v = env("DDPRUN_TIMEOUT_S")) {
+  if (auto v = env(ddprun::channel::kTimeoutS)) {
     char* end = nullptr;
     double s = std::strtod(v->c_str(), &end);
     if (v->empty() || *end != '\0' || !(s > 0)) {

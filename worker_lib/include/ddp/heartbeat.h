@@ -26,9 +26,6 @@ class Heartbeat {
   }
   uint64_t count() const { return counter_ ? __atomic_load_n(counter_, __ATOMIC_RELAXED) : 0; }
 
-  // Layout shared with the agent: one 64-byte line per local rank.
-  static constexpr size_t kSlotBytes = 64;
-
  private:
   void* map_ = nullptr;
   size_t map_len_ = 0;

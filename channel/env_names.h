@@ -1,0 +1,43 @@
+// The agent ↔ worker contract, part 1: the environment variables. The agent
+// (agent/env.cpp) writes them, worker_lib (launch_info.cpp, standby.cpp,
+// world.cpp) reads them; both name them only through these constants.
+// Dependency-free: no gRPC, no LibTorch.
+#pragma once
+
+namespace ddprun::channel {
+
+// What torchrun sets (PyTorch scripts read these).
+inline constexpr const char* kRank = "RANK";
+inline constexpr const char* kLocalRank = "LOCAL_RANK";
+inline constexpr const char* kWorldSize = "WORLD_SIZE";
+inline constexpr const char* kLocalWorldSize = "LOCAL_WORLD_SIZE";
+inline constexpr const char* kGroupRank = "GROUP_RANK";
+inline constexpr const char* kGroupWorldSize = "GROUP_WORLD_SIZE";
+inline constexpr const char* kRoleRank = "ROLE_RANK";
+inline constexpr const char* kRoleWorldSize = "ROLE_WORLD_SIZE";
+inline constexpr const char* kRoleName = "ROLE_NAME";
+inline constexpr const char* kMasterAddr = "MASTER_ADDR";
+inline constexpr const char* kMasterPort = "MASTER_PORT";
+inline constexpr const char* kRestartCount = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr const char* kMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr const char* kRunId = "TORCHELASTIC_RUN_ID";
+inline constexpr const char* kUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
+inline constexpr const char* kErrorFile = "TORCHELASTIC_ERROR_FILE";
+
+// What worker_lib reads besides.
+inline constexpr const char* kRdzvAddr = "DDPRUN_RDZV_ADDR";      // host:port of the rendezvous
+inline constexpr const char* kJobId = "DDPRUN_JOB_ID";
+inline constexpr const char* kRound = "DDPRUN_ROUND";             // the store keys' round
+inline constexpr const char* kLocalAddr = "DDPRUN_LOCAL_ADDR";    // where Gloo binds
+inline constexpr const char* kNcclId = "DDPRUN_NCCL_ID";          // hex ncclUniqueId
+inline constexpr const char* kHeartbeatFile = "DDPRUN_HEARTBEAT_FILE";
+inline constexpr const char* kHeartbeatSlot = "DDPRUN_HEARTBEAT_SLOT";
+inline constexpr const char* kStandbyFd = "DDPRUN_STANDBY_FD";
+inline constexpr const char* kTimeoutS = "DDPRUN_TIMEOUT_S";      // collective timeout
+
+// Per-job variables an outer ddprun may have left in the environment; a
+// job never inherits them.
+inline constexpr const char* kNeverInherited[] = {kNcclId, kHeartbeatFile, kHeartbeatSlot,
+                                                  kStandbyFd};
+
+}  // namespace ddprun::channel
