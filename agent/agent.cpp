@@ -87,6 +87,7 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
   job.round = a.round;
   job.nccl_id = joined.nccl_id;
   job.local_addr = cfg_.local_addr;
+  job.local_ifname = cfg_.local_ifname;
   job.heartbeat_file = heartbeats_ ? heartbeats_->path() : "";
 
   std::vector<WorkerLaunch> launches;

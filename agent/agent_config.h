@@ -65,6 +65,9 @@ struct AgentConfig {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   std::string local_addr = "127.0.0.1";
+  // The interface holding local_addr: PyTorch's Gloo and NCCL bind to it
+  // (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME) unless the user chose one.
+  std::string local_ifname;
   std::string host;
   std::vector<std::string> base_env;  // inherited KEY=VALUE entries
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <set>
 
 #include "channel/env_names.h"
 #include "rendezvous/hex.h"
@@ -41,6 +42,10 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id, co
       {ch::kLocalAddr, job.local_addr},
   };
   if (!job.nccl_id.empty()) v[ch::kNcclId] = to_hex(job.nccl_id);
+  if (!job.local_ifname.empty()) {
+    v[ch::kGlooSocketIfname] = job.local_ifname;
+    v[ch::kNcclSocketIfname] = job.local_ifname;
+  }
   if (!job.heartbeat_file.empty()) {
     v[ch::kHeartbeatFile] = job.heartbeat_file;
     v[ch::kHeartbeatSlot] = s(id.local_rank);
@@ -54,11 +59,19 @@ std::vector<std::string> merge_environment(const std::vector<std::string>& inher
   std::vector<std::string> out;
   out.reserve(inherited.size() + vars.size() + 1);
   bool has_omp = false;
+  std::set<std::string> user_set;
   for (const auto& entry : inherited) {
     const auto eq = entry.find('=');
     const std::string key = entry.substr(0, eq);
     if (key == "OMP_NUM_THREADS") has_omp = true;
-    if (vars.count(key)) continue;  // replaced below
+    if (vars.count(key)) {
+      // The user's own interface choice wins over the one ddprun found.
+      if (key == ch::kGlooSocketIfname || key == ch::kNcclSocketIfname) {
+        user_set.insert(key);
+        out.push_back(entry);
+      }
+      continue;  // replaced below
+    }
     // Stale per-job settings from an outer ddprun must not leak into this job.
     if (std::find(std::begin(ch::kNeverInherited), std::end(ch::kNeverInherited), key) !=
         std::end(ch::kNeverInherited)) {
@@ -66,7 +79,10 @@ std::vector<std::string> merge_environment(const std::vector<std::string>& inher
     }
     out.push_back(entry);
   }
-  for (const auto& [k, val] : vars) out.push_back(k + "=" + val);
+  for (const auto& [k, val] : vars) {
+    if (user_set.count(k)) continue;
+    out.push_back(k + "=" + val);
+  }
   if (!has_omp && !vars.count("OMP_NUM_THREADS") && local_world_size > 1) {
     out.push_back("OMP_NUM_THREADS=1");
   }

@@ -28,6 +28,7 @@ struct JobEnv {
   int64_t round = 0;
   std::string nccl_id;  // raw bytes; empty when none
   std::string local_addr;
+  std::string local_ifname;  // empty: leave the *_SOCKET_IFNAME variables alone
   std::string heartbeat_file;  // empty: no hang detection
 };
 

@@ -35,6 +35,10 @@ inline constexpr const char* kHeartbeatSlot = "DDPRUN_HEARTBEAT_SLOT";
 inline constexpr const char* kStandbyFd = "DDPRUN_STANDBY_FD";
 inline constexpr const char* kTimeoutS = "DDPRUN_TIMEOUT_S";      // collective timeout
 
+// Which interface PyTorch's Gloo and NCCL bind to (multi-node jobs).
+inline constexpr const char* kGlooSocketIfname = "GLOO_SOCKET_IFNAME";
+inline constexpr const char* kNcclSocketIfname = "NCCL_SOCKET_IFNAME";
+
 // Per-job variables an outer ddprun may have left in the environment; a
 // job never inherits them.
 inline constexpr const char* kNeverInherited[] = {kNcclId, kHeartbeatFile, kHeartbeatSlot,

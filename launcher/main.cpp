@@ -54,6 +54,7 @@ std::unique_ptr<RendezvousServer> place_rendezvous(LaunchPlan& plan) {
   const std::string address = resolve_address(plan.rdzv_listen_host);
   a.rdzv_address = with_port(address, plan.rdzv_listen_port);
   if (a.local_addr.empty()) a.local_addr = source_address_towards(address);
+  a.local_ifname = interface_of(a.local_addr);
   const bool local = is_local_address(address);
   if (plan.rdzv_host_mode == "off" || (plan.rdzv_host_mode == "auto" && !local)) return nullptr;
   try {
@@ -98,6 +99,10 @@ int main(int argc, char** argv) {
   try {
     if (plan.agent.master_port == 0) plan.agent.master_port = pick_free_port();
     if (!plan.private_rdzv && cli.options.local_addr.empty()) plan.agent.local_addr.clear();
+    // --local-addr may name an interface (hosts with several networks).
+    if (!cli.options.local_addr.empty() && !address_of_interface(cli.options.local_addr).empty()) {
+      plan.agent.local_addr = address_of_interface(cli.options.local_addr);
+    }
     std::unique_ptr<RendezvousServer> server = place_rendezvous(plan);
     spdlog::debug("rendezvous at {}; run id {}; local address {}", plan.agent.rdzv_address,
                   plan.agent.run_id, plan.agent.local_addr);

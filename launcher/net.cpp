@@ -57,6 +57,30 @@ bool is_local_address(const std::string& address) {
   return found;
 }
 
+std::string interface_of(const std::string& address) {
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return "";
+  std::string name;
+  for (ifaddrs* i = ifs; i && name.empty(); i = i->ifa_next) {
+    if (i->ifa_addr && numeric(i->ifa_addr) == address) name = i->ifa_name;
+  }
+  freeifaddrs(ifs);
+  return name;
+}
+
+std::string address_of_interface(const std::string& name) {
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) != 0) return "";
+  std::string v4, v6;
+  for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || name != i->ifa_name) continue;
+    if (i->ifa_addr->sa_family == AF_INET && v4.empty()) v4 = numeric(i->ifa_addr);
+    if (i->ifa_addr->sa_family == AF_INET6 && v6.empty()) v6 = numeric(i->ifa_addr);
+  }
+  freeifaddrs(ifs);
+  return v4.empty() ? v6 : v4;
+}
+
 std::string source_address_towards(const std::string& address) {
   // A UDP "connect" sends nothing: it only asks the kernel for the route.
   sockaddr_storage peer{};

@@ -20,4 +20,11 @@ bool is_local_address(const std::string& address);
 // Throws std::runtime_error when there is no route.
 std::string source_address_towards(const std::string& address);
 
+// The interface that holds address ("lo", "eth0", ...), empty if none does.
+std::string interface_of(const std::string& address);
+
+// The IPv4 (else IPv6) address of interface `name`, empty if it has none
+// or there is no such interface.
+std::string address_of_interface(const std::string& name);
+
 }  // namespace ddprun

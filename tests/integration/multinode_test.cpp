@@ -162,6 +162,7 @@ TEST(MultiNode, WorkersOfEveryNodeGetOneConsistentWorld) {
     EXPECT_EQ(e["MASTER_PORT"], env[0]["MASTER_PORT"]);  // node 0's, on every node
     EXPECT_EQ(e["DDPRUN_RDZV_ADDR"], endpoint);
     EXPECT_EQ(e["TORCHELASTIC_RUN_ID"], "envjob");
+    EXPECT_EQ(e["GLOO_SOCKET_IFNAME"], "lo");  // the interface of the node's address
   }
 }
 

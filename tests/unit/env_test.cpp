@@ -79,6 +79,20 @@ TEST(WorkerEnv, MergeOverridesInheritedAndSetsOmpOnlyWhenUnset) {
   EXPECT_TRUE(single.empty());
 }
 
+TEST(WorkerEnv, GlooAndNcclBindToTheNodesInterfaceUnlessTheUserChoseOne) {
+  JobEnv j;
+  j.local_ifname = "veth7";
+  auto v = worker_variables(WorkerIdentity{}, j, "e");
+  EXPECT_EQ(v.at("GLOO_SOCKET_IFNAME"), "veth7");
+  EXPECT_EQ(v.at("NCCL_SOCKET_IFNAME"), "veth7");
+  auto env = merge_environment({"NCCL_SOCKET_IFNAME=ib0"}, v, 1);
+  auto has = [&](const std::string& e) { return std::find(env.begin(), env.end(), e) != env.end(); };
+  EXPECT_TRUE(has("NCCL_SOCKET_IFNAME=ib0"));
+  EXPECT_FALSE(has("NCCL_SOCKET_IFNAME=veth7"));
+  EXPECT_TRUE(has("GLOO_SOCKET_IFNAME=veth7"));
+  EXPECT_FALSE(worker_variables(WorkerIdentity{}, JobEnv{}, "e").count("GLOO_SOCKET_IFNAME"));
+}
+
 TEST(Hex, RoundTripsAndRejectsGarbage) {
   std::string all;
   for (int i = 0; i < 256; ++i) all.push_back(static_cast<char>(i));

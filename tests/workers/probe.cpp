@@ -35,7 +35,8 @@ const char* kVars[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "
                        "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
                        "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
                        "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS", "DDPRUN_RDZV_ADDR",
-                       "DDPRUN_JOB_ID", "DDPRUN_ROUND", "DDPRUN_LOCAL_ADDR", "PROBE_EXTRA"};
+                       "DDPRUN_JOB_ID", "DDPRUN_ROUND", "DDPRUN_LOCAL_ADDR", "PROBE_EXTRA",
+                       "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"};
 
 int env_int(const char* name) {
   const char* v = getenv(name);
