@@ -10,6 +10,7 @@
 #include <regex>
 #include <set>
 
+#include "support/job_helpers.h"
 #include "support/process.h"
 
 namespace {
@@ -18,16 +19,11 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using ddptest::Finished;
 using ddptest::Process;
+using ddptest::checksum_in;
+using ddptest::contains;
+using ddptest::reach_step;
 
-bool contains(const std::string& hay, const std::string& needle) {
-  return hay.find(needle) != std::string::npos;
-}
-
-fs::path temp(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("ddprun-fault-" + name + "-" + std::to_string(getpid()));
-  fs::remove_all(p);
-  return p;
-}
+fs::path temp(const std::string& name) { return ddptest::temp_path("fault", name); }
 
 // The job every test runs: 2 ranks, 8000 images, 2 epochs of 125 steps.
 std::vector<std::string> train_job(const std::vector<std::string>& launcher_flags,
@@ -39,14 +35,6 @@ std::vector<std::string> train_job(const std::vector<std::string>& launcher_flag
   return argv;
 }
 
-std::string checksum_in(const fs::path& summary) {
-  std::ifstream in(summary);
-  std::string json((std::istreambuf_iterator<char>(in)), {});
-  std::smatch m;
-  if (!std::regex_search(json, m, std::regex(R"re("param_checksum": "([0-9a-f]{16})")re"))) return "";
-  return m[1];
-}
-
 // The parameters of an uninterrupted run (computed once).
 const std::string& reference_checksum() {
   static const std::string sum = [] {
@@ -56,17 +44,6 @@ const std::string& reference_checksum() {
     return checksum_in(summary);
   }();
   return sum;
-}
-
-// Waits for rank 0's "step N done" with N >= step.
-bool reach_step(Process& p, int step) {
-  return p.wait_for_line(
-             [&](const std::string& l) {
-               std::smatch m;
-               return std::regex_search(l, m, std::regex(R"(\]:step (\d+) done)")) && std::stoi(m[1]) >= step;
-             },
-             60s)
-      .has_value();
 }
 
 int count(const std::string& text, const std::string& what) {

@@ -9,6 +9,7 @@
 #include <regex>
 #include <set>
 
+#include "support/job_helpers.h"
 #include "support/process.h"
 
 namespace {
@@ -17,15 +18,12 @@ using namespace std::chrono_literals;
 using ddptest::Finished;
 using ddptest::lines;
 using ddptest::Process;
+using ddptest::contains;
 using ddptest::run;
 
 std::vector<std::string> ddprun(std::vector<std::string> args) {
   args.insert(args.begin(), DDPRUN_BIN);
   return args;
-}
-
-bool contains(const std::string& hay, const std::string& needle) {
-  return hay.find(needle) != std::string::npos;
 }
 
 // KEY=VALUE lines printed by `probe env`, per rank.

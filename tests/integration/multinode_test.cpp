@@ -14,6 +14,7 @@
 #include <regex>
 
 #include "support/netns.h"
+#include "support/job_helpers.h"
 #include "support/process.h"
 
 namespace {
@@ -23,16 +24,11 @@ using namespace std::chrono_literals;
 using ddptest::Finished;
 using ddptest::NetLab;
 using ddptest::Process;
+using ddptest::checksum_in;
+using ddptest::contains;
+using ddptest::reach_step;
 
-bool contains(const std::string& hay, const std::string& needle) {
-  return hay.find(needle) != std::string::npos;
-}
-
-fs::path temp(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("ddprun-multi-" + name + "-" + std::to_string(getpid()));
-  fs::remove_all(p);
-  return p;
-}
+fs::path temp(const std::string& name) { return ddptest::temp_path("multi", name); }
 
 // A loopback port nobody listens on right now.
 int free_port() {
@@ -45,14 +41,6 @@ int free_port() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   close(fd);
   return ntohs(a.sin_port);
-}
-
-std::string checksum_in(const fs::path& summary) {
-  std::ifstream in(summary);
-  std::string json((std::istreambuf_iterator<char>(in)), {});
-  std::smatch m;
-  if (!std::regex_search(json, m, std::regex(R"re("param_checksum": "([0-9a-f]{16})")re"))) return "";
-  return m[1];
 }
 
 // ddprun's flags for one node of a job, then the program and its flags.
@@ -77,18 +65,6 @@ std::vector<Finished> run_together(const std::vector<std::vector<std::string>>& 
   std::vector<Finished> out;
   for (auto& p : ps) out.push_back(p->finish(3min));
   return out;
-}
-
-// Waits for rank 0's "step N done" with N >= step.
-bool reach_step(Process& p, int step, std::chrono::milliseconds timeout = 90s) {
-  return p.wait_for_line(
-             [&](const std::string& l) {
-               std::smatch m;
-               return std::regex_search(l, m, std::regex(R"(\]:step (\d+) done)")) &&
-                      std::stoi(m[1]) >= step;
-             },
-             timeout)
-      .has_value();
 }
 
 // The same training as `nodes` agents of `nproc` workers and as one node of

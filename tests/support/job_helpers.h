@@ -1,0 +1,53 @@
+// Small helpers the end-to-end tests share: substring checks, per-test temp
+// paths, the parameter checksum of train's --summary-json, and waiting for
+// train's step lines.
+#pragma once
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+#include <string>
+
+#include "support/process.h"
+
+namespace ddptest {
+
+inline bool contains(const std::string& hay, const std::string& needle) {
+  return hay.find(needle) != std::string::npos;
+}
+
+// A fresh (removed) path under the temp folder, unique to this process.
+inline std::filesystem::path temp_path(const std::string& suite, const std::string& name) {
+  std::filesystem::path p = std::filesystem::temp_directory_path() /
+                            ("ddprun-" + suite + "-" + name + "-" + std::to_string(getpid()));
+  std::filesystem::remove_all(p);
+  return p;
+}
+
+// The "param_checksum" train wrote to --summary-json; empty if none.
+inline std::string checksum_in(const std::filesystem::path& summary) {
+  std::ifstream in(summary);
+  std::string json((std::istreambuf_iterator<char>(in)), {});
+  std::smatch m;
+  if (!std::regex_search(json, m, std::regex(R"re("param_checksum": "([0-9a-f]{16})")re"))) return "";
+  return m[1];
+}
+
+// Waits for rank 0's "step N done" (train --print-steps) with N >= step.
+inline bool reach_step(Process& p, int step,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(90)) {
+  return p.wait_for_line(
+             [&](const std::string& l) {
+               std::smatch m;
+               return std::regex_search(l, m, std::regex(R"(\]:step (\d+) done)")) &&
+                      std::stoi(m[1]) >= step;
+             },
+             timeout)
+      .has_value();
+}
+
+}  // namespace ddptest
