@@ -278,9 +278,14 @@ void Agent::leave(LeaveKind kind, const std::string& message) {
 // The agent that hosts the rendezvous stays until every node has left (or
 // its lease ran out), so a node that finishes first does not pull the
 // rendezvous from under the others. Signals end the wait.
-void Agent::await_others() {
+void Agent::await_others(LeaveKind how_this_node_left) {
   if (!nodes_in_job_) return;
-  const auto deadline = std::chrono::steady_clock::now() + cfg_.join_timeout;
+  // After a success the others finish their last steps; after a failure
+  // they only need to hear of it (one keep-alive) and leave.
+  const auto patience = how_this_node_left == LeaveKind::kSucceeded
+                            ? cfg_.join_timeout
+                            : std::max(cfg_.lease_timeout, std::chrono::milliseconds(1000));
+  const auto deadline = std::chrono::steady_clock::now() + patience;
   size_t announced = 0;
   while (true) {
     const size_t left = nodes_in_job_();
@@ -291,7 +296,7 @@ void Agent::await_others() {
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       spdlog::warn("{} node(s) still in the job after {} s; closing the rendezvous", left,
-                   cfg_.join_timeout.count() / 1000);
+                   patience.count() / 1000.0);
       return;
     }
     pollfd fd{signals_.fd(), POLLIN, 0};
@@ -333,7 +338,7 @@ int Agent::run() {
           act = life.on_left();
           break;
         case Action::kAwaitOthers:
-          await_others();
+          await_others(act.leave);
           act = life.on_others_gone();
           break;
         case Action::kExit:

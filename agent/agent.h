@@ -53,7 +53,7 @@ class Agent {
   JoinEnd join_round(const JoinIntent& intent);
   GroupEnd run_workers(int attempt, const JoinResult& joined, Lifecycle& life);
   void leave(LeaveKind kind, const std::string& message);
-  void await_others();
+  void await_others(LeaveKind how_this_node_left);
 
   AgentConfig cfg_;
   RendezvousClient& rdzv_;

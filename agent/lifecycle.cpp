@@ -25,6 +25,7 @@ Action Lifecycle::start() {
 Action Lifecycle::leave_then_exit(LeaveKind kind, std::string message, int exit_code) {
   state_ = NodeState::kLeaving;
   pending_exit_ = exit_code;
+  leave_kind_ = kind;
   Action a;
   a.kind = Action::kLeave;
   a.leave = kind;
@@ -51,9 +52,10 @@ Action Lifecycle::on_join(const JoinEnd& end) {
     a.exit_code = 1;
     return a;
   }
-  // A join that failed (timed out, refused) fails the job: the others must
-  // not wait for this node any longer.
-  return leave_then_exit(LeaveKind::kFailed, end.error, 1);
+  // A join that failed (timed out, refused) ends this node only: a node
+  // started with a wrong command line must not take a running job down, and
+  // the nodes waiting in the same round time out by themselves.
+  return leave_then_exit(LeaveKind::kStopped, end.error, 1);
 }
 
 bool Lifecycle::can_restart() const {
@@ -95,9 +97,13 @@ Action Lifecycle::on_group_end(const GroupEnd& end) {
 }
 
 Action Lifecycle::on_left() {
-  if (options_.hosts_rendezvous) {
+  // The host keeps the rendezvous up for the others after the job ended
+  // here (it succeeded, or failed and they must hear it) — not when it was
+  // stopped by a signal: then the user wants it gone.
+  if (options_.hosts_rendezvous && leave_kind_ != LeaveKind::kStopped) {
     Action a;
     a.kind = Action::kAwaitOthers;
+    a.leave = leave_kind_;
     a.exit_code = pending_exit_;
     return a;
   }

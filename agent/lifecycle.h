@@ -42,7 +42,7 @@ struct Action {
   enum Kind { kJoin, kRunWorkers, kLeave, kAwaitOthers, kExit };
   Kind kind = kExit;
   JoinIntent intent;                    // kJoin
-  LeaveKind leave = LeaveKind::kStopped;  // kLeave
+  LeaveKind leave = LeaveKind::kStopped;  // kLeave, kAwaitOthers (how this node left)
   std::string message;                  // kLeave (why), kExit (error to print, may be empty)
   int exit_code = 0;                    // kExit, and after kLeave/kAwaitOthers
 };
@@ -61,7 +61,8 @@ class Lifecycle {
   Action on_group_end(const GroupEnd& end);
   // After a kLeave action was carried out (successfully or not).
   Action on_left();
-  // After kAwaitOthers.
+  // After kAwaitOthers (the hosting node, after it left: the others may
+  // still run, or must hear that the job failed).
   Action on_others_gone();
   // While the workers run: what a keep-alive says. Returns why the workers
   // must stop now (the round was superseded, the job failed, this node was
@@ -82,6 +83,7 @@ class Lifecycle {
   NodeState state_ = NodeState::kJoining;
   std::optional<Assignment> assignment_;  // of the round the workers run or ran in
   int pending_exit_ = 0;
+  LeaveKind leave_kind_ = LeaveKind::kStopped;
 };
 
 }  // namespace ddprun

@@ -329,6 +329,10 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
   if (o.rdzv_id.empty() && !endpoint.empty() && (o.max_nodes > 1 || o.rdzv_host_mode == "off")) {
     throw UsageError("--rdzv-id: needed with --rdzv-endpoint on several nodes, so they find each other");
   }
+  if (o.max_nodes > 1 && o.rdzv_port == 0) {
+    throw UsageError("--rdzv-endpoint: port 0 cannot be found by the other nodes; give a port, "
+                     "e.g. " + o.rdzv_host + ":29400");
+  }
   if (o.standalone && o.max_nodes > 1) {
     throw UsageError("--standalone runs one node; it cannot be used with --nnodes " + nnodes);
   }

@@ -51,7 +51,12 @@ std::unique_ptr<RendezvousServer> place_rendezvous(LaunchPlan& plan) {
     a.hosts_rendezvous = true;
     return server;
   }
-  const std::string address = resolve_address(plan.rdzv_listen_host);
+  std::string address;
+  try {
+    address = resolve_address(plan.rdzv_listen_host);
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("--rdzv-endpoint: ") + e.what());
+  }
   a.rdzv_address = with_port(address, plan.rdzv_listen_port);
   if (a.local_addr.empty()) a.local_addr = source_address_towards(address);
   a.local_ifname = interface_of(a.local_addr);
@@ -103,13 +108,20 @@ int main(int argc, char** argv) {
     if (!cli.options.local_addr.empty() && !address_of_interface(cli.options.local_addr).empty()) {
       plan.agent.local_addr = address_of_interface(cli.options.local_addr);
     }
-    std::unique_ptr<RendezvousServer> server = place_rendezvous(plan);
+    std::unique_ptr<RendezvousServer> server;
+    try {
+      server = place_rendezvous(plan);
+    } catch (const UsageError& e) {
+      std::fprintf(stderr, "ddprun: error: %s\n", e.what());
+      return kExitUsage;
+    }
     spdlog::debug("rendezvous at {}; run id {}; local address {}", plan.agent.rdzv_address,
                   plan.agent.run_id, plan.agent.local_addr);
     RendezvousClient client(plan.agent.rdzv_address);
     std::function<size_t()> nodes_in_job;
     if (server) {
-      nodes_in_job = [&server, id = plan.agent.run_id] { return server->registry().nodes_in_job(id); };
+      // Every job it serves, not only its own: other jobs may share the endpoint.
+      nodes_in_job = [&server] { return server->registry().nodes_in_all_jobs(); };
     }
     Agent agent(plan.agent, client, signals, nodes_in_job);
     return agent.run();

@@ -257,6 +257,13 @@ size_t JobRegistry::nodes_in_job(const std::string& job_id) {
   return job && job->rounds ? job->rounds->num_nodes() : 0;
 }
 
+size_t JobRegistry::nodes_in_all_jobs() {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (const auto& [id, job] : jobs_) n += job->rounds ? job->rounds->num_nodes() : 0;
+  return n;
+}
+
 // Ends last-call windows, leases and join timeouts: sleeps until the
 // earliest of them (or until a call changes the picture), then settles.
 void JobRegistry::timer_loop() {

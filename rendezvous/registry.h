@@ -78,6 +78,8 @@ class JobRegistry {
              const std::string& message);
   // Nodes still in the job (not left, not lost); 0 for an unknown job.
   size_t nodes_in_job(const std::string& job_id);
+  // Nodes still in any job this registry serves.
+  size_t nodes_in_all_jobs();
 
   // The job's store, created on first use; valid as long as the registry.
   // With a round, refuses (RendezvousError) when that round is over.

@@ -153,12 +153,19 @@ TEST(MultiNode, AJoinThatTimesOutSaysWhichFlagToRaise) {
   EXPECT_FALSE(contains(f.out, "RANK=")) << "no worker may start";
 }
 
+// A shell line that runs argv with stderr merged into stdout (to wait for
+// the agent's log lines).
+std::vector<std::string> merged(const std::vector<std::string>& argv) {
+  std::string line = "exec";
+  for (const auto& a : argv) line += " '" + a + "'";
+  return {"/bin/sh", "-c", line + " 2>&1"};
+}
+
 TEST(MultiNode, CtrlCDuringAJoinEndsItAtOnceWithNoWorkerStarted) {
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
   // stderr merged into stdout, to wait for the agent's "joining" line.
-  Process p({"/bin/sh", "-c",
-             std::string("exec ") + DDPRUN_BIN + " --nnodes 2 --rdzv-endpoint " + endpoint +
-                 " --rdzv-id ctrlc " + PROBE_BIN + " env 2>&1"});
+  Process p(merged(node_cmd({"--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-id", "ctrlc"},
+                            {PROBE_BIN, "env"})));
   ASSERT_TRUE(p.wait_for_line([](const std::string& l) { return contains(l, "joining job ctrlc"); },
                               30s))
       << p.out();
@@ -190,6 +197,28 @@ TEST(MultiNode, TheHostingNodeLeavesLastAndALateNodeHearsTheJobFinished) {
   EXPECT_EQ(h.exit_code, 0) << h.err;
   EXPECT_TRUE(contains(h.err, "waiting for 1 other node(s) to leave")) << h.err;
   EXPECT_TRUE(contains(o.out, "done 1")) << o.out;
+}
+
+TEST(MultiNode, ANodeWithAWrongCommandLineIsRefusedAndTheJobGoesOn) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&](const std::string& nnodes) {
+    return node_cmd({"--nnodes", nnodes, "--rdzv-endpoint", endpoint, "--rdzv-id", "careless",
+                     "--no-python"},
+                    {"/bin/sh", "-c", "sleep 2; echo finished $GROUP_RANK"});
+  };
+  Process a(merged(node("2"))), b(merged(node("2")));
+  // The job runs before the careless node comes.
+  ASSERT_TRUE(a.wait_for_line([](const std::string& l) { return contains(l, "round 0: node rank"); },
+                              30s))
+      << a.out();
+  Finished wrong = ddptest::run(node("3"));
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_TRUE(contains(wrong.err, "every node must pass the same --nnodes")) << wrong.err;
+  Finished fa = a.finish(60s), fb = b.finish(60s);
+  EXPECT_EQ(fa.exit_code, 0) << fa.out;
+  EXPECT_EQ(fb.exit_code, 0) << fb.out;
+  EXPECT_TRUE(contains(fa.out + fb.out, "finished 0")) << fa.out << fb.out;
+  EXPECT_TRUE(contains(fa.out + fb.out, "finished 1")) << fa.out << fb.out;
 }
 
 TEST(MultiNode, AStandaloneRendezvousTurnsANodeStartedAfterSuccessAway) {

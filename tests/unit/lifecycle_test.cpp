@@ -127,15 +127,30 @@ TEST(Lifecycle, AJobThatEndedIsNotLeftAgain) {
   EXPECT_EQ(a.exit_code, 1);
 }
 
-TEST(Lifecycle, AFailedJoinFailsTheJobForEveryone) {
+TEST(Lifecycle, AFailedJoinEndsThisNodeOnlyNotTheJob) {
   Lifecycle life({0, false});
   life.start();
   JoinEnd e;
-  e.error = "round 0 did not close";
+  e.error = "node 'x' joined with min_nodes=3 ... every node must pass the same --nnodes";
   Action a = life.on_join(e);
   EXPECT_EQ(a.kind, Action::kLeave);
+  EXPECT_EQ(a.leave, LeaveKind::kStopped);
+  EXPECT_EQ(life.on_left().exit_code, 1);
+}
+
+TEST(Lifecycle, AHostStoppedBySignalDoesNotWaitForTheOthers) {
+  Lifecycle life({0, true});
+  life.start();
+  life.on_join(joined(0));
+  life.on_group_end({GroupEnd::kStoppedBySignal, 2});
+  EXPECT_EQ(life.on_left().kind, Action::kExit);
+  Lifecycle failing({0, true});
+  failing.start();
+  failing.on_join(joined(0));
+  failing.on_group_end({GroupEnd::kWorkerFailed, 0});
+  Action a = failing.on_left();
+  EXPECT_EQ(a.kind, Action::kAwaitOthers);  // they must hear the job failed
   EXPECT_EQ(a.leave, LeaveKind::kFailed);
-  EXPECT_EQ(a.message, "round 0 did not close");
 }
 
 TEST(Lifecycle, StoppedBySignalLeavesCleanly) {
