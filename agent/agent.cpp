@@ -172,9 +172,23 @@ JoinEnd Agent::join_round(const JoinIntent& intent) {
     [[maybe_unused]] ssize_t n = write(done_fd, &one, sizeof(one));
   });
   int stop = 0;
+  bool told_lost = false;
+  auto tell_lost = [&](const LeaseStatus& st) {
+    if (!st.contact_lost || told_lost) return;
+    spdlog::warn("no answer from the rendezvous at {} ({}); waiting for it up to "
+                 "--rdzv-conf join_timeout={} s",
+                 cfg_.rdzv_address, st.error, cfg_.join_timeout.count() / 1000.0);
+    told_lost = true;
+  };
+  if (lease_) tell_lost(lease_->peek());
   while (true) {
-    pollfd fds[2] = {{signals_.fd(), POLLIN, 0}, {done_fd, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    // The lease keeper's news too: a rendezvous that went away (its host
+    // died) is said once; the join waits for it to come back (a restarted
+    // `ddprun rendezvous` lets the job form again) until join_timeout.
+    pollfd fds[3] = {{signals_.fd(), POLLIN, 0}, {done_fd, POLLIN, 0},
+                     {lease_ ? lease_->fd() : -1, POLLIN, 0}};
+    if (poll(fds, 3, -1) < 0 && errno != EINTR) break;
+    if (fds[2].revents & POLLIN) tell_lost(lease_->take());
     if (fds[0].revents & POLLIN) {
       while (auto sig = signals_.next()) {
         if (!is_stop_signal(*sig) || stop != 0) continue;

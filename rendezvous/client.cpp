@@ -100,6 +100,15 @@ JoinResult RendezvousClient::join(const JoinArgs& a, JoinCanceller* canceller) {
   if (canceller) canceller->attach(&ctx);
   grpc::Status s = stub_->stub->Join(&ctx, req, &resp);
   if (canceller) canceller->detach();
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+      s.error_message() == "Deadline Exceeded") {
+    // Our own deadline, not the service's answer: it never answered.
+    throw RendezvousCallError("rendezvous at " + target_ + ": no answer within " +
+                                  std::to_string(a.timeout.count() / 1000.0).substr(0, 5) +
+                                  " s (is it up and reachable?); to wait longer raise "
+                                  "--rdzv-conf join_timeout=SECONDS",
+                              s.error_code());
+  }
   if (!s.ok()) {
     throw RendezvousCallError("rendezvous at " + target_ + ": join failed: " + describe(s),
                               s.error_code());

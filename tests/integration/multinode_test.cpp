@@ -221,6 +221,25 @@ TEST(MultiNode, ANodeWithAWrongCommandLineIsRefusedAndTheJobGoesOn) {
   EXPECT_TRUE(contains(fa.out + fb.out, "finished 1")) << fa.out << fb.out;
 }
 
+TEST(MultiNode, WhenTheHostingNodeDiesTheOthersSayWhyAndGiveUp) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&](const std::string& host) {
+    return node_cmd({"--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-id", "orphaned",
+                     "--rdzv-host", host, "--rdzv-conf", "join_timeout=2,lease_timeout=1",
+                     "--stop-timeout", "1", "--no-python"},
+                    {"/bin/sh", "-c", "echo working; exec sleep 60"});
+  };
+  Process host(node("on"));
+  Process other(merged(node("off")));
+  ASSERT_TRUE(other.wait_for_line([](const std::string& l) { return contains(l, "]:working"); }, 30s))
+      << other.out();
+  host.signal(SIGKILL);
+  Finished f = other.finish(60s);
+  EXPECT_EQ(f.exit_code, 1) << f.out;
+  EXPECT_TRUE(contains(f.out, "lost contact with the rendezvous")) << f.out;
+  EXPECT_TRUE(contains(f.out, "no answer from the rendezvous at " + endpoint)) << f.out;
+}
+
 TEST(MultiNode, AStandaloneRendezvousTurnsANodeStartedAfterSuccessAway) {
   Process rdzv({DDPRUN_BIN, "rendezvous", "--host", "127.0.0.1", "--port", "0"});
   auto line = rdzv.wait_for_line([](const std::string& l) { return contains(l, "listening on"); }, 30s);
