@@ -11,6 +11,7 @@
 //
 //   rendezvous_round [--nodes 1000,10000] [--repeats 3] [--channels 8]
 //                    [--target HOST:PORT] [--out FILE.json]
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -175,6 +176,8 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As ddprun does (launcher/main.cpp): no lock-order checks on gRPC's mutexes.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"Time of one rendezvous round of N simulated agents (async gRPC Joins)",
                "rendezvous_round"};
   Options o;

@@ -14,11 +14,13 @@ its own handler and TCPStore connection, spread over --anchor-procs
 processes; from the moment they are released to the last next_rendezvous()
 returning. An anchor that does not finish within --anchor-timeout s (or
 outgrows --anchor-max-rss-gb) is reported as not finished, with how many
-agents had joined.
+agents the shared state held; one that cannot start (e.g. too few file
+descriptors for the TCPStore) says why.
 
-    bench/rendezvous_round.py [--nodes 1000,10000] [--repeats 3]
-        [--anchor-timeout 120] [--anchor-procs 4] [--no-anchor] [--no-external]
-        [--bench build-bench/bin/rendezvous_round] [--ddprun build-bench/bin/ddprun]
+    /usr/bin/python3 bench/rendezvous_round.py [--nodes 1000,10000] [--repeats 3]
+        [--anchor-timeout 120] [--anchor-procs 4] [--anchor-agents-per-connection 1]
+        [--no-anchor] [--no-external]
+        [--bench build/bin/rendezvous_round] [--ddprun build/bin/ddprun]
 
 Prints a table; asserts nothing.
 """
@@ -26,7 +28,6 @@ import argparse
 import datetime
 import json
 import os
-import select
 import signal
 import statistics
 import subprocess
@@ -89,12 +90,57 @@ def run_ddprun_external(ddprun, bench, nodes, repeats):
 
 
 # ---------------------------------------------------------------- c10d anchor
+#
+# One c10d round runs in a session of its own (`--_anchor-run`, started by
+# the driver): Linux's autogroup scheduling then gives its thousands of
+# threads one share of the CPU, as one program, and the driver can kill the
+# whole session. In it: one process hosts the TCPStore (`--_anchor-store`)
+# and --anchor-procs processes hold the agents (`--_anchor-worker`). Every
+# line they print is a word and its arguments; times are time.monotonic(),
+# one clock for every process.
+
+def die_with_parent():
+    """SIGKILL this process when its parent goes (Linux prctl)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def raise_fd_limit(want=1 << 16):
+    """Each TCPStore client holds two connections (one for its callback
+    thread): 10k agents need more descriptors than the usual soft limit, in
+    the store's process above all. Returns the limit this process got."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for limit in ((max(want, hard), max(want, hard)), (hard, hard)):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limit)
+            break
+        except (ValueError, OSError):
+            pass
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def yield_to_runner():
+    """SCHED_IDLE for the anchor's busy processes, so that the runner, which
+    shares their session (and their share of the CPU), can always watch the
+    budget and stop them."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
+
 
 def anchor_store_main(run_id):
     """Hosts the TCPStore; prints its port, lives until stdin closes. For
     each "peek" line it prints how far the rendezvous state got."""
     import base64
     import pickle
+    die_with_parent()
+    raise_fd_limit()
+    yield_to_runner()
     import torch.distributed as dist
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=600))
@@ -109,32 +155,41 @@ def anchor_store_main(run_id):
     os._exit(0)
 
 
-def anchor_worker_main(port, run_id, nodes, count, join_timeout):
+def anchor_worker_main(port, run_id, nodes, count, join_timeout, per_connection):
     """count agents as threads: each a DynamicRendezvousHandler over its own
-    TCPStore connection. Prints "ready", waits for "go" on stdin, prints
-    "go T" and one "done T RANK WORLD" (or "error ...") line per agent (T:
-    time.monotonic(), one clock for every process), then stays (the agents
-    keep their heartbeats, as real ones do) until stdin closes."""
+    TCPStore client (or one client per `per_connection` agents, where the
+    store could not hold a connection per agent). Prints "made K" as it
+    sets them up and "ready",
+    waits for "go" on stdin, prints "go T" and one "done T RANK WORLD" (or
+    "error ...") line per agent, then stays (the agents keep their
+    heartbeats, as real ones do) until stdin closes."""
+    die_with_parent()
+    raise_fd_limit()
+    yield_to_runner()
     import torch.distributed as dist
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
         DynamicRendezvousHandler, RendezvousTimeout)
 
-    threading.stack_size(512 * 1024)
-    timeout = RendezvousTimeout(join=datetime.timedelta(seconds=join_timeout))
-    handlers = []
-    for _ in range(count):
-        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=600))
-        backend = C10dRendezvousBackend(store, run_id)
-        handlers.append(DynamicRendezvousHandler.from_backend(
-            run_id, store, backend, min_nodes=nodes, max_nodes=nodes, timeout=timeout))
-    go = threading.Event()
     out_lock = threading.Lock()
 
     def say(line):
         with out_lock:
             sys.stdout.write(line + "\n")
             sys.stdout.flush()
+
+    threading.stack_size(512 * 1024)
+    timeout = RendezvousTimeout(join=datetime.timedelta(seconds=join_timeout))
+    handlers = []
+    for i in range(count):
+        if i % per_connection == 0:
+            store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=600))
+        backend = C10dRendezvousBackend(store, run_id)
+        handlers.append(DynamicRendezvousHandler.from_backend(
+            run_id, store, backend, min_nodes=nodes, max_nodes=nodes, timeout=timeout))
+        if (i + 1) % 100 == 0:
+            say("made %d" % (i + 1))
+    go = threading.Event()
 
     def agent(h):
         go.wait()
@@ -167,48 +222,85 @@ def rss_bytes(pid):
     return 0
 
 
-def run_anchor(python, nodes, procs, budget, max_rss):
-    """One c10d round of `nodes` agents. Returns a dict: seconds (or None),
-    done (agents that joined), why (when it did not finish)."""
+class Lines:
+    """Collects the lines a child prints, from a thread of its own."""
+
+    def __init__(self, proc):
+        self.proc = proc
+        self.lines = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with self.lock:
+                self.lines.append(line.split())
+
+    def words(self, word):
+        with self.lock:
+            return [l for l in self.lines if l and l[0] == word]
+
+
+def anchor_run_main(python, nodes, procs, budget, max_rss, setup_budget, per_connection):
+    """One c10d round of `nodes` agents; prints its result as JSON: seconds
+    (None when it did not finish), why not, done (agents that got a rank),
+    participants (in the shared state when it stopped), setup_s."""
+    die_with_parent()
+    result = {"seconds": None, "why": None, "done": 0, "participants": None, "setup_s": None}
+    # The store's process holds two descriptors per client: where the limit
+    # does not allow that, say so at once (the store would die half-way).
+    fd_limit = raise_fd_limit()
+    clients = -(-nodes // per_connection)
+    if 2 * clients + 64 > fd_limit:
+        result["why"] = ("cannot run: %d TCPStore clients need %d descriptors in the store's process, "
+                         "the limit here is %d (ulimit -Hn; or --anchor-agents-per-connection %d)"
+                         % (clients, 2 * clients + 64, fd_limit, -(-nodes * 2 // (fd_limit - 64))))
+        print(json.dumps(result), flush=True)
+        return
     run_id = "bench-%d-%d-%d" % (os.getpid(), nodes, time.time_ns())
-    store = subprocess.Popen([python, ME, "--_anchor-store", run_id], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    store = subprocess.Popen([python, ME, "--_anchor-store", run_id], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, bufsize=1)
     workers = []
+
+    def stopped(why):
+        if store.poll() is not None:
+            return why + "; the TCPStore server died (exit %d)" % store.returncode
+        dead = [w.returncode for w in workers if w.poll() is not None]
+        if dead:
+            return why + "; %d agent process(es) died (exit %s)" % (len(dead), dead)
+        return why
+
     try:
         port = int(store.stdout.readline())
         procs = max(1, min(procs, nodes))
         for i in range(procs):
             count = nodes // procs + (1 if i < nodes % procs else 0)
             workers.append(subprocess.Popen(
-                [python, ME, "--_anchor-worker", str(port), run_id, str(nodes), str(count), str(int(budget) + 60)],
+                [python, ME, "--_anchor-worker", str(port), run_id, str(nodes), str(count), str(int(budget) + 60),
+                 str(per_connection)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1))
+        outs = [Lines(w) for w in workers]
         # Handlers and connections are made before the clock starts.
         setup_start = time.monotonic()
-        for w in workers:
-            line = w.stdout.readline().strip()
-            if line != "ready":
-                return {"seconds": None, "done": 0, "why": "a worker failed to start (%r)" % line}
-        setup = time.monotonic() - setup_start
-        lines = []
-        lines_lock = threading.Lock()
-
-        def reader(w):
-            for line in w.stdout:
-                with lines_lock:
-                    lines.append(line.split())
-
-        readers = [threading.Thread(target=reader, args=(w,), daemon=True) for w in workers]
-        for r in readers:
-            r.start()
+        while not all(o.words("ready") for o in outs):
+            made = sum(int(o.words("made")[-1][1]) if o.words("made") else 0 for o in outs)
+            if time.monotonic() - setup_start > setup_budget:
+                result["why"] = stopped("could not set up %d agents within %.0f s (%d made)" % (nodes, setup_budget, made))
+                return result
+            if store.poll() is not None or any(w.poll() is not None for w in workers):
+                result["why"] = stopped("failed while setting up %d agents (%d made)" % (nodes, made))
+                return result
+            time.sleep(0.2)
+        result["setup_s"] = time.monotonic() - setup_start
         for w in workers:
             w.stdin.write("go\n")
             w.stdin.flush()
         start = time.monotonic()
         why = None
         while True:
-            with lines_lock:
-                done = sum(1 for l in lines if l[0] == "done")
-                errors = [" ".join(l) for l in lines if l[0] == "error"]
-            if done + len(errors) >= nodes:
+            done = sum(len(o.words("done")) for o in outs)
+            errors = sum(len(o.words("error")) for o in outs)
+            if done + errors >= nodes:
                 break
             elapsed = time.monotonic() - start
             if elapsed > budget:
@@ -218,16 +310,15 @@ def run_anchor(python, nodes, procs, budget, max_rss):
             if rss > max_rss:
                 why = "stopped after %.0f s: its processes used %.1f GiB (> --anchor-max-rss-gb)" % (elapsed, rss / 2**30)
                 break
-            if any(w.poll() is not None for w in workers):
-                why = "a worker process died (exit %s)" % [w.poll() for w in workers]
+            if store.poll() is not None or any(w.poll() is not None for w in workers):
+                why = stopped("broke off after %.0f s" % elapsed)
                 break
             time.sleep(0.2)
-        with lines_lock:
-            gos = [float(l[1]) for l in lines if l[0] == "go"]
-            dones = [l for l in lines if l[0] == "done"]
-            errors = [" ".join(l) for l in lines if l[0] == "error"]
-        result = {"done": len(dones), "setup_s": setup}
-        if why is not None:
+        gos = [float(l[1]) for o in outs for l in o.words("go")]
+        dones = [l for o in outs for l in o.words("done")]
+        errors = [" ".join(l) for o in outs for l in o.words("error")]
+        result["done"] = len(dones)
+        if why is not None and store.poll() is None:
             # How far the shared state got: participants of the open round.
             store.stdin.write("peek\n")
             store.stdin.flush()
@@ -241,10 +332,12 @@ def run_anchor(python, nodes, procs, budget, max_rss):
             worlds = {int(l[3]) for l in dones}
             if ranks != list(range(nodes)) or worlds != {nodes}:
                 why = "wrong assignment: ranks not 0..%d or world size %s" % (nodes - 1, worlds)
-        if why is not None:
-            result.update(seconds=None, why=why)
-        else:
-            result.update(seconds=max(float(l[1]) for l in dones) - min(gos), why=None)
+        if why is None:
+            result["seconds"] = max(float(l[1]) for l in dones) - min(gos)
+        result["why"] = why
+        return result
+    except Exception as e:  # reported in the table, not raised
+        result["why"] = "the anchor broke: %s: %s" % (type(e).__name__, e)
         return result
     finally:
         for p in workers + [store]:
@@ -254,6 +347,26 @@ def run_anchor(python, nodes, procs, budget, max_rss):
                 pass
         for p in workers + [store]:
             p.wait()
+        print(json.dumps(result), flush=True)
+
+
+def run_anchor(python, nodes, procs, budget, max_rss, setup_budget, per_connection):
+    """One c10d round in a session of its own (see above); its result."""
+    cmd = [python, ME, "--_anchor-run", str(nodes), str(procs), str(budget), str(max_rss), str(setup_budget),
+           str(per_connection), python]
+    runner = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, _ = runner.communicate(timeout=setup_budget + budget + 120)
+        return json.loads(out.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
+        return {"seconds": None, "done": 0, "participants": None, "setup_s": None,
+                "why": "the anchor run did not report (exit %s)" % runner.poll()}
+    finally:
+        try:
+            os.killpg(runner.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        runner.wait()
 
 
 # ---------------------------------------------------------------- driver
@@ -262,24 +375,33 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", default="1000,10000", help="agents per round, comma separated")
     p.add_argument("--repeats", type=int, default=3, help="ddprun rounds per N (median and min)")
-    p.add_argument("--bench", default=os.path.join(ROOT, "build-bench", "bin", "rendezvous_round"))
-    p.add_argument("--ddprun", default=os.path.join(ROOT, "build-bench", "bin", "ddprun"))
+    p.add_argument("--bench", default=os.path.join(ROOT, "build", "bin", "rendezvous_round"))
+    p.add_argument("--ddprun", default=os.path.join(ROOT, "build", "bin", "ddprun"))
     p.add_argument("--no-external", action="store_true", help="skip ddprun with the server in its own process")
     p.add_argument("--no-anchor", action="store_true")
     p.add_argument("--anchor-timeout", type=float, default=120, help="wall-clock budget of one c10d round, s")
     p.add_argument("--anchor-repeats", type=int, default=1)
+    p.add_argument("--anchor-agents-per-connection", type=int, default=1,
+                   help="c10d agents sharing one TCPStore client (1: each its own, as real agents)")
+    p.add_argument("--anchor-setup-timeout", type=float, default=300,
+                   help="budget for making the c10d agents' handlers and connections (not timed), s")
     p.add_argument("--anchor-procs", type=int, default=4, help="processes the c10d agents (threads) are spread over")
     p.add_argument("--anchor-max-rss-gb", type=float, default=8, help="stop the c10d round when its processes outgrow this")
     p.add_argument("--python", default="/usr/bin/python3", help="the Python with torch 1.13 (python3-torch)")
     p.add_argument("--out", help="also write the results as JSON")
     p.add_argument("--_anchor-store", metavar="RUN_ID", help=argparse.SUPPRESS)
-    p.add_argument("--_anchor-worker", nargs=5, help=argparse.SUPPRESS)
+    p.add_argument("--_anchor-worker", nargs=6, help=argparse.SUPPRESS)
+    p.add_argument("--_anchor-run", nargs=7, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args._anchor_store:
         return anchor_store_main(args._anchor_store)
     if args._anchor_worker:
-        port, run_id, nodes, count, join_timeout = args._anchor_worker
-        return anchor_worker_main(int(port), run_id, int(nodes), int(count), float(join_timeout))
+        port, run_id, nodes, count, join_timeout, per_connection = args._anchor_worker
+        return anchor_worker_main(int(port), run_id, int(nodes), int(count), float(join_timeout), int(per_connection))
+    if args._anchor_run:
+        nodes, procs, budget, max_rss, setup_budget, per_connection, python = args._anchor_run
+        return anchor_run_main(python, int(nodes), int(procs), float(budget), float(max_rss), float(setup_budget),
+                               int(per_connection))
 
     nodes = [int(n) for n in args.nodes.split(",")]
     results = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpus": os.cpu_count(), "rows": []}
@@ -298,7 +420,8 @@ def main():
         runs = []
         for _ in range(args.anchor_repeats):
             print("+ c10d anchor: %d agents in %d process(es), budget %.0f s" % (n, args.anchor_procs, args.anchor_timeout), flush=True)
-            r = run_anchor(args.python, n, args.anchor_procs, args.anchor_timeout, args.anchor_max_rss_gb * 2**30)
+            r = run_anchor(args.python, n, args.anchor_procs, args.anchor_timeout, args.anchor_max_rss_gb * 2**30,
+                           args.anchor_setup_timeout, args.anchor_agents_per_connection)
             print("  %s" % (("%.3f s" % r["seconds"]) if r["seconds"] is not None else
                             "c10d: %s; %d of %d agents got a rank" % (r["why"], r["done"], n)), flush=True)
             runs.append(r)

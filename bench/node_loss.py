@@ -1,0 +1,400 @@
+#!/usr/bin/env python3
+"""Node loss on separate hosts: two nodes of one worker each train together,
+each node on its own "host" (a Linux network namespace, joined to the other
+by a bridge); then the non-hosting node (node 1) dies: its agent is SIGKILLed
+mid-training, and with it everything else on that host. Measured: seconds
+from the kill to the first training step that the survivor (node 0)
+completes after it restored the checkpoint, for
+
+  ddprun   --nnodes 1:2 ... examples/train (the multi-node tests' job), and
+  torchrun --nnodes 1:2 --rdzv_backend c10d ... (the anchor, through
+           ../shared/anchors/torchrun-compat.py, --monitor_interval 0.1)
+           running the same job as a PyTorch DDP script (node_loss_torch.py).
+
+Both train the same CNN on the first 6000 Fashion-MNIST images for 2
+epochs, checkpoint every 10 steps to a directory both hosts share, and may
+restart 3 times. A launcher that has not completed a step after the restore
+within --budget seconds of the kill counts as "did not recover within
+BUDGET s"; one whose survivor exits first counts as failed. The table says
+which, with what the survivor printed; nothing is asserted.
+
+Each run gets a fresh lab (namespaces named ddpnl-<pid>-<n>-*, a 10.A.B.0/24
+subnet) that is removed, with every process in it, when the run ends, fails,
+or the benchmark is interrupted (Ctrl-C, SIGTERM). Needs root and iproute2.
+
+    bench/node_loss.py [--repeats 3] [--budget 120] [--build build/bin] [--keep-logs DIR]
+"""
+import argparse
+import os
+import queue
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+IP = shutil.which("ip") or "/usr/sbin/ip"
+
+STEP = re.compile(r"step (\d+) done at ([0-9.]+)")
+# examples/train says "... on 6000 images: 2 ranks x ..."; node_loss_torch.py says "world 2".
+WORLD = re.compile(r"(?:\b(\d+) ranks x|^(?:\[rank\d+\]:)?world (\d+)$)")
+RESUMED = re.compile(r"resumed from (\S+) at step (\d+)")
+
+
+# ---- The lab: hosts made of network namespaces ----------------------------
+
+class Lab:
+    """`hosts` network namespaces, each with lo up and one end of a veth pair
+    holding 10.A.B.(i+1)/24, the other end a port of a bridge that lives in a
+    namespace of its own (the root namespace's network is never touched).
+    The Python twin of tests/support/netns.cpp."""
+
+    count = 0
+
+    def __init__(self, hosts):
+        Lab.count += 1
+        pid, n = os.getpid(), Lab.count
+        self.hosts = hosts
+        self.prefix = "ddpnl-%d-%d" % (pid, n)
+        tag = "%sx%s" % (base36(pid), base36(n))  # interface names: 15 characters at most
+        self.bridge_ns, self.bridge_if = self.prefix + "-br", "br" + tag
+        self.ns = [self.prefix + "-h%d" % i for i in range(hosts)]
+        self.host_if = ["v%sh%d" % (tag, i) for i in range(hosts)]  # in host i's namespace
+        self.port_if = ["v%sb%d" % (tag, i) for i in range(hosts)]  # in the bridge namespace
+        v = (pid * 40503 + n) & 0xFFFF
+        self.addr = ["10.%d.%d.%d" % (v >> 8, v & 0xFF, i + 1) for i in range(hosts)]
+        self.made = []   # namespaces made so far, for destroy()
+        self.procs = []  # Popen objects of what was started in the lab
+
+    def create(self):
+        def ip(*args):
+            subprocess.run([IP] + list(args), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+        def add_ns(name):
+            ip("netns", "add", name)
+            self.made.append(name)
+
+        add_ns(self.bridge_ns)
+        ip("-n", self.bridge_ns, "link", "add", self.bridge_if, "type", "bridge")
+        ip("-n", self.bridge_ns, "link", "set", self.bridge_if, "up")
+        for i, h in enumerate(self.ns):
+            add_ns(h)
+            ip("-n", h, "link", "set", "lo", "up")
+            # Made inside host i with the peer sent straight to the bridge namespace.
+            ip("-n", h, "link", "add", self.host_if[i], "type", "veth", "peer", "name", self.port_if[i],
+               "netns", self.bridge_ns)
+            ip("-n", self.bridge_ns, "link", "set", self.port_if[i], "master", self.bridge_if)
+            ip("-n", self.bridge_ns, "link", "set", self.port_if[i], "up")
+            ip("-n", h, "addr", "add", self.addr[i] + "/24", "dev", self.host_if[i])
+            ip("-n", h, "link", "set", self.host_if[i], "up")
+
+    def spawn(self, i, argv, env=None):
+        """Starts argv on host i, its stdout and stderr together into a pipe.
+        The host also gets a hostname of its own (a UTS namespace), its
+        address: torchrun publishes its hostname as MASTER_ADDR and decides
+        whether it hosts the c10d store by it, as it would on real hosts."""
+        wrapped = [IP, "netns", "exec", self.ns[i], "unshare", "--uts", "/bin/sh", "-c",
+                   'hostname "$0" && exec "$@"', self.addr[i]] + argv
+        p = subprocess.Popen(wrapped, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env=env, start_new_session=True)  # Ctrl-C reaches only us; we stop them
+        self.procs.append(p)
+        return p
+
+    def pids(self, i):
+        """Every process in host i's network namespace."""
+        out = subprocess.run([IP, "netns", "pids", self.ns[i]], capture_output=True, text=True).stdout
+        return [int(x) for x in out.split()]
+
+    def kill_host(self, i, first):
+        """SIGKILLs process `first` (the node's agent), then everything else
+        left on host i: the host is gone. Returns the time of the first kill."""
+        rest = [p for p in self.pids(i) if p != first]
+        t = time.time()
+        kill(first)
+        for p in rest:
+            kill(p)
+        return t
+
+    def destroy(self):
+        """Kills every process in the lab, then deletes its namespaces (which
+        takes every link with them). Safe to call on a half-made lab."""
+        for _ in range(50):
+            left = [p for i in range(self.hosts) if self.ns[i] in self.made for p in self.pids(i)]
+            if not left:
+                break
+            for p in left:
+                kill(p)
+            time.sleep(0.1)
+        else:
+            print("node_loss: processes still in the lab: %s" % left, file=sys.stderr)
+        for p in self.procs:
+            kill(p.pid)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                print("node_loss: pid %d would not exit" % p.pid, file=sys.stderr)
+        for name in reversed(self.made):
+            r = subprocess.run([IP, "netns", "delete", name], capture_output=True, text=True)
+            if r.returncode != 0:
+                print("node_loss: cannot delete netns %s: %s" % (name, r.stderr.strip()), file=sys.stderr)
+        self.made = []
+
+
+def base36(v):
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    s = ""
+    while True:
+        s = digits[v % 36] + s
+        v //= 36
+        if not v:
+            return s
+
+
+def kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+# ---- One measurement ------------------------------------------------------
+
+def watch(node, proc, log_path, lines):
+    """Copies proc's output to log_path (each line after the unix time it
+    came) and, as (node, time, line), to `lines`; (node, time, None) at its end."""
+    with open(log_path, "w") as log:
+        for line in iter(proc.stdout.readline, b""):
+            text, now = line.decode(errors="replace").rstrip("\n"), time.time()
+            log.write("%.3f %s\n" % (now, text))
+            log.flush()
+            lines.put((node, now, text))
+    lines.put((node, time.time(), None))
+
+
+def last_words(tail):
+    """The survivor's last line that says something (skips step lines)."""
+    for line in reversed(tail):
+        if line.strip() and not STEP.search(line):
+            return line.strip()[:160]
+    return "(nothing)"
+
+
+def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout):
+    """One run on a fresh lab. Returns (seconds or None, what happened, {milestone: seconds after the kill})."""
+    lab = Lab(2)
+    ckpt = tempfile.mkdtemp(prefix="ddprun-node-loss-")
+    lines = queue.Queue()
+    try:
+        lab.create()
+        procs = []
+        for i in range(2):
+            procs.append(lab.spawn(i, node_cmd(lab, i, ckpt), env_for(lab, i)))
+            threading.Thread(target=watch, args=(i, procs[i], os.path.join(logs, "node%d.log" % i), lines),
+                             daemon=True).start()
+
+        def next_line(deadline):
+            """The next (node, time, line), or None once `deadline` passes."""
+            try:
+                return lines.get(timeout=max(0.0, deadline - time.time()))
+            except queue.Empty:
+                return None
+
+        # 1. Wait until both nodes are in the job (world 2) and it has trained
+        #    kill_at steps since. Either node's worker may be rank 0 before the kill.
+        deadline, world, step = time.time() + start_timeout, 0, 0
+        while not (world == 2 and step >= kill_at):
+            got = next_line(deadline)
+            if got is None:
+                return None, "SETUP FAILED: no 2-node training reached step %d in %d s" % (
+                    kill_at, start_timeout), {}
+            node, _, line = got
+            if line is None:
+                return None, "SETUP FAILED: node %d exited (code %s) before the kill" % (
+                    node, procs[node].wait()), {}
+            m, s = WORLD.search(line), STEP.search(line)
+            if m:
+                world, step = int(m.group(1) or m.group(2)), 0
+            elif s and world == 2:
+                step = int(s.group(1))
+
+        # 2. Node 1's host dies.
+        killed_at = lab.kill_host(1, procs[1].pid)
+
+        # 3. Wait on node 0 for "resumed from", then its next step. On the way,
+        #    note when the survivor first said anything (its worker's error),
+        #    when its new workers came up (their world line) and when they
+        #    had loaded the checkpoint: seconds after the kill.
+        deadline, resumed, tail, marks = killed_at + budget, None, [], {}
+        while True:
+            got = next_line(deadline)
+            if got is None:
+                state = "resumed from step %s, no step since" % resumed if resumed else "no restore"
+                return None, "did not recover within %d s (%s; survivor last said: %s)" % (
+                    budget, state, last_words(tail)), marks
+            node, at, line = got
+            if node != 0:
+                continue
+            if line is None:
+                return None, "failed: survivor exited with code %s within %d s (last said: %s)" % (
+                    procs[0].wait(), budget, last_words(tail)), marks
+            tail = (tail + [line])[-50:]
+            if not STEP.search(line):
+                marks.setdefault("noticed", at - killed_at)
+            m = WORLD.search(line)
+            if m:
+                world = int(m.group(1) or m.group(2))
+                marks["world"] = at - killed_at
+            r = RESUMED.search(line)
+            if r:
+                resumed = r.group(2)
+                marks["resumed"] = at - killed_at
+            s = STEP.search(line)
+            if s and resumed:
+                return float(s.group(2)) - killed_at, "recovered: resumed from step %s's checkpoint, world %d" % (
+                    resumed, world), marks
+    finally:
+        lab.destroy()
+        shutil.rmtree(ckpt, ignore_errors=True)
+
+
+def measure(name, node_cmd, env_for, args):
+    """--repeats runs; returns (seconds or None, outcomes, milestones), a list each."""
+    times, outcomes, marks = [], [], []
+    for r in range(args.repeats):
+        logs = os.path.join(args.logs, "%s-%d" % (name, r))
+        os.makedirs(logs, exist_ok=True)
+        t, what, m = node_loss_once(node_cmd, env_for, logs, args.budget, args.kill_at, args.start_timeout)
+        print("  %s run %d: %s  %s  %s" % (name, r + 1, "-" if t is None else "%.2f s" % t, what,
+                                           " ".join("%s +%.2f" % kv for kv in m.items())), file=sys.stderr, flush=True)
+        times.append(t)
+        outcomes.append(what)
+        marks.append(m)
+    return times, outcomes, marks
+
+
+# ---- The two launchers ----------------------------------------------------
+
+def ddprun_node(args):
+    """The multi-node tests' NetNodes job (tests/integration/multinode_test.cpp)."""
+    def cmd(lab, i, ckpt):
+        return [os.path.join(args.build, "ddprun"), "--nnodes", "1:2", "--nproc", "1", "--node-rank", str(i),
+                "--rdzv-endpoint", lab.addr[0] + ":29400", "--rdzv-id", "lab", "--max-restarts", "3",
+                "--stop-timeout", "3",
+                os.path.join(args.build, "train"), "--limit", "6000", "--epochs", "2", "--print-steps",
+                "--checkpoint-dir", ckpt, "--checkpoint-every", "10"]
+    return cmd
+
+
+def torchrun_node(args):
+    """torchrun's c10d rendezvous, hosted by node 0's agent (its hostname is the endpoint's address)."""
+    def cmd(lab, i, ckpt):
+        return [args.python, args.torchrun, "--monitor_interval", "0.1", "--nnodes", "1:2", "--nproc_per_node", "1",
+                "--rdzv_backend", "c10d", "--rdzv_endpoint", lab.addr[0] + ":29500", "--rdzv_id", "job",
+                "--max_restarts", "3",
+                os.path.join(HERE, "node_loss_torch.py"), "--limit", "6000", "--epochs", "2",
+                "--checkpoint-dir", ckpt, "--checkpoint-every", "10"]
+    return cmd
+
+
+def torch_env(lab, i):
+    # Gloo binds to the host's veth; the rest of the environment as it is.
+    return dict(os.environ, GLOO_SOCKET_IFNAME=lab.host_if[i], PYTHONUNBUFFERED="1")
+
+
+MILESTONES = [("noticed", "survivor's worker failed"), ("world", "new workers up alone"),
+              ("resumed", "checkpoint loaded")]
+
+
+def summary(times, outcomes, marks):
+    """(median or None, min..max text, what happened text) of one launcher's runs."""
+    ok = [t for t in times if t is not None]
+    what = "; ".join(sorted(set(re.sub(r"step \d+", "step N", o) for o in outcomes)))
+    seen = [(label, [m[k] for m in marks if k in m]) for k, label in MILESTONES]
+    steps = ", ".join("%s +%.1f s" % (label, statistics.median(v)) for label, v in seen if v)
+    if steps:
+        what += " (median after the kill: %s)" % steps
+    if len(ok) < len(times):
+        what = "%d of %d runs recovered: %s" % (len(ok), len(times), what)
+    # A run that did not recover counts as endless: it can only raise the median.
+    med = statistics.median([float("inf") if t is None else t for t in times])
+    spread = "%.2f..%.2f" % (min(ok), max(ok)) if ok else "-"
+    return (None if med == float("inf") else med), spread, what
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repeats", type=int, default=3, help="runs per launcher (ddprun's median is over these)")
+    p.add_argument("--torchrun-repeats", type=int, default=None, help="runs of torchrun [--repeats]")
+    p.add_argument("--budget", type=float, default=120, help="seconds after the kill before it counts as no recovery")
+    p.add_argument("--kill-at", type=int, default=25, help="kill once the 2-node job has done this many steps")
+    p.add_argument("--start-timeout", type=float, default=300, help="seconds allowed to reach --kill-at")
+    p.add_argument("--build", default=os.path.join(ROOT, "build", "bin"))
+    p.add_argument("--torchrun", default=os.path.join(ROOT, "..", "shared", "anchors", "torchrun-compat.py"))
+    p.add_argument("--python", default="/usr/bin/python3", help="the Python with torch 1.13 (python3-torch)")
+    p.add_argument("--keep-logs", metavar="DIR", help="keep every node's output under DIR (else a temp dir, removed)")
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("node_loss: needs root (network namespaces)")
+    args.logs = args.keep_logs or tempfile.mkdtemp(prefix="ddprun-node-loss-logs-")
+
+    # SIGTERM and SIGHUP unwind like Ctrl-C, so every finally (lab.destroy) runs.
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt()
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGHUP, interrupted)
+
+    try:
+        ours = summary(*measure("ddprun", ddprun_node(args), lambda lab, i: None, args))
+        anchor_note = None
+        if not os.path.exists(args.torchrun):
+            anchor_note = "ANCHOR DID NOT RUN: %s not found" % args.torchrun
+        elif subprocess.run([args.python, "-c", "import torch"], capture_output=True).returncode != 0:
+            anchor_note = "ANCHOR DID NOT RUN: %s cannot import torch (install python3-torch)" % args.python
+        if anchor_note is None:
+            reps = argparse.Namespace(**dict(vars(args), repeats=args.torchrun_repeats or args.repeats))
+            theirs = summary(*measure("torchrun", torchrun_node(args), torch_env, reps))
+            if "SETUP FAILED" in theirs[2]:
+                anchor_note = "ANCHOR DID NOT RUN: " + theirs[2]
+        else:
+            theirs = (None, "-", anchor_note)
+    finally:
+        if not args.keep_logs:
+            shutil.rmtree(args.logs, ignore_errors=True)
+
+    print("## Node loss on separate hosts: 2 nodes x 1 worker (network namespaces), SIGKILL of node 1's agent "
+          "at step %d -> first step after restore on node 0; median of %d, budget %d s\n"
+          % (args.kill_at, args.repeats, args.budget))
+    print("| launcher | kill -> first step after restore (s) | min..max s | what happened |")
+    print("|---|---:|---:|---|")
+    fmt = lambda med: "> %d (no recovery)" % args.budget if med is None else "%.2f" % med
+    print("| ddprun + train (C++) | %s | %s | %s |" % (fmt(ours[0]), ours[1], ours[2]))
+    if anchor_note:
+        print("| **torchrun (anchor)** | **%s** | - | - |" % anchor_note)
+    else:
+        print("| torchrun + PyTorch DDP script (anchor) | %s | %s | %s |" % (fmt(theirs[0]), theirs[1], theirs[2]))
+    print()
+    if ours[0] is None:
+        print("ddprun / torchrun: no ratio, ddprun did not recover")
+    elif anchor_note:
+        print("ddprun / torchrun: no ratio, THE ANCHOR DID NOT RUN")
+    elif theirs[0] is None:
+        print("ddprun / torchrun < %.3f (torchrun did not recover within %d s; ddprun %.2f s)"
+              % (ours[0] / args.budget, args.budget, ours[0]))
+    else:
+        ratio = ours[0] / theirs[0]
+        print("ddprun / torchrun = %.3f (1/%.1f)" % (ratio, 1 / ratio))
+    if args.keep_logs:
+        print("\nnode logs: %s" % args.keep_logs)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit("node_loss: interrupted; the labs were removed")
