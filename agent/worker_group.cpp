@@ -18,11 +18,7 @@ struct WorkerGroup::Worker {
   pid_t pid = -1;
   int fds[2] = {-1, -1};  // stdout, stderr read ends
   std::unique_ptr<WorkerOutput> output;
-  bool running = false;
-  bool term_sent = false;  // the group asked it to stop
-  bool hung = false;       // judged hung, failure already recorded
-  uint64_t beats = 0;      // heartbeat counter last seen
-  std::chrono::steady_clock::time_point beat_changed;  // when it last moved
+  bool running = false;  // started and not reaped
 };
 
 WorkerGroup::WorkerGroup(std::vector<WorkerLaunch> launches, SignalChannel& signals,
@@ -42,13 +38,6 @@ WorkerGroup::~WorkerGroup() {
       if (fd >= 0) close(fd);
     }
   }
-}
-
-bool WorkerGroup::any_running() const {
-  for (const auto& w : workers_) {
-    if (w->running) return true;
-  }
-  return false;
 }
 
 void WorkerGroup::start_all() {
@@ -76,50 +65,47 @@ void WorkerGroup::start_all() {
     w->fds[0] = p.stdout_fd;
     w->fds[1] = p.stderr_fd;
     w->running = true;
-    w->beat_changed = std::chrono::steady_clock::now();
     workers_.push_back(std::move(w));
   }
 }
 
-void WorkerGroup::signal_running(int sig) {
-  for (auto& w : workers_) {
-    if (!w->running) continue;
-    // The whole process group: the worker and whatever it started.
-    kill(-w->pid, sig);
-    if (sig == SIGTERM || sig == SIGKILL || is_stop_signal(sig)) w->term_sent = true;
+void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
+  for (const auto& c : commands) {
+    switch (c.kind) {
+      case GroupCommand::kSignalRunning:
+        for (auto& w : workers_) {
+          // The whole process group: the worker and whatever it started.
+          if (w->running) kill(-w->pid, c.sig);
+        }
+        break;
+      case GroupCommand::kKillWorker:
+        record_hung(c);
+        kill(-workers_[c.worker]->pid, SIGKILL);
+        break;
+      case GroupCommand::kWarmStandbys:
+        if (options_.on_all_beating) {
+          auto ready = std::move(options_.on_all_beating);
+          options_.on_all_beating = nullptr;
+          ready();
+        }
+        break;
+    }
   }
 }
 
-void WorkerGroup::begin_stop(int sig) {
-  stopping_ = true;
-  kill_at_ = std::chrono::steady_clock::now() + options_.stop_timeout;
-  signal_running(sig);
-}
-
-void WorkerGroup::handle_signal(int sig) {
-  if (sig == SIGCHLD) {
-    reap();
-    return;
-  }
-  if (!is_stop_signal(sig)) {  // SIGUSR1/2: pass on, nothing else
-    signal_running(sig);
-    return;
-  }
-  if (stop_signal_ != 0 || (stopping_ && sig == SIGINT)) {
-    // Asked twice: stop waiting for a graceful exit.
-    spdlog::warn("received {} again: killing the workers now", signal_name(sig));
-    signal_running(SIGKILL);
-    killed_ = true;
-    return;
-  }
-  spdlog::warn("received {}: passing it on to {} worker(s)", signal_name(sig),
-               std::count_if(workers_.begin(), workers_.end(), [](auto& w) { return w->running; }));
-  stop_signal_ = sig;
-  if (stopping_) {
-    signal_running(sig);
-  } else {
-    begin_stop(sig);
-  }
+// Its failure dates from its last sign of life.
+void WorkerGroup::record_hung(const GroupCommand& kill) {
+  const Worker& w = *workers_[kill.worker];
+  WorkerExit e;
+  e.rank = w.launch->id.rank;
+  e.local_rank = w.launch->id.local_rank;
+  e.pid = w.pid;
+  e.host = options_.host;
+  e.time = std::chrono::system_clock::now() -
+           std::chrono::duration_cast<std::chrono::system_clock::duration>(kill.silent);
+  e.reason = kill.why;
+  spdlog::warn("rank {} (pid {}) {}; killing it and stopping the other workers", e.rank, e.pid, e.reason);
+  result_.failures.push_back(std::move(e));
 }
 
 // Reads what the worker's pipes hold now; until_eof also closes them.
@@ -146,20 +132,21 @@ void WorkerGroup::drain(Worker& w, bool until_eof) {
 }
 
 void WorkerGroup::reap() {
-  for (auto& w : workers_) {
-    if (!w->running) continue;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    Worker& w = *workers_[i];
+    if (!w.running) continue;
     int status = 0;
-    pid_t r = waitpid(w->pid, &status, WNOHANG);
-    if (r != w->pid) continue;
-    w->running = false;
+    pid_t r = waitpid(w.pid, &status, WNOHANG);
+    if (r != w.pid) continue;
+    w.running = false;
     // Everything the worker wrote is in its pipes now.
-    drain(*w, /*until_eof=*/true);
-    w->output->finish();
+    drain(w, /*until_eof=*/true);
+    w.output->finish();
 
     WorkerExit e;
-    e.rank = w->launch->id.rank;
-    e.local_rank = w->launch->id.local_rank;
-    e.pid = w->pid;
+    e.rank = w.launch->id.rank;
+    e.local_rank = w.launch->id.local_rank;
+    e.pid = w.pid;
     e.host = options_.host;
     e.time = std::chrono::system_clock::now();
     if (WIFSIGNALED(status)) {
@@ -167,97 +154,53 @@ void WorkerGroup::reap() {
     } else {
       e.exit_code = WEXITSTATUS(status);
     }
-    if (w->hung) continue;  // its failure was recorded when it was found hung
-    if (w->term_sent) {
-      ++result_.stopped_count;  // it ended because we stopped it, however it exited
-      continue;
-    }
-    if (!e.failed()) continue;
-    e.error_message = read_error_file(w->launch->error_file);
-    const auto& tail = w->output->stderr_tail();
+    const bool was_stopping = policy_->stopping();
+    if (policy_->on_exit(static_cast<int>(i), e.failed()) != WorkerEnd::kFailed) continue;
+    e.error_message = read_error_file(w.launch->error_file);
+    const auto& tail = w.output->stderr_tail();
     e.stderr_tail.assign(tail.begin(), tail.end());
-    if (!stopping_) {
+    if (!was_stopping) {
       spdlog::warn("rank {} (pid {}) failed ({}); stopping the other workers", e.rank, e.pid,
                    describe_exit(e));
     }
     result_.failures.push_back(std::move(e));
   }
-  // Stop the others only after this pass, so that workers that failed
-  // together all count as failures rather than as stopped by us.
-  if (!stopping_ && !result_.failures.empty()) begin_stop(SIGTERM);
+  execute(policy_->after_exits(std::chrono::steady_clock::now()));
 }
 
-// A worker whose heartbeat counter has not moved for hang_timeout (after it
-// started beating: programs without worker_lib never do) is hung: it is
-// killed at once (it may be stopped, or stuck) and the others are stopped.
 void WorkerGroup::check_heartbeats() {
-  if (!watching_heartbeats() || stopping_) return;
-  const auto now = std::chrono::steady_clock::now();
-  bool found = false;
-  bool all_beating = true;
-  for (auto& w : workers_) {
-    if (!w->running) continue;
-    const uint64_t beats = options_.heartbeats->read(w->launch->id.local_rank);
-    if (beats == 0) all_beating = false;
-    if (beats != w->beats) {
-      w->beats = beats;
-      w->beat_changed = now;
-      continue;
-    }
-    const auto silent = now - w->beat_changed;
-    if (beats == 0 || options_.hang_timeout.count() == 0 || silent < options_.hang_timeout) continue;
-    WorkerExit e;
-    e.rank = w->launch->id.rank;
-    e.local_rank = w->launch->id.local_rank;
-    e.pid = w->pid;
-    e.host = options_.host;
-    // Its failure dates from its last sign of life.
-    e.time = std::chrono::system_clock::now() -
-             std::chrono::duration_cast<std::chrono::system_clock::duration>(silent);
-    char why[160];
-    std::snprintf(why, sizeof(why), "hung: no heartbeat for %.1f s (--hang-timeout %.1f s)",
-                  std::chrono::duration<double>(silent).count(),
-                  std::chrono::duration<double>(options_.hang_timeout).count());
-    e.reason = why;
-    spdlog::warn("rank {} (pid {}) {}; killing it and stopping the other workers", e.rank, e.pid, e.reason);
-    kill(-w->pid, SIGKILL);
-    w->hung = true;
-    result_.failures.push_back(std::move(e));
-    found = true;
+  if (!options_.heartbeats) return;
+  std::vector<uint64_t> counts(workers_.size(), 0);
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i]->running) counts[i] = options_.heartbeats->read(workers_[i]->launch->id.local_rank);
   }
-  if (found) {
-    begin_stop(SIGTERM);
-    return;
-  }
-  if (all_beating && options_.on_all_beating) {
-    auto ready = std::move(options_.on_all_beating);
-    options_.on_all_beating = nullptr;
-    ready();
-  }
+  execute(policy_->on_beats(counts, std::chrono::steady_clock::now()));
 }
 
-// Only while the workers run on their own: once they are stopping for any
-// reason, outside news changes nothing.
+// News from the rendezvous (only while the workers run on their own: once
+// they are stopping for any reason, it changes nothing).
 void WorkerGroup::check_control() {
-  if (stopping_ || !options_.on_control) return;
+  if (policy_->stopping() || !options_.on_control) return;
   if (auto why = options_.on_control()) {
     spdlog::warn("{}: stopping the workers for the next round", *why);
-    round_stop_ = *why;
-    begin_stop(SIGTERM);
+    execute(policy_->on_control(*why, std::chrono::steady_clock::now()));
   }
 }
 
 GroupResult WorkerGroup::run() {
-  try {
-    start_all();
-  } catch (...) {
-    begin_stop(SIGKILL);  // the destructor reaps them
-    throw;
-  }
+  GroupPolicyOptions po;
+  po.stop_timeout = options_.stop_timeout;
+  po.hang_timeout = options_.hang_timeout;
+  po.monitor_interval = options_.monitor_interval;
+  po.heartbeats = options_.heartbeats != nullptr;
+  po.wants_standbys = static_cast<bool>(options_.on_all_beating);
+  policy_ = std::make_unique<GroupPolicy>(static_cast<int>(launches_.size()), po,
+                                          std::chrono::steady_clock::now());
+  start_all();  // on a failure to start, the destructor kills those started
 
   std::vector<pollfd> fds;
   std::vector<std::pair<Worker*, int>> owners;  // which worker/stream each pollfd is
-  while (any_running()) {
+  while (policy_->any_alive()) {
     fds.clear();
     owners.clear();
     fds.push_back({signals_.fd(), POLLIN, 0});
@@ -276,14 +219,7 @@ GroupResult WorkerGroup::run() {
         }
       }
     }
-    int timeout_ms = -1;
-    if (stopping_ && !killed_) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          kill_at_ - std::chrono::steady_clock::now());
-      timeout_ms = static_cast<int>(std::max<int64_t>(0, left.count()));
-    } else if (watching_heartbeats() && !stopping_) {
-      timeout_ms = static_cast<int>(options_.monitor_interval.count());
-    }
+    const int timeout_ms = policy_->poll_timeout_ms(std::chrono::steady_clock::now());
     int n = poll(fds.data(), fds.size(), timeout_ms);
     if (n < 0 && errno != EINTR) throw std::runtime_error("poll failed");
 
@@ -291,27 +227,47 @@ GroupResult WorkerGroup::run() {
       if (fds[i].revents) drain(*owners[i].first, /*until_eof=*/false);
     }
     if (fds[0].revents & POLLIN) {
-      while (auto sig = signals_.next()) handle_signal(*sig);
+      while (auto sig = signals_.next()) {
+        if (*sig == SIGCHLD) {
+          reap();
+          continue;
+        }
+        if (is_stop_signal(*sig)) {
+          const bool again = policy_->stop_requested_by_signal() ||
+                             (policy_->stopping() && *sig == SIGINT);
+          if (again) {
+            spdlog::warn("received {} again: killing the workers now", signal_name(*sig));
+          } else {
+            spdlog::warn("received {}: passing it on to {} worker(s)", signal_name(*sig),
+                         policy_->alive_count());
+          }
+        }
+        execute(policy_->on_signal(*sig, std::chrono::steady_clock::now()));
+      }
     }
     if (control && (fds[1].revents & POLLIN)) check_control();
     check_heartbeats();
-    if (stopping_ && !killed_ && std::chrono::steady_clock::now() >= kill_at_ && any_running()) {
+    auto kill = policy_->on_tick(std::chrono::steady_clock::now());
+    if (!kill.empty()) {
       spdlog::warn("workers still running {} ms after being asked to stop: sending SIGKILL",
                    options_.stop_timeout.count());
-      signal_running(SIGKILL);
-      killed_ = true;
+      execute(kill);
     }
   }
 
-  if (stop_signal_ != 0) {
-    result_.outcome = GroupResult::kStoppedBySignal;
-    result_.signal = stop_signal_;
-  } else if (!result_.failures.empty()) {
-    result_.outcome = GroupResult::kWorkerFailed;
-  } else if (!round_stop_.empty()) {
-    result_.outcome = GroupResult::kStoppedForRound;
-    result_.stop_reason = round_stop_;
+  switch (policy_->outcome()) {
+    case GroupPolicy::kSucceeded: result_.outcome = GroupResult::kSucceeded; break;
+    case GroupPolicy::kWorkerFailed: result_.outcome = GroupResult::kWorkerFailed; break;
+    case GroupPolicy::kStoppedBySignal:
+      result_.outcome = GroupResult::kStoppedBySignal;
+      result_.signal = policy_->stop_signal();
+      break;
+    case GroupPolicy::kStoppedForRound:
+      result_.outcome = GroupResult::kStoppedForRound;
+      result_.stop_reason = policy_->stop_reason();
+      break;
   }
+  result_.stopped_count = policy_->stopped_count();
   return result_;
 }
 

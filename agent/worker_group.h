@@ -1,7 +1,8 @@
 // One attempt of a node's workers: starts them, streams their output, reaps
 // them, forwards signals, and on the first failure stops the rest (SIGTERM,
 // then SIGKILL after the stop timeout). Single-threaded, driven by poll() on
-// the workers' pipes and the launcher's signalfd.
+// the workers' pipes, the launcher's signalfd and the lease keeper's fd.
+// What to do is GroupPolicy's decision; this class does the I/O.
 #pragma once
 
 #include <chrono>
@@ -14,6 +15,7 @@
 
 #include "agent/env.h"
 #include "agent/failure_report.h"
+#include "agent/group_policy.h"
 #include "agent/heartbeat_table.h"
 #include "agent/signals.h"
 #include "agent/spawn.h"
@@ -71,28 +73,19 @@ class WorkerGroup {
  private:
   struct Worker;
   void start_all();
-  void handle_signal(int sig);
   void reap();
   void drain(Worker& w, bool until_eof);
-  void begin_stop(int sig);
   void check_heartbeats();
   void check_control();
-  bool watching_heartbeats() const {
-    return options_.heartbeats && (options_.hang_timeout.count() > 0 || options_.on_all_beating);
-  }
-  void signal_running(int sig);
-  bool any_running() const;
+  // Carries the policy's commands out.
+  void execute(const std::vector<GroupCommand>& commands);
+  void record_hung(const GroupCommand& kill);
 
   std::vector<WorkerLaunch> launches_;
   SignalChannel& signals_;
   GroupOptions options_;
   std::vector<std::unique_ptr<Worker>> workers_;
-
-  bool stopping_ = false;
-  bool killed_ = false;
-  int stop_signal_ = 0;  // the signal that asked us to stop, 0 for a failure
-  std::string round_stop_;  // why the group was told to stop from outside
-  std::chrono::steady_clock::time_point kill_at_;
+  std::unique_ptr<GroupPolicy> policy_;  // made when the workers start
   GroupResult result_;
 };
 

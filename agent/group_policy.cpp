@@ -1,0 +1,148 @@
+#include "agent/group_policy.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "agent/signals.h"
+
+namespace ddprun {
+
+GroupPolicy::GroupPolicy(int workers, GroupPolicyOptions options, TimePoint started)
+    : options_(options),
+      alive_(workers, true),
+      term_sent_(workers, false),
+      hung_(workers, false),
+      beats_(workers, 0),
+      beat_changed_(workers, started) {}
+
+bool GroupPolicy::any_alive() const {
+  return std::find(alive_.begin(), alive_.end(), true) != alive_.end();
+}
+
+int GroupPolicy::alive_count() const {
+  return static_cast<int>(std::count(alive_.begin(), alive_.end(), true));
+}
+
+GroupCommand GroupPolicy::signal_running(int sig) {
+  // A worker asked to stop no longer fails on its own: however it exits, it
+  // was stopped. SIGUSR1/2 ask nothing of the kind.
+  if (sig == SIGTERM || sig == SIGKILL || is_stop_signal(sig)) {
+    for (size_t w = 0; w < alive_.size(); ++w) {
+      if (alive_[w]) term_sent_[w] = true;
+    }
+  }
+  GroupCommand c;
+  c.kind = GroupCommand::kSignalRunning;
+  c.sig = sig;
+  return c;
+}
+
+std::vector<GroupCommand> GroupPolicy::begin_stop(int sig, TimePoint now) {
+  stopping_ = true;
+  kill_at_ = now + options_.stop_timeout;
+  return {signal_running(sig)};
+}
+
+WorkerEnd GroupPolicy::on_exit(int w, bool failed) {
+  alive_[w] = false;
+  if (hung_[w]) return WorkerEnd::kHung;  // its failure was recorded when it was found hung
+  if (term_sent_[w]) {
+    ++stopped_count_;
+    return WorkerEnd::kStopped;
+  }
+  if (!failed) return WorkerEnd::kSucceeded;
+  any_failed_ = true;
+  return WorkerEnd::kFailed;
+}
+
+std::vector<GroupCommand> GroupPolicy::after_exits(TimePoint now) {
+  if (stopping_ || !any_failed_) return {};
+  return begin_stop(SIGTERM, now);
+}
+
+std::vector<GroupCommand> GroupPolicy::on_signal(int sig, TimePoint now) {
+  if (!is_stop_signal(sig)) return {signal_running(sig)};  // SIGUSR1/2: pass on
+  if (stop_signal_ != 0 || (stopping_ && sig == SIGINT)) {
+    // Asked twice: stop waiting for a graceful exit.
+    killed_ = true;
+    return {signal_running(SIGKILL)};
+  }
+  stop_signal_ = sig;
+  if (stopping_) return {signal_running(sig)};
+  return begin_stop(sig, now);
+}
+
+// A worker whose counter has not moved for hang_timeout (after it started
+// beating: programs without worker_lib never do) is hung: it is killed at
+// once (it may be stopped, or stuck) and the others are stopped.
+std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& counts, TimePoint now) {
+  std::vector<GroupCommand> out;
+  if (!options_.heartbeats || stopping_) return out;
+  bool all_beating = true;
+  for (size_t w = 0; w < alive_.size() && w < counts.size(); ++w) {
+    if (!alive_[w]) continue;
+    if (counts[w] == 0) all_beating = false;
+    if (counts[w] != beats_[w]) {
+      beats_[w] = counts[w];
+      beat_changed_[w] = now;
+      continue;
+    }
+    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - beat_changed_[w]);
+    if (counts[w] == 0 || options_.hang_timeout.count() == 0 || silent < options_.hang_timeout) continue;
+    char why[160];
+    std::snprintf(why, sizeof(why), "hung: no heartbeat for %.1f s (--hang-timeout %.1f s)",
+                  silent.count() / 1000.0, options_.hang_timeout.count() / 1000.0);
+    GroupCommand kill;
+    kill.kind = GroupCommand::kKillWorker;
+    kill.worker = static_cast<int>(w);
+    kill.why = why;
+    kill.silent = silent;
+    hung_[w] = true;
+    out.push_back(kill);
+  }
+  if (!out.empty()) {
+    for (auto& c : begin_stop(SIGTERM, now)) out.push_back(c);
+    return out;
+  }
+  if (all_beating && options_.wants_standbys) {
+    options_.wants_standbys = false;  // once
+    GroupCommand c;
+    c.kind = GroupCommand::kWarmStandbys;
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<GroupCommand> GroupPolicy::on_control(const std::string& why, TimePoint now) {
+  if (stopping_) return {};  // already stopping, for whatever reason
+  round_stop_ = why;
+  return begin_stop(SIGTERM, now);
+}
+
+std::vector<GroupCommand> GroupPolicy::on_tick(TimePoint now) {
+  if (!stopping_ || killed_ || now < kill_at_ || !any_alive()) return {};
+  killed_ = true;
+  return {signal_running(SIGKILL)};
+}
+
+int GroupPolicy::poll_timeout_ms(TimePoint now) const {
+  if (stopping_ && !killed_) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - now);
+    return static_cast<int>(std::max<int64_t>(0, left.count()));
+  }
+  const bool watching =
+      options_.heartbeats && (options_.hang_timeout.count() > 0 || options_.wants_standbys);
+  if (watching && !stopping_) return static_cast<int>(options_.monitor_interval.count());
+  return -1;
+}
+
+GroupPolicy::Outcome GroupPolicy::outcome() const {
+  if (stop_signal_ != 0) return kStoppedBySignal;
+  if (any_failed_ || std::find(hung_.begin(), hung_.end(), true) != hung_.end()) return kWorkerFailed;
+  if (!round_stop_.empty()) return kStoppedForRound;
+  return kSucceeded;
+}
+
+}  // namespace ddprun

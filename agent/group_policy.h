@@ -1,0 +1,92 @@
+// The supervision of one attempt of a node's workers as a pure policy:
+// events in (a worker exited, heartbeat counters read, a signal, news from
+// the rendezvous, the clock), commands out (signal the running workers,
+// kill one, warm up standbys). WorkerGroup does the I/O (spawning, pipes,
+// reaping, sending signals) and asks this class what to do; every decision
+// is unit-tested with a fake clock and no processes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddprun {
+
+// How a worker's exit counts.
+enum class WorkerEnd { kSucceeded, kFailed, kStopped, kHung };
+
+struct GroupCommand {
+  enum Kind { kSignalRunning, kKillWorker, kWarmStandbys };
+  Kind kind = kSignalRunning;
+  int sig = 0;     // kSignalRunning
+  int worker = -1;  // kKillWorker (always SIGKILL, the worker's whole process group)
+  // kKillWorker of a hung worker: why, and how long it had been silent.
+  std::string why;
+  std::chrono::milliseconds silent{0};
+};
+
+struct GroupPolicyOptions {
+  std::chrono::milliseconds stop_timeout{std::chrono::seconds(10)};  // SIGTERM → SIGKILL
+  std::chrono::milliseconds hang_timeout{0};                         // 0: no hang detection
+  std::chrono::milliseconds monitor_interval{100};
+  bool heartbeats = false;      // counters can be read
+  bool wants_standbys = false;  // warm them once every worker beats
+};
+
+class GroupPolicy {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  enum Outcome { kSucceeded, kWorkerFailed, kStoppedBySignal, kStoppedForRound };
+
+  GroupPolicy(int workers, GroupPolicyOptions options, TimePoint started);
+
+  // Worker w exited; failed: by a non-zero code or a signal.
+  WorkerEnd on_exit(int w, bool failed);
+  // After the exits seen together: the first failure stops the others (only
+  // now, so that workers that failed together all count as failures).
+  std::vector<GroupCommand> after_exits(TimePoint now);
+  // SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the workers (twice: kill them);
+  // SIGUSR1/2 are passed on.
+  std::vector<GroupCommand> on_signal(int sig, TimePoint now);
+  // The workers' heartbeat counters (one per worker; ignored for exited ones).
+  std::vector<GroupCommand> on_beats(const std::vector<uint64_t>& counts, TimePoint now);
+  // The rendezvous says the workers must stop (a new round, the job failed).
+  std::vector<GroupCommand> on_control(const std::string& why, TimePoint now);
+  // The clock: SIGKILL for workers still running stop_timeout after a stop.
+  std::vector<GroupCommand> on_tick(TimePoint now);
+
+  // How long the I/O loop may wait for events (-1: until one comes).
+  int poll_timeout_ms(TimePoint now) const;
+  bool alive(int w) const { return alive_[w]; }
+  bool any_alive() const;
+  int alive_count() const;
+  bool stopping() const { return stopping_; }
+  bool stop_requested_by_signal() const { return stop_signal_ != 0; }
+
+  Outcome outcome() const;
+  int stop_signal() const { return stop_signal_; }
+  const std::string& stop_reason() const { return round_stop_; }
+  int stopped_count() const { return stopped_count_; }
+
+ private:
+  std::vector<GroupCommand> begin_stop(int sig, TimePoint now);
+  GroupCommand signal_running(int sig);
+
+  GroupPolicyOptions options_;
+  std::vector<bool> alive_;      // not reaped yet
+  std::vector<bool> term_sent_;  // asked to stop: its exit counts as stopped
+  std::vector<bool> hung_;       // judged hung: its failure is recorded already
+  std::vector<uint64_t> beats_;  // counter last seen
+  std::vector<TimePoint> beat_changed_;
+  bool stopping_ = false;
+  bool killed_ = false;
+  bool any_failed_ = false;
+  int stop_signal_ = 0;
+  std::string round_stop_;
+  TimePoint kill_at_{};
+  int stopped_count_ = 0;
+};
+
+}  // namespace ddprun
