@@ -191,8 +191,10 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
       "set; arguments after ENTRYPOINT go to the workers. A .py ENTRYPOINT runs under\n"
       "python3 (or $DDPRUN_PYTHON); other names are looked up in PATH, then next to ddprun.\n\n"
       "Usage: ddprun [OPTIONS] ENTRYPOINT [ARGS...]\n"
+      "       ddprun rendezvous [--host ADDR] --port PORT   (a rendezvous on its own)\n"
       "  e.g. ddprun --nproc 4 train --epochs 2\n"
-      "       ddprun --nproc 2 my_script.py --lr 0.1",
+      "       ddprun --nproc 2 my_script.py --lr 0.1\n"
+      "       ddprun --nnodes 2:4 --nproc 8 --rdzv-endpoint node0:29400 --rdzv-id job42 train",
       "ddprun"};
   app.set_help_flag("-h,--help", "Print this help and exit");
   app.set_version_flag("--version", "ddprun 0.1.0");

@@ -16,8 +16,7 @@ namespace ddprun {
 int run_rendezvous_command(const std::vector<std::string>& args, SignalChannel& signals) {
   CLI::App app{
       "ddprun rendezvous: serves the rendezvous of multi-node jobs on its own, so it outlives\n"
-      "every node. Nodes join it with --rdzv-endpoint HOST:PORT --rdzv-host off.\n\n"
-      "Usage: ddprun rendezvous [--host ADDR] --port PORT",
+      "every node. Nodes join it with --rdzv-endpoint HOST:PORT --rdzv-host off.",
       "ddprun rendezvous"};
   std::string host = "0.0.0.0";
   int port = 29400;
