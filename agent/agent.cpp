@@ -156,7 +156,7 @@ JoinEnd Agent::join_round(const JoinIntent& intent) {
                  cfg_.rdzv_address, node_id_, cfg_.rdzv.min_nodes, cfg_.rdzv.max_nodes);
   }
 
-  JoinCanceller canceller;
+  CallCanceller canceller;
   const int done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (done_fd < 0) throw std::runtime_error("eventfd failed for the join");
   std::thread joiner([&] {
@@ -201,7 +201,10 @@ JoinEnd Agent::join_round(const JoinIntent& intent) {
   }
   joiner.join();
   close(done_fd);
-  if (lease_) lease_->reset();  // news from before this join is stale
+  if (lease_) {
+    lease_->reset();  // news from before this join is stale
+    if (end.joined) lease_->hold();
+  }
   if (stop != 0) {
     end.signal = stop;
     if (end.joined) end.joined.reset();  // joined at the last moment: leave all the same

@@ -22,6 +22,31 @@ LeaseKeeper::LeaseKeeper(RendezvousClient& client, LeaseOptions options)
   event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (event_fd_ < 0) throw std::runtime_error("eventfd failed for the lease keeper");
   thread_ = std::thread([this] { loop(); });
+  hold_thread_ = std::thread([this] { hold_loop(); });
+}
+
+void LeaseKeeper::hold() {
+  {
+    std::lock_guard lock(mu_);
+    hold_wanted_ = true;
+  }
+  stop_cv_.notify_all();
+}
+
+// Keeps one Hold call open from the first join on; one the service ended
+// (it restarted, or did not know the node yet) is opened again an
+// interval later.
+void LeaseKeeper::hold_loop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    stop_cv_.wait(lock, [this] { return stop_ || hold_wanted_; });
+    if (stop_) return;
+    lock.unlock();
+    client_.hold(options_.job_id, options_.node_id, &hold_cancel_);
+    lock.lock();
+    if (stop_) return;
+    stop_cv_.wait_for(lock, options_.interval, [this] { return stop_; });
+  }
 }
 
 LeaseKeeper::~LeaseKeeper() {
@@ -30,7 +55,9 @@ LeaseKeeper::~LeaseKeeper() {
     stop_ = true;
   }
   stop_cv_.notify_all();
+  hold_cancel_.cancel();
   thread_.join();
+  hold_thread_.join();
   close(event_fd_);
 }
 

@@ -41,6 +41,9 @@ class LeaseKeeper {
   // Clears fd()'s readiness and returns the latest status.
   LeaseStatus take();
   LeaseStatus peek() const;
+  // Opens the node's Hold call (after its first join) and keeps it open,
+  // so that the rendezvous learns at once when this process dies.
+  void hold();
   // Forgets what was learnt so far (call after each join): answers to
   // keep-alives sent before it are dropped, so a view from before the join
   // ("not in the job yet") is never taken for news about the new round.
@@ -48,6 +51,7 @@ class LeaseKeeper {
 
  private:
   void loop();
+  void hold_loop();
   void notify();
 
   RendezvousClient& client_;
@@ -58,7 +62,10 @@ class LeaseKeeper {
   bool stop_ = false;
   uint64_t epoch_ = 0;  // bumped by reset()
   LeaseStatus status_;
+  bool hold_wanted_ = false;
+  CallCanceller hold_cancel_;
   std::thread thread_;
+  std::thread hold_thread_;
 };
 
 }  // namespace ddprun

@@ -43,24 +43,24 @@ bool RendezvousCallError::timed_out() const {
   return code_ == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
-void JoinCanceller::cancel() {
+void CallCanceller::cancel() {
   std::lock_guard lock(mu_);
   cancelled_ = true;
   if (ctx_) ctx_->TryCancel();
 }
 
-bool JoinCanceller::cancelled() const {
+bool CallCanceller::cancelled() const {
   std::lock_guard lock(mu_);
   return cancelled_;
 }
 
-void JoinCanceller::attach(grpc::ClientContext* ctx) {
+void CallCanceller::attach(grpc::ClientContext* ctx) {
   std::lock_guard lock(mu_);
   ctx_ = ctx;
   if (cancelled_) ctx_->TryCancel();
 }
 
-void JoinCanceller::detach() {
+void CallCanceller::detach() {
   std::lock_guard lock(mu_);
   ctx_ = nullptr;
 }
@@ -74,7 +74,7 @@ RendezvousClient::RendezvousClient(const std::string& target)
   stub_->stub = v1::Rendezvous::NewStub(make_rendezvous_channel(target));
 }
 
-JoinResult RendezvousClient::join(const JoinArgs& a, JoinCanceller* canceller) {
+JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
   v1::JoinRequest req;
   req.set_job_id(a.job_id);
   auto* n = req.mutable_node();
@@ -146,6 +146,24 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
   v.nodes_waiting = resp.nodes_waiting();
   v.restart_count = resp.restart_count();
   return v;
+}
+
+std::string RendezvousClient::hold(const std::string& job_id, const std::string& node_id,
+                                  CallCanceller* canceller, const std::function<void()>& on_open) {
+  v1::KeepAliveRequest req;
+  req.set_job_id(job_id);
+  req.set_node_id(node_id);
+  grpc::ClientContext ctx;  // no deadline: it stays open while the node lives
+  if (canceller) canceller->attach(&ctx);
+  auto reader = stub_->stub->Hold(&ctx, req);
+  reader->WaitForInitialMetadata();
+  if (on_open) on_open();
+  v1::KeepAliveResponse ignored;
+  while (reader->Read(&ignored)) {
+  }
+  grpc::Status s = reader->Finish();
+  if (canceller) canceller->detach();
+  return describe(s);
 }
 
 void RendezvousClient::leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -45,8 +46,9 @@ struct JoinArgs {
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
 };
 
-// Lets another thread cancel a join in flight (a signal during a join).
-class JoinCanceller {
+// Lets another thread cancel a call in flight (a signal during a join, the
+// end of a Hold).
+class CallCanceller {
  public:
   void cancel();
   bool cancelled() const;
@@ -64,10 +66,15 @@ class RendezvousClient {
  public:
   explicit RendezvousClient(const std::string& target);
   // Blocks until the round closes; throws RendezvousCallError.
-  JoinResult join(const JoinArgs& args, JoinCanceller* canceller = nullptr);
+  JoinResult join(const JoinArgs& args, CallCanceller* canceller = nullptr);
   // Renews the node's lease; throws RendezvousCallError.
   NodeView keep_alive(const std::string& job_id, const std::string& node_id,
                       std::chrono::milliseconds timeout);
+  // Holds the node's place: opens a Hold call and blocks until the service
+  // ends it or canceller cancels it; returns how it ended, in words.
+  // on_open runs once the service holds the node.
+  std::string hold(const std::string& job_id, const std::string& node_id,
+                   CallCanceller* canceller, const std::function<void()>& on_open = nullptr);
   // Says the node leaves; throws RendezvousCallError.
   void leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
              const std::string& message, std::chrono::milliseconds timeout);

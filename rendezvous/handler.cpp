@@ -118,7 +118,47 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
   std::atomic<uint64_t> ticket_{0};
 };
 
+// One Hold call: open as long as the node's agent lives. It never writes;
+// when the client goes away (its process died, its connection closed) the
+// node is dropped at once. A node that left first is unknown by then, so a
+// clean exit drops nothing.
+class HoldReactor final : public grpc::ServerWriteReactor<v1::KeepAliveResponse> {
+ public:
+  HoldReactor(JobRegistry& registry, std::string job_id, std::string node_id)
+      : registry_(registry), job_id_(std::move(job_id)), node_id_(std::move(node_id)) {
+    StartSendInitialMetadata();  // tells the client the hold is in place
+  }
+  void OnCancel() override {
+    registry_.connection_lost(job_id_, node_id_);
+    Finish(Status(StatusCode::CANCELLED, "rendezvous: hold ended"));
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  JobRegistry& registry_;
+  std::string job_id_;
+  std::string node_id_;
+};
+
+class RefusedHold final : public grpc::ServerWriteReactor<v1::KeepAliveResponse> {
+ public:
+  explicit RefusedHold(const Status& s) { Finish(s); }
+  void OnDone() override { delete this; }
+};
+
 }  // namespace
+
+grpc::ServerWriteReactor<v1::KeepAliveResponse>* RendezvousHandler::Hold(
+    grpc::CallbackServerContext*, const v1::KeepAliveRequest* req) {
+  if (auto bad = check_job(req->job_id())) return new RefusedHold(*bad);
+  if (req->node_id().empty()) return new RefusedHold(invalid("node_id is empty"));
+  if (!registry_.knows(req->job_id(), req->node_id())) {
+    return new RefusedHold(Status(StatusCode::FAILED_PRECONDITION,
+                                  "rendezvous: node '" + req->node_id() + "' is not in job '" +
+                                      req->job_id() + "'; join first"));
+  }
+  return new HoldReactor(registry_, req->job_id(), req->node_id());
+}
 
 grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* ctx,
                                                   const v1::JoinRequest* req,

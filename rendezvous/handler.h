@@ -10,12 +10,15 @@
 namespace ddprun {
 
 class RendezvousHandler final
-    : public v1::Rendezvous::WithCallbackMethod_Join<v1::Rendezvous::Service> {
+    : public v1::Rendezvous::WithCallbackMethod_Join<
+          v1::Rendezvous::WithCallbackMethod_Hold<v1::Rendezvous::Service>> {
  public:
   explicit RendezvousHandler(JobRegistry& registry) : registry_(registry) {}
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext*, const v1::JoinRequest*,
                                  v1::JoinResponse*) override;
+  grpc::ServerWriteReactor<v1::KeepAliveResponse>* Hold(grpc::CallbackServerContext*,
+                                                        const v1::KeepAliveRequest*) override;
   grpc::Status KeepAlive(grpc::ServerContext*, const v1::KeepAliveRequest*,
                          v1::KeepAliveResponse*) override;
   grpc::Status Leave(grpc::ServerContext*, const v1::LeaveRequest*, v1::LeaveResponse*) override;

@@ -251,6 +251,27 @@ void JobRegistry::leave(const std::string& job_id, const std::string& node_id, L
   run(completions);
 }
 
+void JobRegistry::connection_lost(const std::string& job_id, const std::string& node_id) {
+  std::vector<Completion> completions;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return;
+    Job* job = find_locked(job_id);
+    if (!job || !job->rounds) return;
+    const auto now = Clock::now();
+    job->rounds->lose(node_id, "its agent's connection to the rendezvous closed", now);
+    settle_locked(*job, now, completions);
+  }
+  wake_timer_.notify_all();
+  run(completions);
+}
+
+bool JobRegistry::knows(const std::string& job_id, const std::string& node_id) {
+  std::lock_guard lock(mu_);
+  Job* job = find_locked(job_id);
+  return job && job->rounds && job->rounds->knows(node_id);
+}
+
 size_t JobRegistry::nodes_in_job(const std::string& job_id) {
   std::lock_guard lock(mu_);
   Job* job = find_locked(job_id);

@@ -76,6 +76,10 @@ class JobRegistry {
   NodeView keep_alive(const std::string& job_id, const std::string& node_id);
   void leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
              const std::string& message);
+  // The node's Hold call ended without a Leave: its agent is gone.
+  void connection_lost(const std::string& job_id, const std::string& node_id);
+  // Whether the job has this node (for Hold to refuse strangers).
+  bool knows(const std::string& job_id, const std::string& node_id);
   // Nodes still in the job (not left, not lost); 0 for an unknown job.
   size_t nodes_in_job(const std::string& job_id);
   // Nodes still in any job this registry serves.

@@ -195,7 +195,11 @@ bool RoundState::advance(TimePoint now) {
   return changed;
 }
 
-void RoundState::drop(const std::string& id, TimePoint now) {
+void RoundState::lose(const std::string& node_id, const std::string& why, TimePoint now) {
+  drop(node_id, now, why);
+}
+
+void RoundState::drop(const std::string& id, TimePoint now, const std::string& why) {
   auto it = nodes_.find(id);
   if (it == nodes_.end()) return;
   const Node n = it->second;
@@ -208,8 +212,8 @@ void RoundState::drop(const std::string& id, TimePoint now) {
   if (closed_) {
     const auto silent = std::chrono::duration_cast<Duration>(now - n.last_seen);
     supersede(RoundReason::kNodeLost,
-              "node " + quoted(id) + " (" + n.spec.host + ") was lost: no keep-alive for " +
-                  std::to_string(silent.count()) + " ms",
+              "node " + quoted(id) + " (" + n.spec.host + ") was lost: " +
+                  (why.empty() ? "no keep-alive for " + std::to_string(silent.count()) + " ms" : why),
               true, now);
   } else {
     remove_member(id);

@@ -58,6 +58,10 @@ class RoundState {
   NodeView keep_alive(const std::string& node_id, TimePoint now);
   NodeView view(const std::string& node_id) const;
 
+  // The node is gone for certain (its agent's connection closed): dropped
+  // now as if its lease had run out. Unknown nodes are ignored.
+  void lose(const std::string& node_id, const std::string& why, TimePoint now);
+
   // A node leaves the job (see LeaveKind). Unknown nodes are ignored.
   void leave(const std::string& node_id, LeaveKind kind, const std::string& message,
              TimePoint now);
@@ -108,7 +112,8 @@ class RoundState {
   void end_job(JobPhase phase, std::string message);
   // A running member is gone or failed: a new round, maybe a restart spent.
   void supersede(RoundReason reason, std::string detail, bool costs_restart, TimePoint now);
-  void drop(const std::string& id, TimePoint now);  // lease ran out
+  // Drops a node that is gone; why: how we know ("" for a lease that ran out).
+  void drop(const std::string& id, TimePoint now, const std::string& why = "");
   bool is_member(const std::string& id) const { return member_set_.count(id) > 0; }
 
   RoundSettings settings_;

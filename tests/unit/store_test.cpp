@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
@@ -303,6 +304,29 @@ TEST(RendezvousService, KeepAliveAndLeaveOverGrpc) {
   }
 }
 
+TEST(RendezvousService, ANodeWhoseHoldEndsWithoutALeaveIsLostAtOnce) {
+  RendezvousServer server("127.0.0.1", 0, no_nccl);
+  RendezvousClient client(server.address());
+  RoundSettings s{2, 2, 0ms, 3};
+  std::thread b([&] { server.registry().join(call("job", named("b"), s, 10s, {-1, false}, 60s)); });
+  server.registry().join(call("job", named("a"), s, 10s, {-1, false}, 60s));
+  b.join();
+  EXPECT_NE(client.hold("job", "stranger", nullptr).find("join first"), std::string::npos);
+  CallCanceller dies;
+  std::promise<void> open;
+  std::thread holder([&] { client.hold("job", "b", &dies, [&] { open.set_value(); }); });
+  open.get_future().wait();  // the service holds b; now b's process "dies"
+  dies.cancel();
+  holder.join();
+  // b's lease (60 s) is far from over, yet the job moves on without it.
+  NodeView v;
+  for (int i = 0; i < 500 && (v = client.keep_alive("job", "a", 2s)).round == 0; ++i) {
+  }
+  EXPECT_EQ(v.round, 1);
+  EXPECT_EQ(v.reason, RoundReason::kNodeLost);
+  EXPECT_NE(v.detail.find("connection to the rendezvous closed"), std::string::npos) << v.detail;
+}
+
 TEST(RendezvousService, ACancelledJoinReturnsAndLeavesTheRound) {
   RendezvousServer server("127.0.0.1", 0, no_nccl);
   RendezvousClient client(server.address());
@@ -311,7 +335,7 @@ TEST(RendezvousService, ACancelledJoinReturnsAndLeavesTheRound) {
   a.node = named("impatient");
   a.settings = RoundSettings{2, 2, 0ms};
   a.timeout = 60s;
-  JoinCanceller canceller;
+  CallCanceller canceller;
   std::thread t([&] {
     try {
       client.join(a, &canceller);
