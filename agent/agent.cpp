@@ -218,7 +218,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
     spdlog::warn("no NCCL id for round {}: {}", a.round, joined.nccl_id_error);
   }
   for (const auto& lost : a.lost_since_last_round) {
-    spdlog::warn("node {} was lost: no keep-alive within its lease; the job goes on without it", lost);
+    spdlog::warn("node {} was lost; the job goes on without it", lost);
   }
   auto log = cfg_.rdzv.max_nodes > 1 ? spdlog::level::info : spdlog::level::debug;
   spdlog::log(log, "round {}: node rank {} of {}, ranks {}..{} of {}", a.round, a.node_rank,

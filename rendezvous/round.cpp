@@ -204,17 +204,17 @@ void RoundState::drop(const std::string& id, TimePoint now, const std::string& w
   if (it == nodes_.end()) return;
   const Node n = it->second;
   nodes_.erase(it);
-  lost_.push_back(LostNode{id, n.spec.host, n.last_seen});
+  const auto silent = std::chrono::duration_cast<Duration>(now - n.last_seen);
+  const std::string how =
+      why.empty() ? "no keep-alive for " + std::to_string(silent.count()) + " ms" : why;
+  lost_.push_back(LostNode{id, n.spec.host, n.last_seen, how});
   expected_.erase(id);
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
   ++generation_;
   if (!is_member(id) || phase_ != JobPhase::kActive) return;
   if (closed_) {
-    const auto silent = std::chrono::duration_cast<Duration>(now - n.last_seen);
     supersede(RoundReason::kNodeLost,
-              "node " + quoted(id) + " (" + n.spec.host + ") was lost: " +
-                  (why.empty() ? "no keep-alive for " + std::to_string(silent.count()) + " ms" : why),
-              true, now);
+              "node " + quoted(id) + " (" + n.spec.host + ") was lost: " + how, true, now);
   } else {
     remove_member(id);
   }
@@ -301,7 +301,7 @@ void RoundState::close_round() {
   const NodeSpec& master = nodes_.at(members_[order[0]]).spec;
   std::vector<std::string> lost;
   for (size_t i = lost_reported_; i < lost_.size(); ++i) {
-    lost.push_back(quoted(lost_[i].node_id) + " (" + lost_[i].host + ")");
+    lost.push_back(quoted(lost_[i].node_id) + " (" + lost_[i].host + "): " + lost_[i].why);
   }
   lost_reported_ = lost_.size();
   assignments_.clear();

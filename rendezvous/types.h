@@ -49,8 +49,7 @@ struct Assignment {
   int master_port = 0;
   // Restarts the job has spent so far (TORCHELASTIC_RESTART_COUNT).
   int restart_count = 0;
-  // Nodes dropped for missed leases since the previous round closed, as
-  // "'node id' (host)".
+  // Nodes lost since the previous round closed, as "'node id' (host): why".
   std::vector<std::string> lost_since_last_round;
 };
 
@@ -75,6 +74,7 @@ struct LostNode {
   std::string node_id;
   std::string host;
   std::chrono::steady_clock::time_point last_seen;
+  std::string why;  // "no keep-alive for 3000 ms", "its agent's connection ... closed"
 };
 
 // What a keep-alive tells a node about the job.

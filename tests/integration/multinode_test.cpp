@@ -299,9 +299,10 @@ TEST(NetNodes, AKilledNodeCostsTheSurvivorsARoundNotTheJob) {
   Finished f0 = n0.finish(3min);
   n1.finish(10s);
   EXPECT_EQ(f0.exit_code, 0) << f0.err;
-  // Its connection closed with it: lost at once, not after its lease.
-  EXPECT_TRUE(contains(f0.err, "was lost: its agent's connection to the rendezvous closed"))
-      << f0.err;
+  // Its connection closed with it: lost at once, not after its lease. (The
+  // survivor hears of it as a superseded round or, when its own workers
+  // failed first, in the next round's list of lost nodes.)
+  EXPECT_TRUE(contains(f0.err, "its agent's connection to the rendezvous closed")) << f0.err;
   EXPECT_TRUE(contains(f0.out, "]:resumed from ")) << f0.out;
   EXPECT_TRUE(contains(f0.out, "parameters identical on all 1 ranks")) << f0.out;
 }
@@ -317,7 +318,7 @@ TEST(NetNodes, ACutLinkIsTreatedLikeALostNode) {
   lab->link_down(1);
   Finished f0 = n0.finish(3min);
   EXPECT_EQ(f0.exit_code, 0) << f0.err;
-  EXPECT_TRUE(contains(f0.err, "was lost: no keep-alive")) << f0.err;
+  EXPECT_TRUE(contains(f0.err, "no keep-alive for")) << f0.err;
   EXPECT_TRUE(contains(f0.out, "parameters identical on all 1 ranks")) << f0.out;
   // The cut-off node notices it lost the rendezvous and gives up.
   Finished f1 = n1.finish(2min);

@@ -210,7 +210,8 @@ TEST(Round, ANodeThatMissesItsLeaseIsDroppedAndTheSurvivorsGoOn) {
   r.join(node("a"), s, JoinIntent{0, true}, 2s, t0 + 2100ms);
   ASSERT_TRUE(r.closed());
   EXPECT_EQ(r.assignment("a")->world_size, 2);
-  EXPECT_EQ(r.assignment("a")->lost_since_last_round, std::vector<std::string>{"'b' (b-host)"});
+  EXPECT_EQ(r.assignment("a")->lost_since_last_round,
+            std::vector<std::string>{"'b' (b-host): no keep-alive for 2000 ms"});
   EXPECT_EQ(r.restart_count(), 1);  // the failure a saw was the same incident
 }
 
