@@ -84,6 +84,7 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
     const uint64_t ticket =
         registry_.join_async(std::move(call), [this, resp](JoinOutcome o) { finish(resp, o); });
     ticket_.store(ticket);
+    release();
   }
   void OnCancel() override {
     const uint64_t ticket = ticket_.load();
@@ -91,7 +92,9 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
       Finish(Status(StatusCode::CANCELLED, "rendezvous: join cancelled by the client"));
     }
   }
-  void OnDone() override { delete this; }
+  // The join may complete (and gRPC end the call) before start() returns:
+  // whichever of start() and OnDone() comes last deletes the reactor.
+  void OnDone() override { release(); }
 
  private:
   void finish(v1::JoinResponse* resp, const JoinOutcome& o) {
@@ -114,8 +117,13 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
     Finish(Status::OK);
   }
 
+  void release() {
+    if (refs_.fetch_sub(1) == 1) delete this;
+  }
+
   JobRegistry& registry_;
   std::atomic<uint64_t> ticket_{0};
+  std::atomic<int> refs_{2};  // start() and OnDone()
 };
 
 // One Hold call: open as long as the node's agent lives. It never writes;
