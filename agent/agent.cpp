@@ -32,11 +32,11 @@ std::string make_temp_dir(const std::string& run_id) {
 }  // namespace
 
 Agent::Agent(AgentConfig config, RendezvousClient& rdzv, SignalChannel& signals,
-             std::function<size_t()> nodes_in_job)
+             std::function<size_t()> nodes_in_rendezvous)
     : cfg_(std::move(config)),
       rdzv_(rdzv),
       signals_(signals),
-      nodes_in_job_(std::move(nodes_in_job)),
+      nodes_in_rendezvous_(std::move(nodes_in_rendezvous)),
       node_id_(cfg_.host + ":" + std::to_string(getpid())) {}
 
 Agent::~Agent() { dismiss_standbys(); }
@@ -81,7 +81,7 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
   job.master_addr = remote_master ? a.master_addr : cfg_.master_addr;
   job.master_port = remote_master && a.master_port > 0 ? a.master_port : cfg_.master_port;
   job.restart_count = a.restart_count;
-  job.max_restarts = cfg_.max_restarts;
+  job.max_restarts = cfg_.rdzv.max_restarts;
   job.run_id = cfg_.run_id;
   job.rdzv_address = cfg_.rdzv_address;
   job.round = a.round;
@@ -270,7 +270,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
       break;
   }
   if (end.outcome == GroupEnd::kWorkerFailed || end.outcome == GroupEnd::kStoppedBySignal) {
-    SummaryContext ctx{cfg_.run_id, a.restart_count, cfg_.max_restarts, result.stopped_count,
+    SummaryContext ctx{cfg_.run_id, a.restart_count, cfg_.rdzv.max_restarts, result.stopped_count,
                        end.outcome == GroupEnd::kStoppedBySignal
                            ? "stopped by " + signal_name(result.signal)
                            : ""};
@@ -278,7 +278,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   }
   if (end.outcome == GroupEnd::kWorkerFailed && life.can_restart()) {
     spdlog::warn("restarting the workers (restart {} of {}{})", a.restart_count + 1,
-                 cfg_.max_restarts, standbys_.empty() ? "" : ", from standby");
+                 cfg_.rdzv.max_restarts, standbys_.empty() ? "" : ", from standby");
   }
   return end;
 }
@@ -296,7 +296,7 @@ void Agent::leave(LeaveKind kind, const std::string& message) {
 // its lease ran out), so a node that finishes first does not pull the
 // rendezvous from under the others. Signals end the wait.
 void Agent::await_others(LeaveKind how_this_node_left) {
-  if (!nodes_in_job_) return;
+  if (!nodes_in_rendezvous_) return;
   // After a success the others finish their last steps; after a failure
   // they only need to hear of it (one keep-alive) and leave.
   const auto patience = how_this_node_left == LeaveKind::kSucceeded
@@ -305,7 +305,7 @@ void Agent::await_others(LeaveKind how_this_node_left) {
   const auto deadline = std::chrono::steady_clock::now() + patience;
   size_t announced = 0;
   while (true) {
-    const size_t left = nodes_in_job_();
+    const size_t left = nodes_in_rendezvous_();
     if (left == 0) return;
     if (left != announced) {
       spdlog::info("waiting for {} other node(s) to leave before closing the rendezvous", left);
@@ -329,7 +329,7 @@ int Agent::run() {
     lease_ = std::make_unique<LeaseKeeper>(
         rdzv_, LeaseOptions{cfg_.run_id, node_id_, cfg_.keep_alive_interval, cfg_.lease_timeout});
   }
-  Lifecycle life(LifecycleOptions{cfg_.max_restarts, cfg_.hosts_rendezvous});
+  Lifecycle life(LifecycleOptions{cfg_.rdzv.max_restarts, cfg_.hosts_rendezvous});
   std::optional<JoinResult> joined;
   int attempt = 0;
   int exit_code = kExitWorkerFailed;

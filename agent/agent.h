@@ -29,10 +29,10 @@ constexpr int kExitUsage = 2;
 
 class Agent {
  public:
-  // nodes_in_job: for the agent that hosts the rendezvous, how many nodes
-  // are still in the job (it waits for 0 before it exits).
+  // nodes_in_rendezvous: for the agent that hosts the rendezvous, how many
+  // nodes are still in the jobs it serves (it waits for 0 before it exits).
   Agent(AgentConfig config, RendezvousClient& rdzv, SignalChannel& signals,
-        std::function<size_t()> nodes_in_job = nullptr);
+        std::function<size_t()> nodes_in_rendezvous = nullptr);
   ~Agent();  // dismisses unused standby workers
   // Runs the job; returns ddprun's exit code. Failure summaries go to the
   // console's stderr.
@@ -58,7 +58,7 @@ class Agent {
   AgentConfig cfg_;
   RendezvousClient& rdzv_;
   SignalChannel& signals_;
-  std::function<size_t()> nodes_in_job_;
+  std::function<size_t()> nodes_in_rendezvous_;
   std::string node_id_;
   std::string files_dir_;  // log dir, or a temporary folder for error files
   bool files_dir_is_temp_ = false;

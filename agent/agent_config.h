@@ -43,8 +43,7 @@ struct AgentConfig {
   // This agent hosts the rendezvous, so it stays until every node has left.
   bool hosts_rendezvous = false;
 
-  // Supervision.
-  int max_restarts = 0;
+  // Supervision (restarts: rdzv.max_restarts, counted for the whole job).
   std::chrono::milliseconds monitor_interval{100};
   std::chrono::milliseconds stop_timeout{std::chrono::seconds(10)};  // SIGTERM → SIGKILL
   // A worker whose heartbeat (worker_lib) stops for this long counts as

@@ -2,18 +2,6 @@
 
 namespace ddprun {
 
-const char* to_string(NodeState s) {
-  switch (s) {
-    case NodeState::kJoining: return "joining";
-    case NodeState::kRunning: return "running";
-    case NodeState::kStopping: return "stopping";
-    case NodeState::kRestarting: return "restarting";
-    case NodeState::kLeaving: return "leaving";
-    case NodeState::kDone: return "done";
-  }
-  return "?";
-}
-
 Action Lifecycle::start() {
   state_ = NodeState::kJoining;
   Action a;

@@ -21,7 +21,6 @@
 namespace ddprun {
 
 enum class NodeState { kJoining, kRunning, kStopping, kRestarting, kLeaving, kDone };
-const char* to_string(NodeState s);
 
 // How one run of the node's workers ended.
 struct GroupEnd {

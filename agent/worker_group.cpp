@@ -18,7 +18,7 @@ struct WorkerGroup::Worker {
   pid_t pid = -1;
   int fds[2] = {-1, -1};  // stdout, stderr read ends
   std::unique_ptr<WorkerOutput> output;
-  bool running = false;  // started and not reaped
+  // Whether it runs (started, not reaped) is the policy's to say: alive(i).
 };
 
 WorkerGroup::WorkerGroup(std::vector<WorkerLaunch> launches, SignalChannel& signals,
@@ -27,8 +27,9 @@ WorkerGroup::WorkerGroup(std::vector<WorkerLaunch> launches, SignalChannel& sign
 
 WorkerGroup::~WorkerGroup() {
   // Only reached with running workers when run() threw: make sure none is left.
-  for (auto& w : workers_) {
-    if (w->running) {
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    auto& w = workers_[i];
+    if (policy_ && policy_->alive(static_cast<int>(i))) {
       kill(-w->pid, SIGKILL);
       int status;
       while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR) {
@@ -64,7 +65,6 @@ void WorkerGroup::start_all() {
     w->pid = p.pid;
     w->fds[0] = p.stdout_fd;
     w->fds[1] = p.stderr_fd;
-    w->running = true;
     workers_.push_back(std::move(w));
   }
 }
@@ -73,9 +73,9 @@ void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
   for (const auto& c : commands) {
     switch (c.kind) {
       case GroupCommand::kSignalRunning:
-        for (auto& w : workers_) {
+        for (size_t i = 0; i < workers_.size(); ++i) {
           // The whole process group: the worker and whatever it started.
-          if (w->running) kill(-w->pid, c.sig);
+          if (policy_->alive(static_cast<int>(i))) kill(-workers_[i]->pid, c.sig);
         }
         break;
       case GroupCommand::kKillWorker:
@@ -134,11 +134,10 @@ void WorkerGroup::drain(Worker& w, bool until_eof) {
 void WorkerGroup::reap() {
   for (size_t i = 0; i < workers_.size(); ++i) {
     Worker& w = *workers_[i];
-    if (!w.running) continue;
+    if (!policy_->alive(static_cast<int>(i))) continue;
     int status = 0;
     pid_t r = waitpid(w.pid, &status, WNOHANG);
     if (r != w.pid) continue;
-    w.running = false;
     // Everything the worker wrote is in its pipes now.
     drain(w, /*until_eof=*/true);
     w.output->finish();
@@ -172,7 +171,7 @@ void WorkerGroup::check_heartbeats() {
   if (!options_.heartbeats) return;
   std::vector<uint64_t> counts(workers_.size(), 0);
   for (size_t i = 0; i < workers_.size(); ++i) {
-    if (workers_[i]->running) counts[i] = options_.heartbeats->read(workers_[i]->launch->id.local_rank);
+    if (policy_->alive(static_cast<int>(i))) counts[i] = options_.heartbeats->read(workers_[i]->launch->id.local_rank);
   }
   execute(policy_->on_beats(counts, std::chrono::steady_clock::now()));
 }

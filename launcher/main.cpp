@@ -107,10 +107,9 @@ int main(int argc, char** argv) {
 
   try {
     if (plan.agent.master_port == 0) plan.agent.master_port = pick_free_port();
-    if (!plan.private_rdzv && cli.options.local_addr.empty()) plan.agent.local_addr.clear();
     // --local-addr may name an interface (hosts with several networks).
-    if (!cli.options.local_addr.empty() && !address_of_interface(cli.options.local_addr).empty()) {
-      plan.agent.local_addr = address_of_interface(cli.options.local_addr);
+    if (std::string a = address_of_interface(plan.agent.local_addr); !a.empty()) {
+      plan.agent.local_addr = a;
     }
     std::unique_ptr<RendezvousServer> server;
     try {
@@ -122,12 +121,12 @@ int main(int argc, char** argv) {
     spdlog::debug("rendezvous at {}; run id {}; local address {}", plan.agent.rdzv_address,
                   plan.agent.run_id, plan.agent.local_addr);
     RendezvousClient client(plan.agent.rdzv_address);
-    std::function<size_t()> nodes_in_job;
+    std::function<size_t()> nodes_in_rendezvous;
     if (server) {
       // Every job it serves, not only its own: other jobs may share the endpoint.
-      nodes_in_job = [&server] { return server->registry().nodes_in_all_jobs(); };
+      nodes_in_rendezvous = [&server] { return server->registry().nodes_in_all_jobs(); };
     }
-    Agent agent(plan.agent, client, signals, nodes_in_job);
+    Agent agent(plan.agent, client, signals, nodes_in_rendezvous);
     return agent.run();
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());

@@ -101,7 +101,6 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   a.node_rank = o.node_rank;
   a.wants_nccl_id = facts.gpu_count > 0;
   a.join_timeout = from_seconds(o.join_timeout_s);
-  a.max_restarts = o.max_restarts;
   a.monitor_interval = from_seconds(o.monitor_interval_s);
   a.stop_timeout = from_seconds(o.stop_timeout_s);
   a.hang_timeout = from_seconds(o.hang_timeout_s);
@@ -112,7 +111,7 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   a.role = o.role;
   a.master_addr = o.master_addr;
   a.master_port = o.master_port;
-  a.local_addr = o.local_addr.empty() ? "127.0.0.1" : o.local_addr;
+  a.local_addr = o.local_addr;
   a.host = facts.hostname;
   a.base_env = facts.environment;
 
@@ -129,6 +128,9 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   } else if (o.rdzv_host_mode == "off") {
     throw UsageError("--rdzv-host off: needs --rdzv-endpoint, the rendezvous to join");
   }
+  // One node on its own talks over loopback; with an endpoint, the address
+  // is the one the route to it leaves from (found by the launcher).
+  if (a.local_addr.empty() && plan.private_rdzv) a.local_addr = "127.0.0.1";
   return plan;
 }
 

@@ -39,9 +39,6 @@ std::shared_ptr<grpc::Channel> make_rendezvous_channel(const std::string& target
 
 bool RendezvousCallError::job_ended() const { return code_ == grpc::StatusCode::ABORTED; }
 bool RendezvousCallError::cancelled() const { return code_ == grpc::StatusCode::CANCELLED; }
-bool RendezvousCallError::timed_out() const {
-  return code_ == grpc::StatusCode::DEADLINE_EXCEEDED;
-}
 
 void CallCanceller::cancel() {
   std::lock_guard lock(mu_);

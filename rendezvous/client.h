@@ -27,7 +27,6 @@ class RendezvousCallError : public std::runtime_error {
   int code() const { return code_; }  // the gRPC status code
   bool job_ended() const;              // the job finished or failed: nothing to join
   bool cancelled() const;
-  bool timed_out() const;
 
  private:
   int code_;

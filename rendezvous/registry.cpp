@@ -272,12 +272,6 @@ bool JobRegistry::knows(const std::string& job_id, const std::string& node_id) {
   return job && job->rounds && job->rounds->knows(node_id);
 }
 
-size_t JobRegistry::nodes_in_job(const std::string& job_id) {
-  std::lock_guard lock(mu_);
-  Job* job = find_locked(job_id);
-  return job && job->rounds ? job->rounds->num_nodes() : 0;
-}
-
 size_t JobRegistry::nodes_in_all_jobs() {
   std::lock_guard lock(mu_);
   size_t n = 0;

@@ -80,9 +80,7 @@ class JobRegistry {
   void connection_lost(const std::string& job_id, const std::string& node_id);
   // Whether the job has this node (for Hold to refuse strangers).
   bool knows(const std::string& job_id, const std::string& node_id);
-  // Nodes still in the job (not left, not lost); 0 for an unknown job.
-  size_t nodes_in_job(const std::string& job_id);
-  // Nodes still in any job this registry serves.
+  // Nodes (not left, not lost) in any job this registry serves.
   size_t nodes_in_all_jobs();
 
   // The job's store, created on first use; valid as long as the registry.

@@ -86,8 +86,6 @@ class RoundState {
   uint64_t generation() const { return generation_; }
   // Whether any member of the current round asked for a NCCL id.
   bool wants_nccl_id() const;
-  // Members of the current round, in join order.
-  std::vector<std::string> members() const { return members_; }
   size_t num_members() const { return members_.size(); }
   size_t num_waiting() const { return waiting_.size(); }
   // Nodes still in the job (not left, not lost).
@@ -96,7 +94,6 @@ class RoundState {
   const std::vector<LostNode>& lost() const { return lost_; }
   const RoundSettings& settings() const { return settings_; }
   RoundReason reason() const { return reason_; }
-  const std::string& reason_detail() const { return detail_; }
 
  private:
   struct Node {

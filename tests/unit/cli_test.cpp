@@ -201,7 +201,7 @@ TEST(Plan, CarriesSettingsToTheAgent) {
              "--rdzv-id", "abc", "--master-addr", "10.0.0.1", "--master-port", "4000", "true"}),
       facts(2, 1));
   EXPECT_EQ(plan.agent.nproc, 3);
-  EXPECT_EQ(plan.agent.max_restarts, 2);
+  EXPECT_EQ(plan.agent.rdzv.max_restarts, 2);
   EXPECT_EQ(plan.agent.stop_timeout.count(), 1500);
   EXPECT_EQ(plan.agent.role, "trainer");
   EXPECT_EQ(plan.agent.run_id, "abc");

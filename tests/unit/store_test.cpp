@@ -232,7 +232,7 @@ TEST(Registry, AJobThatFinishedTurnsLateJoinersAway) {
   RoundSettings s{1, 2, 0ms};
   reg.join(call("job", named("a"), s, 1s));
   reg.leave("job", "a", LeaveKind::kSucceeded, "");
-  EXPECT_EQ(reg.nodes_in_job("job"), 0u);
+  EXPECT_EQ(reg.nodes_in_all_jobs(), 0u);
   EXPECT_THROW(reg.join(call("job", named("late"), s, 1s)), JobEnded);
 }
 
