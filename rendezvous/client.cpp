@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/security.h"
 
 namespace ddprun {
 namespace {
@@ -28,13 +29,14 @@ std::string describe(const grpc::Status& s) {
 
 }  // namespace
 
-std::shared_ptr<grpc::Channel> make_rendezvous_channel(const std::string& target) {
+std::shared_ptr<grpc::Channel> make_rendezvous_channel(const std::string& target,
+                                                      const TlsFiles& tls) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 20);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(target, channel_credentials(tls), args);
 }
 
 bool RendezvousCallError::job_ended() const { return code_ == grpc::StatusCode::ABORTED; }
@@ -64,11 +66,13 @@ void CallCanceller::detach() {
 
 struct RendezvousClient::Stub {
   std::unique_ptr<v1::Rendezvous::Stub> stub;
+  std::string token;
 };
 
-RendezvousClient::RendezvousClient(const std::string& target)
+RendezvousClient::RendezvousClient(const std::string& target, const RendezvousAuth& auth)
     : target_(target), stub_(std::make_shared<Stub>()) {
-  stub_->stub = v1::Rendezvous::NewStub(make_rendezvous_channel(target));
+  stub_->stub = v1::Rendezvous::NewStub(make_rendezvous_channel(target, auth.tls));
+  stub_->token = auth.token;
 }
 
 JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
@@ -92,6 +96,8 @@ JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
   req.set_lease_ms(a.lease.count());
 
   grpc::ClientContext ctx;
+
+  attach_token(ctx, stub_->token);
   prepare(ctx, a.timeout + kTripMargin);
   v1::JoinResponse resp;
   if (canceller) canceller->attach(&ctx);
@@ -102,8 +108,8 @@ JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
     // Our own deadline, not the service's answer: it never answered.
     throw RendezvousCallError("rendezvous at " + target_ + ": no answer within " +
                                   std::to_string(a.timeout.count() / 1000.0).substr(0, 5) +
-                                  " s (is it up and reachable?); to wait longer raise "
-                                  "--rdzv-conf join_timeout=SECONDS",
+                                  " s (is it up and reachable, with the same TLS settings?); "
+                                  "to wait longer raise --rdzv-conf join_timeout=SECONDS",
                               s.error_code());
   }
   if (!s.ok()) {
@@ -127,6 +133,7 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
   req.set_node_id(node_id);
   v1::KeepAliveResponse resp;
   grpc::ClientContext ctx;
+  attach_token(ctx, stub_->token);
   ctx.set_deadline(Clock::now() + timeout);  // no wait_for_ready: a lost link must show
   grpc::Status s = stub_->stub->KeepAlive(&ctx, req, &resp);
   if (!s.ok()) {
@@ -151,6 +158,7 @@ std::string RendezvousClient::hold(const std::string& job_id, const std::string&
   req.set_job_id(job_id);
   req.set_node_id(node_id);
   grpc::ClientContext ctx;  // no deadline: it stays open while the node lives
+  attach_token(ctx, stub_->token);
   if (canceller) canceller->attach(&ctx);
   auto reader = stub_->stub->Hold(&ctx, req);
   reader->WaitForInitialMetadata();
@@ -172,6 +180,7 @@ void RendezvousClient::leave(const std::string& job_id, const std::string& node_
   req.set_message(message);
   v1::LeaveResponse resp;
   grpc::ClientContext ctx;
+  attach_token(ctx, stub_->token);
   ctx.set_deadline(Clock::now() + timeout);
   grpc::Status s = stub_->stub->Leave(&ctx, req, &resp);
   if (!s.ok()) {
@@ -182,11 +191,14 @@ void RendezvousClient::leave(const std::string& job_id, const std::string& node_
 
 struct GrpcStore::Stub {
   std::unique_ptr<v1::Rendezvous::Stub> stub;
+  std::string token;
 };
 
-GrpcStore::GrpcStore(const std::string& target, std::string job_id, std::optional<int64_t> round)
+GrpcStore::GrpcStore(const std::string& target, std::string job_id, std::optional<int64_t> round,
+                     const RendezvousAuth& auth)
     : target_(target), job_id_(std::move(job_id)), round_(round), stub_(std::make_shared<Stub>()) {
-  stub_->stub = v1::Rendezvous::NewStub(make_rendezvous_channel(target));
+  stub_->stub = v1::Rendezvous::NewStub(make_rendezvous_channel(target, auth.tls));
+  stub_->token = auth.token;
 }
 
 template <typename Req>
@@ -202,6 +214,7 @@ void GrpcStore::set(const std::string& key, std::string_view value) {
   req.set_value(std::string(value));
   v1::SetResponse resp;
   grpc::ClientContext ctx;
+  attach_token(ctx, stub_->token);
   prepare(ctx, kShortCallTimeout);
   grpc::Status s = stub_->stub->Set(&ctx, req, &resp);
   if (!s.ok()) {
@@ -216,6 +229,7 @@ std::string GrpcStore::get(const std::string& key, std::chrono::milliseconds tim
   req.set_timeout_ms(timeout.count());
   v1::GetResponse resp;
   grpc::ClientContext ctx;
+  attach_token(ctx, stub_->token);
   prepare(ctx, timeout + kTripMargin);
   grpc::Status s = stub_->stub->Get(&ctx, req, &resp);
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) throw StoreTimeout(key, timeout);
@@ -232,6 +246,7 @@ void GrpcStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
   req.set_timeout_ms(timeout.count());
   v1::WaitResponse resp;
   grpc::ClientContext ctx;
+  attach_token(ctx, stub_->token);
   prepare(ctx, timeout + kTripMargin);
   grpc::Status s = stub_->stub->Wait(&ctx, req, &resp);
   const std::string first = keys.empty() ? std::string() : keys.front();
@@ -248,6 +263,7 @@ int64_t GrpcStore::add(const std::string& key, int64_t delta) {
   req.set_delta(delta);
   v1::AddResponse resp;
   grpc::ClientContext ctx;
+  attach_token(ctx, stub_->token);
   prepare(ctx, kShortCallTimeout);
   grpc::Status s = stub_->stub->Add(&ctx, req, &resp);
   if (!s.ok()) {

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "rendezvous/security.h"
 #include "rendezvous/store.h"
 #include "rendezvous/types.h"
 
@@ -33,8 +34,10 @@ class RendezvousCallError : public std::runtime_error {
 };
 
 // A channel to "host:port" that ignores http_proxy settings and reconnects
-// quickly (a worker may start before its first call can connect).
-std::shared_ptr<grpc::Channel> make_rendezvous_channel(const std::string& target);
+// quickly (a worker may start before its first call can connect); TLS when
+// tls has files. Throws AuthConfigError when they cannot be read.
+std::shared_ptr<grpc::Channel> make_rendezvous_channel(const std::string& target,
+                                                      const TlsFiles& tls = {});
 
 struct JoinArgs {
   std::string job_id;
@@ -63,7 +66,7 @@ class CallCanceller {
 
 class RendezvousClient {
  public:
-  explicit RendezvousClient(const std::string& target);
+  explicit RendezvousClient(const std::string& target, const RendezvousAuth& auth = {});
   // Blocks until the round closes; throws RendezvousCallError.
   JoinResult join(const JoinArgs& args, CallCanceller* canceller = nullptr);
   // Renews the node's lease; throws RendezvousCallError.
@@ -91,7 +94,7 @@ class RendezvousClient {
 class GrpcStore final : public Store {
  public:
   GrpcStore(const std::string& target, std::string job_id,
-            std::optional<int64_t> round = std::nullopt);
+            std::optional<int64_t> round = std::nullopt, const RendezvousAuth& auth = {});
   void set(const std::string& key, std::string_view value) override;
   std::string get(const std::string& key, std::chrono::milliseconds timeout) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;

@@ -4,60 +4,13 @@
 #include <chrono>
 #include <optional>
 
+#include "rendezvous/call_checks.h"
+
 namespace ddprun {
 namespace {
 
 using grpc::Status;
 using grpc::StatusCode;
-
-// Longest a single blocking call may ask to wait: a day.
-constexpr int64_t kMaxTimeoutMs = 24LL * 3600 * 1000;
-
-Status invalid(const std::string& what) {
-  return Status(StatusCode::INVALID_ARGUMENT, "rendezvous: " + what);
-}
-
-std::optional<Status> check_job(const std::string& job_id) {
-  if (job_id.empty()) return invalid("job_id is empty");
-  return std::nullopt;
-}
-
-std::optional<Status> check_key(const std::string& job_id, const std::string& key) {
-  if (auto bad = check_job(job_id)) return bad;
-  if (key.empty()) return invalid("key is empty");
-  return std::nullopt;
-}
-
-std::optional<Status> check_timeout(int64_t timeout_ms) {
-  if (timeout_ms < 0 || timeout_ms > kMaxTimeoutMs) {
-    return invalid("timeout_ms " + std::to_string(timeout_ms) + " is outside [0, " +
-                   std::to_string(kMaxTimeoutMs) + "]");
-  }
-  return std::nullopt;
-}
-
-// The status for an error of the registry or the store.
-Status to_status(std::exception_ptr error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const StoreTimeout& e) {
-    return Status(StatusCode::DEADLINE_EXCEEDED, e.what());
-  } catch (const JoinTimeout& e) {
-    return Status(StatusCode::DEADLINE_EXCEEDED, e.what());
-  } catch (const StoreClosed& e) {
-    return Status(StatusCode::UNAVAILABLE, e.what());
-  } catch (const RegistryClosed& e) {
-    return Status(StatusCode::UNAVAILABLE, e.what());
-  } catch (const JobEnded& e) {
-    return Status(StatusCode::ABORTED, e.what());
-  } catch (const RendezvousError& e) {
-    return Status(StatusCode::FAILED_PRECONDITION, e.what());
-  } catch (const StoreError& e) {
-    return Status(StatusCode::FAILED_PRECONDITION, e.what());
-  } catch (const std::exception& e) {
-    return Status(StatusCode::INTERNAL, std::string("rendezvous: ") + e.what());
-  }
-}
 
 // Runs fn, turning the registry's and the store's exceptions into statuses.
 template <typename Fn>
@@ -68,6 +21,12 @@ Status guarded(Fn&& fn) {
   } catch (...) {
     return to_status(std::current_exception());
   }
+}
+
+grpc::ServerUnaryReactor* refuse(grpc::CallbackServerContext* ctx, const Status& s) {
+  auto* r = ctx->DefaultReactor();
+  r->Finish(s);
+  return r;
 }
 
 std::optional<int64_t> round_of(const auto& req) {
@@ -154,12 +113,90 @@ class RefusedHold final : public grpc::ServerWriteReactor<v1::KeepAliveResponse>
   void OnDone() override { delete this; }
 };
 
+
+// One Get or Wait call, parked as a watch on the job's store: answered when
+// the keys exist, when its timer ends it, or dropped when the client goes
+// away. It holds a place in the wait quota until gRPC is done with it.
+class WatchReactor final : public grpc::ServerUnaryReactor {
+ public:
+  using OnValues = std::function<void(std::vector<std::string>&)>;
+
+  WatchReactor(std::shared_ptr<MemoryStore> store, DeadlineTimer& timer, WaitQuota& quota,
+               std::string host, OnValues on_values)
+      : store_(std::move(store)),
+        timer_(timer),
+        quota_(quota),
+        host_(std::move(host)),
+        on_values_(std::move(on_values)) {}
+  ~WatchReactor() override { quota_.release(host_); }
+
+  void start(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
+    const std::string first = keys.front();
+    const uint64_t ticket =
+        store_->watch(std::move(keys), [this](WatchResult r) { complete(std::move(r)); });
+    ticket_.store(ticket);
+    // The timer holds the store weakly and knows only the ticket: it may
+    // fire after this reactor is gone, and then finds nothing to end.
+    std::weak_ptr<MemoryStore> weak = store_;
+    const uint64_t id = timer_.schedule(
+        DeadlineTimer::Clock::now() + timeout, [weak, ticket, first, timeout] {
+          if (auto store = weak.lock()) {
+            store->end_watch(ticket, std::make_exception_ptr(StoreTimeout(first, timeout)));
+          }
+        });
+    timer_id_.store(id);
+    // Completed already (keys present, or at once on another thread)?
+    if (done_.load()) timer_.cancel(id);
+    release();
+  }
+  void OnCancel() override {
+    const uint64_t ticket = ticket_.load();
+    if (ticket != 0 && store_->end_watch(ticket, nullptr)) {
+      done_.store(true);
+      timer_.cancel(timer_id_.load());
+      Finish(Status(StatusCode::CANCELLED, "rendezvous: wait cancelled by the client"));
+    }
+  }
+  void OnDone() override { release(); }
+
+ private:
+  void complete(WatchResult r) {
+    done_.store(true);
+    if (const uint64_t id = timer_id_.load()) timer_.cancel(id);
+    if (r.error) {
+      Finish(to_status(r.error));
+      return;
+    }
+    on_values_(r.values);
+    Finish(Status::OK);
+  }
+  void release() {
+    if (refs_.fetch_sub(1) == 1) delete this;
+  }
+
+  std::shared_ptr<MemoryStore> store_;
+  DeadlineTimer& timer_;
+  WaitQuota& quota_;
+  std::string host_;
+  OnValues on_values_;
+  std::atomic<uint64_t> ticket_{0};
+  std::atomic<uint64_t> timer_id_{0};
+  std::atomic<bool> done_{false};
+  std::atomic<int> refs_{2};  // start() and OnDone()
+};
+
 }  // namespace
 
+RendezvousHandler::RendezvousHandler(JobRegistry& registry, HandlerOptions options)
+    : registry_(registry),
+      options_(std::move(options)),
+      waits_(options_.limits.max_waits_per_client, options_.limits.max_waits) {}
+
 grpc::ServerWriteReactor<v1::KeepAliveResponse>* RendezvousHandler::Hold(
-    grpc::CallbackServerContext*, const v1::KeepAliveRequest* req) {
+    grpc::CallbackServerContext* ctx, const v1::KeepAliveRequest* req) {
+  if (auto bad = check_token(*ctx, options_.token)) return new RefusedHold(*bad);
   if (auto bad = check_job(req->job_id())) return new RefusedHold(*bad);
-  if (req->node_id().empty()) return new RefusedHold(invalid("node_id is empty"));
+  if (req->node_id().empty()) return new RefusedHold(invalid_argument("node_id is empty"));
   if (!registry_.knows(req->job_id(), req->node_id())) {
     return new RefusedHold(Status(StatusCode::FAILED_PRECONDITION,
                                   "rendezvous: node '" + req->node_id() + "' is not in job '" +
@@ -171,34 +208,27 @@ grpc::ServerWriteReactor<v1::KeepAliveResponse>* RendezvousHandler::Hold(
 grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* ctx,
                                                   const v1::JoinRequest* req,
                                                   v1::JoinResponse* resp) {
-  auto reject = [&](const Status& s) {
-    auto* r = ctx->DefaultReactor();
-    r->Finish(s);
-    return r;
-  };
-  if (auto bad = check_job(req->job_id())) return reject(*bad);
-  if (auto bad = check_timeout(req->timeout_ms())) return reject(*bad);
+  if (auto bad = check_token(*ctx, options_.token)) return refuse(ctx, *bad);
+  if (auto bad = check_job(req->job_id())) return refuse(ctx, *bad);
+  if (auto bad = check_timeout(req->timeout_ms())) return refuse(ctx, *bad);
   if (!req->has_node() || req->node().node_id().empty()) {
-    return reject(invalid("node.node_id is empty"));
+    return refuse(ctx, invalid_argument("node.node_id is empty"));
   }
   const auto& n = req->node();
-  if (n.local_world_size() < 1) {
-    return reject(invalid("node '" + n.node_id() + "' has local_world_size " +
-                          std::to_string(n.local_world_size())));
+  if (n.node_id().size() > 512 || n.host().size() > 512 || n.local_addr().size() > 512) {
+    return refuse(ctx, invalid_argument("node id, host or local_addr longer than 512 bytes"));
+  }
+  if (n.local_world_size() < 1 || n.local_world_size() > (1 << 20)) {
+    return refuse(ctx, invalid_argument("node '" + n.node_id() + "' has local_world_size " +
+                                            std::to_string(n.local_world_size())));
   }
   if (n.master_port() < 0 || n.master_port() > 65535) {
-    return reject(invalid("node '" + n.node_id() + "' has master_port " +
-                          std::to_string(n.master_port())));
+    return refuse(ctx, invalid_argument("node '" + n.node_id() + "' has master_port " +
+                                            std::to_string(n.master_port())));
   }
-  if (req->last_call_ms() < 0 || req->last_call_ms() > kMaxTimeoutMs) {
-    return reject(invalid("last_call_ms " + std::to_string(req->last_call_ms()) +
-                          " is outside [0, " + std::to_string(kMaxTimeoutMs) + "]"));
-  }
-  if (req->lease_ms() < 0 || req->lease_ms() > kMaxTimeoutMs) {
-    return reject(invalid("lease_ms " + std::to_string(req->lease_ms()) + " is outside [0, " +
-                          std::to_string(kMaxTimeoutMs) + "]"));
-  }
-  if (req->max_restarts() < 0) return reject(invalid("max_restarts is negative"));
+  if (auto bad = check_duration("last_call_ms", req->last_call_ms())) return refuse(ctx, *bad);
+  if (auto bad = check_duration("lease_ms", req->lease_ms())) return refuse(ctx, *bad);
+  if (req->max_restarts() < 0) return refuse(ctx, invalid_argument("max_restarts is negative"));
 
   JoinCall call;
   call.job_id = req->job_id();
@@ -214,10 +244,11 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
   return reactor;
 }
 
-Status RendezvousHandler::KeepAlive(grpc::ServerContext*, const v1::KeepAliveRequest* req,
+Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliveRequest* req,
                                     v1::KeepAliveResponse* resp) {
+  if (auto bad = check_token(*ctx, options_.token)) return *bad;
   if (auto bad = check_job(req->job_id())) return *bad;
-  if (req->node_id().empty()) return invalid("node_id is empty");
+  if (req->node_id().empty()) return invalid_argument("node_id is empty");
   return guarded([&] {
     NodeView v = registry_.keep_alive(req->job_id(), req->node_id());
     resp->set_known(v.known);
@@ -231,52 +262,83 @@ Status RendezvousHandler::KeepAlive(grpc::ServerContext*, const v1::KeepAliveReq
   });
 }
 
-Status RendezvousHandler::Leave(grpc::ServerContext*, const v1::LeaveRequest* req,
+Status RendezvousHandler::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* req,
                                 v1::LeaveResponse*) {
+  if (auto bad = check_token(*ctx, options_.token)) return *bad;
   if (auto bad = check_job(req->job_id())) return *bad;
-  if (req->node_id().empty()) return invalid("node_id is empty");
-  if (!v1::LeaveKind_IsValid(req->kind())) return invalid("unknown leave kind");
+  if (req->node_id().empty()) return invalid_argument("node_id is empty");
+  if (!v1::LeaveKind_IsValid(req->kind())) return invalid_argument("unknown leave kind");
   return guarded([&] {
     registry_.leave(req->job_id(), req->node_id(), static_cast<LeaveKind>(req->kind()),
-                    req->message());
+                    req->message().substr(0, 4096));
   });
 }
 
-Status RendezvousHandler::Set(grpc::ServerContext*, const v1::SetRequest* req, v1::SetResponse*) {
-  if (auto bad = check_key(req->job_id(), req->key())) return *bad;
-  return guarded([&] { registry_.store(req->job_id(), round_of(*req)).set(req->key(), req->value()); });
+Status RendezvousHandler::Set(grpc::ServerContext* ctx, const v1::SetRequest* req,
+                              v1::SetResponse*) {
+  if (auto bad = check_token(*ctx, options_.token)) return *bad;
+  if (auto bad = check_key(req->job_id(), req->key(), options_.limits)) return *bad;
+  if (auto bad = check_value(req->key(), req->value(), options_.limits)) return *bad;
+  return guarded([&] { registry_.store(req->job_id(), round_of(*req))->set(req->key(), req->value()); });
 }
 
-Status RendezvousHandler::Get(grpc::ServerContext*, const v1::GetRequest* req,
-                              v1::GetResponse* resp) {
-  if (auto bad = check_key(req->job_id(), req->key())) return *bad;
-  if (auto bad = check_timeout(req->timeout_ms())) return *bad;
-  return guarded([&] {
-    resp->set_value(registry_.store(req->job_id(), round_of(*req))
-                        .get(req->key(), std::chrono::milliseconds(req->timeout_ms())));
-  });
-}
-
-Status RendezvousHandler::Wait(grpc::ServerContext*, const v1::WaitRequest* req,
-                               v1::WaitResponse*) {
-  if (auto bad = check_job(req->job_id())) return *bad;
-  if (auto bad = check_timeout(req->timeout_ms())) return *bad;
-  std::vector<std::string> keys(req->keys().begin(), req->keys().end());
-  for (const auto& k : keys) {
-    if (k.empty()) return invalid("an empty key in keys");
-  }
-  return guarded([&] {
-    registry_.store(req->job_id(), round_of(*req))
-        .wait(keys, std::chrono::milliseconds(req->timeout_ms()));
-  });
-}
-
-Status RendezvousHandler::Add(grpc::ServerContext*, const v1::AddRequest* req,
+Status RendezvousHandler::Add(grpc::ServerContext* ctx, const v1::AddRequest* req,
                               v1::AddResponse* resp) {
-  if (auto bad = check_key(req->job_id(), req->key())) return *bad;
+  if (auto bad = check_token(*ctx, options_.token)) return *bad;
+  if (auto bad = check_key(req->job_id(), req->key(), options_.limits)) return *bad;
   return guarded([&] {
-    resp->set_value(registry_.store(req->job_id(), round_of(*req)).add(req->key(), req->delta()));
+    resp->set_value(registry_.store(req->job_id(), round_of(*req))->add(req->key(), req->delta()));
   });
+}
+
+grpc::ServerUnaryReactor* RendezvousHandler::Get(grpc::CallbackServerContext* ctx,
+                                                 const v1::GetRequest* req,
+                                                 v1::GetResponse* resp) {
+  if (auto bad = check_token(*ctx, options_.token)) return refuse(ctx, *bad);
+  if (auto bad = check_key(req->job_id(), req->key(), options_.limits)) return refuse(ctx, *bad);
+  if (auto bad = check_timeout(req->timeout_ms())) return refuse(ctx, *bad);
+  return park_wait(ctx, req->job_id(), round_of(*req), {req->key()}, req->timeout_ms(),
+                   [resp](std::vector<std::string>& values) {
+                     resp->set_value(std::move(values.front()));
+                   });
+}
+
+grpc::ServerUnaryReactor* RendezvousHandler::Wait(grpc::CallbackServerContext* ctx,
+                                                  const v1::WaitRequest* req, v1::WaitResponse*) {
+  if (auto bad = check_token(*ctx, options_.token)) return refuse(ctx, *bad);
+  if (auto bad = check_job(req->job_id())) return refuse(ctx, *bad);
+  if (auto bad = check_timeout(req->timeout_ms())) return refuse(ctx, *bad);
+  if (req->keys_size() == 0) return refuse(ctx, invalid_argument("keys is empty"));
+  if (static_cast<size_t>(req->keys_size()) > options_.limits.max_job_keys) {
+    return refuse(ctx, invalid_argument("waits for " + std::to_string(req->keys_size()) +
+                                            " keys; at most " +
+                                            std::to_string(options_.limits.max_job_keys)));
+  }
+  for (const auto& k : req->keys()) {
+    if (auto bad = check_key(req->job_id(), k, options_.limits)) return refuse(ctx, *bad);
+  }
+  return park_wait(ctx, req->job_id(), round_of(*req), {req->keys().begin(), req->keys().end()},
+                   req->timeout_ms(), [](std::vector<std::string>&) {});
+}
+
+grpc::ServerUnaryReactor* RendezvousHandler::park_wait(
+    grpc::CallbackServerContext* ctx, const std::string& job_id, std::optional<int64_t> round,
+    std::vector<std::string> keys, int64_t timeout_ms,
+    std::function<void(std::vector<std::string>&)> on_values) {
+  std::shared_ptr<MemoryStore> store;
+  try {
+    store = registry_.store(job_id, round);
+  } catch (...) {
+    return refuse(ctx, to_status(std::current_exception()));
+  }
+  std::string host = client_host(ctx->peer());
+  if (auto refused = waits_.acquire(host)) {
+    return refuse(ctx, Status(StatusCode::RESOURCE_EXHAUSTED, *refused));
+  }
+  auto* reactor = new WatchReactor(std::move(store), timer_, waits_, std::move(host),
+                                   std::move(on_values));
+  reactor->start(std::move(keys), std::chrono::milliseconds(timeout_ms));
+  return reactor;
 }
 
 }  // namespace ddprun

@@ -1,19 +1,30 @@
-// The gRPC face of the rendezvous: validates each request before touching
-// any state, converts it and calls the JobRegistry, and maps errors to gRPC
-// status codes. Join is asynchronous (a parked join holds no thread); the
-// other calls are short or bounded by their own timeouts.
+// The gRPC face of the rendezvous: checks each call's token and validates
+// its request before touching any state, converts it and calls the
+// JobRegistry, and maps errors to gRPC status codes. Join, Get and Wait are
+// asynchronous (a parked call holds no thread); the others are short.
 #pragma once
 
+#include <string>
+
 #include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/deadline_timer.h"
+#include "rendezvous/limits.h"
 #include "rendezvous/registry.h"
+#include "rendezvous/wait_quota.h"
 
 namespace ddprun {
 
+struct HandlerOptions {
+  std::string token;  // every call must carry it; empty: no check
+  ServiceLimits limits;
+};
+
 class RendezvousHandler final
-    : public v1::Rendezvous::WithCallbackMethod_Join<
-          v1::Rendezvous::WithCallbackMethod_Hold<v1::Rendezvous::Service>> {
+    : public v1::Rendezvous::WithCallbackMethod_Join<v1::Rendezvous::WithCallbackMethod_Hold<
+          v1::Rendezvous::WithCallbackMethod_Get<
+              v1::Rendezvous::WithCallbackMethod_Wait<v1::Rendezvous::Service>>>> {
  public:
-  explicit RendezvousHandler(JobRegistry& registry) : registry_(registry) {}
+  RendezvousHandler(JobRegistry& registry, HandlerOptions options);
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext*, const v1::JoinRequest*,
                                  v1::JoinResponse*) override;
@@ -23,12 +34,26 @@ class RendezvousHandler final
                          v1::KeepAliveResponse*) override;
   grpc::Status Leave(grpc::ServerContext*, const v1::LeaveRequest*, v1::LeaveResponse*) override;
   grpc::Status Set(grpc::ServerContext*, const v1::SetRequest*, v1::SetResponse*) override;
-  grpc::Status Get(grpc::ServerContext*, const v1::GetRequest*, v1::GetResponse*) override;
-  grpc::Status Wait(grpc::ServerContext*, const v1::WaitRequest*, v1::WaitResponse*) override;
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext*, const v1::GetRequest*,
+                                v1::GetResponse*) override;
+  grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext*, const v1::WaitRequest*,
+                                 v1::WaitResponse*) override;
   grpc::Status Add(grpc::ServerContext*, const v1::AddRequest*, v1::AddResponse*) override;
 
+  // Store waits parked now (tests).
+  size_t parked_waits() const { return waits_.in_use(); }
+
  private:
+  // Parks a store wait for keys; on_values fills the response.
+  grpc::ServerUnaryReactor* park_wait(grpc::CallbackServerContext* ctx, const std::string& job_id,
+                                      std::optional<int64_t> round, std::vector<std::string> keys,
+                                      int64_t timeout_ms,
+                                      std::function<void(std::vector<std::string>&)> on_values);
+
   JobRegistry& registry_;
+  const HandlerOptions options_;
+  WaitQuota waits_;
+  DeadlineTimer timer_;
 };
 
 }  // namespace ddprun

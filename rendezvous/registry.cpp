@@ -30,7 +30,8 @@ JoinOutcome failure(const std::string& message) {
 
 }  // namespace
 
-JobRegistry::JobRegistry(IdSource id_source) : id_source_(std::move(id_source)) {
+JobRegistry::JobRegistry(IdSource id_source, ServiceLimits limits)
+    : id_source_(std::move(id_source)), limits_(limits) {
   timer_ = std::thread([this] { timer_loop(); });
 }
 
@@ -39,13 +40,33 @@ JobRegistry::~JobRegistry() {
   if (timer_.joinable()) timer_.join();
 }
 
+bool JobRegistry::idle(const Job& job) {
+  if (!job.parked.empty()) return false;
+  return !job.rounds || job.rounds->num_nodes() == 0;
+}
+
 JobRegistry::Job& JobRegistry::job_locked(const std::string& job_id) {
-  auto& slot = jobs_[job_id];
-  if (!slot) {
-    slot = std::make_unique<Job>();
-    slot->id = job_id;
+  if (Job* job = find_locked(job_id)) return *job;
+  if (jobs_.size() >= limits_.max_jobs) {
+    // Make room: jobs that are over or abandoned are forgotten (a late
+    // node of a forgotten job starts it afresh).
+    std::erase_if(jobs_, [](const auto& kv) {
+      if (!idle(*kv.second)) return false;
+      kv.second->store->close();
+      return true;
+    });
   }
-  return *slot;
+  if (jobs_.size() >= limits_.max_jobs) {
+    throw TooManyJobs("rendezvous: cannot start job '" + job_id + "': this rendezvous serves " +
+                      std::to_string(jobs_.size()) + " jobs already, at most " +
+                      std::to_string(limits_.max_jobs) + " (raise --rdzv-conf max_jobs)");
+  }
+  auto job = std::make_unique<Job>();
+  job->id = job_id;
+  job->store = std::make_shared<MemoryStore>(
+      StoreQuota{limits_.max_job_keys, limits_.max_job_bytes, "--rdzv-conf max_job_keys",
+                 "--rdzv-conf max_job_bytes"});
+  return *jobs_.emplace(job_id, std::move(job)).first->second;
 }
 
 JobRegistry::Job* JobRegistry::find_locked(const std::string& job_id) {
@@ -58,16 +79,30 @@ void JobRegistry::run(std::vector<Completion>& done) {
   done.clear();
 }
 
-Store& JobRegistry::store(const std::string& job_id, std::optional<int64_t> round) {
+std::shared_ptr<MemoryStore> JobRegistry::store(const std::string& job_id,
+                                               std::optional<int64_t> round) {
   std::lock_guard lock(mu_);
   if (closed_) throw RegistryClosed("rendezvous: shutting down");
-  Job& job = job_locked(job_id);
+  Job* found = find_locked(job_id);
+  if (!found) {
+    throw UnknownJob("rendezvous: no job '" + job_id +
+                     "' here (a job starts when its first agent joins; is the job id right?)");
+  }
+  Job& job = *found;
+  if (job.rounds && job.rounds->phase() != JobPhase::kActive && idle(job)) {
+    throw JobEnded("rendezvous: " + job.rounds->end_message());
+  }
   if (round && job.rounds && *round != job.rounds->current_round()) {
     throw RendezvousError("rendezvous: round " + std::to_string(*round) + " of job '" + job_id +
                           "' is over; the job is in round " +
                           std::to_string(job.rounds->current_round()));
   }
   return job.store;
+}
+
+size_t JobRegistry::num_jobs() {
+  std::lock_guard lock(mu_);
+  return jobs_.size();
 }
 
 void JobRegistry::ensure_nccl_id_locked(Job& job) {
@@ -113,12 +148,16 @@ void JobRegistry::settle_locked(Job& job, Clock::time_point now, std::vector<Com
   // Keys of rounds that are over are never read again: free them.
   if (rounds.current_round() > job.store_round) {
     for (int64_t r = job.store_round; r < rounds.current_round(); ++r) {
-      job.store.erase_prefix(round_key_prefix(r) + "/");
+      job.store->erase_prefix(round_key_prefix(r) + "/");
     }
     job.store_round = rounds.current_round();
   }
+  // A job that is over and that every node has left keeps no keys.
+  auto free_if_over = [&] {
+    if (rounds.phase() != JobPhase::kActive && idle(job)) job.store->close();
+  };
   // Parked joins can only move when the rounds changed or one is due.
-  if (now < job.next_due && job.settled_generation == rounds.generation()) return;
+  if (now < job.next_due && job.settled_generation == rounds.generation()) return free_if_over();
   job.settled_generation = rounds.generation();
   job.next_due = Clock::time_point::max();
 
@@ -149,6 +188,7 @@ void JobRegistry::settle_locked(Job& job, Clock::time_point now, std::vector<Com
       ++it;
     }
   }
+  free_if_over();
 }
 
 uint64_t JobRegistry::join_async(JoinCall call, JoinDone done) {
@@ -317,7 +357,7 @@ void JobRegistry::close() {
     if (closed_) return;
     closed_ = true;
     for (auto& [id, job] : jobs_) {
-      job->store.close();
+      job->store->close();
       for (auto& [node, p] : job->parked) {
         completions.emplace_back(std::move(p.done),
                                  failure<RegistryClosed>("rendezvous: shutting down"));

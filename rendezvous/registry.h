@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "rendezvous/limits.h"
 #include "rendezvous/memory_store.h"
 #include "rendezvous/round.h"
 
@@ -34,6 +35,18 @@ class JoinTimeout : public std::runtime_error {
 
 // The rendezvous is shutting down.
 class RegistryClosed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A store call for a job no agent has joined: jobs are created by Join only.
+class UnknownJob : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A new job would pass ServiceLimits::max_jobs.
+class TooManyJobs : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -59,7 +72,7 @@ class JobRegistry {
   using JoinDone = std::function<void(JoinOutcome)>;
 
   // id_source makes NCCL unique ids (make_nccl_unique_id in production).
-  explicit JobRegistry(IdSource id_source);
+  explicit JobRegistry(IdSource id_source, ServiceLimits limits = {});
   ~JobRegistry();  // closes
 
   // Parks the join until its round closes, it times out or fails; then calls
@@ -83,9 +96,12 @@ class JobRegistry {
   // Nodes (not left, not lost) in any job this registry serves.
   size_t nodes_in_all_jobs();
 
-  // The job's store, created on first use; valid as long as the registry.
-  // With a round, refuses (RendezvousError) when that round is over.
-  Store& store(const std::string& job_id, std::optional<int64_t> round = std::nullopt);
+  // The job's store. Refuses a job no agent joined (UnknownJob), a job that
+  // is over and has no node left (JobEnded) and, with a round, a round
+  // that is over (RendezvousError).
+  std::shared_ptr<MemoryStore> store(const std::string& job_id,
+                                     std::optional<int64_t> round = std::nullopt);
+  size_t num_jobs();
 
   // Fails every parked join and store wait; later calls fail.
   void close();
@@ -101,7 +117,7 @@ class JobRegistry {
   struct Job {
     std::string id;
     std::optional<RoundState> rounds;
-    MemoryStore store;
+    std::shared_ptr<MemoryStore> store;
     std::unordered_map<std::string, Parked> parked;  // by node id: one join per node
     // No parked join times out before this.
     std::chrono::steady_clock::time_point next_due = std::chrono::steady_clock::time_point::max();
@@ -113,7 +129,11 @@ class JobRegistry {
   };
   using Completion = std::pair<JoinDone, JoinOutcome>;
 
+  // Finds the job or creates it within max_jobs, making room by dropping
+  // jobs nobody is in any more; throws TooManyJobs.
   Job& job_locked(const std::string& job_id);
+  // Whether a job is over, or abandoned: no node and no join in it.
+  static bool idle(const Job& job);
   Job* find_locked(const std::string& job_id);
   // After any change to a job: hands out assignments, fails joins that
   // timed out or can no longer succeed, drops old rounds' keys.
@@ -125,6 +145,7 @@ class JobRegistry {
   static void run(std::vector<Completion>& done);
 
   IdSource id_source_;
+  const ServiceLimits limits_;
   std::mutex mu_;
   std::condition_variable wake_timer_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;

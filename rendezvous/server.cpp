@@ -11,15 +11,32 @@ namespace ddprun {
 
 RendezvousServer::RendezvousServer(const std::string& host, int port,
                                    JobRegistry::IdSource id_source)
-    : host_(host), registry_(std::move(id_source)) {
-  handler_ = std::make_unique<RendezvousHandler>(registry_);
-  const bool ipv6 = host.find(':') != std::string::npos;
-  const std::string listen = (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+    : RendezvousServer(ServerOptions{host, port, {}, {}}, std::move(id_source)) {}
+
+RendezvousServer::RendezvousServer(ServerOptions options, JobRegistry::IdSource id_source)
+    : host_(options.host), registry_(std::move(id_source), options.limits) {
+  const ServiceLimits& limits = options.limits;
+  auto credentials = server_credentials(options.auth.tls);
+  handler_ = std::make_unique<RendezvousHandler>(registry_,
+                                                 HandlerOptions{options.auth.token, limits});
+  const bool ipv6 = host_.find(':') != std::string::npos;
+  const std::string listen =
+      (ipv6 ? "[" + host_ + "]" : host_) + ":" + std::to_string(options.port);
   grpc::ServerBuilder builder;
   // gRPC shares ports (SO_REUSEPORT) by default: then a second agent that
   // tries to host the same endpoint would succeed and split the job.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port_);
+  // Connections cost a file descriptor each: close those that carry no call
+  // (clients reconnect when they next call) and those that never finish
+  // the handshake.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             static_cast<int>(limits.idle_timeout.count()));
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(limits.handshake_timeout.count()));
+  // Nothing bigger than a value and its key ever needs to come in.
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(limits.max_value_bytes + limits.max_key_bytes + 64 * 1024));
+  builder.AddListeningPort(listen, credentials, &port_);
   builder.RegisterService(handler_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {

@@ -5,7 +5,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "rendezvous/limits.h"
 #include "rendezvous/registry.h"
+#include "rendezvous/security.h"
 
 namespace grpc {
 class Server;
@@ -20,11 +22,21 @@ class ListenError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0: a free one
+  // The token every call must carry (empty: none) and the TLS files.
+  RendezvousAuth auth;
+  ServiceLimits limits;
+};
+
 class RendezvousServer {
  public:
   // Listens on host:port; port 0 picks a free one (see port()). Throws
   // ListenError naming the address when it cannot listen (the port is
-  // taken: no other process can share it).
+  // taken: no other process can share it), AuthConfigError when the TLS
+  // files cannot be used.
+  RendezvousServer(ServerOptions options, JobRegistry::IdSource id_source);
   RendezvousServer(const std::string& host, int port, JobRegistry::IdSource id_source);
   ~RendezvousServer();  // shuts down, waking blocked calls
   RendezvousServer(const RendezvousServer&) = delete;
@@ -34,6 +46,7 @@ class RendezvousServer {
   // "host:port" to hand to clients.
   std::string address() const;
   JobRegistry& registry() { return registry_; }
+  RendezvousHandler& handler() { return *handler_; }
   void shutdown();
 
  private:

@@ -38,6 +38,13 @@ class StoreClosed : public StoreError {
   using StoreError::StoreError;
 };
 
+// A write would take the store past one of its limits; the message names
+// the limit, the values and the setting that raises it.
+class StoreQuotaExceeded : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
+
 class Store {
  public:
   virtual ~Store() = default;

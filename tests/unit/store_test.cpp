@@ -21,97 +21,6 @@ using namespace std::chrono_literals;
 
 std::string no_nccl() { throw std::runtime_error("no NCCL in this test"); }
 
-class StoreContract : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    if (GetParam() == "memory") {
-      store_ = std::make_shared<MemoryStore>();
-    } else {
-      server_ = std::make_unique<RendezvousServer>("127.0.0.1", 0, no_nccl);
-      store_ = std::make_shared<GrpcStore>(server_->address(), "job");
-    }
-  }
-  std::unique_ptr<RendezvousServer> server_;
-  std::shared_ptr<Store> store_;
-};
-
-TEST_P(StoreContract, SetThenGet) {
-  store_->set("k", std::string("v\0w", 3));
-  EXPECT_EQ(store_->get("k", 1s), std::string("v\0w", 3));
-  store_->set("k", "new");
-  EXPECT_EQ(store_->get("k", 1s), "new");
-}
-
-TEST_P(StoreContract, GetWaitsForASetFromAnotherThread) {
-  std::thread writer([&] {
-    // The reader is already blocked or about to be; either way it must see it.
-    store_->set("late", "here");
-  });
-  EXPECT_EQ(store_->get("late", 10s), "here");
-  writer.join();
-}
-
-TEST_P(StoreContract, GetTimesOutNamingTheKey) {
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    store_->get("never", 200ms);
-    FAIL() << "get of a missing key must time out";
-  } catch (const StoreTimeout& e) {
-    EXPECT_EQ(e.key(), "never");
-    EXPECT_NE(std::string(e.what()).find("'never'"), std::string::npos);
-  }
-  EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);
-}
-
-TEST_P(StoreContract, WaitForSeveralKeys) {
-  store_->set("a", "1");
-  EXPECT_THROW(store_->wait({"a", "b"}, 100ms), StoreTimeout);
-  std::thread writer([&] { store_->set("b", "2"); });
-  store_->wait({"a", "b"}, 10s);
-  writer.join();
-}
-
-TEST_P(StoreContract, AddCountsAtomically) {
-  EXPECT_EQ(store_->add("n", 5), 5);
-  EXPECT_EQ(store_->add("n", -2), 3);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&] {
-      for (int i = 0; i < 25; ++i) store_->add("n", 1);
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(store_->get("n", 1s), "103");
-  store_->set("text", "abc");
-  EXPECT_THROW(store_->add("text", 1), StoreError);
-}
-
-TEST_P(StoreContract, PrefixStoreKeepsNamespacesApart) {
-  PrefixStore r0("round/0", *store_), r1("round/1", *store_);
-  r0.set("addr", "old");
-  r1.set("addr", "new");
-  EXPECT_EQ(r0.get("addr", 1s), "old");
-  EXPECT_EQ(r1.get("addr", 1s), "new");
-  EXPECT_EQ(store_->get("round/1/addr", 1s), "new");
-  EXPECT_THROW(r1.wait({"missing"}, 50ms), StoreTimeout);
-}
-
-INSTANTIATE_TEST_SUITE_P(Impl, StoreContract, ::testing::Values("memory", "grpc"));
-
-TEST(MemoryStore, CloseWakesWaiters) {
-  MemoryStore s;
-  std::atomic<bool> woke{false};
-  std::thread waiter([&] {
-    EXPECT_THROW(s.get("k", 60s), StoreClosed);
-    woke = true;
-  });
-  // close() must wake the waiter whether or not it is blocked yet.
-  s.close();
-  waiter.join();
-  EXPECT_TRUE(woke);
-  EXPECT_THROW(s.set("k", "v"), StoreClosed);
-}
-
 JoinCall call(const std::string& job, const NodeSpec& n, RoundSettings s,
               std::chrono::milliseconds timeout, JoinIntent intent = {-1, false},
               std::chrono::milliseconds lease = 0ms) {
@@ -214,7 +123,7 @@ TEST(Registry, EachRoundHasItsOwnKeysAndOldRoundsAreRefused) {
   JobRegistry reg(no_nccl);
   RoundSettings s{1, 1, 0ms, 2};
   reg.join(call("job", named("a"), s, 1s));
-  reg.store("job", 0).set(round_key_prefix(0) + "/gloo/addr", "old");
+  reg.store("job", 0)->set(round_key_prefix(0) + "/gloo/addr", "old");
   reg.join(call("job", named("a"), s, 1s, {0, true}));
   try {
     reg.store("job", 0);
@@ -223,7 +132,7 @@ TEST(Registry, EachRoundHasItsOwnKeysAndOldRoundsAreRefused) {
     EXPECT_NE(std::string(e.what()).find("the job is in round 1"), std::string::npos) << e.what();
   }
   // Round 0's keys are gone; round 1 starts clean.
-  Store& now = reg.store("job", 1);
+  Store& now = *reg.store("job", 1);
   EXPECT_THROW(now.get(round_key_prefix(0) + "/gloo/addr", 10ms), StoreTimeout);
 }
 
@@ -260,6 +169,100 @@ TEST(Registry, ThousandsOfParkedJoinsHoldNoThreadEach) {
   }
   // The last join closed the round and completed every parked one.
   EXPECT_EQ(done.load(), n);
+}
+
+
+class StoreContract : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "memory") {
+      store_ = std::make_shared<MemoryStore>();
+    } else {
+      server_ = std::make_unique<RendezvousServer>("127.0.0.1", 0, no_nccl);
+      // Jobs begin with an agent's join; stores of unknown jobs are refused.
+      server_->registry().join(call("job", named("a"), RoundSettings{1, 1, 0ms}, 5s));
+      store_ = std::make_shared<GrpcStore>(server_->address(), "job");
+    }
+  }
+  std::unique_ptr<RendezvousServer> server_;
+  std::shared_ptr<Store> store_;
+};
+
+TEST_P(StoreContract, SetThenGet) {
+  store_->set("k", std::string("v\0w", 3));
+  EXPECT_EQ(store_->get("k", 1s), std::string("v\0w", 3));
+  store_->set("k", "new");
+  EXPECT_EQ(store_->get("k", 1s), "new");
+}
+
+TEST_P(StoreContract, GetWaitsForASetFromAnotherThread) {
+  std::thread writer([&] {
+    // The reader is already blocked or about to be; either way it must see it.
+    store_->set("late", "here");
+  });
+  EXPECT_EQ(store_->get("late", 10s), "here");
+  writer.join();
+}
+
+TEST_P(StoreContract, GetTimesOutNamingTheKey) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    store_->get("never", 200ms);
+    FAIL() << "get of a missing key must time out";
+  } catch (const StoreTimeout& e) {
+    EXPECT_EQ(e.key(), "never");
+    EXPECT_NE(std::string(e.what()).find("'never'"), std::string::npos);
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);
+}
+
+TEST_P(StoreContract, WaitForSeveralKeys) {
+  store_->set("a", "1");
+  EXPECT_THROW(store_->wait({"a", "b"}, 100ms), StoreTimeout);
+  std::thread writer([&] { store_->set("b", "2"); });
+  store_->wait({"a", "b"}, 10s);
+  writer.join();
+}
+
+TEST_P(StoreContract, AddCountsAtomically) {
+  EXPECT_EQ(store_->add("n", 5), 5);
+  EXPECT_EQ(store_->add("n", -2), 3);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 25; ++i) store_->add("n", 1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(store_->get("n", 1s), "103");
+  store_->set("text", "abc");
+  EXPECT_THROW(store_->add("text", 1), StoreError);
+}
+
+TEST_P(StoreContract, PrefixStoreKeepsNamespacesApart) {
+  PrefixStore r0("round/0", *store_), r1("round/1", *store_);
+  r0.set("addr", "old");
+  r1.set("addr", "new");
+  EXPECT_EQ(r0.get("addr", 1s), "old");
+  EXPECT_EQ(r1.get("addr", 1s), "new");
+  EXPECT_EQ(store_->get("round/1/addr", 1s), "new");
+  EXPECT_THROW(r1.wait({"missing"}, 50ms), StoreTimeout);
+}
+
+INSTANTIATE_TEST_SUITE_P(Impl, StoreContract, ::testing::Values("memory", "grpc"));
+
+TEST(MemoryStore, CloseWakesWaiters) {
+  MemoryStore s;
+  std::atomic<bool> woke{false};
+  std::thread waiter([&] {
+    EXPECT_THROW(s.get("k", 60s), StoreClosed);
+    woke = true;
+  });
+  // close() must wake the waiter whether or not it is blocked yet.
+  s.close();
+  waiter.join();
+  EXPECT_TRUE(woke);
+  EXPECT_THROW(s.set("k", "v"), StoreClosed);
 }
 
 TEST(RendezvousService, JoinOverGrpc) {
@@ -385,6 +388,8 @@ TEST(RendezvousService, RejectsInvalidRequestsBeforeTouchingState) {
   };
   EXPECT_EQ(call_set("", "k").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(call_set("j", "").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(call_set("j", "k").error_code(), grpc::StatusCode::NOT_FOUND);
+  server.registry().join(call("j", named("a"), RoundSettings{1, 1, 0ms}, 5s));
   EXPECT_TRUE(call_set("j", "k").ok());
 
   v1::GetRequest get;
@@ -408,7 +413,8 @@ TEST(RendezvousService, RejectsInvalidRequestsBeforeTouchingState) {
 
 TEST(Registry, CloseWakesBlockedJoinsAndStoreCalls) {
   JobRegistry reg(no_nccl);
-  Store& store = reg.store("job");
+  reg.join(call("store-job", named("a"), RoundSettings{1, 1, 0ms}, 5s));
+  Store& store = *reg.store("store-job");
   std::thread joiner([&] {
     NodeSpec n;
     n.node_id = "a";
