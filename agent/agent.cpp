@@ -84,6 +84,7 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
   job.max_restarts = cfg_.rdzv.max_restarts;
   job.run_id = cfg_.run_id;
   job.rdzv_address = cfg_.rdzv_address;
+  job.rdzv_auth = cfg_.rdzv_auth;
   job.round = a.round;
   job.nccl_id = joined.nccl_id;
   job.local_addr = cfg_.local_addr;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "rendezvous/round.h"
+#include "rendezvous/security.h"
 
 namespace ddprun {
 
@@ -32,6 +33,7 @@ struct AgentConfig {
   // Rendezvous.
   std::string run_id;
   std::string rdzv_address;  // host:port, handed to workers
+  RendezvousAuth rdzv_auth;  // token and TLS files, for the agent and its workers
   RoundSettings rdzv;
   int node_rank = -1;  // -1: assigned by the rendezvous
   bool wants_nccl_id = false;

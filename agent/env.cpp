@@ -42,6 +42,11 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id, co
       {ch::kLocalAddr, job.local_addr},
   };
   if (!job.nccl_id.empty()) v[ch::kNcclId] = to_hex(job.nccl_id);
+  const RendezvousAuth& auth = job.rdzv_auth;
+  if (!auth.token.empty()) v[ch::kRdzvToken] = auth.token;
+  if (!auth.tls.ca.empty()) v[ch::kRdzvTlsCa] = auth.tls.ca;
+  if (!auth.tls.cert.empty()) v[ch::kRdzvTlsCert] = auth.tls.cert;
+  if (!auth.tls.key.empty()) v[ch::kRdzvTlsKey] = auth.tls.key;
   if (!job.local_ifname.empty()) {
     v[ch::kGlooSocketIfname] = job.local_ifname;
     v[ch::kNcclSocketIfname] = job.local_ifname;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/security.h"
+
 namespace ddprun {
 
 struct WorkerIdentity {
@@ -25,6 +27,7 @@ struct JobEnv {
   int max_restarts = 0;
   std::string run_id;
   std::string rdzv_address;  // host:port of the rendezvous service
+  RendezvousAuth rdzv_auth;  // the token and TLS files workers call it with
   int64_t round = 0;
   std::string nccl_id;  // raw bytes; empty when none
   std::string local_addr;

@@ -26,6 +26,12 @@ inline constexpr const char* kErrorFile = "TORCHELASTIC_ERROR_FILE";
 
 // What worker_lib reads besides.
 inline constexpr const char* kRdzvAddr = "DDPRUN_RDZV_ADDR";      // host:port of the rendezvous
+// Who may call it: the job's token (also the launcher's input), and TLS
+// files (the CA that signed the rendezvous' certificate; a client pair).
+inline constexpr const char* kRdzvToken = "DDPRUN_RDZV_TOKEN";
+inline constexpr const char* kRdzvTlsCa = "DDPRUN_RDZV_TLS_CA";
+inline constexpr const char* kRdzvTlsCert = "DDPRUN_RDZV_TLS_CERT";
+inline constexpr const char* kRdzvTlsKey = "DDPRUN_RDZV_TLS_KEY";
 inline constexpr const char* kJobId = "DDPRUN_JOB_ID";
 inline constexpr const char* kRound = "DDPRUN_ROUND";             // the store keys' round
 inline constexpr const char* kLocalAddr = "DDPRUN_LOCAL_ADDR";    // where Gloo binds

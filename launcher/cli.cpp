@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <sstream>
 
 namespace ddprun {
 namespace {
@@ -23,7 +24,11 @@ int parse_int(const std::string& flag, const std::string& value, int min, int ma
   return v;
 }
 
-double parse_seconds(const std::string& flag, const std::string& value, bool allow_zero) {
+// A duration in seconds: 0 when allow_zero, else within [min, max]. Below
+// a millisecond (our resolution) a poll loop would spin; past 30 days a
+// value is a typo, and would overflow the clocks' arithmetic.
+double parse_seconds(const std::string& flag, const std::string& value, bool allow_zero,
+                     double min = 0.001, double max = 30 * 86400.0) {
   size_t used = 0;
   double v = 0;
   try {
@@ -37,6 +42,15 @@ double parse_seconds(const std::string& flag, const std::string& value, bool all
   if (v < 0 || (!allow_zero && v == 0)) {
     throw UsageError(flag + ": must be " + (allow_zero ? "at least 0" : "greater than 0") +
                      ", got " + value);
+  }
+  if (v != 0 && (v < min || v > max)) {
+    auto num = [](double d) {
+      std::ostringstream s;
+      s << d;
+      return s.str();
+    };
+    throw UsageError(flag + ": " + value + " s is outside [" + num(min) + ", " + num(max) +
+                     "] s" + (allow_zero ? " (0 turns it off)" : ""));
   }
   return v;
 }
@@ -96,6 +110,33 @@ std::string parse_host_mode(const std::string& flag, const std::string& value) {
   throw UsageError(flag + ": expected on, off or auto, got " + quote(value));
 }
 
+}  // namespace
+
+bool parse_limit_conf(const std::string& key, const std::string& val, ServiceLimits& limits) {
+  const std::string flag = "--rdzv-conf " + key;
+  constexpr int kMax = 2147483647;
+  if (key == "max_value_bytes") {
+    limits.max_value_bytes = parse_int(flag, val, 1, 64 << 20);
+  } else if (key == "max_job_keys") {
+    limits.max_job_keys = parse_int(flag, val, 1, kMax);
+  } else if (key == "max_job_bytes") {
+    limits.max_job_bytes = parse_int(flag, val, 1, kMax);
+  } else if (key == "max_jobs") {
+    limits.max_jobs = parse_int(flag, val, 1, 1000000);
+  } else if (key == "max_waits_per_client") {
+    limits.max_waits_per_client = parse_int(flag, val, 1, 1000000);
+  } else if (key == "idle_timeout") {
+    const double s = parse_seconds(flag, val, false);
+    if (s < 1 || s > 86400) throw UsageError(flag + ": must be in [1, 86400] seconds, got " + val);
+    limits.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+  } else {
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
 void parse_rdzv_conf(const std::string& value, CliOptions& o) {
   int max_attempts = 0;
   bool lease_given = false;
@@ -124,12 +165,15 @@ void parse_rdzv_conf(const std::string& value, CliOptions& o) {
       max_attempts = parse_int("--rdzv-conf keep_alive_max_attempt", val, 1, 1000);
     } else if (key == "is_host") {
       o.rdzv_host_mode = parse_host_mode("--rdzv-conf is_host", val);
+    } else if (parse_limit_conf(key, val, o.rdzv_limits)) {
     } else if (key == "close_timeout" || key == "timeout" || key == "read_timeout") {
       // torchrun keys with no meaning here; accepted so old commands still run.
     } else {
       throw UsageError("--rdzv-conf: unknown key " + quote(key) +
                        " (known: join_timeout, last_call_timeout, keep_alive_interval, "
-                       "lease_timeout, keep_alive_max_attempt, is_host)");
+                       "lease_timeout, keep_alive_max_attempt, is_host, max_value_bytes, "
+                       "max_job_keys, max_job_bytes, max_jobs, max_waits_per_client, "
+                       "idle_timeout)");
     }
   }
   // torchrun's way to say it: a node is lost after this many missed keep-alives.
@@ -244,6 +288,24 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
                  "join_timeout=S,last_call_timeout=S,keep_alive_interval=S,lease_timeout=S")
       ->type_name("K=V,...")
       ->group(g);
+  app.add_option("--rdzv-token,--rdzv_token", o.rdzv_auth.token,
+                 "Secret every node and worker must present to the rendezvous (better: "
+                 "DDPRUN_RDZV_TOKEN or --rdzv-token-file) [default: one-node jobs make their own]")
+      ->type_name("TOKEN")
+      ->group(g);
+  app.add_option("--rdzv-token-file,--rdzv_token_file", o.rdzv_auth.token_file,
+                 "File holding the token (one line)")->type_name("FILE")->group(g);
+  app.add_option("--rdzv-tls-cert,--rdzv_tls_cert", o.rdzv_auth.tls.cert,
+                 "PEM certificate: the rendezvous' when hosting, this node's as a client")
+      ->type_name("FILE")
+      ->group(g);
+  app.add_option("--rdzv-tls-key,--rdzv_tls_key", o.rdzv_auth.tls.key,
+                 "PEM private key of --rdzv-tls-cert")->type_name("FILE")->group(g);
+  app.add_option("--rdzv-tls-ca,--rdzv_tls_ca", o.rdzv_auth.tls.ca,
+                 "PEM CA that signed the certificates: clients verify the rendezvous with it; "
+                 "on the host it makes TLS mutual")
+      ->type_name("FILE")
+      ->group(g);
   app.add_option("--master-addr,--master_addr", o.master_addr,
                  "MASTER_ADDR for the workers [default: 127.0.0.1]")->type_name("ADDR")->group(g);
   app.add_option("--master-port,--master_port", master_port,
@@ -338,11 +400,25 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
   if (o.standalone && o.max_nodes > 1) {
     throw UsageError("--standalone runs one node; it cannot be used with --nnodes " + nnodes);
   }
-  if (o.rdzv_id.find_first_of("/ \t\n") != std::string::npos) {
-    throw UsageError("--rdzv-id: must not contain '/' or spaces, got " + quote(o.rdzv_id));
+  if (o.rdzv_id.size() > 128) {
+    throw UsageError("--rdzv-id: at most 128 characters, got " + std::to_string(o.rdzv_id.size()));
+  }
+  for (size_t i = 0; i < o.rdzv_id.size(); ++i) {
+    // It names files and travels in protobuf strings (UTF-8 only): keep it
+    // plain. The bad byte is shown as a number: it may be a control code.
+    const unsigned char c = static_cast<unsigned char>(o.rdzv_id[i]);
+    if (c <= 0x20 || c >= 0x7f || c == '/') {
+      char code[8];
+      std::snprintf(code, sizeof code, "0x%02x", c);
+      throw UsageError("--rdzv-id: only printable ASCII without '/' or spaces; byte " +
+                       std::to_string(i + 1) + " is " + code);
+    }
+  }
+  if (app.count("--log-dir") > 0 && o.log_dir.empty()) {
+    throw UsageError("--log-dir: must not be empty");
   }
   o.max_restarts = parse_int("--max-restarts", max_restarts, 0, 1000000);
-  o.monitor_interval_s = parse_seconds("--monitor-interval", monitor, false);
+  o.monitor_interval_s = parse_seconds("--monitor-interval", monitor, false, 0.01, 3600);
   o.stop_timeout_s = parse_seconds("--stop-timeout", stop_timeout, true);
   o.hang_timeout_s = parse_seconds("--hang-timeout", hang_timeout, true);
   o.master_port = parse_int("--master-port", master_port, 0, 65535);

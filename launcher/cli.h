@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "agent/agent_config.h"
+#include "launcher/auth_options.h"
+#include "rendezvous/limits.h"
 
 namespace ddprun {
 
@@ -33,6 +35,8 @@ struct CliOptions {
   double keep_alive_s = 0.25;   // --rdzv-conf keep_alive_interval
   double lease_s = 3;           // --rdzv-conf lease_timeout (or interval x keep_alive_max_attempt)
   std::string rdzv_host_mode = "auto";  // --rdzv-host (or --rdzv-conf is_host): auto, on, off
+  AuthFlags rdzv_auth;         // --rdzv-token, --rdzv-token-file, --rdzv-tls-*
+  ServiceLimits rdzv_limits;   // --rdzv-conf max_*, idle_timeout (when hosting)
   int max_restarts = 0;
   double monitor_interval_s = 0.1;
   double stop_timeout_s = 10;
@@ -65,6 +69,11 @@ CliResult parse_command_line(const std::vector<std::string>& args);
 
 // Whether the entrypoint runs under Python (-m, or a .py file without --no-python).
 bool runs_under_python(const CliOptions& o);
+
+// Applies one --rdzv-conf KEY=VALUE that sets a limit of the rendezvous
+// service (max_value_bytes, max_job_keys, max_job_bytes, max_jobs,
+// max_waits_per_client, idle_timeout); false for other keys. Throws UsageError.
+bool parse_limit_conf(const std::string& key, const std::string& value, ServiceLimits& limits);
 
 // Parses "3" or "0:1,1:2" for --tee/--redirects (flag names the option).
 StdSelection parse_std_selection(const std::string& flag, const std::string& value);

@@ -5,7 +5,12 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "agent/agent.h"
@@ -35,6 +40,40 @@ void set_up_logging(bool verbose, bool quiet) {
   spdlog::set_level(verbose ? spdlog::level::debug : quiet ? spdlog::level::err : spdlog::level::info);
 }
 
+// What the plan names on this machine must be usable before anything
+// starts: --local-addr is an interface or one of this machine's addresses
+// (Gloo would crash on anything else), and --log-dir can be made and written.
+void check_local_setup(LaunchPlan& plan) {
+  AgentConfig& a = plan.agent;
+  if (!a.local_addr.empty()) {
+    // --local-addr may name an interface (hosts with several networks).
+    if (std::string addr = address_of_interface(a.local_addr); !addr.empty()) {
+      a.local_addr = addr;
+    } else {
+      std::string resolved;
+      try {
+        resolved = resolve_address(a.local_addr);
+      } catch (const std::exception& e) {
+        throw UsageError("--local-addr: '" + a.local_addr +
+                         "' is neither an interface nor an address of this machine");
+      }
+      if (!is_local_address(resolved)) {
+        throw UsageError("--local-addr: " + a.local_addr + " (" + resolved +
+                         ") is not an address of this machine");
+      }
+      a.local_addr = resolved;
+    }
+  }
+  if (!a.log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.log_dir, ec);
+    if (ec || access(a.log_dir.c_str(), W_OK | X_OK) != 0) {
+      throw UsageError("--log-dir: cannot write to '" + a.log_dir +
+                       "': " + (ec ? ec.message() : std::strerror(errno)));
+    }
+  }
+}
+
 std::string with_port(const std::string& host, int port) {
   const bool ipv6 = host.find(':') != std::string::npos;
   return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
@@ -47,7 +86,10 @@ std::string with_port(const std::string& host, int port) {
 std::unique_ptr<RendezvousServer> place_rendezvous(LaunchPlan& plan) {
   AgentConfig& a = plan.agent;
   if (plan.private_rdzv) {
-    auto server = std::make_unique<RendezvousServer>("127.0.0.1", 0, make_nccl_unique_id);
+    // Loopback only, with the job's own token; no TLS needed.
+    auto server = std::make_unique<RendezvousServer>(
+        ServerOptions{"127.0.0.1", 0, RendezvousAuth{a.rdzv_auth.token, {}}, plan.rdzv_limits},
+        make_nccl_unique_id);
     a.rdzv_address = server->address();
     a.hosts_rendezvous = true;
     return server;
@@ -64,8 +106,9 @@ std::unique_ptr<RendezvousServer> place_rendezvous(LaunchPlan& plan) {
   const bool local = is_local_address(address);
   if (plan.rdzv_host_mode == "off" || (plan.rdzv_host_mode == "auto" && !local)) return nullptr;
   try {
-    auto server = std::make_unique<RendezvousServer>(address, plan.rdzv_listen_port,
-                                                     make_nccl_unique_id);
+    auto server = std::make_unique<RendezvousServer>(
+        ServerOptions{address, plan.rdzv_listen_port, a.rdzv_auth, plan.rdzv_limits},
+        make_nccl_unique_id);
     a.hosts_rendezvous = true;
     spdlog::info("hosting the rendezvous of job {} on {}", a.run_id, server->address());
     return server;
@@ -107,9 +150,11 @@ int main(int argc, char** argv) {
 
   try {
     if (plan.agent.master_port == 0) plan.agent.master_port = pick_free_port();
-    // --local-addr may name an interface (hosts with several networks).
-    if (std::string a = address_of_interface(plan.agent.local_addr); !a.empty()) {
-      plan.agent.local_addr = a;
+    try {
+      check_local_setup(plan);
+    } catch (const UsageError& e) {
+      std::fprintf(stderr, "ddprun: error: %s\n", e.what());
+      return kExitUsage;
     }
     std::unique_ptr<RendezvousServer> server;
     try {
@@ -117,10 +162,25 @@ int main(int argc, char** argv) {
     } catch (const UsageError& e) {
       std::fprintf(stderr, "ddprun: error: %s\n", e.what());
       return kExitUsage;
+    } catch (const AuthConfigError& e) {
+      std::fprintf(stderr, "ddprun: error: --rdzv-tls-*: %s\n", e.what());
+      return kExitUsage;
+    } catch (const ListenError& e) {
+      std::fprintf(stderr, "ddprun: error: %s\n", e.what());
+      return kExitUsage;
     }
+    // Said once the command line is known to work: no warning before an error.
+    for (const auto& w : plan.warnings) spdlog::warn("{}", w);
     spdlog::debug("rendezvous at {}; run id {}; local address {}", plan.agent.rdzv_address,
                   plan.agent.run_id, plan.agent.local_addr);
-    RendezvousClient client(plan.agent.rdzv_address);
+    std::unique_ptr<RendezvousClient> client_ptr;
+    try {
+      client_ptr = std::make_unique<RendezvousClient>(plan.agent.rdzv_address, plan.agent.rdzv_auth);
+    } catch (const AuthConfigError& e) {
+      std::fprintf(stderr, "ddprun: error: --rdzv-tls-*: %s\n", e.what());
+      return kExitUsage;
+    }
+    RendezvousClient& client = *client_ptr;
     std::function<size_t()> nodes_in_rendezvous;
     if (server) {
       // Every job it serves, not only its own: other jobs may share the endpoint.

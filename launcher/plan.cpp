@@ -11,6 +11,8 @@
 #include <stdexcept>
 
 #include "agent/env.h"
+#include "channel/env_names.h"
+#include "rendezvous/security.h"
 #include "agent/spawn.h"
 
 namespace ddprun {
@@ -45,6 +47,7 @@ HostFacts gather_host_facts() {
   if (gethostname(host, sizeof(host) - 1) == 0 && host[0]) f.hostname = host;
   if (const char* p = getenv("PATH")) f.path_env = p;
   if (const char* py = getenv("DDPRUN_PYTHON"); py && *py) f.python = py;
+  if (const char* t = getenv(channel::kRdzvToken)) f.rdzv_token = t;
   f.extra_program_dirs = {executable_dir()};
   f.environment = current_environment();
   return f;
@@ -75,6 +78,15 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   LaunchPlan plan;
   AgentConfig& a = plan.agent;
   a.nproc = resolve_nproc(o.nproc, facts);
+  for (const auto& [flag, selection] : {std::pair{"--tee", &o.tee}, {"--redirects", &o.redirects}}) {
+    for (const auto& [local_rank, mask] : selection->by_local_rank) {
+      if (local_rank >= a.nproc) {
+        throw UsageError(std::string(flag) + ": local rank " + std::to_string(local_rank) +
+                         " does not exist; this node runs " + std::to_string(a.nproc) +
+                         " worker(s), local ranks 0 to " + std::to_string(a.nproc - 1));
+      }
+    }
+  }
 
   // The program and its argv.
   if (runs_under_python(o)) {
@@ -116,6 +128,10 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   a.base_env = facts.environment;
 
   if (!o.rdzv_host.empty() && !o.standalone) {
+    if (o.master_port != 0 && o.master_port == o.rdzv_port) {
+      throw UsageError("--master-port: " + std::to_string(o.master_port) +
+                       " is the rendezvous' port too (--rdzv-endpoint); pick another");
+    }
     plan.private_rdzv = false;
     plan.rdzv_listen_host = o.rdzv_host;
     plan.rdzv_listen_port = o.rdzv_port;
@@ -127,6 +143,23 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
     }
   } else if (o.rdzv_host_mode == "off") {
     throw UsageError("--rdzv-host off: needs --rdzv-endpoint, the rendezvous to join");
+  }
+  plan.rdzv_limits = o.rdzv_limits;
+  std::vector<std::string> auth_warnings;
+  RendezvousAuth auth = resolve_auth(o.rdzv_auth, facts.rdzv_token, auth_warnings);
+  if (plan.private_rdzv) {
+    // Nobody else joins a private rendezvous: its own token, on loopback,
+    // keeps other users of this machine out of the job's store.
+    a.rdzv_auth.token = random_token();
+  } else {
+    a.rdzv_auth = auth;
+    plan.warnings = auth_warnings;
+    if (auth.token.empty()) {
+      plan.warnings.push_back(
+          "the rendezvous at " + o.rdzv_host + ":" + std::to_string(o.rdzv_port) +
+          " takes calls from anyone who reaches it: give every node the same --rdzv-token "
+          "(or DDPRUN_RDZV_TOKEN, --rdzv-token-file)");
+    }
   }
   // One node on its own talks over loopback; with an endpoint, the address
   // is the one the route to it leaves from (found by the launcher).

@@ -17,6 +17,7 @@ struct HostFacts {
   std::string hostname = "localhost";
   std::string path_env;               // $PATH
   std::string python = "python3";     // $DDPRUN_PYTHON or python3
+  std::string rdzv_token;             // $DDPRUN_RDZV_TOKEN
   std::vector<std::string> extra_program_dirs;  // searched after PATH (ddprun's own folder)
   std::vector<std::string> environment;         // KEY=VALUE
 };
@@ -38,6 +39,9 @@ struct LaunchPlan {
   std::string rdzv_listen_host = "127.0.0.1";
   int rdzv_listen_port = 0;  // 0: pick a free port
   std::string rdzv_host_mode = "auto";  // host it here: auto, on, off
+  ServiceLimits rdzv_limits;            // when this node hosts it
+  // Said once logging is up (things that work but should be known).
+  std::vector<std::string> warnings;
 };
 
 // Throws UsageError (bad combination, program not found).

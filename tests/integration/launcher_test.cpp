@@ -231,9 +231,17 @@ TEST(Launcher, LogDirKeepsPerRankFilesAndTeesToTheConsole) {
 
 TEST(Launcher, BadCommandLinesGetOneLineAndExitCode2) {
   for (const auto& args : std::vector<std::vector<std::string>>{
-           {"--nproc", "many", "true"}, {"--bogus", "true"}, {"--nproc", "2"}, {"no-such-program-zz"}}) {
+           {"--nproc", "many", "true"}, {"--bogus", "true"}, {"--nproc", "2"}, {"no-such-program-zz"},
+           // Each of these used to get further and fail worse (a segfault in
+           // every worker, a gRPC dump, exit 1).
+           {"--local-addr", "nonexistent.invalid", "true"},
+           {"--local-addr", "192.0.2.1", "true"},
+           {"--log-dir", "/proc/ddprun-cannot-write-here", "true"},
+           {"--rdzv-endpoint", "192.0.2.1:29400", "--rdzv-host", "on", "true"},
+           {"rendezvous", "--host", "192.0.2.1", "--port", "0"},
+           {"rendezvous", "--rdzv-conf", "max_jobs=-3"}}) {
     Finished f = run(ddprun(args));
-    EXPECT_EQ(f.exit_code, 2) << args[0];
+    EXPECT_EQ(f.exit_code, 2) << args[0] << " " << args[1] << ": " << f.err;
     EXPECT_EQ(lines(f.err).size(), 1u) << f.err;
     EXPECT_EQ(f.err.rfind("ddprun: error: ", 0), 0u) << f.err;
     EXPECT_TRUE(f.out.empty());

@@ -16,6 +16,7 @@
 #include "support/netns.h"
 #include "support/job_helpers.h"
 #include "support/process.h"
+#include "support/test_certs.h"
 
 namespace {
 
@@ -124,6 +125,11 @@ TEST(MultiNode, WorkersOfEveryNodeGetOneConsistentWorld) {
   for (const auto& f : run_together(cmds)) {
     EXPECT_EQ(f.exit_code, 0) << f.err;
     all += f.out;
+    // Without a token the job runs (torchrun's command lines), with one warning.
+    std::regex warning("takes calls from anyone who reaches it.*--rdzv-token");
+    auto n = std::distance(std::sregex_iterator(f.err.begin(), f.err.end(), warning),
+                           std::sregex_iterator());
+    EXPECT_EQ(n, 1) << f.err;
   }
   auto env = env_by_rank(all);
   ASSERT_EQ(env.size(), 4u) << all;
@@ -342,6 +348,91 @@ TEST(NetNodes, ALateNodeIsAdmittedAndBothFinishTogether) {
   EXPECT_TRUE(contains(f1.err, "node rank 1 of 2, ranks 1..1 of 2")) << f1.err;
   // Admitting a node is no failure: no restart was spent on it.
   EXPECT_FALSE(contains(f0.err, "restarting the workers")) << f0.err;
+}
+
+// The control plane under attack: a job's store takes only its own token,
+// on one node and across nodes, with and without TLS.
+TEST(ControlPlane, AOneNodeJobsStoreTakesOnlyItsOwnWorkersToken) {
+  Finished f = ddptest::run(node_cmd({"--nproc", "1"}, {PROBE_BIN, "intrude"}));
+  ASSERT_EQ(f.exit_code, 0) << f.out << f.err;
+  EXPECT_TRUE(contains(f.out, "no-token: refused: ")) << f.out;
+  EXPECT_TRUE(contains(f.out, "wrong-token: refused: ")) << f.out;
+  EXPECT_TRUE(contains(f.out, "wrong token")) << f.out;
+  EXPECT_TRUE(contains(f.out, "job-token: ok")) << f.out;
+  EXPECT_FALSE(contains(f.err, "takes calls from anyone")) << f.err;
+}
+
+TEST(ControlPlane, NodesWithTheTokenFormAJobAndAStrangerIsTurnedAway) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  const fs::path token_file = temp("token");
+  std::ofstream(token_file) << "tok-0123456789abcdef\n";  // a trailing newline is no part of it
+  fs::permissions(token_file, fs::perms::owner_read | fs::perms::owner_write);
+  const std::vector<std::string> program{
+      "/bin/sh", "-c", std::string(PROBE_BIN) + " intrude; sleep 2"};
+  auto node = [&](std::vector<std::string> extra) {
+    std::vector<std::string> flags{"--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-id",
+                                   "guarded", "--no-python"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return merged(node_cmd(flags, program));
+  };
+  // One node takes the token from the environment, the other from a file.
+  Process a(node({}), {"DDPRUN_RDZV_TOKEN=tok-0123456789abcdef"});
+  Process b(node({"--rdzv-token-file", token_file.string()}));
+  ASSERT_TRUE(a.wait_for_line([](const std::string& l) { return contains(l, "job-token: ok"); },
+                              30s))
+      << a.out();
+  Finished stranger = ddptest::run(node_cmd({"--nnodes", "2", "--rdzv-endpoint", endpoint,
+                                             "--rdzv-id", "guarded", "--no-python"},
+                                            program),
+                                   {"DDPRUN_RDZV_TOKEN=guessed-token"});
+  EXPECT_EQ(stranger.exit_code, 1) << stranger.err;
+  EXPECT_TRUE(contains(stranger.err, "wrong token")) << stranger.err;
+  Finished fa = a.finish(60s), fb = b.finish(60s);
+  EXPECT_EQ(fa.exit_code, 0) << fa.out;
+  EXPECT_EQ(fb.exit_code, 0) << fb.out;
+  for (const Finished* f : {&fa, &fb}) {
+    EXPECT_TRUE(contains(f->out, "no-token: refused")) << f->out;
+    EXPECT_TRUE(contains(f->out, "job-token: ok")) << f->out;
+    EXPECT_FALSE(contains(f->out, "takes calls from anyone")) << f->out;
+    EXPECT_FALSE(contains(f->out, "tok-0123456789abcdef")) << "the token was printed:\n" << f->out;
+  }
+}
+
+TEST(ControlPlane, NodesTalkMutualTlsAndSoDoTheirWorkers) {
+  ddptest::TestCerts certs;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&](const std::string& who, const std::string& mode) {
+    return node_cmd({"--nnodes", "2", "--nproc", "1", "--rdzv-endpoint", endpoint, "--rdzv-id",
+                     "tlsjob", "--rdzv-tls-cert", certs.file(who + ".pem"), "--rdzv-tls-key",
+                     certs.file(who + ".key"), "--rdzv-tls-ca", certs.file("ca.pem")},
+                    {PROBE_BIN, mode});
+  };
+  // The first node hosts the rendezvous, with the service's certificate.
+  std::vector<std::vector<std::string>> cmds{node("server", "env"), node("client", "intrude")};
+  std::vector<Finished> done = run_together(cmds);
+  for (const auto& f : done) EXPECT_EQ(f.exit_code, 0) << f.out << f.err;
+  EXPECT_TRUE(contains(done[0].out, "DDPRUN_RDZV_TLS_CA=" + certs.file("ca.pem"))) << done[0].out;
+  EXPECT_TRUE(contains(done[1].out, "job-token: ok")) << done[1].out;
+}
+
+TEST(ControlPlane, BadTokensAndTlsFilesAreUsageErrors) {
+  const std::vector<std::string> base{"--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
+                                      "--rdzv-id", "x"};
+  auto usage = [&](std::vector<std::string> extra, const ddptest::EnvChanges& env,
+                   const std::string& want) {
+    std::vector<std::string> flags = base;
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    Finished f = ddptest::run(node_cmd(flags, {"/bin/true"}), env);
+    EXPECT_EQ(f.exit_code, 2) << f.err;
+    EXPECT_TRUE(contains(f.err, want)) << "want '" << want << "' in:\n" << f.err;
+    EXPECT_EQ(std::count(f.err.begin(), f.err.end(), '\n'), 1) << f.err;
+  };
+  usage({"--rdzv-token-file", "/nonexistent/token"}, {}, "--rdzv-token-file: cannot read");
+  usage({"--rdzv-token", "a b"}, {}, "--rdzv-token: ");
+  usage({}, {"DDPRUN_RDZV_TOKEN=tab\there"}, "DDPRUN_RDZV_TOKEN: ");
+  usage({"--rdzv-tls-cert", "/nonexistent.pem", "--rdzv-tls-key", "/nonexistent.key"}, {},
+        "--rdzv-tls-cert: cannot read");
+  usage({"--rdzv-tls-cert", "/etc/hostname"}, {}, "--rdzv-tls-cert: needs --rdzv-tls-key");
 }
 
 }  // namespace

@@ -100,7 +100,9 @@ TEST(Cli, BadValuesNameTheFlagAndTheValue) {
   EXPECT_NE(error_of({"--tee", "5", "p"}).find("--tee: expected 0 (none)"), std::string::npos);
   EXPECT_EQ(error_of({"--rdzv-conf", "bogus=1", "p"}),
             "--rdzv-conf: unknown key 'bogus' (known: join_timeout, last_call_timeout, "
-            "keep_alive_interval, lease_timeout, keep_alive_max_attempt, is_host)");
+            "keep_alive_interval, lease_timeout, keep_alive_max_attempt, is_host, "
+            "max_value_bytes, max_job_keys, max_job_bytes, max_jobs, max_waits_per_client, "
+            "idle_timeout)");
   EXPECT_EQ(error_of({"--rdzv-host", "maybe", "p"}),
             "--rdzv-host: expected on, off or auto, got 'maybe'");
   EXPECT_EQ(error_of({"--nnodes", "2", "--rdzv-id", "j", "p"}),
@@ -117,6 +119,25 @@ TEST(Cli, BadValuesNameTheFlagAndTheValue) {
   EXPECT_EQ(error_of({"-m", "--no-python", "p"}),
             "--module and --no-python cannot be used together");
   EXPECT_NE(error_of({"--nproc"}), "");  // a flag without its value
+}
+
+TEST(Cli, CarelessValuesAreRefusedWithTheFlagNamed) {
+  // Sane bounds: a monitor interval of 1e-300 s would spin a core.
+  EXPECT_EQ(error_of({"--monitor-interval", "1e-300", "p"}),
+            "--monitor-interval: 1e-300 s is outside [0.01, 3600] s");
+  EXPECT_EQ(error_of({"--stop-timeout", "1e9", "p"}),
+            "--stop-timeout: 1e9 s is outside [0.001, 2.592e+06] s (0 turns it off)");
+  EXPECT_EQ(error_of({"--rdzv-conf", "keep_alive_interval=1e-9", "p"}),
+            "--rdzv-conf keep_alive_interval: 1e-9 s is outside [0.001, 2.592e+06] s");
+  EXPECT_EQ(error_of({"--log-dir", "", "p"}), "--log-dir: must not be empty");
+  EXPECT_EQ(error_of({"--rdzv-id", std::string(300, 'j'), "p"}),
+            "--rdzv-id: at most 128 characters, got 300");
+  EXPECT_EQ(error_of({"--rdzv-id", "job\xff", "p"}),
+            "--rdzv-id: only printable ASCII without '/' or spaces; byte 4 is 0xff");
+  EXPECT_EQ(error_of({"--rdzv-id", "a\x1b[2Jb", "p"}),
+            "--rdzv-id: only printable ASCII without '/' or spaces; byte 2 is 0x1b");
+  EXPECT_EQ(error_of({"--rdzv-conf", "max_jobs=0", "p"}),
+            "--rdzv-conf max_jobs: 0 is out of range [1, 1000000]");
 }
 
 TEST(Cli, HelpAndVersion) {
@@ -223,6 +244,49 @@ TEST(Plan, FreePortsCanBeBound) {
   int port = pick_free_port();
   EXPECT_GT(port, 0);
   EXPECT_LT(port, 65536);
+}
+
+TEST(Plan, SettingsThatCannotApplyToThisNodeAreUsageErrors) {
+  auto plan_error = [](std::vector<std::string> args) {
+    try {
+      make_launch_plan(parse(args), facts(2, 0));
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(plan_error({"--redirects", "5:3", "true"}),
+            "--redirects: local rank 5 does not exist; this node runs 1 worker(s), local ranks 0 "
+            "to 0");
+  EXPECT_EQ(plan_error({"--nproc", "2", "--tee", "1:1,2:3", "true"}),
+            "--tee: local rank 2 does not exist; this node runs 2 worker(s), local ranks 0 to 1");
+  EXPECT_EQ(plan_error({"--nnodes", "2", "--rdzv-endpoint", "h:29400", "--rdzv-id", "j",
+                        "--master-port", "29400", "true"}),
+            "--master-port: 29400 is the rendezvous' port too (--rdzv-endpoint); pick another");
+  EXPECT_EQ(plan_error({"--nproc", "2", "--redirects", "1:3", "true"}), "");
+}
+
+TEST(Plan, OneNodeJobsMakeTheirOwnTokenAndMultiNodeJobsTakeTheUsers) {
+  auto one = make_launch_plan(parse({"true"}), facts(2, 0));
+  EXPECT_EQ(one.agent.rdzv_auth.token.size(), 64u);
+  EXPECT_NE(one.agent.rdzv_auth.token, make_launch_plan(parse({"true"}), facts(2, 0)).agent.rdzv_auth.token);
+  const std::vector<std::string> multi{"--nnodes", "2", "--rdzv-endpoint", "h:29400",
+                                       "--rdzv-id", "j", "true"};
+  HostFacts f = facts(2, 0);
+  auto open = make_launch_plan(parse(multi), f);
+  EXPECT_EQ(open.agent.rdzv_auth.token, "");
+  ASSERT_EQ(open.warnings.size(), 1u);
+  EXPECT_NE(open.warnings[0].find("--rdzv-token"), std::string::npos);
+  f.rdzv_token = "from-env";
+  auto guarded = make_launch_plan(parse(multi), f);
+  EXPECT_EQ(guarded.agent.rdzv_auth.token, "from-env");
+  EXPECT_TRUE(guarded.warnings.empty());
+  std::vector<std::string> flag = multi;
+  flag.insert(flag.begin(), {"--rdzv-token", "from-flag"});
+  auto on_command_line = make_launch_plan(parse(flag), f);
+  EXPECT_EQ(on_command_line.agent.rdzv_auth.token, "from-flag");
+  ASSERT_EQ(on_command_line.warnings.size(), 1u);  // visible in ps
+  EXPECT_NE(on_command_line.warnings[0].find("ps"), std::string::npos);
 }
 
 }  // namespace

@@ -13,7 +13,6 @@
 
 #include <climits>
 #include <condition_variable>
-#include <filesystem>
 #include <fstream>
 #include <mutex>
 
@@ -22,12 +21,12 @@
 #include "rendezvous/handler.h"
 #include "rendezvous/memory_store.h"
 #include "rendezvous/server.h"
+#include "support/test_certs.h"
 
 namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
-namespace fs = std::filesystem;
 
 std::string no_nccl() { throw std::runtime_error("no NCCL in this test"); }
 
@@ -302,33 +301,15 @@ TEST(RendezvousLimits, IdleConnectionsAreClosed) {
   close(fd);
 }
 
-// Certificates made by openssl for this test: a CA, the service's (for
-// 127.0.0.1), a client's, and a stranger CA with its own client.
 class TlsFixture : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = fs::temp_directory_path() / ("ddprun-tls-" + std::to_string(getpid()));
-    fs::create_directories(dir_);
-    const std::string d = dir_.string();
-    const std::string script =
-        "set -e; cd " + d + "; exec >log 2>&1\n"
-        "for ca in ca other; do\n"
-        "  openssl req -x509 -newkey rsa:2048 -nodes -keyout $ca.key -out $ca.pem -days 2 "
-        "-subj /CN=$ca\n"
-        "done\n"
-        "mk() { openssl req -newkey rsa:2048 -nodes -keyout $1.key -out $1.csr -subj /CN=$1;\n"
-        "  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > $1.ext;\n"
-        "  openssl x509 -req -in $1.csr -CA $2.pem -CAkey $2.key -CAcreateserial -out $1.pem "
-        "-days 2 -extfile $1.ext; }\n"
-        "mk server ca; mk client ca; mk stranger other\n";
-    ASSERT_EQ(std::system(("bash -c '" + script + "'").c_str()), 0) << "openssl failed, see " << d;
-  }
-  static void TearDownTestSuite() { fs::remove_all(dir_); }
-  static std::string f(const std::string& name) { return (dir_ / name).string(); }
+  static void SetUpTestSuite() { certs_ = std::make_unique<ddptest::TestCerts>(); }
+  static void TearDownTestSuite() { certs_.reset(); }
+  static std::string f(const std::string& name) { return certs_->file(name); }
   static TlsFiles pair(const std::string& who, const std::string& ca) {
     return TlsFiles{f(who + ".pem"), f(who + ".key"), ca.empty() ? "" : f(ca + ".pem")};
   }
-  static inline fs::path dir_;
+  static inline std::unique_ptr<ddptest::TestCerts> certs_;
 };
 
 // One call, not waiting for a connection that TLS refuses.
@@ -371,7 +352,7 @@ TEST_F(TlsFixture, UnusableFilesAreNamed) {
   EXPECT_THROW(RendezvousServer(ServerOptions{"127.0.0.1", 0, {"", {f("server.pem"), "", ""}}, {}},
                                 no_nccl),
                AuthConfigError);
-  EXPECT_THROW(RendezvousServer(ServerOptions{"127.0.0.1", 0, {"", {f("log"), f("server.key"), ""}}, {}},
+  EXPECT_THROW(RendezvousServer(ServerOptions{"127.0.0.1", 0, {"", {f("server.ext"), f("server.key"), ""}}, {}},
                                 no_nccl),
                AuthConfigError);
 }

@@ -14,6 +14,9 @@
 //   fail-rank RANK CODE    the worker of that rank exits with CODE once every
 //                      other worker is ready (a barrier through the job's
 //                      store); the others wait for signals like `wait`
+//   intrude            write into the job's store as a stranger would:
+//                      without the token, with a wrong one, then with the
+//                      job's; print "CASE: ok" or "CASE: refused: ERROR"
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -36,7 +39,7 @@ const char* kVars[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "
                        "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
                        "TORCHELASTIC_ERROR_FILE", "OMP_NUM_THREADS", "DDPRUN_RDZV_ADDR",
                        "DDPRUN_JOB_ID", "DDPRUN_ROUND", "DDPRUN_LOCAL_ADDR", "PROBE_EXTRA",
-                       "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"};
+                       "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "DDPRUN_RDZV_TLS_CA"};
 
 int env_int(const char* name) {
   const char* v = getenv(name);
@@ -54,8 +57,16 @@ void say(int fd, const std::string& s) {
 }
 
 // The job's store, as worker_lib would open it.
-ddprun::GrpcStore job_store() {
-  return ddprun::GrpcStore(getenv("DDPRUN_RDZV_ADDR"), getenv("DDPRUN_JOB_ID"));
+std::string env_str(const char* name) {
+  const char* v = getenv(name);
+  return v ? v : "";
+}
+
+ddprun::GrpcStore job_store(const char* token = getenv("DDPRUN_RDZV_TOKEN")) {
+  const ddprun::TlsFiles tls{env_str("DDPRUN_RDZV_TLS_CERT"), env_str("DDPRUN_RDZV_TLS_KEY"),
+                             env_str("DDPRUN_RDZV_TLS_CA")};
+  return ddprun::GrpcStore(env_str("DDPRUN_RDZV_ADDR"), env_str("DDPRUN_JOB_ID"), std::nullopt,
+                           ddprun::RendezvousAuth{token ? token : "", tls});
 }
 
 // A key of this rendezvous round: a restarted group must not see the last one's.
@@ -147,6 +158,19 @@ int main(int argc, char** argv) {
       return atoi(argv[3]);
     }
     return wait_for_signals(false, /*announce_in_store=*/true);
+  }
+  if (mode == "intrude") {
+    const std::pair<const char*, const char*> cases[] = {
+        {"no-token", ""}, {"wrong-token", "guessed"}, {"job-token", getenv("DDPRUN_RDZV_TOKEN")}};
+    for (const auto& [name, token] : cases) {
+      try {
+        job_store(token).set("intruder", "junk");
+        say(1, std::string(name) + ": ok\n");
+      } catch (const std::exception& e) {
+        say(1, std::string(name) + ": refused: " + e.what() + "\n");
+      }
+    }
+    return 0;
   }
   fprintf(stderr, "probe: unknown mode %s\n", mode.c_str());
   return 2;

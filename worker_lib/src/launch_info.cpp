@@ -61,6 +61,10 @@ LaunchInfo read_launch_info(const EnvLookup& env) {
   }
   if (auto v = env(ch::kRdzvAddr)) info.rdzv_address = *v;
   if (auto v = env(ch::kJobId)) info.job_id = *v;
+  if (auto v = env(ch::kRdzvToken)) info.rdzv_token = *v;
+  if (auto v = env(ch::kRdzvTlsCa)) info.rdzv_tls_ca = *v;
+  if (auto v = env(ch::kRdzvTlsCert)) info.rdzv_tls_cert = *v;
+  if (auto v = env(ch::kRdzvTlsKey)) info.rdzv_tls_key = *v;
   if (auto v = env(ch::kRound)) info.round = parse_number<int64_t>(ch::kRound, *v);
   if (auto v = env(ch::kLocalAddr); v && !v->empty()) info.local_addr = *v;
   if (auto v = env(ch::kErrorFile)) info.error_file = *v;

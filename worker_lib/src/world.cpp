@@ -128,7 +128,14 @@ std::shared_ptr<World> init(InitOptions options) {
   if (!store) {
     if (info.from_ddprun()) {
       // Scoped to its round: once the round is over the service refuses it.
-      store = std::make_shared<ddprun::GrpcStore>(info.rdzv_address, info.job_id, info.round);
+      const ddprun::RendezvousAuth auth{
+          info.rdzv_token, {info.rdzv_tls_cert, info.rdzv_tls_key, info.rdzv_tls_ca}};
+      try {
+        store = std::make_shared<ddprun::GrpcStore>(info.rdzv_address, info.job_id, info.round,
+                                                    auth);
+      } catch (const ddprun::AuthConfigError& e) {
+        throw ConfigError(std::string("ddp: DDPRUN_RDZV_TLS_*: ") + e.what());
+      }
     } else if (info.world_size == 1) {
       store = std::make_shared<ddprun::MemoryStore>();
     } else {

@@ -26,6 +26,9 @@ struct LaunchInfo {
   int restart_count = 0;
   std::string rdzv_address;  // empty when not launched by ddprun
   std::string job_id;
+  // DDPRUN_RDZV_TOKEN and DDPRUN_RDZV_TLS_*: how to call the rendezvous.
+  std::string rdzv_token;
+  std::string rdzv_tls_ca, rdzv_tls_cert, rdzv_tls_key;
   int64_t round = 0;
   std::string nccl_id;  // raw bytes, empty when none
   std::string local_addr = "127.0.0.1";
