@@ -49,8 +49,11 @@ void DeadlineTimer::loop() {
       continue;
     }
     auto first = due_.begin();
-    if (Clock::now() < first->first.first) {
-      wake_.wait_until(lock, first->first.first);
+    // A copy: while we wait, the lock is free and cancel() may erase the
+    // entry (wait_until reads the time again after waking).
+    const Clock::time_point when = first->first.first;
+    if (Clock::now() < when) {
+      wake_.wait_until(lock, when);
       continue;
     }
     std::function<void()> fn = std::move(first->second);

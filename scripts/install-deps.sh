@@ -9,7 +9,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libcli11-dev libgtest-dev libgloo-dev nlohmann-json3-dev
   zlib1g-dev libopenblas0-openmp python3-torch dataset-fashion-mnist
-  procps
+  procps openssl clang libclang-rt-14-dev
 )
 
 missing=()
