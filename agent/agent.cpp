@@ -108,6 +108,7 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
     l.spawn.path = cfg_.program;
     l.spawn.argv = cfg_.argv;
     l.spawn.env = merge_environment(cfg_.base_env, l.vars, cfg_.nproc);
+    if (cgroup_) l.spawn.cgroup = cgroup_->next_worker_dir();
     launches.push_back(std::move(l));
   }
   return launches;
@@ -323,8 +324,20 @@ void Agent::await_others(LeaveKind how_this_node_left) {
   }
 }
 
+// Contains the job's processes (see job_cgroup.h); where that is not
+// possible, says once what it means.
+void Agent::contain_processes() {
+  std::string why;
+  cgroup_ = JobCgroup::create(why);
+  if (!cgroup_) {
+    spdlog::warn("cannot keep the job's processes in a cgroup ({}); a process a worker starts in "
+                 "a session of its own may outlive the job", why);
+  }
+}
+
 int Agent::run() {
   prepare_files();
+  contain_processes();
   if (cfg_.lease_timeout.count() > 0) {
     lease_ = std::make_unique<LeaseKeeper>(
         rdzv_, LeaseOptions{cfg_.run_id, node_id_, cfg_.keep_alive_interval, cfg_.lease_timeout});
@@ -371,6 +384,7 @@ int Agent::run() {
 
   lease_.reset();
   dismiss_standbys();
+  cgroup_.reset();  // kills whatever is left in the job's cgroup
   heartbeats_.reset();
   if (files_dir_is_temp_) {
     std::error_code ec;

@@ -12,6 +12,7 @@
 
 #include "agent/agent_config.h"
 #include "agent/heartbeat_table.h"
+#include "agent/job_cgroup.h"
 #include "agent/lease_keeper.h"
 #include "agent/lifecycle.h"
 #include "agent/signals.h"
@@ -43,6 +44,7 @@ class Agent {
   int pending_stop_signal();
   std::string attempt_dir(int attempt) const;
   void prepare_files();
+  void contain_processes();
   // The workers of one attempt (standbys, if any, are attached by the caller).
   std::vector<WorkerLaunch> make_launches(int attempt, const JoinResult& joined);
   // Starts the standby set for attempt (their variables come at release).
@@ -64,6 +66,7 @@ class Agent {
   bool files_dir_is_temp_ = false;
   bool wants_files_ = false;
   std::unique_ptr<HeartbeatTable> heartbeats_;
+  std::unique_ptr<JobCgroup> cgroup_;  // null where the kernel does not allow one
   std::unique_ptr<LeaseKeeper> lease_;
   std::vector<Standby> standbys_;  // for the next attempt
   int nodes_waiting_ = 0;          // late nodes last reported waiting

@@ -9,6 +9,8 @@
 
 #include <cstdio>
 
+#include "agent/job_cgroup.h"
+
 #include <spdlog/spdlog.h>
 
 namespace ddprun {
@@ -17,6 +19,7 @@ struct WorkerGroup::Worker {
   const WorkerLaunch* launch = nullptr;
   pid_t pid = -1;
   int fds[2] = {-1, -1};  // stdout, stderr read ends
+  std::string cgroup;     // its cgroup folder, "" when not contained
   std::unique_ptr<WorkerOutput> output;
   // Whether it runs (started, not reaped) is the policy's to say: alive(i).
 };
@@ -35,6 +38,7 @@ WorkerGroup::~WorkerGroup() {
       while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR) {
       }
     }
+    kill_cgroup(w->cgroup);
     for (int& fd : w->fds) {
       if (fd >= 0) close(fd);
     }
@@ -65,6 +69,7 @@ void WorkerGroup::start_all() {
     w->pid = p.pid;
     w->fds[0] = p.stdout_fd;
     w->fds[1] = p.stderr_fd;
+    w->cgroup = p.cgroup;
     workers_.push_back(std::move(w));
   }
 }
@@ -138,6 +143,9 @@ void WorkerGroup::reap() {
     int status = 0;
     pid_t r = waitpid(w.pid, &status, WNOHANG);
     if (r != w.pid) continue;
+    // Whatever it started and left running (in any process group or
+    // session) ends with it.
+    kill_cgroup(w.cgroup);
     // Everything the worker wrote is in its pipes now.
     drain(w, /*until_eof=*/true);
     w.output->finish();

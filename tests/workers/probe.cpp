@@ -14,6 +14,10 @@
 //   fail-rank RANK CODE    the worker of that rank exits with CODE once every
 //                      other worker is ready (a barrier through the job's
 //                      store); the others wait for signals like `wait`
+//   leave-child FILE MODE...  first start a grandchild that leaves the
+//                      worker's session (setsid), ignores SIGTERM, SIGINT and
+//                      SIGHUP, writes its pid to FILE and sleeps for ever;
+//                      then do MODE... as above
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -82,10 +86,45 @@ int wait_for_signals(bool ignore_term, bool announce_in_store = false) {
   }
 }
 
+// A process that tries hard to outlive the job: its own session, deaf to
+// the polite signals. Returns once its pid is in `file`.
+void leave_child(const std::string& file) {
+  int sync[2];
+  if (pipe(sync) != 0) exit(20);
+  const pid_t pid = fork();
+  if (pid < 0) exit(21);
+  if (pid == 0) {
+    close(sync[0]);
+    setsid();
+    for (int s : {SIGTERM, SIGINT, SIGHUP}) signal(s, SIG_IGN);
+    const std::string tmp = file + ".tmp";
+    FILE* f = fopen(tmp.c_str(), "w");
+    if (!f) _exit(22);
+    fprintf(f, "%d\n", static_cast<int>(getpid()));
+    fclose(f);
+    rename(tmp.c_str(), file.c_str());
+    say(sync[1], "x");
+    close(sync[1]);
+    while (true) pause();
+  }
+  close(sync[1]);
+  char c;
+  if (read(sync[0], &c, 1) != 1) exit(23);
+  close(sync[0]);
+}
+
+int run_mode(int argc, char** argv);
+
 }  // namespace
 
 int main(int argc, char** argv) {
   ddp::install_error_file_handler();
+  return run_mode(argc, argv);
+}
+
+namespace {
+
+int run_mode(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "env";
   if (mode == "env") {
     std::string out;
@@ -148,6 +187,13 @@ int main(int argc, char** argv) {
     }
     return wait_for_signals(false, /*announce_in_store=*/true);
   }
+  if (mode == "leave-child" && argc > 3) {
+    leave_child(argv[2]);
+    argv[2] = argv[0];
+    return run_mode(argc - 2, argv + 2);
+  }
   fprintf(stderr, "probe: unknown mode %s\n", mode.c_str());
   return 2;
 }
+
+}  // namespace
