@@ -30,7 +30,11 @@ std::string describe_exit(const WorkerExit& e);
 
 // The message a worker wrote to TORCHELASTIC_ERROR_FILE (torchrun's JSON
 // format: {"message": {"message": ..., "extraInfo": {...}}} or
-// {"message": "..."}). Empty when the file does not exist.
+// {"message": "..."}). Empty when the file does not exist. Never blocks:
+// anything but a regular file (a FIFO, a device, a symbolic link) is not
+// read, and a regular file only up to kMaxErrorFile bytes (the message says
+// when it was cut).
+constexpr size_t kMaxErrorFile = 64 * 1024;
 std::string read_error_file(const std::string& path);
 
 struct SummaryContext {

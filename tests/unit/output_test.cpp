@@ -1,9 +1,15 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "agent/failure_report.h"
 #include "agent/line_splitter.h"
@@ -137,6 +143,85 @@ TEST(ErrorFile, ReadsTorchrunsFormatsAndOurOwn) {
   EXPECT_EQ(read_error_file(ours.string()), "std::runtime_error: disk full");
   EXPECT_FALSE(ddp::write_error_file("", "x"));
   for (const auto& f : {py, plain, junk, ours.string()}) std::filesystem::remove(f);
+}
+
+// A worker may leave anything at its error file's path; reading it must
+// neither block nor read without end. The read happens in a child process
+// with little memory, so that a reader that does either fails the test
+// (killed after the timeout, or out of memory) instead of hanging it.
+std::optional<std::string> read_error_file_in_child(const std::string& path) {
+  int fds[2];
+  if (pipe(fds) != 0) return std::nullopt;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    rlimit limit{512u << 20, 512u << 20};
+    setrlimit(RLIMIT_AS, &limit);
+    const std::string msg = read_error_file(path);
+    if (write(fds[1], msg.data(), msg.size()) < 0) _exit(1);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string got;
+  bool done = false;
+  while (!done) {
+    pollfd p{fds[0], POLLIN, 0};
+    if (poll(&p, 1, 10000) <= 0) break;  // no answer in 10 s: blocked
+    char buf[4096];
+    const ssize_t n = read(fds[0], buf, sizeof(buf));
+    if (n <= 0) done = true;
+    else got.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!done || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
+  return got;
+}
+
+TEST(ErrorFile, AFifoIsNotWaitedFor) {
+  auto path = std::filesystem::temp_directory_path() / ("err-fifo" + std::to_string(getpid()));
+  std::filesystem::remove(path);
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  auto got = read_error_file_in_child(path.string());
+  ASSERT_TRUE(got) << "reading a FIFO error file blocked";
+  EXPECT_NE(got->find("is not a regular file"), std::string::npos) << *got;
+  std::filesystem::remove(path);
+}
+
+TEST(ErrorFile, ALinkToDevZeroIsNotRead) {
+  auto path = std::filesystem::temp_directory_path() / ("err-zero" + std::to_string(getpid()));
+  std::filesystem::remove(path);
+  std::filesystem::create_symlink("/dev/zero", path);
+  auto got = read_error_file_in_child(path.string());
+  ASSERT_TRUE(got) << "reading a link to /dev/zero did not end";
+  EXPECT_NE(got->find("is a symbolic link"), std::string::npos) << *got;
+  std::filesystem::remove(path);
+}
+
+TEST(ErrorFile, AHugeFileIsReadOnlyInPartAndSaysSo) {
+  const std::string message(8 * 1024 * 1024, 'x');
+  auto huge = temp_file("err-huge", R"({"message": ")" + message + R"("})");
+  const std::string got = read_error_file(huge);
+  EXPECT_LT(got.size(), 2 * kMaxErrorFile);
+  EXPECT_NE(got.find("truncated"), std::string::npos) << got.substr(0, 300);
+  std::filesystem::remove(huge);
+}
+
+TEST(FailureSummary, WhatWorkersWroteLosesItsEscapeSequences) {
+  WorkerExit e;
+  e.exit_code = 1;
+  e.error_message = "red \x1b[31mALERT\x1b[0m bell\a title\x1b]0;pwned\a end\r\nnext\tline \xc2\x9b" "2J";
+  e.stderr_tail = {"tail \x1b[2J\x1b[Hcleared\rover"};
+  const std::string s = format_failure_summary({e}, SummaryContext{"job", 0, 0, 0, ""});
+  EXPECT_EQ(s.find('\x1b'), std::string::npos) << s;
+  EXPECT_EQ(s.find('\a'), std::string::npos) << s;
+  EXPECT_EQ(s.find('\r'), std::string::npos) << s;
+  EXPECT_EQ(s.find("\xc2\x9b"), std::string::npos) << s;
+  EXPECT_NE(s.find("error: red ALERT bell title end\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("next\tline 2J"), std::string::npos) << s;
+  EXPECT_NE(s.find("  tail clearedover\n"), std::string::npos) << s;
 }
 
 TEST(FailureSummary, RootCauseIsTheEarliestFailure) {

@@ -14,11 +14,15 @@
 //   fail-rank RANK CODE    the worker of that rank exits with CODE once every
 //                      other worker is ready (a barrier through the job's
 //                      store); the others wait for signals like `wait`
+//   error-file KIND    make TORCHELASTIC_ERROR_FILE hostile, then exit 1:
+//                      fifo (a FIFO), zero (a link to /dev/zero), escapes
+//                      (a message and a stderr line full of escape sequences)
 //   leave-child FILE MODE...  first start a grandchild that leaves the
 //                      worker's session (setsid), ignores SIGTERM, SIGINT and
 //                      SIGHUP, writes its pid to FILE and sleeps for ever;
 //                      then do MODE... as above
 #include <signal.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -186,6 +190,21 @@ int run_mode(int argc, char** argv) {
       return atoi(argv[3]);
     }
     return wait_for_signals(false, /*announce_in_store=*/true);
+  }
+  if (mode == "error-file" && argc > 2) {
+    const std::string kind = argv[2];
+    const char* path = getenv("TORCHELASTIC_ERROR_FILE");
+    if (!path) return 3;
+    if (kind == "fifo" && mkfifo(path, 0600) != 0) return 4;
+    if (kind == "zero" && symlink("/dev/zero", path) != 0) return 4;
+    if (kind == "escapes") {
+      FILE* f = fopen(path, "w");
+      if (!f) return 4;
+      fputs(R"({"message": "red \u001b[31mALERT\u001b[0m title\u001b]0;pwned\u0007 end"})", f);
+      fclose(f);
+      say(2, "tail \x1b[2J\x1b[Hcleared\n");
+    }
+    return 1;
   }
   if (mode == "leave-child" && argc > 3) {
     leave_child(argv[2]);
