@@ -102,8 +102,8 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
     l.output.file_mask = wants_files_ ? kBoth : kNone;
     l.output.stdout_path = dir + "/stdout.log";
     l.output.stderr_path = dir + "/stderr.log";
-    l.output.console_out_fd = cfg_.console_out_fd;
-    l.output.console_err_fd = cfg_.console_err_fd;
+    l.output.console_out = console_out_.get();
+    l.output.console_err = console_err_;
     l.vars = worker_variables(l.id, job, l.error_file);
     l.spawn.path = cfg_.program;
     l.spawn.argv = cfg_.argv;
@@ -335,9 +335,25 @@ void Agent::contain_processes() {
   }
 }
 
+// stdout and stderr may be one pipe or terminal (2>&1): then one Console
+// serves both, so that lines on the two never interleave mid-line.
+void Agent::open_consoles() {
+  console_out_ = std::make_unique<Console>(cfg_.console_out_fd);
+  struct stat out, err;
+  const bool same = fstat(cfg_.console_out_fd, &out) == 0 && fstat(cfg_.console_err_fd, &err) == 0 &&
+                    out.st_dev == err.st_dev && out.st_ino == err.st_ino;
+  if (same) {
+    console_err_ = console_out_.get();
+  } else {
+    console_err_own_ = std::make_unique<Console>(cfg_.console_err_fd);
+    console_err_ = console_err_own_.get();
+  }
+}
+
 int Agent::run() {
   prepare_files();
   contain_processes();
+  open_consoles();
   if (cfg_.lease_timeout.count() > 0) {
     lease_ = std::make_unique<LeaseKeeper>(
         rdzv_, LeaseOptions{cfg_.run_id, node_id_, cfg_.keep_alive_interval, cfg_.lease_timeout});

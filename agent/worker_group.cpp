@@ -226,12 +226,20 @@ GroupResult WorkerGroup::run() {
         }
       }
     }
+    // Consoles that have lines waiting: woken when they take more.
+    const size_t first_console = fds.size();
+    for (auto& w : workers_) {
+      for (Console* c : w->output->waiting_consoles()) fds.push_back({c->fd(), POLLOUT, 0});
+    }
     const int timeout_ms = policy_->poll_timeout_ms(std::chrono::steady_clock::now());
     int n = poll(fds.data(), fds.size(), timeout_ms);
     if (n < 0 && errno != EINTR) throw std::runtime_error("poll failed");
 
-    for (size_t i = first_worker; i < fds.size(); ++i) {
+    for (size_t i = first_worker; i < first_console; ++i) {
       if (fds[i].revents) drain(*owners[i].first, /*until_eof=*/false);
+    }
+    if (first_console < fds.size()) {
+      for (auto& w : workers_) w->output->flush_console();
     }
     if (fds[0].revents & POLLIN) {
       while (auto sig = signals_.next()) {
@@ -259,6 +267,14 @@ GroupResult WorkerGroup::run() {
       spdlog::warn("workers still running {} ms after being asked to stop: sending SIGKILL",
                    options_.stop_timeout.count());
       execute(kill);
+    }
+  }
+
+  // The workers are done; a console that still does not read loses the rest.
+  for (auto& w : workers_) {
+    if (const uint64_t dropped = w->output->abandon_console()) {
+      spdlog::warn("rank {}: {} line(s) of output dropped: the console was not reading",
+                   w->launch->id.rank, dropped);
     }
   }
 

@@ -18,7 +18,7 @@ extern char** environ;
 
 namespace ddptest {
 
-Process::Process(const std::vector<std::string>& argv, const EnvChanges& env) {
+Process::Process(const std::vector<std::string>& argv, const EnvChanges& env, bool read_stdout) {
   std::map<std::string, std::string> merged;
   for (char** e = environ; *e; ++e) {
     std::string s = *e;
@@ -51,7 +51,7 @@ Process::Process(const std::vector<std::string>& argv, const EnvChanges& env) {
   close(out[1]);
   close(err[1]);
   if (rc != 0) throw std::runtime_error("cannot start " + argv[0]);
-  out_fd_ = out[0];
+  (read_stdout ? out_fd_ : stalled_out_fd_) = out[0];
   err_fd_ = err[0];
 }
 
@@ -61,8 +61,9 @@ Process::~Process() {
     int status;
     waitpid(pid_, &status, 0);
   }
-  if (out_fd_ >= 0) close(out_fd_);
-  if (err_fd_ >= 0) close(err_fd_);
+  for (int fd : {out_fd_, err_fd_, stalled_out_fd_}) {
+    if (fd >= 0) close(fd);
+  }
 }
 
 void Process::signal(int sig) { kill(pid_, sig); }
@@ -90,17 +91,29 @@ bool Process::pump(std::chrono::milliseconds timeout) {
 
 std::optional<std::string> Process::wait_for_line(
     const std::function<bool(const std::string&)>& pred, std::chrono::milliseconds timeout) {
+  return wait_for(false, pred, timeout);
+}
+
+std::optional<std::string> Process::wait_for_err_line(
+    const std::function<bool(const std::string&)>& pred, std::chrono::milliseconds timeout) {
+  return wait_for(true, pred, timeout);
+}
+
+std::optional<std::string> Process::wait_for(bool err, const std::function<bool(const std::string&)>& pred,
+                                             std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const std::string& text = err ? err_ : out_;
+  size_t& scanned = err ? scanned_err_ : scanned_;
   while (true) {
     size_t nl;
-    while ((nl = out_.find('\n', scanned_)) != std::string::npos) {
-      std::string line = out_.substr(scanned_, nl - scanned_);
-      scanned_ = nl + 1;
+    while ((nl = text.find('\n', scanned)) != std::string::npos) {
+      std::string line = text.substr(scanned, nl - scanned);
+      scanned = nl + 1;
       if (pred(line)) return line;
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0 || out_fd_ < 0) return std::nullopt;
+    if (left.count() <= 0 || (err ? err_fd_ : out_fd_) < 0) return std::nullopt;
     if (!pump(left)) return std::nullopt;
   }
 }

@@ -25,7 +25,9 @@ using EnvChanges = std::vector<std::string>;
 
 class Process {
  public:
-  Process(const std::vector<std::string>& argv, const EnvChanges& env = {});
+  // With read_stdout false, nobody reads the process's stdout: it is a pipe
+  // that fills up and stays full (a stalled reader).
+  Process(const std::vector<std::string>& argv, const EnvChanges& env = {}, bool read_stdout = true);
   ~Process();  // kills the process if it still runs
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
@@ -37,6 +39,9 @@ class Process {
   // or when the timeout passes. Lines read are kept in out().
   std::optional<std::string> wait_for_line(const std::function<bool(const std::string&)>& pred,
                                            std::chrono::milliseconds timeout);
+  // The same on stderr (lines read are kept for finish()).
+  std::optional<std::string> wait_for_err_line(const std::function<bool(const std::string&)>& pred,
+                                               std::chrono::milliseconds timeout);
   // Reads both streams to EOF and reaps the process.
   Finished finish(std::chrono::milliseconds timeout = std::chrono::minutes(2));
 
@@ -46,8 +51,12 @@ class Process {
   bool pump(std::chrono::milliseconds timeout);  // one poll round; false at EOF of both
   pid_t pid_ = -1;
   int out_fd_ = -1, err_fd_ = -1;
+  int stalled_out_fd_ = -1;  // the unread stdout, when read_stdout is false
   std::string out_, err_;
-  size_t scanned_ = 0;  // how much of out_ wait_for_line has looked at
+  std::optional<std::string> wait_for(bool err, const std::function<bool(const std::string&)>& pred,
+                                      std::chrono::milliseconds timeout);
+  size_t scanned_ = 0;      // how much of out_ wait_for_line has looked at
+  size_t scanned_err_ = 0;  // the same for err_
   bool reaped_ = false;
 };
 

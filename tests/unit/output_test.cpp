@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <regex>
+#include <sstream>
 
 #include "agent/failure_report.h"
 #include "agent/line_splitter.h"
@@ -53,6 +55,13 @@ std::string drain(int fd) {
   return out;
 }
 
+std::vector<std::string> ddprun_lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
 struct Pipes {
   int out[2], err[2];
   Pipes() {
@@ -67,8 +76,9 @@ struct Pipes {
 TEST(WorkerOutput, PrefixesWholeLinesAndKeepsTheStderrTail) {
   Pipes p;
   OutputOptions o;
-  o.console_out_fd = p.out[1];
-  o.console_err_fd = p.err[1];
+  Console out(p.out[1]), err(p.err[1]);
+  o.console_out = &out;
+  o.console_err = &err;
   o.tail_lines = 2;
   WorkerOutput w(3, o);
   w.write(kStdout, "hel");
@@ -83,6 +93,38 @@ TEST(WorkerOutput, PrefixesWholeLinesAndKeepsTheStderrTail) {
             (std::vector<std::string>{"e2", "e3"}));
 }
 
+// A console that does not read never blocks the output: lines beyond the
+// backlog are dropped, counted, and announced once it reads again.
+TEST(WorkerOutput, AStalledConsoleDropsLinesAndSaysSoWhenItReadsAgain) {
+  Pipes p;
+  ASSERT_GT(fcntl(p.out[1], F_SETPIPE_SZ, 4096), 0);
+  Console console(p.out[1]);
+  OutputOptions o;
+  o.console_mask = kStdout;
+  o.console_out = &console;
+  WorkerOutput w(3, o);
+  const std::string line(1000, 'x');
+  const size_t lines = 3 * WorkerOutput::kConsoleBacklog / line.size();
+  for (size_t i = 0; i < lines; ++i) w.write(kStdout, line + "\n");  // returns: never blocks
+  ASSERT_FALSE(w.waiting_consoles().empty());
+  // The reader comes back: everything kept, then how much was lost.
+  std::string got;
+  for (int rounds = 0; rounds < 100000 && !w.waiting_consoles().empty(); ++rounds) {
+    got += drain(p.out[0]);
+    w.flush_console();
+  }
+  got += drain(p.out[0]);
+  ASSERT_TRUE(w.waiting_consoles().empty());
+  const auto all = ddprun_lines(got);
+  ASSERT_GE(all.size(), 2u);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(all.back(), m, std::regex(R"(\[rank3\]: \.\.\. (\d+) lines dropped: console not reading)")))
+      << all.back();
+  const size_t shown = all.size() - 1;
+  EXPECT_EQ(shown + std::stoul(m[1]), lines);
+  for (size_t i = 0; i < shown; ++i) ASSERT_EQ(all[i], "[rank3]:" + line) << "line " << i;
+}
+
 TEST(WorkerOutput, FilesWithoutConsole) {
   Pipes p;
   auto dir = std::filesystem::temp_directory_path() / ("ddprun-output-test-" + std::to_string(getpid()));
@@ -92,8 +134,9 @@ TEST(WorkerOutput, FilesWithoutConsole) {
   o.file_mask = kBoth;
   o.stdout_path = (dir / "stdout.log").string();
   o.stderr_path = (dir / "stderr.log").string();
-  o.console_out_fd = p.out[1];
-  o.console_err_fd = p.err[1];
+  Console out(p.out[1]), err(p.err[1]);
+  o.console_out = &out;
+  o.console_err = &err;
   {
     WorkerOutput w(0, o);
     w.write(kStdout, "to file\n");

@@ -14,6 +14,8 @@
 //   fail-rank RANK CODE    the worker of that rank exits with CODE once every
 //                      other worker is ready (a barrier through the job's
 //                      store); the others wait for signals like `wait`
+//   flood N CODE       print N lines of 1000 characters to stdout as fast as
+//                      it can (N < 0: for ever), then exit with CODE
 //   error-file KIND    make TORCHELASTIC_ERROR_FILE hostile, then exit 1:
 //                      fifo (a FIFO), zero (a link to /dev/zero), escapes
 //                      (a message and a stderr line full of escape sequences)
@@ -190,6 +192,15 @@ int run_mode(int argc, char** argv) {
       return atoi(argv[3]);
     }
     return wait_for_signals(false, /*announce_in_store=*/true);
+  }
+  if (mode == "flood" && argc > 3) {
+    const long n = atol(argv[2]);
+    std::string lines;
+    for (int i = 0; i < 64; ++i) lines += std::string(999, 'f') + "\n";
+    say(2, "flooding\n");
+    for (long i = 0; n < 0 || i < n; i += 64) say(1, lines);
+    say(2, "flooded, now failing\n");
+    return atoi(argv[3]);
   }
   if (mode == "error-file" && argc > 2) {
     const std::string kind = argv[2];
