@@ -192,6 +192,7 @@ JoinEnd Agent::join_round(const JoinIntent& intent) {
     if (fds[2].revents & POLLIN) tell_lost(lease_->take());
     if (fds[0].revents & POLLIN) {
       while (auto sig = signals_.next()) {
+        if (*sig == SIGTSTP) suspend_self();  // no workers to stop first
         if (!is_stop_signal(*sig) || stop != 0) continue;
         stop = *sig;
         spdlog::warn("received {} while joining: giving up the join", signal_name(stop));

@@ -87,6 +87,9 @@ void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
         record_hung(c);
         kill(-workers_[c.worker]->pid, SIGKILL);
         break;
+      case GroupCommand::kSuspendSelf:
+        suspend_self();
+        break;
       case GroupCommand::kWarmStandbys:
         if (options_.on_all_beating) {
           auto ready = std::move(options_.on_all_beating);
@@ -246,6 +249,12 @@ GroupResult WorkerGroup::run() {
         if (*sig == SIGCHLD) {
           reap();
           continue;
+        }
+        if (*sig == SIGTSTP) {
+          spdlog::info("received SIGTSTP: stopping {} worker(s), then ddprun (fg or SIGCONT continues)",
+                       policy_->alive_count());
+        } else if (*sig == SIGCONT) {
+          spdlog::info("continued: continuing {} worker(s)", policy_->alive_count());
         }
         if (is_stop_signal(*sig)) {
           const bool again = policy_->stop_requested_by_signal() ||

@@ -154,6 +154,15 @@ std::vector<std::string> lines(const std::string& text) {
   return out;
 }
 
+char process_state(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return 0;
+  const auto close = line.rfind(')');  // comm may hold spaces and parentheses
+  if (close == std::string::npos || close + 2 >= line.size()) return 0;
+  return line[close + 2];
+}
+
 std::vector<pid_t> children_of(pid_t parent) {
   std::vector<pid_t> out;
   DIR* proc = opendir("/proc");

@@ -70,6 +70,10 @@ std::vector<std::string> lines(const std::string& text);
 // The pids of pid's live child processes (from /proc).
 std::vector<pid_t> children_of(pid_t pid);
 
+// The state letter of pid in /proc/PID/stat ('R', 'S', 'T' for stopped...),
+// or 0 when there is no such process.
+char process_state(pid_t pid);
+
 // Whether pid was started as a --standby worker (its initial environment
 // holds DDPRUN_STANDBY_FD).
 bool started_as_standby(pid_t pid);

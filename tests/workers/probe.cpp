@@ -19,6 +19,8 @@
 //   error-file KIND    make TORCHELASTIC_ERROR_FILE hostile, then exit 1:
 //                      fifo (a FIFO), zero (a link to /dev/zero), escapes
 //                      (a message and a stderr line full of escape sequences)
+//   beat MODE...       beat the heartbeat (DDPRUN_HEARTBEAT_FILE) every 20 ms
+//                      from a thread, and do MODE... as above
 //   leave-child FILE MODE...  first start a grandchild that leaves the
 //                      worker's session (setsid), ignores SIGTERM, SIGINT and
 //                      SIGHUP, writes its pid to FILE and sleeps for ever;
@@ -32,9 +34,11 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ddp/error_file.h"
+#include "ddp/heartbeat.h"
 #include "ddp/standby.h"
 #include "rendezvous/client.h"
 
@@ -216,6 +220,26 @@ int run_mode(int argc, char** argv) {
       say(2, "tail \x1b[2J\x1b[Hcleared\n");
     }
     return 1;
+  }
+  if (mode == "beat" && argc > 2) {
+    // The signals `wait` reports are blocked before the thread starts, so
+    // that they reach the main thread's sigwait, not the beating thread.
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, SIGINT, SIGHUP}) sigaddset(&set, sig);
+    sigprocmask(SIG_BLOCK, &set, nullptr);
+    const char* file = getenv("DDPRUN_HEARTBEAT_FILE");
+    const char* slot = getenv("DDPRUN_HEARTBEAT_SLOT");
+    if (!file || !slot) return 5;
+    static ddp::Heartbeat heartbeat(file, atoi(slot));
+    std::thread([] {
+      while (true) {
+        heartbeat.beat();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }).detach();
+    argv[1] = argv[0];
+    return run_mode(argc - 1, argv + 1);
   }
   if (mode == "leave-child" && argc > 3) {
     leave_child(argv[2]);
