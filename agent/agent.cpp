@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <ctime>
 #include <filesystem>
 #include <spdlog/spdlog.h>
 #include <thread>
@@ -18,6 +19,25 @@ void make_dirs(const std::string& path) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) throw std::runtime_error("cannot create folder " + path + ": " + ec.message());
+}
+
+// <log_dir>/<run id>-<YYYYmmdd-HHMMSS>[-n]: a folder of this run's own, so
+// that a run never overwrites an earlier one's logs (mkdir makes it or
+// fails: two runs started in the same second get different names).
+std::string make_run_dir(const std::string& log_dir, const std::string& run_id) {
+  make_dirs(log_dir);
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
+  const std::string base = log_dir + "/" + run_id + "-" + stamp;
+  for (int n = 0; n < 1000; ++n) {
+    const std::string dir = n == 0 ? base : base + "-" + std::to_string(n);
+    if (mkdir(dir.c_str(), 0755) == 0) return dir;
+    if (errno != EEXIST) throw std::runtime_error("cannot create folder " + dir + ": " + strerror(errno));
+  }
+  throw std::runtime_error("cannot create a folder for this run's logs in " + log_dir);
 }
 
 std::string make_temp_dir(const std::string& run_id) {
@@ -59,8 +79,8 @@ void Agent::prepare_files() {
   wants_files_ = !cfg_.log_dir.empty() || cfg_.redirects.all || cfg_.tee.all ||
                  !cfg_.redirects.by_local_rank.empty() || !cfg_.tee.by_local_rank.empty();
   if (!cfg_.log_dir.empty()) {
-    files_dir_ = cfg_.log_dir;
-    make_dirs(files_dir_);
+    files_dir_ = make_run_dir(cfg_.log_dir, cfg_.run_id);
+    spdlog::info("worker logs are in {}", files_dir_);
   } else {
     files_dir_ = make_temp_dir(cfg_.run_id);
     files_dir_is_temp_ = !wants_files_;
@@ -278,6 +298,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
                            : ""};
     write_all(cfg_.console_err_fd, format_failure_summary(result.failures, ctx));
   }
+  log_losses_.insert(log_losses_.end(), result.log_losses.begin(), result.log_losses.end());
   if (end.outcome == GroupEnd::kWorkerFailed && life.can_restart()) {
     spdlog::warn("restarting the workers (restart {} of {}{})", a.restart_count + 1,
                  cfg_.rdzv.max_restarts, standbys_.empty() ? "" : ", from standby");
@@ -399,6 +420,9 @@ int Agent::run() {
     exit_code = kExitWorkerFailed;
   }
 
+  // Lost log lines do not change the exit code (the job did what it did),
+  // but are never lost silently.
+  write_all(cfg_.console_err_fd, format_log_losses(log_losses_));
   lease_.reset();
   dismiss_standbys();
   cgroup_.reset();  // kills whatever is left in the job's cgroup

@@ -75,6 +75,7 @@ class Agent {
   std::unique_ptr<LeaseKeeper> lease_;
   std::vector<Standby> standbys_;  // for the next attempt
   int nodes_waiting_ = 0;          // late nodes last reported waiting
+  std::vector<LogLoss> log_losses_;  // of every attempt, told at the end
 };
 
 }  // namespace ddprun

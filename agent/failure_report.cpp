@@ -95,6 +95,23 @@ std::string read_error_file(const std::string& path) {
   }
 }
 
+std::string format_log_losses(const std::vector<LogLoss>& losses) {
+  if (losses.empty()) return "";
+  uint64_t lines = 0, bytes = 0;
+  for (const auto& l : losses) {
+    lines += l.lines;
+    bytes += l.bytes;
+  }
+  std::ostringstream os;
+  os << "ddprun: the worker logs are incomplete: " << lines << " line(s), " << bytes
+     << " byte(s) could not be written to " << losses.size() << " file(s)\n";
+  for (const auto& l : losses) {
+    os << "  rank " << l.rank << ": " << l.path << ": " << l.lines << " line(s), " << l.bytes
+       << " byte(s) lost (" << l.error << ")\n";
+  }
+  return os.str();
+}
+
 std::string format_failure_summary(std::vector<WorkerExit> failures, const SummaryContext& ctx) {
   std::stable_sort(failures.begin(), failures.end(),
                    [](const WorkerExit& a, const WorkerExit& b) { return a.time < b.time; });

@@ -285,6 +285,7 @@ GroupResult WorkerGroup::run() {
       spdlog::warn("rank {}: {} line(s) of output dropped: the console was not reading",
                    w->launch->id.rank, dropped);
     }
+    for (auto& loss : w->output->log_losses()) result_.log_losses.push_back(std::move(loss));
   }
 
   switch (policy_->outcome()) {

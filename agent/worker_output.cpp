@@ -5,7 +5,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <stdexcept>
+
+#include <spdlog/spdlog.h>
 
 namespace ddprun {
 
@@ -31,13 +34,16 @@ int open_log(const std::string& path) {
 }  // namespace
 
 WorkerOutput::WorkerOutput(int global_rank, OutputOptions options)
-    : prefix_("[rank" + std::to_string(global_rank) + "]:"), options_(std::move(options)) {
+    : rank_(global_rank), prefix_("[rank" + std::to_string(global_rank) + "]:"), options_(std::move(options)) {
   const int masks[2] = {kStdout, kStderr};
   Console* console[2] = {options_.console_out, options_.console_err};
   const std::string* paths[2] = {&options_.stdout_path, &options_.stderr_path};
   for (int i = 0; i < 2; ++i) {
     if (options_.console_mask & masks[i]) streams_[i].console = console[i];
-    if (options_.file_mask & masks[i]) streams_[i].file_fd = open_log(*paths[i]);
+    if (options_.file_mask & masks[i]) {
+      streams_[i].file_fd = open_log(*paths[i]);
+      streams_[i].file_path = *paths[i];
+    }
   }
 }
 
@@ -75,7 +81,7 @@ void WorkerOutput::on_line(int idx, std::string_view line) {
 void WorkerOutput::flush_pending(Stream& s) {
   flush_console(s);
   if (!s.pending_file.empty()) {
-    write_all(s.file_fd, s.pending_file);
+    write_file(s);
     s.pending_file.clear();
   }
 }
@@ -107,6 +113,38 @@ void WorkerOutput::flush_console(Stream& s) {
                         " lines dropped: console not reading\n";
     s.dropped = 0;
   }
+}
+
+// Whole lines to the log file. What a failed write did not store is
+// counted (a line cut short counts as lost); later writes are still tried,
+// as space may come back.
+void WorkerOutput::write_file(Stream& s) {
+  std::string_view data = s.pending_file;
+  while (!data.empty()) {
+    const ssize_t n = ::write(s.file_fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    const std::string why = strerror(n < 0 ? errno : ENOSPC);
+    if (s.file_error.empty()) {
+      s.file_error = why;
+      spdlog::warn("rank {}: cannot write {} ({}); what it cannot take is counted as lost", rank_,
+                   s.file_path, why);
+    }
+    s.lost_bytes += data.size();
+    s.lost_lines += static_cast<uint64_t>(std::count(data.begin(), data.end(), '\n'));
+    return;
+  }
+}
+
+std::vector<LogLoss> WorkerOutput::log_losses() const {
+  std::vector<LogLoss> out;
+  for (const auto& s : streams_) {
+    if (!s.file_error.empty()) out.push_back({rank_, s.file_path, s.file_error, s.lost_lines, s.lost_bytes});
+  }
+  return out;
 }
 
 void WorkerOutput::flush_console() {

@@ -5,7 +5,8 @@
 // The console is never waited for: lines it does not take at once wait in
 // a bounded buffer per stream (kConsoleBacklog), and lines beyond it are
 // dropped and counted; once the console takes lines again, a line says how
-// many were lost. Log files get every line.
+// many were lost. Log files get every line; a write to one that fails (a
+// full disk) is said once per file, and what it lost is counted.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "agent/console.h"
+#include "agent/failure_report.h"
 #include "agent/line_splitter.h"
 
 namespace ddprun {
@@ -59,6 +61,8 @@ class WorkerOutput {
   uint64_t abandon_console();
 
   const std::deque<std::string>& stderr_tail() const { return tail_; }
+  // The log files that could not be written in full.
+  std::vector<LogLoss> log_losses() const;
 
  private:
   struct Stream {
@@ -69,11 +73,16 @@ class WorkerOutput {
     size_t console_sent = 0;      // bytes of pending_console it took already
     uint64_t dropped = 0;         // lines dropped since the console last took one
     std::string pending_file;
+    std::string file_path;
+    std::string file_error;  // why the first failed write failed; "" if none did
+    uint64_t lost_lines = 0, lost_bytes = 0;
   };
+  void write_file(Stream& s);
   void on_line(int stream, std::string_view line);
   void flush_pending(Stream& s);
   void flush_console(Stream& s);
 
+  int rank_;
   std::string prefix_;
   OutputOptions options_;
   Stream streams_[2];
