@@ -81,11 +81,13 @@ int watchdog_main(void* arg) {
   setsid();  // no terminal signals (a Ctrl-C to ddprun's process group)
   prctl(PR_SET_NAME, "ddprun-watchdog");
   const int keep[] = {a->pipe_r, a->handles.dir, a->handles.parent, a->handles.kill, a->handles.events};
+  // Hold nothing of ddprun's open (its console, sockets, workers' pipes).
   for (int fd = 0; fd < 1024; ++fd) {
     bool kept = false;
     for (int k : keep) kept = kept || k == fd;
     if (!kept) close(fd);
   }
+  syscall(SYS_close_range, 1024u, ~0u, 0u);
   char c;
   while (true) {
     const ssize_t n = read(a->pipe_r, &c, 1);
