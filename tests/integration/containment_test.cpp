@@ -48,23 +48,19 @@ void expect_gone(const Leftover& left, const Finished& f) {
   EXPECT_TRUE(ddptest::exits_within(left.pid, 10s)) << "left behind: " << left.pid << "\n" << f.err;
 }
 
-TEST(Containment, AFailedWorkersLeftoverChildDiesWithIt) {
-  const fs::path file = ddptest::temp_path("contain", "failed.pid");
-  Finished f = ddptest::run(job(file, {"exit", "3"}));
+// The worker exits on its own with code; the job's exit code is expected.
+void worker_exits(const std::string& name, const std::string& code, int job_exit_code) {
+  const fs::path file = ddptest::temp_path("contain", name + ".pid");
+  Finished f = ddptest::run(job(file, {"exit", code}));
   Leftover left(file);
-  EXPECT_EQ(f.exit_code, 1) << f.err;
+  EXPECT_EQ(f.exit_code, job_exit_code) << f.err;
   expect_gone(left, f);
   fs::remove(file);
 }
 
-TEST(Containment, ASucceededWorkersLeftoverChildDiesWithIt) {
-  const fs::path file = ddptest::temp_path("contain", "succeeded.pid");
-  Finished f = ddptest::run(job(file, {"exit", "0"}));
-  Leftover left(file);
-  EXPECT_EQ(f.exit_code, 0) << f.err;
-  expect_gone(left, f);
-  fs::remove(file);
-}
+TEST(Containment, AFailedWorkersLeftoverChildDiesWithIt) { worker_exits("failed", "3", 1); }
+
+TEST(Containment, ASucceededWorkersLeftoverChildDiesWithIt) { worker_exits("succeeded", "0", 0); }
 
 // ddprun is signalled once its worker (and so the grandchild) is running.
 Finished signal_running_job(const fs::path& file, int sig) {
