@@ -89,3 +89,27 @@ TEST(Containment, SigkillToDdprunLeavesNothing) {
 }
 
 }  // namespace
+
+namespace {
+
+// Where no cgroup can be made (here: cgroup2 mounted read-only in a mount
+// namespace of the test's own), the job still runs, after one warning.
+TEST(Containment, WithoutACgroupTheJobRunsAfterOneWarning) {
+  const std::string script =
+      "m=$(grep -m1 ' - cgroup2 ' /proc/self/mountinfo | cut -d' ' -f5) && [ -n \"$m\" ] && "
+      "mount -o remount,bind,ro \"$m\" || exit 99; exec \"$@\"";
+  if (!fs::exists("/usr/bin/unshare")) GTEST_SKIP() << "no /usr/bin/unshare";
+  Finished f = ddptest::run({"/usr/bin/unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                             DDPRUN_BIN, "--nproc", "2", PROBE_BIN, "exit", "0"});
+  if (f.exit_code == 99 || contains(f.err, "unshare: ")) {
+    GTEST_SKIP() << "cannot make a read-only cgroup2 mount here (needs root): " << f.err;
+  }
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  size_t warnings = 0;
+  for (size_t at = f.err.find(kNoCgroup); at != std::string::npos; at = f.err.find(kNoCgroup, at + 1)) ++warnings;
+  EXPECT_EQ(warnings, 1u) << f.err;
+  EXPECT_TRUE(contains(f.err, "Read-only file system")) << f.err;
+  EXPECT_TRUE(contains(f.out, "[rank1]:about to exit")) << f.out;
+}
+
+}  // namespace
