@@ -2,10 +2,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 
 namespace ddprun {
@@ -16,6 +18,7 @@ Console::Console(int fd) : fd_(fd) {
   if (S_ISSOCK(st.st_mode)) {
     socket_ = true;
   } else if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
+    if (S_ISFIFO(st.st_mode)) pipe_size_ = std::max(0, fcntl(fd, F_GETPIPE_SZ));
     const std::string self = "/proc/self/fd/" + std::to_string(fd);
     const int own = open(self.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (own >= 0) {
@@ -31,6 +34,15 @@ Console::~Console() {
 
 size_t Console::write_some(const void* writer, std::string_view data) {
   if (data.empty() || (mid_line_ != nullptr && mid_line_ != writer)) return 0;
+  if (pipe_size_ > kReserve) {
+    // What the pipe holds unread (FIONREAD works on either end).
+    int unread = 0;
+    if (ioctl(fd_, FIONREAD, &unread) == 0) {
+      const int room = pipe_size_ - kReserve - unread;
+      if (room <= 0) return 0;
+      data = data.substr(0, std::min(data.size(), static_cast<size_t>(room)));
+    }
+  }
   ssize_t n;
   do {
     n = socket_ ? send(fd_, data.data(), data.size(), MSG_DONTWAIT | MSG_NOSIGNAL)

@@ -11,6 +11,12 @@ namespace ddprun {
 
 class Console {
  public:
+  // Room in a pipe the workers' lines leave free for ddprun's own (its
+  // warnings and the failure summary, written the ordinary way): with
+  // `2>&1 | less` they share the pipe, and a pipe the workers filled would
+  // block them.
+  static constexpr int kReserve = 16 * 1024;
+
   // Writes to fd through a non-blocking open file description of its own
   // where fd is a pipe or a terminal (the shell shares fd's description:
   // making that one non-blocking would be felt by the shell too); sockets
@@ -38,6 +44,7 @@ class Console {
   int fd_ = -1;
   bool owned_ = false;   // fd_ is our own description (closed by us)
   bool socket_ = false;  // written with send(MSG_DONTWAIT)
+  int pipe_size_ = 0;    // a pipe's capacity (F_GETPIPE_SZ), 0 for others
   const void* mid_line_ = nullptr;  // the writer whose line is half out
 };
 

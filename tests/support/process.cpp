@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -18,7 +19,7 @@ extern char** environ;
 
 namespace ddptest {
 
-Process::Process(const std::vector<std::string>& argv, const EnvChanges& env, bool read_stdout) {
+Process::Process(const std::vector<std::string>& argv, const EnvChanges& env, Output output) {
   std::map<std::string, std::string> merged;
   for (char** e = environ; *e; ++e) {
     std::string s = *e;
@@ -38,7 +39,7 @@ Process::Process(const std::vector<std::string>& argv, const EnvChanges& env, bo
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  posix_spawn_file_actions_adddup2(&fa, output == kStallBoth ? out[1] : err[1], 2);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none;
@@ -51,8 +52,12 @@ Process::Process(const std::vector<std::string>& argv, const EnvChanges& env, bo
   close(out[1]);
   close(err[1]);
   if (rc != 0) throw std::runtime_error("cannot start " + argv[0]);
-  (read_stdout ? out_fd_ : stalled_out_fd_) = out[0];
-  err_fd_ = err[0];
+  (output == kRead ? out_fd_ : stalled_out_fd_) = out[0];
+  if (output == kStallBoth) {
+    close(err[0]);
+  } else {
+    err_fd_ = err[0];
+  }
 }
 
 Process::~Process() {
@@ -129,6 +134,10 @@ Finished Process::finish(std::chrono::milliseconds timeout) {
     }
     pump(left);
   }
+  // Streams nobody reads give no EOF to wait for: wait for the exit itself.
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  if (!exits_within(pid_, std::max(left, std::chrono::milliseconds(0)))) kill(pid_, SIGKILL);
   Finished f;
   int status = 0;
   waitpid(pid_, &status, 0);

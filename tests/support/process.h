@@ -25,9 +25,11 @@ using EnvChanges = std::vector<std::string>;
 
 class Process {
  public:
-  // With read_stdout false, nobody reads the process's stdout: it is a pipe
-  // that fills up and stays full (a stalled reader).
-  Process(const std::vector<std::string>& argv, const EnvChanges& env = {}, bool read_stdout = true);
+  // What the test reads of the process's output. kStallStdout: nobody reads
+  // its stdout, a pipe that fills up and stays full (a stalled reader);
+  // kStallBoth: stderr goes into that pipe too (`2>&1 | less`, paused).
+  enum Output { kRead, kStallStdout, kStallBoth };
+  Process(const std::vector<std::string>& argv, const EnvChanges& env = {}, Output output = kRead);
   ~Process();  // kills the process if it still runs
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
@@ -42,7 +44,8 @@ class Process {
   // The same on stderr (lines read are kept for finish()).
   std::optional<std::string> wait_for_err_line(const std::function<bool(const std::string&)>& pred,
                                                std::chrono::milliseconds timeout);
-  // Reads both streams to EOF and reaps the process.
+  // Reads both streams to EOF (those read) and reaps the process; SIGKILLs
+  // it first when that takes longer than timeout.
   Finished finish(std::chrono::milliseconds timeout = std::chrono::minutes(2));
 
   const std::string& out() const { return out_; }
@@ -51,7 +54,7 @@ class Process {
   bool pump(std::chrono::milliseconds timeout);  // one poll round; false at EOF of both
   pid_t pid_ = -1;
   int out_fd_ = -1, err_fd_ = -1;
-  int stalled_out_fd_ = -1;  // the unread stdout, when read_stdout is false
+  int stalled_out_fd_ = -1;  // the unread stdout, when stalled
   std::string out_, err_;
   std::optional<std::string> wait_for(bool err, const std::function<bool(const std::string&)>& pred,
                                       std::chrono::milliseconds timeout);
