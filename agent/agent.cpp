@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <ctime>
 #include <filesystem>
 #include <spdlog/spdlog.h>
 #include <thread>
@@ -18,6 +19,25 @@ void make_dirs(const std::string& path) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
   if (ec) throw std::runtime_error("cannot create folder " + path + ": " + ec.message());
+}
+
+// <log_dir>/<run id>-<YYYYmmdd-HHMMSS>[-n]: a folder of this run's own, so
+// that a run never overwrites an earlier one's logs (mkdir makes it or
+// fails: two runs started in the same second get different names).
+std::string make_run_dir(const std::string& log_dir, const std::string& run_id) {
+  make_dirs(log_dir);
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &tm);
+  const std::string base = log_dir + "/" + run_id + "-" + stamp;
+  for (int n = 0; n < 1000; ++n) {
+    const std::string dir = n == 0 ? base : base + "-" + std::to_string(n);
+    if (mkdir(dir.c_str(), 0755) == 0) return dir;
+    if (errno != EEXIST) throw std::runtime_error("cannot create folder " + dir + ": " + strerror(errno));
+  }
+  throw std::runtime_error("cannot create a folder for this run's logs in " + log_dir);
 }
 
 std::string make_temp_dir(const std::string& run_id) {
@@ -59,8 +79,8 @@ void Agent::prepare_files() {
   wants_files_ = !cfg_.log_dir.empty() || cfg_.redirects.all || cfg_.tee.all ||
                  !cfg_.redirects.by_local_rank.empty() || !cfg_.tee.by_local_rank.empty();
   if (!cfg_.log_dir.empty()) {
-    files_dir_ = cfg_.log_dir;
-    make_dirs(files_dir_);
+    files_dir_ = make_run_dir(cfg_.log_dir, cfg_.run_id);
+    spdlog::info("worker logs are in {}", files_dir_);
   } else {
     files_dir_ = make_temp_dir(cfg_.run_id);
     files_dir_is_temp_ = !wants_files_;
@@ -103,12 +123,13 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
     l.output.file_mask = wants_files_ ? kBoth : kNone;
     l.output.stdout_path = dir + "/stdout.log";
     l.output.stderr_path = dir + "/stderr.log";
-    l.output.console_out_fd = cfg_.console_out_fd;
-    l.output.console_err_fd = cfg_.console_err_fd;
+    l.output.console_out = console_out_.get();
+    l.output.console_err = console_err_;
     l.vars = worker_variables(l.id, job, l.error_file);
     l.spawn.path = cfg_.program;
     l.spawn.argv = cfg_.argv;
     l.spawn.env = merge_environment(cfg_.base_env, l.vars, cfg_.nproc);
+    if (cgroup_) l.spawn.cgroup = cgroup_->next_worker_dir();
     launches.push_back(std::move(l));
   }
   return launches;
@@ -192,6 +213,7 @@ JoinEnd Agent::join_round(const JoinIntent& intent) {
     if (fds[2].revents & POLLIN) tell_lost(lease_->take());
     if (fds[0].revents & POLLIN) {
       while (auto sig = signals_.next()) {
+        if (*sig == SIGTSTP) suspend_self();  // no workers to stop first
         if (!is_stop_signal(*sig) || stop != 0) continue;
         stop = *sig;
         spdlog::warn("received {} while joining: giving up the join", signal_name(stop));
@@ -277,6 +299,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
                            : ""};
     write_all(cfg_.console_err_fd, format_failure_summary(result.failures, ctx));
   }
+  log_losses_.insert(log_losses_.end(), result.log_losses.begin(), result.log_losses.end());
   if (end.outcome == GroupEnd::kWorkerFailed && life.can_restart()) {
     spdlog::warn("restarting the workers (restart {} of {}{})", a.restart_count + 1,
                  cfg_.rdzv.max_restarts, standbys_.empty() ? "" : ", from standby");
@@ -324,8 +347,36 @@ void Agent::await_others(LeaveKind how_this_node_left) {
   }
 }
 
+// Contains the job's processes (see job_cgroup.h); where that is not
+// possible, says once what it means.
+void Agent::contain_processes() {
+  std::string why;
+  cgroup_ = JobCgroup::create(why);
+  if (!cgroup_) {
+    spdlog::warn("cannot keep the job's processes in a cgroup ({}); a process a worker starts in "
+                 "a session of its own may outlive the job", why);
+  }
+}
+
+// stdout and stderr may be one pipe or terminal (2>&1): then one Console
+// serves both, so that lines on the two never interleave mid-line.
+void Agent::open_consoles() {
+  console_out_ = std::make_unique<Console>(cfg_.console_out_fd);
+  struct stat out, err;
+  const bool same = fstat(cfg_.console_out_fd, &out) == 0 && fstat(cfg_.console_err_fd, &err) == 0 &&
+                    out.st_dev == err.st_dev && out.st_ino == err.st_ino;
+  if (same) {
+    console_err_ = console_out_.get();
+  } else {
+    console_err_own_ = std::make_unique<Console>(cfg_.console_err_fd);
+    console_err_ = console_err_own_.get();
+  }
+}
+
 int Agent::run() {
   prepare_files();
+  contain_processes();
+  open_consoles();
   if (cfg_.lease_timeout.count() > 0) {
     lease_ = std::make_unique<LeaseKeeper>(
         rdzv_, LeaseOptions{cfg_.run_id, node_id_, cfg_.keep_alive_interval, cfg_.lease_timeout});
@@ -370,8 +421,12 @@ int Agent::run() {
     exit_code = kExitWorkerFailed;
   }
 
+  // Lost log lines do not change the exit code (the job did what it did),
+  // but are never lost silently.
+  write_all(cfg_.console_err_fd, format_log_losses(log_losses_));
   lease_.reset();
   dismiss_standbys();
+  cgroup_.reset();  // kills whatever is left in the job's cgroup
   heartbeats_.reset();
   if (files_dir_is_temp_) {
     std::error_code ec;

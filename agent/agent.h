@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "agent/agent_config.h"
+#include "agent/console.h"
 #include "agent/heartbeat_table.h"
+#include "agent/job_cgroup.h"
 #include "agent/lease_keeper.h"
 #include "agent/lifecycle.h"
 #include "agent/signals.h"
@@ -43,6 +45,8 @@ class Agent {
   int pending_stop_signal();
   std::string attempt_dir(int attempt) const;
   void prepare_files();
+  void contain_processes();
+  void open_consoles();
   // The workers of one attempt (standbys, if any, are attached by the caller).
   std::vector<WorkerLaunch> make_launches(int attempt, const JoinResult& joined);
   // Starts the standby set for attempt (their variables come at release).
@@ -64,9 +68,14 @@ class Agent {
   bool files_dir_is_temp_ = false;
   bool wants_files_ = false;
   std::unique_ptr<HeartbeatTable> heartbeats_;
+  std::unique_ptr<JobCgroup> cgroup_;
+  // The workers' way to the console (one object when out and err are one pipe).
+  std::unique_ptr<Console> console_out_, console_err_own_;
+  Console* console_err_ = nullptr;  // null where the kernel does not allow one
   std::unique_ptr<LeaseKeeper> lease_;
   std::vector<Standby> standbys_;  // for the next attempt
   int nodes_waiting_ = 0;          // late nodes last reported waiting
+  std::vector<LogLoss> log_losses_;  // of every attempt, told at the end
 };
 
 }  // namespace ddprun

@@ -1,12 +1,18 @@
 #include "agent/failure_report.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <ctime>
-#include <fstream>
-#include "channel/error_file.h"
 #include <sstream>
 
+#include "agent/printable.h"
 #include "agent/signals.h"
+#include "channel/error_file.h"
 
 namespace ddprun {
 namespace {
@@ -28,7 +34,7 @@ void describe_worker(std::ostringstream& os, const WorkerExit& e, const char* in
      << e.host << "): " << describe_exit(e) << " at " << format_time(e.time) << "\n";
   if (!e.error_message.empty()) {
     // The first line of the message on the same line, the rest indented.
-    std::istringstream lines(e.error_message);
+    std::istringstream lines(printable(e.error_message));
     std::string line;
     bool first = true;
     while (std::getline(lines, line)) {
@@ -38,7 +44,7 @@ void describe_worker(std::ostringstream& os, const WorkerExit& e, const char* in
   }
   if (!e.stderr_tail.empty()) {
     os << indent << "last " << e.stderr_tail.size() << " line(s) of stderr:\n";
-    for (const auto& l : e.stderr_tail) os << indent << "  " << l << "\n";
+    for (const auto& l : e.stderr_tail) os << indent << "  " << printable(l, false) << "\n";
   }
 }
 
@@ -50,16 +56,60 @@ std::string describe_exit(const WorkerExit& e) {
   return "exit code " + std::to_string(e.exit_code);
 }
 
+// The worker chose what is at `path`: it may be a FIFO (opening it for
+// reading would wait for a writer for ever), a link to /dev/zero (endless),
+// or huge. Only a regular file is read, without following links, without
+// waiting, and at most kMaxErrorFile bytes of it.
 std::string read_error_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return "";
-  std::stringstream buf;
-  buf << in.rdbuf();
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    if (errno == ENOENT) return "";
+    if (errno == ELOOP) return "(error file " + path + " is a symbolic link: not read)";
+    return "(error file " + path + " cannot be read: " + strerror(errno) + ")";
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return "(error file " + path + " is not a regular file: not read)";
+  }
+  std::string text(kMaxErrorFile, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  text.resize(got);
+  const bool truncated = static_cast<size_t>(st.st_size) > kMaxErrorFile;
   try {
-    return channel::error_file_message(buf.str());
+    return channel::error_file_message(text);
   } catch (const std::exception& e) {
+    if (truncated) {
+      return "(error file " + path + " is " + std::to_string(st.st_size) + " bytes, truncated to the " +
+             std::to_string(kMaxErrorFile / 1024) + " KiB ddprun reads; its start: " +
+             printable(text.substr(0, 200), false) + "...)";
+    }
     return "(error file " + path + " is not torchrun's JSON format: " + e.what() + ")";
   }
+}
+
+std::string format_log_losses(const std::vector<LogLoss>& losses) {
+  if (losses.empty()) return "";
+  uint64_t lines = 0, bytes = 0;
+  for (const auto& l : losses) {
+    lines += l.lines;
+    bytes += l.bytes;
+  }
+  std::ostringstream os;
+  os << "ddprun: the worker logs are incomplete: " << lines << " line(s), " << bytes
+     << " byte(s) could not be written to " << losses.size() << " file(s)\n";
+  for (const auto& l : losses) {
+    os << "  rank " << l.rank << ": " << l.path << ": " << l.lines << " line(s), " << l.bytes
+       << " byte(s) lost (" << l.error << ")\n";
+  }
+  return os.str();
 }
 
 std::string format_failure_summary(std::vector<WorkerExit> failures, const SummaryContext& ctx) {

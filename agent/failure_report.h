@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,24 @@ std::string describe_exit(const WorkerExit& e);
 
 // The message a worker wrote to TORCHELASTIC_ERROR_FILE (torchrun's JSON
 // format: {"message": {"message": ..., "extraInfo": {...}}} or
-// {"message": "..."}). Empty when the file does not exist.
+// {"message": "..."}). Empty when the file does not exist. Never blocks:
+// anything but a regular file (a FIFO, a device, a symbolic link) is not
+// read, and a regular file only up to kMaxErrorFile bytes (the message says
+// when it was cut).
+constexpr size_t kMaxErrorFile = 64 * 1024;
 std::string read_error_file(const std::string& path);
+
+// A log file that did not get everything (a full disk): what was lost.
+struct LogLoss {
+  int rank = 0;
+  std::string path;
+  std::string error;  // why the first write failed
+  uint64_t lines = 0;
+  uint64_t bytes = 0;
+};
+
+// What the end of a job says about its incomplete logs ("" when none).
+std::string format_log_losses(const std::vector<LogLoss>& losses);
 
 struct SummaryContext {
   std::string run_id;

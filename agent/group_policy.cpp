@@ -63,6 +63,21 @@ std::vector<GroupCommand> GroupPolicy::after_exits(TimePoint now) {
 }
 
 std::vector<GroupCommand> GroupPolicy::on_signal(int sig, TimePoint now) {
+  if (sig == SIGTSTP) {
+    // SIGSTOP: a worker may catch or ignore SIGTSTP, and Ctrl-Z must pause it.
+    if (!paused_at_) paused_at_ = now;
+    GroupCommand self;
+    self.kind = GroupCommand::kSuspendSelf;
+    return {signal_running(SIGSTOP), self};
+  }
+  if (sig == SIGCONT) {
+    // However long the pause (and whoever stopped ddprun), the workers had
+    // no chance to beat: their silence starts again now.
+    std::fill(beat_changed_.begin(), beat_changed_.end(), now);
+    if (paused_at_ && stopping_ && !killed_) kill_at_ += now - *paused_at_;
+    paused_at_.reset();
+    return {signal_running(SIGCONT)};
+  }
   if (!is_stop_signal(sig)) return {signal_running(sig)};  // SIGUSR1/2: pass on
   if (stop_signal_ != 0 || (stopping_ && sig == SIGINT)) {
     // Asked twice: stop waiting for a graceful exit.

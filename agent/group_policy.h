@@ -18,7 +18,8 @@ namespace ddprun {
 enum class WorkerEnd { kSucceeded, kFailed, kStopped, kHung };
 
 struct GroupCommand {
-  enum Kind { kSignalRunning, kKillWorker, kWarmStandbys };
+  // kSuspendSelf: stop ddprun itself (after its workers, Ctrl-Z).
+  enum Kind { kSignalRunning, kKillWorker, kWarmStandbys, kSuspendSelf };
   Kind kind = kSignalRunning;
   int sig = 0;     // kSignalRunning
   int worker = -1;  // kKillWorker (always SIGKILL, the worker's whole process group)
@@ -48,7 +49,9 @@ class GroupPolicy {
   // now, so that workers that failed together all count as failures).
   std::vector<GroupCommand> after_exits(TimePoint now);
   // SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the workers (twice: kill them);
-  // SIGUSR1/2 are passed on.
+  // SIGUSR1/2 are passed on. SIGTSTP (Ctrl-Z) stops the workers with
+  // SIGSTOP, then ddprun; SIGCONT continues them, and the pause counts
+  // neither as silence (hang detection) nor towards the stop timeout.
   std::vector<GroupCommand> on_signal(int sig, TimePoint now);
   // The workers' heartbeat counters (one per worker; ignored for exited ones).
   std::vector<GroupCommand> on_beats(const std::vector<uint64_t>& counts, TimePoint now);
@@ -86,6 +89,7 @@ class GroupPolicy {
   int stop_signal_ = 0;
   std::string round_stop_;
   TimePoint kill_at_{};
+  std::optional<TimePoint> paused_at_;  // when SIGTSTP stopped the workers
   int stopped_count_ = 0;
 };
 

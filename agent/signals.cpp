@@ -12,7 +12,9 @@ namespace ddprun {
 sigset_t SignalChannel::handled() {
   sigset_t set;
   sigemptyset(&set);
-  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&set, s);
+  for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT}) {
+    sigaddset(&set, s);
+  }
   return set;
 }
 
@@ -37,6 +39,8 @@ std::optional<int> SignalChannel::next() {
   if (n != static_cast<ssize_t>(sizeof(info))) return std::nullopt;
   return static_cast<int>(info.ssi_signo);
 }
+
+void suspend_self() { kill(getpid(), SIGSTOP); }
 
 bool is_stop_signal(int sig) {
   return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT;

@@ -25,12 +25,17 @@ class SignalChannel {
   std::optional<int> next();
 
   // SIGCHLD, and the signals forwarded to workers: SIGINT, SIGTERM, SIGHUP,
-  // SIGQUIT, SIGUSR1, SIGUSR2.
+  // SIGQUIT, SIGUSR1, SIGUSR2; SIGTSTP and SIGCONT (Ctrl-Z and fg: ddprun
+  // stops its workers before itself, see GroupPolicy::on_signal).
   static sigset_t handled();
 
  private:
   int fd_ = -1;
 };
+
+// Stops ddprun (all its threads) until SIGCONT: what SIGTSTP's default
+// action would have done, had ddprun not caught it.
+void suspend_self();
 
 // Whether receiving this signal stops the job (SIGINT, SIGTERM, SIGHUP, SIGQUIT)
 // rather than only being passed on (SIGUSR1, SIGUSR2).

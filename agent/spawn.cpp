@@ -12,6 +12,8 @@
 
 #include <memory>
 
+#include <spdlog/spdlog.h>
+
 namespace ddprun {
 namespace {
 
@@ -25,8 +27,10 @@ struct ChildArgs {
   int out_w;
   int err_w;
   int fd3;
+  int cgroup_procs;  // cgroup.procs of the child's cgroup folder, or -1
   pid_t parent;
-  int child_errno;  // written by the child when exec fails (shared memory)
+  int child_errno;   // written by the child when exec fails (shared memory)
+  int cgroup_errno;  // written by the child when it could not join its cgroup
 };
 
 std::vector<char*> c_strings(const std::vector<std::string>& v) {
@@ -44,6 +48,8 @@ int child_main(void* arg) {
   // Die with the agent. Then check that it has not died already.
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != a->parent) _exit(127);
   setpgid(0, 0);
+  // "0" moves the writing process; from here on all it starts is contained.
+  if (a->cgroup_procs >= 0 && write(a->cgroup_procs, "0", 1) != 1) a->cgroup_errno = errno;
   if (dup2(a->stdin_fd, 0) < 0 || dup2(a->out_w, 1) < 0 || dup2(a->err_w, 2) < 0) {
     a->child_errno = errno;
     _exit(127);
@@ -88,13 +94,24 @@ SpawnedProcess spawn_process(const SpawnRequest& req) {
   Pipe out = make_pipe();
   Pipe err = make_pipe();
 
-  ChildArgs args{req.path.c_str(), argv.data(), envp.data(), devnull, out.w, err.w, req.fd3, getpid(), 0};
+  int cgroup_procs = -1;
+  if (!req.cgroup.empty()) {
+    if (mkdir(req.cgroup.c_str(), 0755) == 0 || errno == EEXIST) {
+      cgroup_procs = open((req.cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    }
+    if (cgroup_procs < 0) {
+      spdlog::warn("cannot use cgroup {} ({}): the worker runs outside it", req.cgroup, strerror(errno));
+    }
+  }
+  ChildArgs args{req.path.c_str(), argv.data(), envp.data(), devnull, out.w, err.w, req.fd3,
+                 cgroup_procs,     getpid(),    0,           0};
   constexpr size_t kStack = 64 * 1024;
   auto stack = std::make_unique<char[]>(kStack);
   // CLONE_VFORK: we resume once the child has exec'd or exited.
   pid_t pid = clone(child_main, stack.get() + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
   const int clone_errno = errno;
   close(devnull);
+  if (cgroup_procs >= 0) close(cgroup_procs);
   close(out.w);
   close(err.w);
   if (pid < 0 || args.child_errno != 0) {
@@ -112,7 +129,14 @@ SpawnedProcess spawn_process(const SpawnRequest& req) {
   setpgid(pid, pid);  // also from here, in case the child has not yet (harmless if it has)
   fcntl(out.r, F_SETFL, O_NONBLOCK);
   fcntl(err.r, F_SETFL, O_NONBLOCK);
-  return SpawnedProcess{pid, out.r, err.r};
+  std::string cgroup;
+  if (cgroup_procs >= 0 && args.cgroup_errno == 0) {
+    cgroup = req.cgroup;
+  } else if (cgroup_procs >= 0) {
+    spdlog::warn("worker {} could not join cgroup {} ({}): it runs outside it", pid, req.cgroup,
+                 strerror(args.cgroup_errno));
+  }
+  return SpawnedProcess{pid, out.r, err.r, cgroup};
 }
 
 std::string resolve_program(const std::string& name, const std::string& path_var,

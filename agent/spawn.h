@@ -4,6 +4,8 @@
 //    (PR_SET_PDEATHSIG), so no worker outlives a SIGKILLed launcher;
 //  - leads its own process group, so the agent can signal the worker and
 //    everything it started in one call;
+//  - moves itself into its cgroup folder when given one (see job_cgroup.h),
+//    so that nothing it starts can outlive the job;
 //  - gets an empty signal mask and default signal dispositions back.
 #pragma once
 
@@ -22,12 +24,15 @@ struct SpawnRequest {
   // When >= 0, handed to the child as its file descriptor 3 (a standby
   // worker's control pipe).
   int fd3 = -1;
+  // When set, a cgroup v2 folder (made here) the child moves into before exec.
+  std::string cgroup{};
 };
 
 struct SpawnedProcess {
   pid_t pid = -1;
   int stdout_fd = -1;  // read ends, non-blocking, close-on-exec
   int stderr_fd = -1;
+  std::string cgroup;  // the folder it runs in, "" when none
 };
 
 class SpawnError : public std::runtime_error {

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent/job_cgroup.h"
 #include "channel/env_names.h"
 #include "channel/standby_message.h"
 
@@ -61,6 +62,7 @@ void dismiss_standby(Standby& s) {
     }
     s.process.pid = -1;
   }
+  kill_cgroup(s.process.cgroup);
   for (int* fd : {&s.control, &s.process.stdout_fd, &s.process.stderr_fd}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;

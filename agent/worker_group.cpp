@@ -9,6 +9,8 @@
 
 #include <cstdio>
 
+#include "agent/job_cgroup.h"
+
 #include <spdlog/spdlog.h>
 
 namespace ddprun {
@@ -17,6 +19,7 @@ struct WorkerGroup::Worker {
   const WorkerLaunch* launch = nullptr;
   pid_t pid = -1;
   int fds[2] = {-1, -1};  // stdout, stderr read ends
+  std::string cgroup;     // its cgroup folder, "" when not contained
   std::unique_ptr<WorkerOutput> output;
   // Whether it runs (started, not reaped) is the policy's to say: alive(i).
 };
@@ -35,6 +38,7 @@ WorkerGroup::~WorkerGroup() {
       while (waitpid(w->pid, &status, 0) < 0 && errno == EINTR) {
       }
     }
+    kill_cgroup(w->cgroup);
     for (int& fd : w->fds) {
       if (fd >= 0) close(fd);
     }
@@ -65,6 +69,7 @@ void WorkerGroup::start_all() {
     w->pid = p.pid;
     w->fds[0] = p.stdout_fd;
     w->fds[1] = p.stderr_fd;
+    w->cgroup = p.cgroup;
     workers_.push_back(std::move(w));
   }
 }
@@ -81,6 +86,9 @@ void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
       case GroupCommand::kKillWorker:
         record_hung(c);
         kill(-workers_[c.worker]->pid, SIGKILL);
+        break;
+      case GroupCommand::kSuspendSelf:
+        suspend_self();
         break;
       case GroupCommand::kWarmStandbys:
         if (options_.on_all_beating) {
@@ -138,6 +146,9 @@ void WorkerGroup::reap() {
     int status = 0;
     pid_t r = waitpid(w.pid, &status, WNOHANG);
     if (r != w.pid) continue;
+    // Whatever it started and left running (in any process group or
+    // session) ends with it.
+    kill_cgroup(w.cgroup);
     // Everything the worker wrote is in its pipes now.
     drain(w, /*until_eof=*/true);
     w.output->finish();
@@ -218,18 +229,32 @@ GroupResult WorkerGroup::run() {
         }
       }
     }
+    // Consoles that have lines waiting: woken when they take more.
+    const size_t first_console = fds.size();
+    for (auto& w : workers_) {
+      for (Console* c : w->output->waiting_consoles()) fds.push_back({c->fd(), POLLOUT, 0});
+    }
     const int timeout_ms = policy_->poll_timeout_ms(std::chrono::steady_clock::now());
     int n = poll(fds.data(), fds.size(), timeout_ms);
     if (n < 0 && errno != EINTR) throw std::runtime_error("poll failed");
 
-    for (size_t i = first_worker; i < fds.size(); ++i) {
+    for (size_t i = first_worker; i < first_console; ++i) {
       if (fds[i].revents) drain(*owners[i].first, /*until_eof=*/false);
+    }
+    if (first_console < fds.size()) {
+      for (auto& w : workers_) w->output->flush_console();
     }
     if (fds[0].revents & POLLIN) {
       while (auto sig = signals_.next()) {
         if (*sig == SIGCHLD) {
           reap();
           continue;
+        }
+        if (*sig == SIGTSTP) {
+          spdlog::info("received SIGTSTP: stopping {} worker(s), then ddprun (fg or SIGCONT continues)",
+                       policy_->alive_count());
+        } else if (*sig == SIGCONT) {
+          spdlog::info("continued: continuing {} worker(s)", policy_->alive_count());
         }
         if (is_stop_signal(*sig)) {
           const bool again = policy_->stop_requested_by_signal() ||
@@ -252,6 +277,15 @@ GroupResult WorkerGroup::run() {
                    options_.stop_timeout.count());
       execute(kill);
     }
+  }
+
+  // The workers are done; a console that still does not read loses the rest.
+  for (auto& w : workers_) {
+    if (const uint64_t dropped = w->output->abandon_console()) {
+      spdlog::warn("rank {}: {} line(s) of output dropped: the console was not reading",
+                   w->launch->id.rank, dropped);
+    }
+    for (auto& loss : w->output->log_losses()) result_.log_losses.push_back(std::move(loss));
   }
 
   switch (policy_->outcome()) {

@@ -41,6 +41,7 @@ struct GroupResult {
   std::vector<WorkerExit> failures;  // workers that failed on their own
   int stopped_count = 0;             // workers the group stopped
   std::string stop_reason;           // for kStoppedForRound
+  std::vector<LogLoss> log_losses;   // log files that did not get everything
 };
 
 struct GroupOptions {

@@ -1,13 +1,22 @@
 // Where one worker's stdout and stderr go: the console with a "[rankN]:"
 // prefix, per-rank log files, or both; and the last lines of stderr, kept
 // for the failure summary.
+//
+// The console is never waited for: lines it does not take at once wait in
+// a bounded buffer per stream (kConsoleBacklog), and lines beyond it are
+// dropped and counted; once the console takes lines again, a line says how
+// many were lost. Log files get every line; a write to one that fails (a
+// full disk) is said once per file, and what it lost is counted.
 #pragma once
 
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "agent/console.h"
+#include "agent/failure_report.h"
 #include "agent/line_splitter.h"
 
 namespace ddprun {
@@ -20,13 +29,16 @@ struct OutputOptions {
   int file_mask = kNone;     // streams written to files
   std::string stdout_path;   // used when file_mask has kStdout
   std::string stderr_path;   // used when file_mask has kStderr
-  int console_out_fd = 1;
-  int console_err_fd = 2;
+  Console* console_out = nullptr;  // needed when console_mask has kStdout
+  Console* console_err = nullptr;  // needed when console_mask has kStderr
   size_t tail_lines = 10;
 };
 
 class WorkerOutput {
  public:
+  // Console lines one stream may have waiting for the console, in bytes.
+  static constexpr size_t kConsoleBacklog = 1 << 20;
+
   // Throws std::runtime_error naming the file when a log file cannot be opened.
   WorkerOutput(int global_rank, OutputOptions options);
   ~WorkerOutput();
@@ -38,19 +50,39 @@ class WorkerOutput {
   // End of both streams: pass on unterminated last lines.
   void finish();
 
+  // Offers the console what waits for it (call when it may take more).
+  void flush_console();
+  // The consoles this output waits for (to poll for POLLOUT); empty when
+  // nothing waits.
+  std::vector<Console*> waiting_consoles() const;
+  // Gives up on what still waits for the console (the workers are done and
+  // it still does not read). Returns how many lines that drops, with those
+  // dropped before and not announced yet.
+  uint64_t abandon_console();
+
   const std::deque<std::string>& stderr_tail() const { return tail_; }
+  // The log files that could not be written in full.
+  std::vector<LogLoss> log_losses() const;
 
  private:
   struct Stream {
     LineSplitter splitter;
-    int console_fd = -1;  // -1: not shown
-    int file_fd = -1;     // -1: no file
-    std::string pending_console;
+    Console* console = nullptr;  // null: not shown
+    int file_fd = -1;            // -1: no file
+    std::string pending_console;  // whole prefixed lines the console has not taken
+    size_t console_sent = 0;      // bytes of pending_console it took already
+    uint64_t dropped = 0;         // lines dropped since the console last took one
     std::string pending_file;
+    std::string file_path;
+    std::string file_error;  // why the first failed write failed; "" if none did
+    uint64_t lost_lines = 0, lost_bytes = 0;
   };
+  void write_file(Stream& s);
   void on_line(int stream, std::string_view line);
   void flush_pending(Stream& s);
+  void flush_console(Stream& s);
 
+  int rank_;
   std::string prefix_;
   OutputOptions options_;
   Stream streams_[2];

@@ -213,8 +213,13 @@ TEST(Launcher, LogDirKeepsPerRankFilesAndTeesToTheConsole) {
   Finished f = run(ddprun({"--nproc", "2", "--log-dir", dir.string(), PROBE_BIN, "exit", "0"}));
   ASSERT_EQ(f.exit_code, 0) << f.err;
   EXPECT_TRUE(contains(f.out, "[rank1]:about to exit"));  // console too
+  // In a folder of this run's own, named on the console.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(f.err, m, std::regex(R"(worker logs are in (\S+))"))) << f.err;
+  const std::filesystem::path run_dir = m[1].str();
+  EXPECT_EQ(run_dir.parent_path(), dir);
   for (int r = 0; r < 2; ++r) {
-    auto rd = dir / "attempt_0" / ("rank" + std::to_string(r));
+    auto rd = run_dir / "attempt_0" / ("rank" + std::to_string(r));
     std::ifstream out(rd / "stdout.log"), err(rd / "stderr.log");
     std::string o((std::istreambuf_iterator<char>(out)), {}), e((std::istreambuf_iterator<char>(err)), {});
     EXPECT_EQ(o, "about to exit\n");

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -18,7 +19,7 @@ extern char** environ;
 
 namespace ddptest {
 
-Process::Process(const std::vector<std::string>& argv, const EnvChanges& env) {
+Process::Process(const std::vector<std::string>& argv, const EnvChanges& env, Output output) {
   std::map<std::string, std::string> merged;
   for (char** e = environ; *e; ++e) {
     std::string s = *e;
@@ -38,7 +39,7 @@ Process::Process(const std::vector<std::string>& argv, const EnvChanges& env) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  posix_spawn_file_actions_adddup2(&fa, output == kStallBoth ? out[1] : err[1], 2);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t none;
@@ -51,8 +52,12 @@ Process::Process(const std::vector<std::string>& argv, const EnvChanges& env) {
   close(out[1]);
   close(err[1]);
   if (rc != 0) throw std::runtime_error("cannot start " + argv[0]);
-  out_fd_ = out[0];
-  err_fd_ = err[0];
+  (output == kRead ? out_fd_ : stalled_out_fd_) = out[0];
+  if (output == kStallBoth) {
+    close(err[0]);
+  } else {
+    err_fd_ = err[0];
+  }
 }
 
 Process::~Process() {
@@ -61,8 +66,9 @@ Process::~Process() {
     int status;
     waitpid(pid_, &status, 0);
   }
-  if (out_fd_ >= 0) close(out_fd_);
-  if (err_fd_ >= 0) close(err_fd_);
+  for (int fd : {out_fd_, err_fd_, stalled_out_fd_}) {
+    if (fd >= 0) close(fd);
+  }
 }
 
 void Process::signal(int sig) { kill(pid_, sig); }
@@ -90,17 +96,29 @@ bool Process::pump(std::chrono::milliseconds timeout) {
 
 std::optional<std::string> Process::wait_for_line(
     const std::function<bool(const std::string&)>& pred, std::chrono::milliseconds timeout) {
+  return wait_for(false, pred, timeout);
+}
+
+std::optional<std::string> Process::wait_for_err_line(
+    const std::function<bool(const std::string&)>& pred, std::chrono::milliseconds timeout) {
+  return wait_for(true, pred, timeout);
+}
+
+std::optional<std::string> Process::wait_for(bool err, const std::function<bool(const std::string&)>& pred,
+                                             std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const std::string& text = err ? err_ : out_;
+  size_t& scanned = err ? scanned_err_ : scanned_;
   while (true) {
     size_t nl;
-    while ((nl = out_.find('\n', scanned_)) != std::string::npos) {
-      std::string line = out_.substr(scanned_, nl - scanned_);
-      scanned_ = nl + 1;
+    while ((nl = text.find('\n', scanned)) != std::string::npos) {
+      std::string line = text.substr(scanned, nl - scanned);
+      scanned = nl + 1;
       if (pred(line)) return line;
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0 || out_fd_ < 0) return std::nullopt;
+    if (left.count() <= 0 || (err ? err_fd_ : out_fd_) < 0) return std::nullopt;
     if (!pump(left)) return std::nullopt;
   }
 }
@@ -116,6 +134,10 @@ Finished Process::finish(std::chrono::milliseconds timeout) {
     }
     pump(left);
   }
+  // Streams nobody reads give no EOF to wait for: wait for the exit itself.
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  if (!exits_within(pid_, std::max(left, std::chrono::milliseconds(0)))) kill(pid_, SIGKILL);
   Finished f;
   int status = 0;
   waitpid(pid_, &status, 0);
@@ -139,6 +161,15 @@ std::vector<std::string> lines(const std::string& text) {
   std::string l;
   while (std::getline(in, l)) out.push_back(l);
   return out;
+}
+
+char process_state(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return 0;
+  const auto close = line.rfind(')');  // comm may hold spaces and parentheses
+  if (close == std::string::npos || close + 2 >= line.size()) return 0;
+  return line[close + 2];
 }
 
 std::vector<pid_t> children_of(pid_t parent) {

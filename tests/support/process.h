@@ -25,7 +25,11 @@ using EnvChanges = std::vector<std::string>;
 
 class Process {
  public:
-  Process(const std::vector<std::string>& argv, const EnvChanges& env = {});
+  // What the test reads of the process's output. kStallStdout: nobody reads
+  // its stdout, a pipe that fills up and stays full (a stalled reader);
+  // kStallBoth: stderr goes into that pipe too (`2>&1 | less`, paused).
+  enum Output { kRead, kStallStdout, kStallBoth };
+  Process(const std::vector<std::string>& argv, const EnvChanges& env = {}, Output output = kRead);
   ~Process();  // kills the process if it still runs
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
@@ -37,7 +41,11 @@ class Process {
   // or when the timeout passes. Lines read are kept in out().
   std::optional<std::string> wait_for_line(const std::function<bool(const std::string&)>& pred,
                                            std::chrono::milliseconds timeout);
-  // Reads both streams to EOF and reaps the process.
+  // The same on stderr (lines read are kept for finish()).
+  std::optional<std::string> wait_for_err_line(const std::function<bool(const std::string&)>& pred,
+                                               std::chrono::milliseconds timeout);
+  // Reads both streams to EOF (those read) and reaps the process; SIGKILLs
+  // it first when that takes longer than timeout.
   Finished finish(std::chrono::milliseconds timeout = std::chrono::minutes(2));
 
   const std::string& out() const { return out_; }
@@ -46,8 +54,12 @@ class Process {
   bool pump(std::chrono::milliseconds timeout);  // one poll round; false at EOF of both
   pid_t pid_ = -1;
   int out_fd_ = -1, err_fd_ = -1;
+  int stalled_out_fd_ = -1;  // the unread stdout, when stalled
   std::string out_, err_;
-  size_t scanned_ = 0;  // how much of out_ wait_for_line has looked at
+  std::optional<std::string> wait_for(bool err, const std::function<bool(const std::string&)>& pred,
+                                      std::chrono::milliseconds timeout);
+  size_t scanned_ = 0;      // how much of out_ wait_for_line has looked at
+  size_t scanned_err_ = 0;  // the same for err_
   bool reaped_ = false;
 };
 
@@ -60,6 +72,10 @@ std::vector<std::string> lines(const std::string& text);
 
 // The pids of pid's live child processes (from /proc).
 std::vector<pid_t> children_of(pid_t pid);
+
+// The state letter of pid in /proc/PID/stat ('R', 'S', 'T' for stopped...),
+// or 0 when there is no such process.
+char process_state(pid_t pid);
 
 // Whether pid was started as a --standby worker (its initial environment
 // holds DDPRUN_STANDBY_FD).

@@ -112,3 +112,43 @@ TEST(GroupPolicy, NewsFromTheRendezvousStopsTheWorkersForTheNextRound) {
 
 }  // namespace
 }  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+bool suspends_self(const std::vector<GroupCommand>& cs) {
+  for (const auto& c : cs) {
+    if (c.kind == GroupCommand::kSuspendSelf) return true;
+  }
+  return false;
+}
+
+TEST(GroupPolicy, CtrlZStopsTheWorkersThenDdprunAndThePauseIsNotAHang) {
+  GroupPolicy p(2, opts(1s), t0);
+  EXPECT_TRUE(p.on_beats({1, 1}, t0).empty());
+  const auto stop = p.on_signal(SIGTSTP, t0 + 500ms);
+  EXPECT_TRUE(signals(stop, SIGSTOP));
+  EXPECT_TRUE(suspends_self(stop));
+  EXPECT_FALSE(p.stopping());  // paused, not stopping
+  // Continued a minute later: the workers' silence counts from now.
+  EXPECT_TRUE(signals(p.on_signal(SIGCONT, t0 + 60s), SIGCONT));
+  EXPECT_TRUE(p.on_beats({1, 1}, t0 + 60s + 900ms).empty());
+  const auto hung = p.on_beats({1, 2}, t0 + 61s + 100ms);  // worker 0 silent for 1.1 s
+  ASSERT_FALSE(hung.empty());
+  EXPECT_EQ(hung.front().kind, GroupCommand::kKillWorker);
+  EXPECT_EQ(hung.front().worker, 0);
+}
+
+TEST(GroupPolicy, APauseDuringAStopDoesNotShortenTheStopTimeout) {
+  GroupPolicy p(2, opts(), t0);
+  EXPECT_EQ(p.on_exit(0, true), WorkerEnd::kFailed);
+  EXPECT_TRUE(signals(p.after_exits(t0), SIGTERM));  // SIGKILL due at 2 s
+  p.on_signal(SIGTSTP, t0 + 1s);
+  p.on_signal(SIGCONT, t0 + 30s);  // paused 29 s: SIGKILL due at 31 s
+  EXPECT_TRUE(p.on_tick(t0 + 30s + 900ms).empty());
+  EXPECT_TRUE(signals(p.on_tick(t0 + 31s), SIGKILL));
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kStopped);  // SIGSTOP/SIGCONT stopped nothing
+}
+
+}  // namespace
+}  // namespace ddprun

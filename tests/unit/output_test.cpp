@@ -1,9 +1,17 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <regex>
+#include <sstream>
 
 #include "agent/failure_report.h"
 #include "agent/line_splitter.h"
@@ -47,6 +55,13 @@ std::string drain(int fd) {
   return out;
 }
 
+std::vector<std::string> ddprun_lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
 struct Pipes {
   int out[2], err[2];
   Pipes() {
@@ -61,8 +76,9 @@ struct Pipes {
 TEST(WorkerOutput, PrefixesWholeLinesAndKeepsTheStderrTail) {
   Pipes p;
   OutputOptions o;
-  o.console_out_fd = p.out[1];
-  o.console_err_fd = p.err[1];
+  Console out(p.out[1]), err(p.err[1]);
+  o.console_out = &out;
+  o.console_err = &err;
   o.tail_lines = 2;
   WorkerOutput w(3, o);
   w.write(kStdout, "hel");
@@ -77,6 +93,38 @@ TEST(WorkerOutput, PrefixesWholeLinesAndKeepsTheStderrTail) {
             (std::vector<std::string>{"e2", "e3"}));
 }
 
+// A console that does not read never blocks the output: lines beyond the
+// backlog are dropped, counted, and announced once it reads again.
+TEST(WorkerOutput, AStalledConsoleDropsLinesAndSaysSoWhenItReadsAgain) {
+  Pipes p;
+  ASSERT_GT(fcntl(p.out[1], F_SETPIPE_SZ, 4096), 0);
+  Console console(p.out[1]);
+  OutputOptions o;
+  o.console_mask = kStdout;
+  o.console_out = &console;
+  WorkerOutput w(3, o);
+  const std::string line(1000, 'x');
+  const size_t lines = 3 * WorkerOutput::kConsoleBacklog / line.size();
+  for (size_t i = 0; i < lines; ++i) w.write(kStdout, line + "\n");  // returns: never blocks
+  ASSERT_FALSE(w.waiting_consoles().empty());
+  // The reader comes back: everything kept, then how much was lost.
+  std::string got;
+  for (int rounds = 0; rounds < 100000 && !w.waiting_consoles().empty(); ++rounds) {
+    got += drain(p.out[0]);
+    w.flush_console();
+  }
+  got += drain(p.out[0]);
+  ASSERT_TRUE(w.waiting_consoles().empty());
+  const auto all = ddprun_lines(got);
+  ASSERT_GE(all.size(), 2u);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(all.back(), m, std::regex(R"(\[rank3\]: \.\.\. (\d+) lines dropped: console not reading)")))
+      << all.back();
+  const size_t shown = all.size() - 1;
+  EXPECT_EQ(shown + std::stoul(m[1]), lines);
+  for (size_t i = 0; i < shown; ++i) ASSERT_EQ(all[i], "[rank3]:" + line) << "line " << i;
+}
+
 TEST(WorkerOutput, FilesWithoutConsole) {
   Pipes p;
   auto dir = std::filesystem::temp_directory_path() / ("ddprun-output-test-" + std::to_string(getpid()));
@@ -86,8 +134,9 @@ TEST(WorkerOutput, FilesWithoutConsole) {
   o.file_mask = kBoth;
   o.stdout_path = (dir / "stdout.log").string();
   o.stderr_path = (dir / "stderr.log").string();
-  o.console_out_fd = p.out[1];
-  o.console_err_fd = p.err[1];
+  Console out(p.out[1]), err(p.err[1]);
+  o.console_out = &out;
+  o.console_err = &err;
   {
     WorkerOutput w(0, o);
     w.write(kStdout, "to file\n");
@@ -137,6 +186,85 @@ TEST(ErrorFile, ReadsTorchrunsFormatsAndOurOwn) {
   EXPECT_EQ(read_error_file(ours.string()), "std::runtime_error: disk full");
   EXPECT_FALSE(ddp::write_error_file("", "x"));
   for (const auto& f : {py, plain, junk, ours.string()}) std::filesystem::remove(f);
+}
+
+// A worker may leave anything at its error file's path; reading it must
+// neither block nor read without end. The read happens in a child process
+// with little memory, so that a reader that does either fails the test
+// (killed after the timeout, or out of memory) instead of hanging it.
+std::optional<std::string> read_error_file_in_child(const std::string& path) {
+  int fds[2];
+  if (pipe(fds) != 0) return std::nullopt;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    rlimit limit{512u << 20, 512u << 20};
+    setrlimit(RLIMIT_AS, &limit);
+    const std::string msg = read_error_file(path);
+    if (write(fds[1], msg.data(), msg.size()) < 0) _exit(1);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string got;
+  bool done = false;
+  while (!done) {
+    pollfd p{fds[0], POLLIN, 0};
+    if (poll(&p, 1, 10000) <= 0) break;  // no answer in 10 s: blocked
+    char buf[4096];
+    const ssize_t n = read(fds[0], buf, sizeof(buf));
+    if (n <= 0) done = true;
+    else got.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!done || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
+  return got;
+}
+
+TEST(ErrorFile, AFifoIsNotWaitedFor) {
+  auto path = std::filesystem::temp_directory_path() / ("err-fifo" + std::to_string(getpid()));
+  std::filesystem::remove(path);
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  auto got = read_error_file_in_child(path.string());
+  ASSERT_TRUE(got) << "reading a FIFO error file blocked";
+  EXPECT_NE(got->find("is not a regular file"), std::string::npos) << *got;
+  std::filesystem::remove(path);
+}
+
+TEST(ErrorFile, ALinkToDevZeroIsNotRead) {
+  auto path = std::filesystem::temp_directory_path() / ("err-zero" + std::to_string(getpid()));
+  std::filesystem::remove(path);
+  std::filesystem::create_symlink("/dev/zero", path);
+  auto got = read_error_file_in_child(path.string());
+  ASSERT_TRUE(got) << "reading a link to /dev/zero did not end";
+  EXPECT_NE(got->find("is a symbolic link"), std::string::npos) << *got;
+  std::filesystem::remove(path);
+}
+
+TEST(ErrorFile, AHugeFileIsReadOnlyInPartAndSaysSo) {
+  const std::string message(8 * 1024 * 1024, 'x');
+  auto huge = temp_file("err-huge", R"({"message": ")" + message + R"("})");
+  const std::string got = read_error_file(huge);
+  EXPECT_LT(got.size(), 2 * kMaxErrorFile);
+  EXPECT_NE(got.find("truncated"), std::string::npos) << got.substr(0, 300);
+  std::filesystem::remove(huge);
+}
+
+TEST(FailureSummary, WhatWorkersWroteLosesItsEscapeSequences) {
+  WorkerExit e;
+  e.exit_code = 1;
+  e.error_message = "red \x1b[31mALERT\x1b[0m bell\a title\x1b]0;pwned\a end\r\nnext\tline \xc2\x9b" "2J";
+  e.stderr_tail = {"tail \x1b[2J\x1b[Hcleared\rover"};
+  const std::string s = format_failure_summary({e}, SummaryContext{"job", 0, 0, 0, ""});
+  EXPECT_EQ(s.find('\x1b'), std::string::npos) << s;
+  EXPECT_EQ(s.find('\a'), std::string::npos) << s;
+  EXPECT_EQ(s.find('\r'), std::string::npos) << s;
+  EXPECT_EQ(s.find("\xc2\x9b"), std::string::npos) << s;
+  EXPECT_NE(s.find("error: red ALERT bell title end\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("next\tline 2J"), std::string::npos) << s;
+  EXPECT_NE(s.find("  tail clearedover\n"), std::string::npos) << s;
 }
 
 TEST(FailureSummary, RootCauseIsTheEarliestFailure) {

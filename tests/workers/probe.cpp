@@ -17,7 +17,19 @@
 //   intrude            write into the job's store as a stranger would:
 //                      without the token, with a wrong one, then with the
 //                      job's; print "CASE: ok" or "CASE: refused: ERROR"
+//   flood N CODE       print N lines of 1000 characters to stdout as fast as
+//                      it can (N < 0: for ever), then exit with CODE
+//   error-file KIND    make TORCHELASTIC_ERROR_FILE hostile, then exit 1:
+//                      fifo (a FIFO), zero (a link to /dev/zero), escapes
+//                      (a message and a stderr line full of escape sequences)
+//   beat MODE...       beat the heartbeat (DDPRUN_HEARTBEAT_FILE) every 20 ms
+//                      from a thread, and do MODE... as above
+//   leave-child FILE MODE...  first start a grandchild that leaves the
+//                      worker's session (setsid), ignores SIGTERM, SIGINT and
+//                      SIGHUP, writes its pid to FILE and sleeps for ever;
+//                      then do MODE... as above
 #include <signal.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -25,9 +37,11 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ddp/error_file.h"
+#include "ddp/heartbeat.h"
 #include "ddp/standby.h"
 #include "rendezvous/client.h"
 
@@ -93,10 +107,45 @@ int wait_for_signals(bool ignore_term, bool announce_in_store = false) {
   }
 }
 
+// A process that tries hard to outlive the job: its own session, deaf to
+// the polite signals. Returns once its pid is in `file`.
+void leave_child(const std::string& file) {
+  int sync[2];
+  if (pipe(sync) != 0) exit(20);
+  const pid_t pid = fork();
+  if (pid < 0) exit(21);
+  if (pid == 0) {
+    close(sync[0]);
+    setsid();
+    for (int s : {SIGTERM, SIGINT, SIGHUP}) signal(s, SIG_IGN);
+    const std::string tmp = file + ".tmp";
+    FILE* f = fopen(tmp.c_str(), "w");
+    if (!f) _exit(22);
+    fprintf(f, "%d\n", static_cast<int>(getpid()));
+    fclose(f);
+    rename(tmp.c_str(), file.c_str());
+    say(sync[1], "x");
+    close(sync[1]);
+    while (true) pause();
+  }
+  close(sync[1]);
+  char c;
+  if (read(sync[0], &c, 1) != 1) exit(23);
+  close(sync[0]);
+}
+
+int run_mode(int argc, char** argv);
+
 }  // namespace
 
 int main(int argc, char** argv) {
   ddp::install_error_file_handler();
+  return run_mode(argc, argv);
+}
+
+namespace {
+
+int run_mode(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "env";
   if (mode == "env") {
     std::string out;
@@ -172,6 +221,57 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (mode == "flood" && argc > 3) {
+    const long n = atol(argv[2]);
+    std::string lines;
+    for (int i = 0; i < 64; ++i) lines += std::string(999, 'f') + "\n";
+    say(2, "flooding\n");
+    for (long i = 0; n < 0 || i < n; i += 64) say(1, lines);
+    say(2, "flooded, now failing\n");
+    return atoi(argv[3]);
+  }
+  if (mode == "error-file" && argc > 2) {
+    const std::string kind = argv[2];
+    const char* path = getenv("TORCHELASTIC_ERROR_FILE");
+    if (!path) return 3;
+    if (kind == "fifo" && mkfifo(path, 0600) != 0) return 4;
+    if (kind == "zero" && symlink("/dev/zero", path) != 0) return 4;
+    if (kind == "escapes") {
+      FILE* f = fopen(path, "w");
+      if (!f) return 4;
+      fputs(R"({"message": "red \u001b[31mALERT\u001b[0m title\u001b]0;pwned\u0007 end"})", f);
+      fclose(f);
+      say(2, "tail \x1b[2J\x1b[Hcleared\n");
+    }
+    return 1;
+  }
+  if (mode == "beat" && argc > 2) {
+    // The signals `wait` reports are blocked before the thread starts, so
+    // that they reach the main thread's sigwait, not the beating thread.
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : {SIGTERM, SIGUSR1, SIGUSR2, SIGINT, SIGHUP}) sigaddset(&set, sig);
+    sigprocmask(SIG_BLOCK, &set, nullptr);
+    const char* file = getenv("DDPRUN_HEARTBEAT_FILE");
+    const char* slot = getenv("DDPRUN_HEARTBEAT_SLOT");
+    if (!file || !slot) return 5;
+    static ddp::Heartbeat heartbeat(file, atoi(slot));
+    std::thread([] {
+      while (true) {
+        heartbeat.beat();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }).detach();
+    argv[1] = argv[0];
+    return run_mode(argc - 1, argv + 1);
+  }
+  if (mode == "leave-child" && argc > 3) {
+    leave_child(argv[2]);
+    argv[2] = argv[0];
+    return run_mode(argc - 2, argv + 2);
+  }
   fprintf(stderr, "probe: unknown mode %s\n", mode.c_str());
   return 2;
 }
+
+}  // namespace
