@@ -9,6 +9,7 @@
 #include "ddp/ddp.h"
 #include "support/ddp_checks.h"
 #include "support/thread_ranks.h"
+#include "support/tmpfs.h"
 
 namespace {
 
@@ -156,6 +157,199 @@ TEST(Checkpointer, TruncatedOrBitFlippedNewestIsSkippedForThePreviousOne) {
       EXPECT_NE(err.find("does not match"), std::string::npos) << err;
     });
     fs::remove_all(dir);
+  }
+}
+
+TEST(Checkpointer, AFolderNamedLikeTheNewestCheckpointIsSkipped) {
+  const fs::path dir = fresh_dir("folder");
+  run_ranks(1, [&](ddp::World& w) {
+    auto files = three_checkpoints(w, dir);
+    ASSERT_EQ(files.size(), 3u);
+    const fs::path fake = dir / ddp::checkpoint_file_name(99, 0);
+    fs::create_directories(fake / "inside");
+    ddp::CheckpointOptions o;
+    o.dir = dir.string();
+    o.keep = 1;
+    ddp::Checkpointer ckpt(w.cpu(), o);
+    testing::internal::CaptureStderr();
+    auto state = ckpt.restore();
+    const std::string err = testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(state);
+    EXPECT_EQ(state->step, 3);
+    EXPECT_NE(err.find("skipping checkpoint " + fake.string() + ": is a folder"), std::string::npos) << err;
+    // Saving and pruning leave the folder alone and keep the new file.
+    auto net = ddptest::seeded_model<ddptest::Mlp>(3);
+    torch::optim::SGD opt(net->parameters(), 0.1);
+    ckpt.save(ddp::capture_state(*net, opt, 4, 0, 0));
+    EXPECT_TRUE(ckpt.wait());
+    EXPECT_TRUE(fs::is_directory(fake / "inside"));
+    auto now = ddp::list_checkpoints(dir.string());
+    ASSERT_EQ(now.size(), 2u);
+    EXPECT_EQ(now[1].step, 4);
+    EXPECT_EQ(ckpt.finish().failed, 0);
+  });
+  fs::remove_all(dir);
+}
+
+TEST(Checkpointer, ACorruptNewerFileNeverPushesNewSavesOut) {
+  for (const bool restore_first : {false, true}) {
+    SCOPED_TRACE(restore_first ? "after restore()" : "without restore()");
+    const fs::path dir = fresh_dir("corrupt-newer");
+    fs::create_directories(dir);
+    const fs::path bad = dir / ddp::checkpoint_file_name(999, 0x12345678);
+    std::ofstream(bad) << "not a checkpoint";
+    run_ranks(1, [&](ddp::World& w) {
+      auto net = ddptest::seeded_model<ddptest::Mlp>(3);
+      torch::optim::SGD opt(net->parameters(), 0.1);
+      ddp::CheckpointOptions o;
+      o.dir = dir.string();
+      o.keep = 1;
+      ddp::Checkpointer ckpt(w.cpu(), o);
+      testing::internal::CaptureStderr();
+      if (restore_first) {
+        EXPECT_FALSE(ckpt.restore());
+      }
+      for (int64_t step = 1; step <= 3; ++step) ckpt.save(ddp::capture_state(*net, opt, step, 0, 0));
+      EXPECT_EQ(ckpt.finish().written, 3);
+      const std::string err = testing::internal::GetCapturedStderr();
+      // The newest save survives keep=1; the corrupt file never counted.
+      std::vector<int64_t> steps;
+      for (const auto& f : ddp::list_checkpoints(dir.string())) steps.push_back(f.step);
+      if (restore_first) {
+        EXPECT_EQ(steps, std::vector<int64_t>({3}));
+        EXPECT_TRUE(fs::exists(bad.string() + ".corrupt")) << err;
+        EXPECT_NE(err.find("skipping checkpoint " + bad.string() + ": checksum"), std::string::npos) << err;
+      } else {
+        EXPECT_EQ(steps, std::vector<int64_t>({999, 3}));  // not ours to delete, and restore() skips it
+      }
+    });
+    fs::remove_all(dir);
+  }
+}
+
+TEST(Checkpointer, ACorruptOlderFileDoesNotCountTowardKeep) {
+  const fs::path dir = fresh_dir("corrupt-older");
+  run_ranks(1, [&](ddp::World& w) {
+    auto files = three_checkpoints(w, dir);  // steps 3, 2, 1
+    ASSERT_EQ(files.size(), 3u);
+    fs::resize_file(files[1].path, 10);  // step 2 damaged
+    auto net = ddptest::seeded_model<ddptest::Mlp>(3);
+    torch::optim::SGD opt(net->parameters(), 0.1);
+    ddp::CheckpointOptions o;
+    o.dir = dir.string();
+    o.keep = 3;
+    ddp::Checkpointer ckpt(w.cpu(), o);
+    ASSERT_EQ(ckpt.restore()->step, 3);
+    testing::internal::CaptureStderr();
+    ckpt.save(ddp::capture_state(*net, opt, 4, 0, 0));
+    EXPECT_TRUE(ckpt.wait());
+    const std::string err = testing::internal::GetCapturedStderr();
+    std::vector<int64_t> steps;
+    for (const auto& f : ddp::list_checkpoints(dir.string())) steps.push_back(f.step);
+    EXPECT_EQ(steps, std::vector<int64_t>({4, 3, 1})) << err;  // three sound ones
+    EXPECT_NE(err.find(files[1].path + " is set aside"), std::string::npos) << err;
+    ckpt.finish();
+  });
+  fs::remove_all(dir);
+}
+
+// The size of one checkpoint file of the test model.
+uintmax_t one_checkpoint_size() {
+  auto net = ddptest::seeded_model<ddptest::Mlp>(3);
+  torch::optim::SGD opt(net->parameters(), 0.1);
+  return ddp::encode_state(ddp::capture_state(*net, opt, 1, 0, 0)).size();
+}
+
+TEST(Checkpointer, AFullDiskFailsTheSaveLoudlyKeepsTheOldOneAndTrainingGoesOn) {
+  // Room for one file and a half: the second write runs out of space.
+  ddptest::Tmpfs disk(fresh_dir("full"), static_cast<int>(one_checkpoint_size() * 3 / 2 / 1024 + 4));
+  if (!disk.ok()) GTEST_SKIP() << disk.why_not();
+  run_ranks(1, [&](ddp::World& w) {
+    auto net = ddptest::seeded_model<ddptest::Mlp>(3);
+    torch::optim::SGD opt(net->parameters(), 0.1);
+    ddp::CheckpointOptions o;
+    o.dir = disk.path().string();
+    o.keep = 1;
+    ddp::Checkpointer ckpt(w.cpu(), o);
+    ckpt.save(ddp::capture_state(*net, opt, 1, 0, 0));
+    EXPECT_TRUE(ckpt.wait());
+    testing::internal::CaptureStderr();
+    EXPECT_NO_THROW(ckpt.save(ddp::capture_state(*net, opt, 2, 0, 0)));
+    EXPECT_FALSE(ckpt.wait());
+    EXPECT_NO_THROW(ckpt.save(ddp::capture_state(*net, opt, 3, 0, 0)));  // tried again, fails again
+    const ddp::CheckpointReport r = ckpt.finish();
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(r.written, 1);
+    EXPECT_EQ(r.failed, 2);
+    EXPECT_NE(r.last_error.find("No space left on device"), std::string::npos) << r.last_error;
+    EXPECT_NE(err.find("checkpoint of step 2 not saved: cannot write " + disk.path().string() + "/.ckpt-000000000002"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("No space left on device"), std::string::npos) << err;
+    auto files = ddp::list_checkpoints(o.dir);
+    ASSERT_EQ(files.size(), 1u);
+    EXPECT_EQ(files[0].step, 1);
+    std::string problem;
+    EXPECT_TRUE(ddp::read_checkpoint(files[0], &problem)) << problem;
+    // No temporary file is left to fill the disk further.
+    EXPECT_EQ(std::distance(fs::directory_iterator(o.dir), fs::directory_iterator()), 1);
+  });
+}
+
+TEST(Checkpointer, AReadOnlyFolderFailsSavesUntilItIsWritableAgain) {
+  ddptest::Tmpfs disk(fresh_dir("ro"), 1024);
+  if (!disk.ok()) GTEST_SKIP() << disk.why_not();
+  run_ranks(1, [&](ddp::World& w) {
+    auto net = ddptest::seeded_model<ddptest::Mlp>(3);
+    torch::optim::SGD opt(net->parameters(), 0.1);
+    ddp::CheckpointOptions o;
+    o.dir = disk.path().string();
+    o.keep = 2;
+    o.every_steps = 1;
+    ddp::Checkpointer ckpt(w.cpu(), o);
+    ckpt.save(ddp::capture_state(*net, opt, 1, 0, 0));
+    EXPECT_TRUE(ckpt.wait());
+    ASSERT_TRUE(disk.set_read_only(true));
+    testing::internal::CaptureStderr();
+    ckpt.save(ddp::capture_state(*net, opt, 2, 0, 0));
+    EXPECT_FALSE(ckpt.wait());
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("Read-only file system"), std::string::npos) << err;
+    EXPECT_TRUE(ckpt.due(3));  // the next step tries again
+    ASSERT_TRUE(disk.set_read_only(false));
+    ckpt.save(ddp::capture_state(*net, opt, 3, 0, 0));
+    const ddp::CheckpointReport r = ckpt.finish();
+    EXPECT_EQ(r.written, 2);
+    EXPECT_EQ(r.failed, 1);
+    std::vector<int64_t> steps;
+    for (const auto& f : ddp::list_checkpoints(o.dir)) steps.push_back(f.step);
+    EXPECT_EQ(steps, std::vector<int64_t>({3, 1}));
+  });
+}
+
+TEST(Checkpointer, DestroyedWithAnUnreportedFailureItSaysSo) {
+  for (const bool call_finish : {false, true}) {
+    SCOPED_TRACE(call_finish ? "with finish()" : "without finish()");
+    ddptest::Tmpfs disk(fresh_dir("dtor"), 1024);
+    if (!disk.ok()) GTEST_SKIP() << disk.why_not();
+    run_ranks(1, [&](ddp::World& w) {
+      auto net = ddptest::seeded_model<ddptest::Mlp>(3);
+      torch::optim::SGD opt(net->parameters(), 0.1);
+      ddp::CheckpointOptions o;
+      o.dir = disk.path().string();
+      testing::internal::CaptureStderr();
+      {
+        ddp::Checkpointer ckpt(w.cpu(), o);
+        ASSERT_TRUE(disk.set_read_only(true));
+        ckpt.save(ddp::capture_state(*net, opt, 1, 0, 0));  // still in flight at the end of the scope
+        if (call_finish) {
+          EXPECT_EQ(ckpt.finish().failed, 1);
+        }
+      }
+      const std::string err = testing::internal::GetCapturedStderr();
+      EXPECT_EQ(err.find("finish() was never called") != std::string::npos, !call_finish) << err;
+      disk.set_read_only(false);
+    });
   }
 }
 
