@@ -44,4 +44,39 @@ TEST(Storage, AFullCheckpointFolderIsWarnedAboutCountedAndTrainingFinishes) {
   fs::remove(summary);
 }
 
+TEST(Storage, ADatasetCacheFolderThatIsTooSmallFallsBackToTheSource) {
+  // The label files fit, the 47 MB of training images do not.
+  ddptest::Tmpfs disk(temp("cache-small"), 512);
+  if (!disk.ok()) GTEST_SKIP() << disk.why_not();
+  for (int run = 1; run <= 2; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    Finished f = ddptest::run(small_train(), {"DDPRUN_CACHE_DIR=" + disk.path().string()});
+    ASSERT_EQ(f.exit_code, 0) << f.err;
+    EXPECT_TRUE(contains(f.err, "warning: dataset cache not written")) << f.err;
+    EXPECT_TRUE(contains(f.err, "No space left on device")) << f.err;
+  }
+  for (const auto& e : fs::directory_iterator(disk.path())) {
+    EXPECT_FALSE(contains(e.path().filename().string(), "train-images")) << "a partial cache: " << e.path();
+  }
+}
+
+TEST(Storage, ATruncatedDatasetCacheIsReplaced) {
+  const fs::path cache = temp("cache-cut");
+  const ddptest::EnvChanges env{"DDPRUN_CACHE_DIR=" + cache.string()};
+  Finished first = ddptest::run(small_train(), env);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  fs::path images;
+  for (const auto& e : fs::directory_iterator(cache)) {
+    if (contains(e.path().filename().string(), "train-images")) images = e.path();
+  }
+  ASSERT_FALSE(images.empty());
+  const auto whole = fs::file_size(images);
+  fs::resize_file(images, whole / 3);
+  Finished second = ddptest::run(small_train(), env);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_TRUE(contains(second.err, "warning: dataset cache " + images.string() + " is damaged")) << second.err;
+  EXPECT_EQ(fs::file_size(images), whole);  // written again, whole
+  fs::remove_all(cache);
+}
+
 }  // namespace
