@@ -128,6 +128,22 @@ TEST(Collectives, GloosFailedChecksCarryTheRankLikeItsOtherErrors) {
   }
 }
 
+TEST(Collectives, ABadLocalAddressFailsInitWithTheVariableNotACrash) {
+  ddp::InitOptions o;
+  o.store = std::make_shared<ddprun::MemoryStore>();
+  o.env = [](const std::string& k) -> std::optional<std::string> {
+    if (k == "DDPRUN_LOCAL_ADDR") return "nonexistent.invalid";
+    return env_for(0, 1)(k);
+  };
+  try {
+    ddp::init(o);
+    FAIL() << "init() accepted DDPRUN_LOCAL_ADDR=nonexistent.invalid";
+  } catch (const ddp::ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("ddp: DDPRUN_LOCAL_ADDR='nonexistent.invalid' does not resolve", 0), 0u)
+        << e.what();
+  }
+}
+
 TEST(Collectives, APeerThatNeverArrivesFailsInit) {
   auto store = std::make_shared<ddprun::MemoryStore>();
   ddp::InitOptions o;

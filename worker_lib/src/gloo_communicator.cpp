@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "ddp/gloo_failure.h"
+#include "ddp/local_addr.h"
 
 namespace ddp {
 namespace {
@@ -111,6 +112,8 @@ GlooCommunicator::GlooCommunicator(ddprun::Store& store, const GlooOptions& opti
     throw std::invalid_argument("ddp: Gloo rank " + std::to_string(options.rank) +
                                 " is not in [0, " + std::to_string(options.size) + ")");
   }
+  // Gloo crashes on a name that does not resolve: refuse it first.
+  check_local_addr(options.local_addr, "GlooOptions::local_addr");
   gloo::transport::tcp::attr attr;
   attr.hostname = options.local_addr;
   auto setup_failed = [&](const char* what) {
