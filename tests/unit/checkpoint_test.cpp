@@ -160,33 +160,41 @@ TEST(Checkpointer, TruncatedOrBitFlippedNewestIsSkippedForThePreviousOne) {
   }
 }
 
+// The test model and its optimizer, checkpointed into a folder.
+struct Saver {
+  Saver(ddp::World& w, const fs::path& dir, int keep, int64_t every_steps = 0)
+      : ckpt(w.cpu(), ddp::CheckpointOptions{dir.string(), every_steps, 0, keep}) {}
+  void save(int64_t step) { ckpt.save(ddp::capture_state(*net, opt, step, 0, 0)); }
+  ddptest::Mlp net = ddptest::seeded_model<ddptest::Mlp>(3);
+  torch::optim::SGD opt{net->parameters(), 0.1};
+  ddp::Checkpointer ckpt;
+};
+
+std::vector<int64_t> steps_in(const fs::path& dir) {
+  std::vector<int64_t> steps;
+  for (const auto& f : ddp::list_checkpoints(dir.string())) steps.push_back(f.step);
+  return steps;
+}
+
 TEST(Checkpointer, AFolderNamedLikeTheNewestCheckpointIsSkipped) {
   const fs::path dir = fresh_dir("folder");
   run_ranks(1, [&](ddp::World& w) {
-    auto files = three_checkpoints(w, dir);
-    ASSERT_EQ(files.size(), 3u);
+    ASSERT_EQ(three_checkpoints(w, dir).size(), 3u);
     const fs::path fake = dir / ddp::checkpoint_file_name(99, 0);
     fs::create_directories(fake / "inside");
-    ddp::CheckpointOptions o;
-    o.dir = dir.string();
-    o.keep = 1;
-    ddp::Checkpointer ckpt(w.cpu(), o);
+    Saver s(w, dir, 1);
     testing::internal::CaptureStderr();
-    auto state = ckpt.restore();
+    auto state = s.ckpt.restore();
     const std::string err = testing::internal::GetCapturedStderr();
     ASSERT_TRUE(state);
     EXPECT_EQ(state->step, 3);
     EXPECT_NE(err.find("skipping checkpoint " + fake.string() + ": is a folder"), std::string::npos) << err;
     // Saving and pruning leave the folder alone and keep the new file.
-    auto net = ddptest::seeded_model<ddptest::Mlp>(3);
-    torch::optim::SGD opt(net->parameters(), 0.1);
-    ckpt.save(ddp::capture_state(*net, opt, 4, 0, 0));
-    EXPECT_TRUE(ckpt.wait());
+    s.save(4);
+    EXPECT_TRUE(s.ckpt.wait());
     EXPECT_TRUE(fs::is_directory(fake / "inside"));
-    auto now = ddp::list_checkpoints(dir.string());
-    ASSERT_EQ(now.size(), 2u);
-    EXPECT_EQ(now[1].step, 4);
-    EXPECT_EQ(ckpt.finish().failed, 0);
+    EXPECT_EQ(steps_in(dir), std::vector<int64_t>({99, 4}));
+    EXPECT_EQ(s.ckpt.finish().failed, 0);
   });
   fs::remove_all(dir);
 }
@@ -199,28 +207,21 @@ TEST(Checkpointer, ACorruptNewerFileNeverPushesNewSavesOut) {
     const fs::path bad = dir / ddp::checkpoint_file_name(999, 0x12345678);
     std::ofstream(bad) << "not a checkpoint";
     run_ranks(1, [&](ddp::World& w) {
-      auto net = ddptest::seeded_model<ddptest::Mlp>(3);
-      torch::optim::SGD opt(net->parameters(), 0.1);
-      ddp::CheckpointOptions o;
-      o.dir = dir.string();
-      o.keep = 1;
-      ddp::Checkpointer ckpt(w.cpu(), o);
+      Saver s(w, dir, 1);
       testing::internal::CaptureStderr();
       if (restore_first) {
-        EXPECT_FALSE(ckpt.restore());
+        EXPECT_FALSE(s.ckpt.restore());
       }
-      for (int64_t step = 1; step <= 3; ++step) ckpt.save(ddp::capture_state(*net, opt, step, 0, 0));
-      EXPECT_EQ(ckpt.finish().written, 3);
+      for (int64_t step = 1; step <= 3; ++step) s.save(step);
+      EXPECT_EQ(s.ckpt.finish().written, 3);
       const std::string err = testing::internal::GetCapturedStderr();
       // The newest save survives keep=1; the corrupt file never counted.
-      std::vector<int64_t> steps;
-      for (const auto& f : ddp::list_checkpoints(dir.string())) steps.push_back(f.step);
       if (restore_first) {
-        EXPECT_EQ(steps, std::vector<int64_t>({3}));
+        EXPECT_EQ(steps_in(dir), std::vector<int64_t>({3}));
         EXPECT_TRUE(fs::exists(bad.string() + ".corrupt")) << err;
         EXPECT_NE(err.find("skipping checkpoint " + bad.string() + ": checksum"), std::string::npos) << err;
       } else {
-        EXPECT_EQ(steps, std::vector<int64_t>({999, 3}));  // not ours to delete, and restore() skips it
+        EXPECT_EQ(steps_in(dir), std::vector<int64_t>({999, 3}));  // not ours to delete, and restore() skips it
       }
     });
     fs::remove_all(dir);
@@ -233,22 +234,15 @@ TEST(Checkpointer, ACorruptOlderFileDoesNotCountTowardKeep) {
     auto files = three_checkpoints(w, dir);  // steps 3, 2, 1
     ASSERT_EQ(files.size(), 3u);
     fs::resize_file(files[1].path, 10);  // step 2 damaged
-    auto net = ddptest::seeded_model<ddptest::Mlp>(3);
-    torch::optim::SGD opt(net->parameters(), 0.1);
-    ddp::CheckpointOptions o;
-    o.dir = dir.string();
-    o.keep = 3;
-    ddp::Checkpointer ckpt(w.cpu(), o);
-    ASSERT_EQ(ckpt.restore()->step, 3);
+    Saver s(w, dir, 3);
+    ASSERT_EQ(s.ckpt.restore()->step, 3);
     testing::internal::CaptureStderr();
-    ckpt.save(ddp::capture_state(*net, opt, 4, 0, 0));
-    EXPECT_TRUE(ckpt.wait());
+    s.save(4);
+    EXPECT_TRUE(s.ckpt.wait());
     const std::string err = testing::internal::GetCapturedStderr();
-    std::vector<int64_t> steps;
-    for (const auto& f : ddp::list_checkpoints(dir.string())) steps.push_back(f.step);
-    EXPECT_EQ(steps, std::vector<int64_t>({4, 3, 1})) << err;  // three sound ones
+    EXPECT_EQ(steps_in(dir), std::vector<int64_t>({4, 3, 1})) << err;  // three sound ones
     EXPECT_NE(err.find(files[1].path + " is set aside"), std::string::npos) << err;
-    ckpt.finish();
+    s.ckpt.finish();
   });
   fs::remove_all(dir);
 }
@@ -265,19 +259,14 @@ TEST(Checkpointer, AFullDiskFailsTheSaveLoudlyKeepsTheOldOneAndTrainingGoesOn) {
   ddptest::Tmpfs disk(fresh_dir("full"), static_cast<int>(one_checkpoint_size() * 3 / 2 / 1024 + 4));
   if (!disk.ok()) GTEST_SKIP() << disk.why_not();
   run_ranks(1, [&](ddp::World& w) {
-    auto net = ddptest::seeded_model<ddptest::Mlp>(3);
-    torch::optim::SGD opt(net->parameters(), 0.1);
-    ddp::CheckpointOptions o;
-    o.dir = disk.path().string();
-    o.keep = 1;
-    ddp::Checkpointer ckpt(w.cpu(), o);
-    ckpt.save(ddp::capture_state(*net, opt, 1, 0, 0));
-    EXPECT_TRUE(ckpt.wait());
+    Saver s(w, disk.path(), 1);
+    s.save(1);
+    EXPECT_TRUE(s.ckpt.wait());
     testing::internal::CaptureStderr();
-    EXPECT_NO_THROW(ckpt.save(ddp::capture_state(*net, opt, 2, 0, 0)));
-    EXPECT_FALSE(ckpt.wait());
-    EXPECT_NO_THROW(ckpt.save(ddp::capture_state(*net, opt, 3, 0, 0)));  // tried again, fails again
-    const ddp::CheckpointReport r = ckpt.finish();
+    EXPECT_NO_THROW(s.save(2));
+    EXPECT_FALSE(s.ckpt.wait());
+    EXPECT_NO_THROW(s.save(3));  // tried again, fails again
+    const ddp::CheckpointReport r = s.ckpt.finish();
     const std::string err = testing::internal::GetCapturedStderr();
     EXPECT_EQ(r.written, 1);
     EXPECT_EQ(r.failed, 2);
@@ -286,13 +275,13 @@ TEST(Checkpointer, AFullDiskFailsTheSaveLoudlyKeepsTheOldOneAndTrainingGoesOn) {
               std::string::npos)
         << err;
     EXPECT_NE(err.find("No space left on device"), std::string::npos) << err;
-    auto files = ddp::list_checkpoints(o.dir);
+    auto files = ddp::list_checkpoints(disk.path().string());
     ASSERT_EQ(files.size(), 1u);
     EXPECT_EQ(files[0].step, 1);
     std::string problem;
     EXPECT_TRUE(ddp::read_checkpoint(files[0], &problem)) << problem;
     // No temporary file is left to fill the disk further.
-    EXPECT_EQ(std::distance(fs::directory_iterator(o.dir), fs::directory_iterator()), 1);
+    EXPECT_EQ(std::distance(fs::directory_iterator(disk.path()), fs::directory_iterator()), 1);
   });
 }
 
@@ -300,30 +289,22 @@ TEST(Checkpointer, AReadOnlyFolderFailsSavesUntilItIsWritableAgain) {
   ddptest::Tmpfs disk(fresh_dir("ro"), 1024);
   if (!disk.ok()) GTEST_SKIP() << disk.why_not();
   run_ranks(1, [&](ddp::World& w) {
-    auto net = ddptest::seeded_model<ddptest::Mlp>(3);
-    torch::optim::SGD opt(net->parameters(), 0.1);
-    ddp::CheckpointOptions o;
-    o.dir = disk.path().string();
-    o.keep = 2;
-    o.every_steps = 1;
-    ddp::Checkpointer ckpt(w.cpu(), o);
-    ckpt.save(ddp::capture_state(*net, opt, 1, 0, 0));
-    EXPECT_TRUE(ckpt.wait());
+    Saver s(w, disk.path(), 2, /*every_steps=*/1);
+    s.save(1);
+    EXPECT_TRUE(s.ckpt.wait());
     ASSERT_TRUE(disk.set_read_only(true));
     testing::internal::CaptureStderr();
-    ckpt.save(ddp::capture_state(*net, opt, 2, 0, 0));
-    EXPECT_FALSE(ckpt.wait());
+    s.save(2);
+    EXPECT_FALSE(s.ckpt.wait());
     const std::string err = testing::internal::GetCapturedStderr();
     EXPECT_NE(err.find("Read-only file system"), std::string::npos) << err;
-    EXPECT_TRUE(ckpt.due(3));  // the next step tries again
+    EXPECT_TRUE(s.ckpt.due(3));  // the next step tries again
     ASSERT_TRUE(disk.set_read_only(false));
-    ckpt.save(ddp::capture_state(*net, opt, 3, 0, 0));
-    const ddp::CheckpointReport r = ckpt.finish();
+    s.save(3);
+    const ddp::CheckpointReport r = s.ckpt.finish();
     EXPECT_EQ(r.written, 2);
     EXPECT_EQ(r.failed, 1);
-    std::vector<int64_t> steps;
-    for (const auto& f : ddp::list_checkpoints(o.dir)) steps.push_back(f.step);
-    EXPECT_EQ(steps, std::vector<int64_t>({3, 1}));
+    EXPECT_EQ(steps_in(disk.path()), std::vector<int64_t>({3, 1}));
   });
 }
 
@@ -333,17 +314,13 @@ TEST(Checkpointer, DestroyedWithAnUnreportedFailureItSaysSo) {
     ddptest::Tmpfs disk(fresh_dir("dtor"), 1024);
     if (!disk.ok()) GTEST_SKIP() << disk.why_not();
     run_ranks(1, [&](ddp::World& w) {
-      auto net = ddptest::seeded_model<ddptest::Mlp>(3);
-      torch::optim::SGD opt(net->parameters(), 0.1);
-      ddp::CheckpointOptions o;
-      o.dir = disk.path().string();
       testing::internal::CaptureStderr();
       {
-        ddp::Checkpointer ckpt(w.cpu(), o);
+        Saver s(w, disk.path(), 3);
         ASSERT_TRUE(disk.set_read_only(true));
-        ckpt.save(ddp::capture_state(*net, opt, 1, 0, 0));  // still in flight at the end of the scope
+        s.save(1);  // still in flight at the end of the scope
         if (call_finish) {
-          EXPECT_EQ(ckpt.finish().failed, 1);
+          EXPECT_EQ(s.ckpt.finish().failed, 1);
         }
       }
       const std::string err = testing::internal::GetCapturedStderr();
