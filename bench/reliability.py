@@ -32,22 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 STEP = re.compile(r"step (\d+) done")
 
-
-def children(pid):
-    """Live child processes of pid (the workers of ddprun)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % entry) as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
-            out.append(int(entry))
-    return sorted(out)
+sys.path.insert(0, HERE)
+from recovery import children  # noqa: E402  (the workers of ddprun, from /proc)
 
 
 def checksum(path):
