@@ -30,7 +30,7 @@ TEST(Storage, AFullCheckpointFolderIsWarnedAboutCountedAndTrainingFinishes) {
   ddptest::Tmpfs disk(temp("ckpt-full"), 2600);
   if (!disk.ok()) GTEST_SKIP() << disk.why_not();
   const fs::path summary = temp("ckpt-full.json");
-  Finished f = ddptest::run({DDPRUN_BIN, "--nproc", "2", TRAIN_BIN, "--limit", "2000", "--epochs", "1",
+  Finished f = ddptest::run({DDPRUN_BIN, "--nproc", "2", TRAIN_BIN, "--limit", "1000", "--epochs", "1",
                              "--checkpoint-dir", disk.path().string(), "--checkpoint-every", "10",
                              "--keep-checkpoints", "1", "--summary-json", summary.string()});
   ASSERT_EQ(f.exit_code, 0) << f.err;
