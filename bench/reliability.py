@@ -13,7 +13,9 @@ the job finished and the checksums match.
 
 A fault is armed only once the job has recovered from the previous one (a
 "resumed from" line, or a step number that went back), so that every fault
-hits a running attempt; which worker, which step and which signal are random.
+hits a running attempt; it comes at a random step within the next two
+checkpoint periods, to a random worker, as SIGKILL or (--stop-fraction)
+SIGSTOP. The job gets enough epochs to take every fault.
 """
 import argparse
 import json
@@ -102,9 +104,10 @@ def run_with_faults(args, cmd, total_steps, rng):
                     if injected >= args.faults or not armed:
                         continue
                     if target is None:
-                        # Leave the last steps alone: a fault after the final
-                        # checkpoint would only test the exit path.
-                        target = rng.randint(1, max(1, total_steps - 3))
+                        # Somewhere in the next two checkpoint periods of this
+                        # attempt, so that faults spread over the whole run
+                        # (the job is made long enough for all of them).
+                        target = min(step + rng.randint(0, 2 * args.checkpoint_every), total_steps - 3)
                     if step < target:
                         continue
                     workers = children(p.pid)
@@ -138,7 +141,8 @@ def main():
     p.add_argument("--faults", type=int, default=3)
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--limit", type=int, default=4000, help="training images (train --limit)")
-    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--epochs", type=int, default=None,
+                   help="epochs of the job [enough for every fault: about faults x checkpoint-every steps]")
     p.add_argument("--checkpoint-every", type=int, default=5)
     p.add_argument("--hang-timeout", type=float, default=3, help="ddprun --hang-timeout: finds SIGSTOPped workers")
     p.add_argument("--stop-fraction", type=float, default=0.3, help="share of faults that are SIGSTOP")
@@ -148,6 +152,9 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build", "bin"))
     p.add_argument("--verbose", action="store_true", help="echo the job's output")
     args = p.parse_args()
+    if args.epochs is None:
+        steps_per_epoch = -(-args.limit // (args.nproc * 32))  # train's default batch of 32 per rank
+        args.epochs = max(1, -(-args.faults * args.checkpoint_every // steps_per_epoch))
     if args.budget is None:
         args.budget = 60 + 30 * args.faults
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
