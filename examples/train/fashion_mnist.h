@@ -3,7 +3,10 @@
 // Images stay as bytes (47 MB for the training set) and are normalised per
 // batch. The first load decompresses the .gz files into a cache folder; later
 // loads (every restarted worker) map the cached bytes, which takes
-// milliseconds instead of the ~0.4 s that decompressing takes.
+// milliseconds instead of the ~0.4 s that decompressing takes. The cache is
+// written atomically and checked when read (its IDX header and gzip's
+// recorded size must account for every byte): a damaged one is replaced, and
+// one that cannot be written (full disk) is a warning, not an error.
 #pragma once
 
 #include <torch/torch.h>

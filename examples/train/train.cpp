@@ -57,6 +57,14 @@ std::string checksum(const torch::nn::Module& m) {
   return buf;
 }
 
+// Rank 0's last word on its checkpoints: failed saves are counted, never fatal.
+void print_checkpoint_report(const ddp::CheckpointReport& r) {
+  std::printf("checkpoints: %lld written, %lld failed%s%s\n", static_cast<long long>(r.written),
+              static_cast<long long>(r.failed), r.failed ? " (newest failure: " : "",
+              r.failed ? (r.last_error + ")").c_str() : "");
+  std::fflush(stdout);
+}
+
 // Test accuracy over the whole test set: each rank scores a shard and the
 // counts are summed.
 template <typename Net>
@@ -206,11 +214,11 @@ int run(const Options& opt) {
         // Asked to stop (preemption): every rank agreed at this step; rank 0
         // writes a final checkpoint, and running the command again resumes.
         if (ckpt->last_saved_step() != steps) save(epoch);
-        ckpt->wait();
+        const ddp::CheckpointReport saved = ckpt->finish();
         if (rank == 0) {
           std::printf("stopped by signal after step %lld; checkpoint %s\n", static_cast<long long>(steps),
                       ckpt->last_path().c_str());
-          std::fflush(stdout);
+          print_checkpoint_report(saved);
         }
         return 0;
       }
@@ -229,9 +237,10 @@ int run(const Options& opt) {
       std::fflush(stdout);
     }
   }
+  ddp::CheckpointReport saved;
   if (ckpt) {
     if (ckpt->last_saved_step() != steps) save(opt.epochs - 1);
-    ckpt->wait();
+    saved = ckpt->finish();
   }
   if (start_epoch >= opt.epochs) accuracy = test_accuracy(*world, model.module(), test);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -248,10 +257,12 @@ int run(const Options& opt) {
     const std::string sum = checksum(*model.module());
     std::printf("parameters identical on all %d ranks (checksum %s)\n", ws, sum.c_str());
     std::printf("test accuracy: %.2f%%\n", 100 * accuracy);
+    if (ckpt) print_checkpoint_report(saved);
     if (!opt.summary_json.empty()) {
       nlohmann::json j = {{"test_accuracy", accuracy}, {"steps", steps},        {"final_loss", last_loss},
                           {"wall_time_s", wall},       {"world_size", ws},      {"epochs", opt.epochs},
-                          {"sync", opt.sync},          {"model", opt.model},    {"param_checksum", sum}};
+                          {"sync", opt.sync},          {"model", opt.model},    {"param_checksum", sum},
+                          {"checkpoints_written", saved.written}, {"checkpoints_failed", saved.failed}};
       std::ofstream out(opt.summary_json);
       out << j.dump(2) << "\n";
       if (!out) throw std::runtime_error("cannot write --summary-json " + opt.summary_json);

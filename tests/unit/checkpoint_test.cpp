@@ -9,6 +9,7 @@
 #include "ddp/ddp.h"
 #include "support/ddp_checks.h"
 #include "support/thread_ranks.h"
+#include "support/tmpfs.h"
 
 namespace {
 
@@ -156,6 +157,176 @@ TEST(Checkpointer, TruncatedOrBitFlippedNewestIsSkippedForThePreviousOne) {
       EXPECT_NE(err.find("does not match"), std::string::npos) << err;
     });
     fs::remove_all(dir);
+  }
+}
+
+// The test model and its optimizer, checkpointed into a folder.
+struct Saver {
+  Saver(ddp::World& w, const fs::path& dir, int keep, int64_t every_steps = 0)
+      : ckpt(w.cpu(), ddp::CheckpointOptions{dir.string(), every_steps, 0, keep}) {}
+  void save(int64_t step) { ckpt.save(ddp::capture_state(*net, opt, step, 0, 0)); }
+  ddptest::Mlp net = ddptest::seeded_model<ddptest::Mlp>(3);
+  torch::optim::SGD opt{net->parameters(), 0.1};
+  ddp::Checkpointer ckpt;
+};
+
+std::vector<int64_t> steps_in(const fs::path& dir) {
+  std::vector<int64_t> steps;
+  for (const auto& f : ddp::list_checkpoints(dir.string())) steps.push_back(f.step);
+  return steps;
+}
+
+TEST(Checkpointer, AFolderNamedLikeTheNewestCheckpointIsSkipped) {
+  const fs::path dir = fresh_dir("folder");
+  run_ranks(1, [&](ddp::World& w) {
+    ASSERT_EQ(three_checkpoints(w, dir).size(), 3u);
+    const fs::path fake = dir / ddp::checkpoint_file_name(99, 0);
+    fs::create_directories(fake / "inside");
+    Saver s(w, dir, 1);
+    testing::internal::CaptureStderr();
+    auto state = s.ckpt.restore();
+    const std::string err = testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(state);
+    EXPECT_EQ(state->step, 3);
+    EXPECT_NE(err.find("skipping checkpoint " + fake.string() + ": is a folder"), std::string::npos) << err;
+    // Saving and pruning leave the folder alone and keep the new file.
+    s.save(4);
+    EXPECT_TRUE(s.ckpt.wait());
+    EXPECT_TRUE(fs::is_directory(fake / "inside"));
+    EXPECT_EQ(steps_in(dir), std::vector<int64_t>({99, 4}));
+    EXPECT_EQ(s.ckpt.finish().failed, 0);
+  });
+  fs::remove_all(dir);
+}
+
+TEST(Checkpointer, ACorruptNewerFileNeverPushesNewSavesOut) {
+  for (const bool restore_first : {false, true}) {
+    SCOPED_TRACE(restore_first ? "after restore()" : "without restore()");
+    const fs::path dir = fresh_dir("corrupt-newer");
+    fs::create_directories(dir);
+    const fs::path bad = dir / ddp::checkpoint_file_name(999, 0x12345678);
+    std::ofstream(bad) << "not a checkpoint";
+    run_ranks(1, [&](ddp::World& w) {
+      Saver s(w, dir, 1);
+      testing::internal::CaptureStderr();
+      if (restore_first) {
+        EXPECT_FALSE(s.ckpt.restore());
+      }
+      for (int64_t step = 1; step <= 3; ++step) s.save(step);
+      EXPECT_EQ(s.ckpt.finish().written, 3);
+      const std::string err = testing::internal::GetCapturedStderr();
+      // The newest save survives keep=1; the corrupt file never counted.
+      if (restore_first) {
+        EXPECT_EQ(steps_in(dir), std::vector<int64_t>({3}));
+        EXPECT_TRUE(fs::exists(bad.string() + ".corrupt")) << err;
+        EXPECT_NE(err.find("skipping checkpoint " + bad.string() + ": checksum"), std::string::npos) << err;
+      } else {
+        EXPECT_EQ(steps_in(dir), std::vector<int64_t>({999, 3}));  // not ours to delete, and restore() skips it
+      }
+    });
+    fs::remove_all(dir);
+  }
+}
+
+TEST(Checkpointer, ACorruptOlderFileDoesNotCountTowardKeep) {
+  const fs::path dir = fresh_dir("corrupt-older");
+  run_ranks(1, [&](ddp::World& w) {
+    auto files = three_checkpoints(w, dir);  // steps 3, 2, 1
+    ASSERT_EQ(files.size(), 3u);
+    fs::resize_file(files[1].path, 10);  // step 2 damaged
+    Saver s(w, dir, 3);
+    ASSERT_EQ(s.ckpt.restore()->step, 3);
+    testing::internal::CaptureStderr();
+    s.save(4);
+    EXPECT_TRUE(s.ckpt.wait());
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(steps_in(dir), std::vector<int64_t>({4, 3, 1})) << err;  // three sound ones
+    EXPECT_NE(err.find(files[1].path + " is set aside"), std::string::npos) << err;
+    s.ckpt.finish();
+  });
+  fs::remove_all(dir);
+}
+
+// The size of one checkpoint file of the test model.
+uintmax_t one_checkpoint_size() {
+  auto net = ddptest::seeded_model<ddptest::Mlp>(3);
+  torch::optim::SGD opt(net->parameters(), 0.1);
+  return ddp::encode_state(ddp::capture_state(*net, opt, 1, 0, 0)).size();
+}
+
+TEST(Checkpointer, AFullDiskFailsTheSaveLoudlyKeepsTheOldOneAndTrainingGoesOn) {
+  // Room for one file and a half: the second write runs out of space.
+  ddptest::Tmpfs disk(fresh_dir("full"), static_cast<int>(one_checkpoint_size() * 3 / 2 / 1024 + 4));
+  if (!disk.ok()) GTEST_SKIP() << disk.why_not();
+  run_ranks(1, [&](ddp::World& w) {
+    Saver s(w, disk.path(), 1);
+    s.save(1);
+    EXPECT_TRUE(s.ckpt.wait());
+    testing::internal::CaptureStderr();
+    EXPECT_NO_THROW(s.save(2));
+    EXPECT_FALSE(s.ckpt.wait());
+    EXPECT_NO_THROW(s.save(3));  // tried again, fails again
+    const ddp::CheckpointReport r = s.ckpt.finish();
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(r.written, 1);
+    EXPECT_EQ(r.failed, 2);
+    EXPECT_NE(r.last_error.find("No space left on device"), std::string::npos) << r.last_error;
+    EXPECT_NE(err.find("checkpoint of step 2 not saved: cannot write " + disk.path().string() + "/.ckpt-000000000002"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("No space left on device"), std::string::npos) << err;
+    auto files = ddp::list_checkpoints(disk.path().string());
+    ASSERT_EQ(files.size(), 1u);
+    EXPECT_EQ(files[0].step, 1);
+    std::string problem;
+    EXPECT_TRUE(ddp::read_checkpoint(files[0], &problem)) << problem;
+    // No temporary file is left to fill the disk further.
+    EXPECT_EQ(std::distance(fs::directory_iterator(disk.path()), fs::directory_iterator()), 1);
+  });
+}
+
+TEST(Checkpointer, AReadOnlyFolderFailsSavesUntilItIsWritableAgain) {
+  ddptest::Tmpfs disk(fresh_dir("ro"), 1024);
+  if (!disk.ok()) GTEST_SKIP() << disk.why_not();
+  run_ranks(1, [&](ddp::World& w) {
+    Saver s(w, disk.path(), 2, /*every_steps=*/1);
+    s.save(1);
+    EXPECT_TRUE(s.ckpt.wait());
+    ASSERT_TRUE(disk.set_read_only(true));
+    testing::internal::CaptureStderr();
+    s.save(2);
+    EXPECT_FALSE(s.ckpt.wait());
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("Read-only file system"), std::string::npos) << err;
+    EXPECT_TRUE(s.ckpt.due(3));  // the next step tries again
+    ASSERT_TRUE(disk.set_read_only(false));
+    s.save(3);
+    const ddp::CheckpointReport r = s.ckpt.finish();
+    EXPECT_EQ(r.written, 2);
+    EXPECT_EQ(r.failed, 1);
+    EXPECT_EQ(steps_in(disk.path()), std::vector<int64_t>({3, 1}));
+  });
+}
+
+TEST(Checkpointer, DestroyedWithAnUnreportedFailureItSaysSo) {
+  for (const bool call_finish : {false, true}) {
+    SCOPED_TRACE(call_finish ? "with finish()" : "without finish()");
+    ddptest::Tmpfs disk(fresh_dir("dtor"), 1024);
+    if (!disk.ok()) GTEST_SKIP() << disk.why_not();
+    run_ranks(1, [&](ddp::World& w) {
+      testing::internal::CaptureStderr();
+      {
+        Saver s(w, disk.path(), 3);
+        ASSERT_TRUE(disk.set_read_only(true));
+        s.save(1);  // still in flight at the end of the scope
+        if (call_finish) {
+          EXPECT_EQ(s.ckpt.finish().failed, 1);
+        }
+      }
+      const std::string err = testing::internal::GetCapturedStderr();
+      EXPECT_EQ(err.find("finish() was never called") != std::string::npos, !call_finish) << err;
+      disk.set_read_only(false);
+    });
   }
 }
 

@@ -65,12 +65,83 @@ TEST(Collectives, AMissingPeerTimesOutInsteadOfHanging) {
           w.all_reduce(t, ddp::ReduceOp::kSum);
           ADD_FAILURE() << "all_reduce without its peer returned";
         } catch (const ddp::CollectiveError& e) {
-          EXPECT_NE(std::string(e.what()).find("timeout 300 ms"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("ddp: all_reduce on rank 0 of 2 timed out after 300 ms"),
+                    std::string::npos)
+              << e.what();
           EXPECT_NE(std::string(e.what()).find("DDPRUN_TIMEOUT_S"), std::string::npos);
         }
         done.set_value();
       },
       300ms);
+}
+
+// Rank r of a 2-rank world over store, with a timeout far longer than the test.
+std::shared_ptr<ddp::World> rank_of_two(int r, std::shared_ptr<ddprun::MemoryStore> store) {
+  ddp::InitOptions o;
+  o.env = env_for(r, 2);
+  o.store = std::move(store);
+  o.timeout = 60s;
+  return ddp::init(o);
+}
+
+TEST(Collectives, APeerThatLeavesMidCollectiveIsNamedNotCalledATimeout) {
+  auto store = std::make_shared<ddprun::MemoryStore>();
+  auto leaver = std::async(std::launch::async, [&] {
+    auto w = rank_of_two(1, store);
+    w->barrier();
+  });  // its world, and its sockets, end here
+  auto w = rank_of_two(0, store);
+  w->barrier();
+  at::Tensor t = at::ones({1 << 16});
+  try {
+    w->all_reduce(t, ddp::ReduceOp::kSum);  // rank 1 never comes
+    FAIL() << "all_reduce without its peer returned";
+  } catch (const ddp::CollectiveError& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind("ddp: all_reduce on rank 0 of 2: peer rank 1 ", 0), 0u) << m;
+    EXPECT_TRUE(m.find("closed the connection") != std::string::npos ||
+                m.find("reset the connection") != std::string::npos)
+        << m;
+    EXPECT_EQ(m.find("timed out"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+  leaver.get();
+}
+
+TEST(Collectives, GloosFailedChecksCarryTheRankLikeItsOtherErrors) {
+  // A peer that published an address Gloo cannot parse (another Gloo build,
+  // a damaged store): Gloo's EnforceNotMet, which is no gloo::Exception.
+  ddprun::MemoryStore store;
+  store.set("rank_1", "otherhost");
+  store.set("1", "not an address");
+  ddp::GlooOptions o;
+  o.rank = 0;
+  o.size = 2;
+  o.timeout = 30s;
+  try {
+    ddp::GlooCommunicator comm(store, o);
+    FAIL() << "connected to a peer without an address";
+  } catch (const ddp::CollectiveError& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind("ddp: Gloo setup on rank 0 (binding to 127.0.0.1, set by --local-addr) failed: ", 0), 0u) << m;
+    EXPECT_NE(m.find("enforce fail"), std::string::npos) << m;
+  }
+}
+
+TEST(Collectives, ABadLocalAddressFailsInitWithTheVariableNotACrash) {
+  ddp::InitOptions o;
+  o.store = std::make_shared<ddprun::MemoryStore>();
+  o.env = [](const std::string& k) -> std::optional<std::string> {
+    if (k == "DDPRUN_LOCAL_ADDR") return "nonexistent.invalid";
+    return env_for(0, 1)(k);
+  };
+  try {
+    ddp::init(o);
+    FAIL() << "init() accepted DDPRUN_LOCAL_ADDR=nonexistent.invalid";
+  } catch (const ddp::ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("ddp: DDPRUN_LOCAL_ADDR='nonexistent.invalid' does not resolve", 0), 0u)
+        << e.what();
+  }
 }
 
 TEST(Collectives, APeerThatNeverArrivesFailsInit) {

@@ -1,18 +1,11 @@
 #include "ddp/checkpointer.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <unistd.h>
-#include <zlib.h>
-
-#include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 
+#include "ddp/atomic_file.h"
 #include "serial_worker.h"
 
 namespace ddp {
@@ -20,89 +13,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kPrefix = "ckpt-";
-constexpr const char* kSuffix = ".pt";
+constexpr const char* kTempPrefix = ".ckpt-";
 constexpr const char* kTempSuffix = ".tmp";
 
-uint32_t crc_of(const std::vector<char>& bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  size_t off = 0;
-  // crc32 takes a uInt length: feed it in pieces.
-  while (off < bytes.size()) {
-    const size_t n = std::min<size_t>(bytes.size() - off, 1u << 30);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + off), static_cast<uInt>(n));
-    off += n;
-  }
-  return static_cast<uint32_t>(crc);
-}
-
-std::string file_name(int64_t step, uint32_t crc) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%s%012lld-%08x%s", kPrefix, static_cast<long long>(step), crc, kSuffix);
-  return buf;
-}
-
-// Parses "ckpt-000000000100-1a2b3c4d.pt".
-std::optional<CheckpointFile> parse_name(const std::string& dir, const std::string& name) {
-  long long step = 0;
-  unsigned crc = 0;
-  char tail[8] = {0};
-  if (name.size() != std::strlen(kPrefix) + 12 + 1 + 8 + std::strlen(kSuffix)) return std::nullopt;
-  if (std::sscanf(name.c_str(), "ckpt-%12lld-%8x%3s", &step, &crc, tail) != 3) return std::nullopt;
-  if (std::string(tail) != kSuffix || file_name(step, crc) != name) return std::nullopt;
-  return CheckpointFile{dir + "/" + name, step, crc};
-}
-
-void write_all_fd(int fd, const char* data, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error("ddp: writing checkpoint " + path + " failed: " + std::strerror(errno));
-    }
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
 }  // namespace
-
-std::vector<CheckpointFile> list_checkpoints(const std::string& dir) {
-  std::vector<CheckpointFile> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (auto f = parse_name(dir, e.path().filename().string())) out.push_back(*f);
-  }
-  std::sort(out.begin(), out.end(),
-            [](const CheckpointFile& a, const CheckpointFile& b) { return a.step > b.step; });
-  return out;
-}
-
-std::optional<std::vector<char>> read_checkpoint(const CheckpointFile& f, std::string* problem) {
-  std::ifstream in(f.path, std::ios::binary);
-  if (!in) {
-    *problem = "cannot be opened";
-    return std::nullopt;
-  }
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
-  const uint32_t crc = crc_of(bytes);
-  if (crc != f.crc) {
-    char buf[128];
-    std::snprintf(buf, sizeof(buf), "checksum %08x does not match the %08x in its name (%zu bytes)", crc,
-                  f.crc, bytes.size());
-    *problem = buf;
-    return std::nullopt;
-  }
-  return bytes;
-}
 
 Checkpointer::Checkpointer(Communicator& comm, CheckpointOptions options)
     : comm_(comm), options_(std::move(options)), last_save_(std::chrono::steady_clock::now()) {
@@ -117,7 +31,7 @@ Checkpointer::Checkpointer(Communicator& comm, CheckpointOptions options)
   // A write that was killed leaves its temporary file behind.
   for (const auto& e : fs::directory_iterator(options_.dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(std::string(".") + kPrefix, 0) == 0 && name.size() > 4 &&
+    if (name.rfind(kTempPrefix, 0) == 0 && name.size() > 4 &&
         name.compare(name.size() - 4, 4, kTempSuffix) == 0) {
       fs::remove(e.path(), ec);
     }
@@ -127,6 +41,14 @@ Checkpointer::Checkpointer(Communicator& comm, CheckpointOptions options)
 
 Checkpointer::~Checkpointer() {
   if (in_flight_.valid()) in_flight_.wait();
+  std::lock_guard lock(path_mu_);
+  if (!reported_) {
+    std::fprintf(stderr,
+                 "ddp: error: %lld of %lld checkpoint saves failed and finish() was never called to report "
+                 "it; the newest failure: %s\n",
+                 static_cast<long long>(report_.failed), static_cast<long long>(report_.failed + report_.written),
+                 report_.last_error.c_str());
+  }
 }
 
 std::optional<TrainingState> Checkpointer::restore() {
@@ -142,13 +64,22 @@ std::optional<TrainingState> Checkpointer::restore() {
           bytes = std::move(*read);
           std::lock_guard lock(path_mu_);
           last_path_ = f.path;
+          checked_[f.path] = true;
           break;
         } catch (const std::exception& e) {
           problem = e.what();
         }
       }
-      std::fprintf(stderr, "ddp: warning: skipping checkpoint %s: %s; trying an older one\n",
-                   f.path.c_str(), problem.c_str());
+      // Set aside, it no longer counts as the newest checkpoint nor toward `keep`.
+      std::string why;
+      const std::string moved = set_aside(f, &why);
+      std::fprintf(stderr, "ddp: warning: skipping checkpoint %s: %s%s%s; trying an older one\n", f.path.c_str(),
+                   problem.c_str(), moved.empty() ? "" : "; moved it to ", moved.c_str());
+      if (!why.empty()) std::fprintf(stderr, "ddp: warning: %s\n", why.c_str());
+      if (moved.empty()) {
+        std::lock_guard lock(path_mu_);
+        checked_[f.path] = false;  // still listed: never counted, never warned about again
+      }
     }
   }
   // Rank 0's choice travels to everyone: the size first (0: none), then the bytes.
@@ -181,12 +112,16 @@ bool Checkpointer::due(int64_t step) const {
 
 void Checkpointer::save(TrainingState state) {
   if (comm_.rank() != 0) return;
-  wait();  // at most one write in flight; surfaces the last one's failure
+  wait();  // at most one write in flight
   last_save_ = std::chrono::steady_clock::now();
   last_step_ = state.step;
   auto shared = std::make_shared<TrainingState>(std::move(state));
   in_flight_ = writer_->submit([this, shared] {
-    write(*shared);
+    try {
+      write(*shared);
+    } catch (const std::exception& e) {
+      failed(shared->step, e.what());
+    }
     recycled_ = shared;  // read by save() only after wait(): no race
   });
 }
@@ -199,48 +134,93 @@ void Checkpointer::save(const torch::nn::Module& model, torch::optim::Optimizer&
   save(capture_state(model, optimizer, step, epoch, sampler_position, reuse.get()));
 }
 
-void Checkpointer::wait() {
-  if (!in_flight_.valid()) return;
+bool Checkpointer::wait() {
+  if (!in_flight_.valid()) return true;
+  const int64_t failed_before = report().failed;
   auto f = std::move(in_flight_);
-  f.get();
+  f.get();  // the task catches its own failures
+  return report().failed == failed_before;
 }
 
-// Encode, checksum, write to a temporary name, fsync, rename, fsync the
-// folder, and drop checkpoints beyond the newest `keep`.
+CheckpointReport Checkpointer::finish() {
+  wait();
+  std::lock_guard lock(path_mu_);
+  reported_ = true;
+  return report_;
+}
+
+CheckpointReport Checkpointer::report() const {
+  std::lock_guard lock(path_mu_);
+  return report_;
+}
+
+void Checkpointer::failed(int64_t step, const std::string& why) {
+  const std::string kept = last_path();
+  std::fprintf(stderr,
+               "ddp: warning: checkpoint of step %lld not saved: %s; training goes on, the older checkpoints "
+               "stay (newest: %s), and the next due step tries again\n",
+               static_cast<long long>(step), why.c_str(), kept.empty() ? "none" : kept.c_str());
+  std::lock_guard lock(path_mu_);
+  ++report_.failed;
+  report_.last_error = why;
+  reported_ = false;
+}
+
+// Encode, checksum, write atomically, and drop checkpoints beyond the newest
+// `keep`.
 void Checkpointer::write(const TrainingState& state) {
   const std::vector<char> bytes = encode_state(state);
-  const std::string name = file_name(state.step, crc_of(bytes));
+  const std::string name = checkpoint_file_name(state.step, checkpoint_crc(bytes));
   const std::string final_path = options_.dir + "/" + name;
-  const std::string temp_path = options_.dir + "/." + name + kTempSuffix;
-  int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw std::runtime_error("ddp: cannot write checkpoint " + temp_path + ": " + std::strerror(errno));
-  }
-  try {
-    write_all_fd(fd, bytes.data(), bytes.size(), temp_path);
-    if (::fsync(fd) != 0) {
-      throw std::runtime_error("ddp: fsync of checkpoint " + temp_path + " failed: " + std::strerror(errno));
-    }
-  } catch (...) {
-    ::close(fd);
-    ::unlink(temp_path.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (std::rename(temp_path.c_str(), final_path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(temp_path.c_str());
-    throw std::runtime_error("ddp: cannot rename checkpoint to " + final_path + ": " + why);
-  }
-  fsync_dir(options_.dir);
+  write_file_atomically(final_path, options_.dir + "/." + name + kTempSuffix, bytes.data(), bytes.size());
   {
     std::lock_guard lock(path_mu_);
     last_path_ = final_path;
+    checked_[final_path] = true;
+    ++report_.written;
   }
-  const auto files = list_checkpoints(options_.dir);
-  for (size_t i = static_cast<size_t>(options_.keep); i < files.size(); ++i) {
+  prune(state.step);
+}
+
+// Whether f is a checkpoint file with the right checksum: read once, then
+// remembered. A corrupt one is set aside with a warning.
+bool Checkpointer::known_sound(const CheckpointFile& f) {
+  {
+    std::lock_guard lock(path_mu_);
+    if (auto it = checked_.find(f.path); it != checked_.end()) return it->second;
+  }
+  std::string problem;
+  const bool sound = read_checkpoint(f, &problem).has_value();
+  std::string why;
+  const std::string moved = sound ? "" : set_aside(f, &why);
+  {
+    std::lock_guard lock(path_mu_);
+    if (moved.empty()) checked_[f.path] = sound;  // a moved file is gone from the listing
+  }
+  if (sound) return true;
+  std::fprintf(stderr, "ddp: warning: checkpoint %s %s: %s; it does not count toward keep=%d%s%s\n",
+               f.path.c_str(), moved.empty() ? "is ignored" : "is set aside", problem.c_str(), options_.keep,
+               moved.empty() ? "" : ", moved to ", moved.c_str());
+  if (!why.empty()) std::fprintf(stderr, "ddp: warning: %s\n", why.c_str());
+  return false;
+}
+
+// Keeps the newest `keep` sound checkpoints at or below the step just
+// written. Entries above it (another writer's, or unreadable ones the last
+// restore did not reach) are left alone: deleting them is not ours to
+// decide, and they must not push our own new files out.
+void Checkpointer::prune(int64_t newest_step) {
+  int kept = 0;
+  for (const auto& f : list_checkpoints(options_.dir)) {
+    if (f.step > newest_step || !known_sound(f)) continue;
+    if (kept < options_.keep) {
+      ++kept;
+      continue;
+    }
     std::error_code ec;
-    fs::remove(files[i].path, ec);
+    fs::remove(f.path, ec);
+    std::lock_guard lock(path_mu_);
+    checked_.erase(f.path);
   }
 }
 

@@ -5,12 +5,17 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
+#include <gloo/common/logging.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <sstream>
 #include <stdexcept>
+
+#include "ddp/gloo_failure.h"
+#include "ddp/local_addr.h"
 
 namespace ddp {
 namespace {
@@ -86,15 +91,18 @@ std::string to_string(ReduceOp op) {
 template <typename Fn>
 void GlooCommunicator::run(const char* op, Timeout timeout, Fn&& fn) {
   if (options_.heartbeat) options_.heartbeat->beat();
+  // Gloo throws gloo::Exception (I/O, timeouts) and, from its checks,
+  // gloo::EnforceNotMet, which is no gloo::Exception: both get the context.
+  auto failed = [&](const char* what) {
+    return CollectiveError(gloo_failure_message(op, options_.rank, options_.size, timeout, what, peer_endpoints_));
+  };
   try {
     fn();
     if (options_.heartbeat) options_.heartbeat->beat();
   } catch (const gloo::Exception& e) {
-    throw CollectiveError(std::string("ddp: ") + op + " failed on rank " +
-                          std::to_string(options_.rank) + " of " + std::to_string(options_.size) +
-                          " (timeout " + std::to_string(timeout.count()) +
-                          " ms, set by ddp::InitOptions::timeout or DDPRUN_TIMEOUT_S; a peer may "
-                          "have died): " + e.what());
+    throw failed(e.what());
+  } catch (const gloo::EnforceNotMet& e) {
+    throw failed(e.what());
   }
 }
 
@@ -104,8 +112,14 @@ GlooCommunicator::GlooCommunicator(ddprun::Store& store, const GlooOptions& opti
     throw std::invalid_argument("ddp: Gloo rank " + std::to_string(options.rank) +
                                 " is not in [0, " + std::to_string(options.size) + ")");
   }
+  // Gloo crashes on a name that does not resolve: refuse it first.
+  check_local_addr(options.local_addr, "GlooOptions::local_addr");
   gloo::transport::tcp::attr attr;
   attr.hostname = options.local_addr;
+  auto setup_failed = [&](const char* what) {
+    return CollectiveError("ddp: Gloo setup on rank " + std::to_string(options.rank) + " (binding to " +
+                           options.local_addr + ", set by --local-addr) failed: " + what);
+  };
   try {
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
@@ -120,14 +134,37 @@ GlooCommunicator::GlooCommunicator(ddprun::Store& store, const GlooOptions& opti
     gloo::BarrierOptions opts(context_);
     opts.setTimeout(options.timeout);
     gloo::barrier(opts);
+    learn_peer_endpoints(store);
   } catch (const ddprun::StoreTimeout& e) {
     throw CollectiveError("ddp: rank " + std::to_string(options.rank) + " of " +
                           std::to_string(options.size) + " could not connect to its peers within " +
                           std::to_string(options.timeout.count()) + " ms (" + e.what() + ")");
   } catch (const gloo::Exception& e) {
-    throw CollectiveError("ddp: Gloo setup on rank " + std::to_string(options.rank) +
-                          " (binding to " + options.local_addr + ", set by --local-addr) failed: " +
-                          e.what());
+    throw setup_failed(e.what());
+  } catch (const gloo::EnforceNotMet& e) {
+    throw setup_failed(e.what());
+  }
+}
+
+// Gloo names the peer of a failed socket by its address, the far end of our
+// socket. That is the near end of the peer's socket of the same pair, which
+// only the peer knows: once every pair works, each rank publishes its own
+// ends, one line per rank, and keeps the ends its peers have towards it.
+void GlooCommunicator::learn_peer_endpoints(ddprun::Store& store) {
+  std::string mine;
+  for (int r = 0; r < options_.size; ++r) {
+    if (r != options_.rank) mine += context_->getPair(r)->address().str();
+    mine += "\n";
+  }
+  store.set("endpoints/" + std::to_string(options_.rank), mine);
+  peer_endpoints_.assign(static_cast<size_t>(options_.size), "");
+  for (int r = 0; r < options_.size; ++r) {
+    if (r == options_.rank) continue;
+    std::istringstream lines(store.get("endpoints/" + std::to_string(r), options_.timeout));
+    std::string line;
+    for (int i = 0; std::getline(lines, line); ++i) {
+      if (i == options_.rank) peer_endpoints_[static_cast<size_t>(r)] = line;
+    }
   }
 }
 

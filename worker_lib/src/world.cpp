@@ -6,6 +6,7 @@
 #include "ddp/error_file.h"
 #include "ddp/get.h"
 #include "ddp/gloo_communicator.h"
+#include "ddp/local_addr.h"
 #include "ddp/nccl_communicator.h"
 #include "ddp/standby.h"
 #include "rendezvous/client.h"
@@ -122,6 +123,7 @@ std::shared_ptr<World> init(InitOptions options) {
   // A standby worker learns here who it is (its variables arrive now).
   wait_if_standby();
   LaunchInfo info = read_launch_info(options.env);
+  check_local_addr(info.local_addr, ddprun::channel::kLocalAddr);
   const auto timeout =
       options.timeout.count() > 0 ? options.timeout : default_timeout(options.env);
   std::shared_ptr<ddprun::Store> store = options.store;

@@ -5,11 +5,20 @@
 //   if (auto s = ckpt.restore()) ddp::apply_state(*s, *model, optimizer);  // collective
 //   ... after each optimizer step:
 //   if (ckpt.due(step)) ckpt.save(*model, optimizer, step, epoch, pos);
+//   ... at the end:
+//   ddp::CheckpointReport r = ckpt.finish();  // r.failed: saves that did not reach the disk
 //
 // Files are DIR/ckpt-<step, 12 digits>-<crc32 of the file, 8 hex>.pt, written
 // to a temporary name, fsynced and renamed, so a reader sees whole files
-// only; the checksum in the name catches truncation and bit flips. The last
-// `keep` are kept.
+// only; the checksum in the name catches truncation and bit flips. The
+// newest `keep` sound files are kept: a corrupt file is set aside as
+// <name>.corrupt (with a warning) and never counts, nor does an entry that
+// only looks like a checkpoint (a folder) or one newer than the newest save.
+//
+// A save that fails (full disk, read-only folder) does not stop training: it
+// is a warning on stderr naming the file and the OS error, the older
+// checkpoints stay, and the next due step tries again. finish() reports the
+// failures; a Checkpointer destroyed without it says so on stderr.
 #pragma once
 
 #include <chrono>
@@ -18,9 +27,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "ddp/checkpoint_files.h"
 #include "ddp/communicator.h"
 #include "ddp/training_state.h"
 
@@ -33,20 +44,12 @@ struct CheckpointOptions {
   int keep = 3;              // newest files kept
 };
 
-// One checkpoint file as found in a folder.
-struct CheckpointFile {
-  std::string path;
-  int64_t step = 0;
-  uint32_t crc = 0;
+// What became of the saves of a Checkpointer (rank 0; zeros elsewhere).
+struct CheckpointReport {
+  int64_t written = 0;     // saves that reached the disk
+  int64_t failed = 0;      // saves that did not (each one warned about on stderr)
+  std::string last_error;  // the newest failure, "" if none
 };
-
-// The checkpoint files of a folder, newest (highest step) first. Other files
-// are ignored.
-std::vector<CheckpointFile> list_checkpoints(const std::string& dir);
-
-// The file's bytes if its checksum matches its name; otherwise nullopt and
-// why in *problem.
-std::optional<std::vector<char>> read_checkpoint(const CheckpointFile& f, std::string* problem);
 
 class SerialWorker;
 
@@ -56,7 +59,9 @@ class Checkpointer {
   // leftover temporary files). Throws std::runtime_error naming the folder
   // when it cannot be created.
   Checkpointer(Communicator& comm, CheckpointOptions options);
-  ~Checkpointer();  // finishes the write in flight
+  // Waits for the write in flight; never throws. Says on stderr when a
+  // write failed and finish() did not report it.
+  ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
@@ -72,7 +77,7 @@ class Checkpointer {
 
   // Rank 0: waits for the previous write (at most one in flight), then hands
   // the state to the background writer and returns. Other ranks: nothing.
-  // A failed earlier write is rethrown here.
+  // A failed write does not throw: see the class comment.
   void save(TrainingState state);
 
   // The same, capturing the state itself (only on rank 0) into the host
@@ -81,8 +86,13 @@ class Checkpointer {
   void save(const torch::nn::Module& model, torch::optim::Optimizer& optimizer, int64_t step, int64_t epoch,
             int64_t sampler_position);
 
-  // Waits for the write in flight; rethrows its failure.
-  void wait();
+  // Waits for the write in flight; false if it failed (already warned about).
+  bool wait();
+
+  // Waits for the write in flight and reports every save so far. Call it
+  // once training is over: what it returns is what made it to disk.
+  CheckpointReport finish();
+  CheckpointReport report() const;
 
   // The newest file this process wrote or restored from ("" if none), and
   // the step of the last save() (-1 if none).
@@ -91,7 +101,11 @@ class Checkpointer {
   const CheckpointOptions& options() const { return options_; }
 
  private:
-  void write(const TrainingState& state);  // on the writer thread
+  // On the writer thread.
+  void write(const TrainingState& state);
+  void prune(int64_t newest_step);
+  bool known_sound(const CheckpointFile& f);
+  void failed(int64_t step, const std::string& why);
 
   Communicator& comm_;
   CheckpointOptions options_;
@@ -99,6 +113,11 @@ class Checkpointer {
   int64_t last_step_ = -1;
   mutable std::mutex path_mu_;  // last_path_ is set by the writer thread
   std::string last_path_;
+  CheckpointReport report_;        // guarded by path_mu_
+  bool reported_ = true;           // no failure that finish() has not returned
+  // Entries checked or written by us: true sound, false bad but left in
+  // place (a folder, or a file that could not be renamed). Guarded by path_mu_.
+  std::map<std::string, bool> checked_;
   std::future<void> in_flight_;
   std::shared_ptr<TrainingState> recycled_;  // the last state written, for its buffers
   std::unique_ptr<SerialWorker> writer_;

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ddp/communicator.h"
 #include "ddp/heartbeat.h"
@@ -48,12 +49,15 @@ class GlooCommunicator final : public Communicator {
   void barrier(Timeout timeout) override;
 
  private:
-  // Turns Gloo's exceptions into a CollectiveError naming op, rank and timeout.
+  // Turns Gloo's exceptions into a CollectiveError naming op, rank, the
+  // peer that failed or the timeout (see gloo_failure.h).
   template <typename Fn>
   void run(const char* op, Timeout timeout, Fn&& fn);
+  void learn_peer_endpoints(ddprun::Store& store);
 
   GlooOptions options_;
   std::shared_ptr<gloo::Context> context_;
+  std::vector<std::string> peer_endpoints_;  // by rank: the address Gloo names for that peer
 };
 
 }  // namespace ddp

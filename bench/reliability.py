@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Reliability under abuse: the default job (examples/train under ddprun,
+checkpointing, --max-restarts large, --hang-timeout set) gets N faults, each a
+SIGKILL or a SIGSTOP of a random worker at a random step, and must still end
+with parameters bit for bit equal to an uninterrupted run's (the
+param_checksum of train's --summary-json). Prints a tally: faults injected
+(by kind), restarts, hangs detected, and the outcome. Exit status 0 only when
+the job finished and the checksums match.
+
+    bench/reliability.py                 # 3 faults, small job (what ctest runs)
+    bench/reliability.py --faults 100    # the long run
+    bench/reliability.py --seed 7        # replay one sequence of faults
+
+A fault is armed only once the job has recovered from the previous one (a
+"resumed from" line, or a step number that went back), so that every fault
+hits a running attempt; it comes at a random step within the next two
+checkpoint periods, to a random worker, as SIGKILL or (--stop-fraction)
+SIGSTOP. The job gets enough epochs to take every fault.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+STEP = re.compile(r"step (\d+) done")
+
+sys.path.insert(0, HERE)
+from recovery import children  # noqa: E402  (the workers of ddprun, from /proc)
+
+
+def checksum(path):
+    try:
+        with open(path) as f:
+            return json.load(f).get("param_checksum", "")
+    except (OSError, ValueError):
+        return ""
+
+
+def job(args, summary, ckpt=None):
+    cmd = [os.path.join(args.build, "ddprun"), "--nproc", str(args.nproc)]
+    if ckpt:
+        cmd += ["--max-restarts", str(args.faults + 10), "--hang-timeout", str(args.hang_timeout)]
+    cmd += [os.path.join(args.build, "train"), "--limit", str(args.limit), "--epochs", str(args.epochs),
+            "--print-steps", "--summary-json", summary]
+    if ckpt:
+        cmd += ["--checkpoint-dir", ckpt, "--checkpoint-every", str(args.checkpoint_every)]
+    return cmd
+
+
+def run_with_faults(args, cmd, total_steps, rng):
+    """Runs cmd, injecting args.faults faults; returns (exit code, tally, stderr)."""
+    tally = {"SIGKILL": 0, "SIGSTOP": 0}
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    sel = selectors.DefaultSelector()
+    sel.register(p.stdout, selectors.EVENT_READ, "out")
+    sel.register(p.stderr, selectors.EVENT_READ, "err")
+    bufs = {"out": b"", "err": b""}
+    err_text = []
+    injected = 0
+    armed = True          # the job runs an attempt that has not been hit yet
+    last_step = 0
+    target = None
+    open_streams = 2
+    deadline = time.monotonic() + args.budget
+    try:
+        while open_streams:
+            if time.monotonic() > deadline:
+                tally["timed out"] = True
+                break
+            for key, _ in sel.select(timeout=1):
+                chunk = os.read(key.fileobj.fileno(), 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    open_streams -= 1
+                    continue
+                bufs[key.data] += chunk
+                *lines, bufs[key.data] = bufs[key.data].split(b"\n")
+                for raw in lines:
+                    line = raw.decode(errors="replace")
+                    if key.data == "err":
+                        err_text.append(line)
+                        if args.verbose:
+                            print("  err| " + line, flush=True)
+                        continue
+                    if args.verbose:
+                        print("  out| " + line, flush=True)
+                    m = STEP.search(line)
+                    step = int(m.group(1)) if m else None
+                    if not armed and ("resumed from" in line or (step is not None and step <= last_step)):
+                        armed = True  # recovered: the next fault may come
+                    if step is None:
+                        continue
+                    last_step = step
+                    if injected >= args.faults or not armed:
+                        continue
+                    if target is None:
+                        # Somewhere in the next two checkpoint periods of this
+                        # attempt, so that faults spread over the whole run
+                        # (the job is made long enough for all of them).
+                        target = min(step + rng.randint(0, 2 * args.checkpoint_every), total_steps - 3)
+                    if step < target:
+                        continue
+                    workers = children(p.pid)
+                    if not workers:
+                        continue
+                    kind = signal.SIGSTOP if rng.random() < args.stop_fraction else signal.SIGKILL
+                    victim = rng.choice(workers)
+                    try:
+                        os.kill(victim, kind)
+                    except ProcessLookupError:
+                        continue
+                    injected += 1
+                    tally[kind.name] += 1
+                    print("fault %d/%d: %s to worker %d at step %d" % (injected, args.faults, kind.name, victim, step),
+                          flush=True)
+                    armed = False
+                    target = None
+        code = p.wait(timeout=max(1, deadline - time.monotonic())) if open_streams == 0 else -1
+    except subprocess.TimeoutExpired:
+        tally["timed out"] = True
+        code = -1
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return code, tally, "\n".join(err_text)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--faults", type=int, default=3)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--limit", type=int, default=4000, help="training images (train --limit)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="epochs of the job [enough for every fault: about faults x checkpoint-every steps]")
+    p.add_argument("--checkpoint-every", type=int, default=5)
+    p.add_argument("--hang-timeout", type=float, default=3, help="ddprun --hang-timeout: finds SIGSTOPped workers")
+    p.add_argument("--stop-fraction", type=float, default=0.3, help="share of faults that are SIGSTOP")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: random, printed)")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds the faulty run may take before it counts as hung [60 + 30 per fault]")
+    p.add_argument("--build", default=os.path.join(ROOT, "build", "bin"))
+    p.add_argument("--verbose", action="store_true", help="echo the job's output")
+    args = p.parse_args()
+    if args.epochs is None:
+        steps_per_epoch = -(-args.limit // (args.nproc * 32))  # train's default batch of 32 per rank
+        args.epochs = max(1, -(-args.faults * args.checkpoint_every // steps_per_epoch))
+    if args.budget is None:
+        args.budget = 60 + 30 * args.faults
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    rng = random.Random(seed)
+    work = tempfile.mkdtemp(prefix="ddprun-reliability-")
+    try:
+        ref_summary = os.path.join(work, "reference.json")
+        ref = subprocess.run(job(args, ref_summary), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        want = checksum(ref_summary)
+        if ref.returncode != 0 or not want:
+            print(ref.stderr[-4000:])
+            print("the uninterrupted reference run failed (exit %d)" % ref.returncode)
+            return 2
+        with open(ref_summary) as f:
+            total_steps = json.load(f)["steps"]
+
+        summary = os.path.join(work, "faulty.json")
+        started = time.monotonic()
+        code, tally, err = run_with_faults(args, job(args, summary, os.path.join(work, "ckpt")), total_steps, rng)
+        took = time.monotonic() - started
+        got = checksum(summary)
+        restarts = err.count("restarting the workers")
+        # One hang can flag several workers (its peers wait in a collective,
+        # not beating either): count the attempts that ended in a hang.
+        hangs = sum(1 for attempt in err.split("restarting the workers") if "hung: no heartbeat" in attempt)
+        ok = code == 0 and got == want and not tally.get("timed out")
+        if not ok:
+            print("\n".join(err.splitlines()[-40:]))
+        print()
+        print("| seed | faults (SIGKILL + SIGSTOP) | restarts | hangs detected | exit | checksum | outcome | seconds |")
+        print("|---|---|---|---|---|---|---|---|")
+        print("| %d | %d (%d + %d) | %d | %d | %d | %s %s %s | %s | %.0f |" % (
+            seed, tally["SIGKILL"] + tally["SIGSTOP"], tally["SIGKILL"], tally["SIGSTOP"], restarts, hangs, code,
+            got or "none", "==" if got == want else "!=", want, "bitwise equal" if ok else ("HUNG" if tally.get("timed out") else "FAILED"), took))
+        injected = tally["SIGKILL"] + tally["SIGSTOP"]
+        if injected != args.faults:
+            print("only %d of %d faults were injected (the job ended first)" % (injected, args.faults))
+            return 1
+        return 0 if ok else 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
