@@ -54,9 +54,19 @@ Service& service() {
 
 // A waiting time the service accepts becomes a short one.
 template <typename T>
-void shorten(T& value) {
-  if (value > 20 && value <= 24LL * 3600 * 1000) value = 20;
+T shortened(T value) {
+  return value > 20 && value <= 24LL * 3600 * 1000 ? 20 : value;
 }
+
+// The fields that make a call wait, per request type.
+void shorten(ddprun::v1::JoinRequest& r) {
+  r.set_timeout_ms(shortened(r.timeout_ms()));
+  r.set_last_call_ms(shortened(r.last_call_ms()));
+}
+void shorten(ddprun::v1::GetRequest& r) { r.set_timeout_ms(shortened(r.timeout_ms())); }
+void shorten(ddprun::v1::WaitRequest& r) { r.set_timeout_ms(shortened(r.timeout_ms())); }
+template <typename Req>
+void shorten(Req&) {}
 
 void check(const grpc::Status& s, const char* method) {
   if (s.error_code() == grpc::StatusCode::INTERNAL) {
@@ -65,9 +75,15 @@ void check(const grpc::Status& s, const char* method) {
   }
 }
 
-template <typename Req>
-bool parse(Req& req, const uint8_t* data, size_t size) {
-  return req.ParseFromArray(data, static_cast<int>(size));
+// One unary call of `method` with the input as its request.
+template <typename Req, typename Resp, typename Method>
+void unary(const uint8_t* data, size_t size, grpc::ClientContext& ctx, const char* name,
+           Method method) {
+  Req req;
+  if (!req.ParseFromArray(data, static_cast<int>(size))) return;
+  shorten(req);
+  Resp resp;
+  check(method(&ctx, req, &resp), name);
 }
 
 }  // namespace
@@ -84,80 +100,55 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ctx.set_deadline(std::chrono::system_clock::now() + 2s);
   if (with_token) ctx.AddMetadata("x-ddprun-token", kToken);
 
+  Rendezvous::Stub& stub = *svc.stub;
+  namespace v1 = ddprun::v1;
   switch (method) {
-    case 0: {
-      ddprun::v1::JoinRequest req;
-      if (!parse(req, data, size)) return 0;
-      auto t = req.timeout_ms();
-      shorten(t);
-      req.set_timeout_ms(t);
-      auto l = req.last_call_ms();
-      shorten(l);
-      req.set_last_call_ms(l);
-      ddprun::v1::JoinResponse resp;
-      check(svc.stub->Join(&ctx, req, &resp), "Join");
+    case 0:
+      unary<v1::JoinRequest, v1::JoinResponse>(data, size, ctx, "Join", [&](auto... a) {
+        return stub.Join(a...);
+      });
       break;
-    }
-    case 1: {
-      ddprun::v1::KeepAliveRequest req;
-      if (!parse(req, data, size)) return 0;
-      ddprun::v1::KeepAliveResponse resp;
-      check(svc.stub->KeepAlive(&ctx, req, &resp), "KeepAlive");
+    case 1:
+      unary<v1::KeepAliveRequest, v1::KeepAliveResponse>(
+          data, size, ctx, "KeepAlive", [&](auto... a) { return stub.KeepAlive(a...); });
       break;
-    }
     case 2: {
-      ddprun::v1::KeepAliveRequest req;
-      if (!parse(req, data, size)) return 0;
+      v1::KeepAliveRequest req;
+      if (!req.ParseFromArray(data, static_cast<int>(size))) return 0;
       // A hold that is accepted stays open: end it soon, as a dying agent would.
       ctx.set_deadline(std::chrono::system_clock::now() + 20ms);
-      auto reader = svc.stub->Hold(&ctx, req);
-      ddprun::v1::KeepAliveResponse ignored;
+      auto reader = stub.Hold(&ctx, req);
+      v1::KeepAliveResponse ignored;
       while (reader->Read(&ignored)) {
       }
       check(reader->Finish(), "Hold");
       break;
     }
-    case 3: {
-      ddprun::v1::LeaveRequest req;
-      if (!parse(req, data, size)) return 0;
-      ddprun::v1::LeaveResponse resp;
-      check(svc.stub->Leave(&ctx, req, &resp), "Leave");
+    case 3:
+      unary<v1::LeaveRequest, v1::LeaveResponse>(data, size, ctx, "Leave", [&](auto... a) {
+        return stub.Leave(a...);
+      });
       break;
-    }
-    case 4: {
-      ddprun::v1::SetRequest req;
-      if (!parse(req, data, size)) return 0;
-      ddprun::v1::SetResponse resp;
-      check(svc.stub->Set(&ctx, req, &resp), "Set");
+    case 4:
+      unary<v1::SetRequest, v1::SetResponse>(data, size, ctx, "Set", [&](auto... a) {
+        return stub.Set(a...);
+      });
       break;
-    }
-    case 5: {
-      ddprun::v1::GetRequest req;
-      if (!parse(req, data, size)) return 0;
-      auto t = req.timeout_ms();
-      shorten(t);
-      req.set_timeout_ms(t);
-      ddprun::v1::GetResponse resp;
-      check(svc.stub->Get(&ctx, req, &resp), "Get");
+    case 5:
+      unary<v1::GetRequest, v1::GetResponse>(data, size, ctx, "Get", [&](auto... a) {
+        return stub.Get(a...);
+      });
       break;
-    }
-    case 6: {
-      ddprun::v1::WaitRequest req;
-      if (!parse(req, data, size)) return 0;
-      auto t = req.timeout_ms();
-      shorten(t);
-      req.set_timeout_ms(t);
-      ddprun::v1::WaitResponse resp;
-      check(svc.stub->Wait(&ctx, req, &resp), "Wait");
+    case 6:
+      unary<v1::WaitRequest, v1::WaitResponse>(data, size, ctx, "Wait", [&](auto... a) {
+        return stub.Wait(a...);
+      });
       break;
-    }
-    case 7: {
-      ddprun::v1::AddRequest req;
-      if (!parse(req, data, size)) return 0;
-      ddprun::v1::AddResponse resp;
-      check(svc.stub->Add(&ctx, req, &resp), "Add");
+    case 7:
+      unary<v1::AddRequest, v1::AddResponse>(data, size, ctx, "Add", [&](auto... a) {
+        return stub.Add(a...);
+      });
       break;
-    }
   }
   return 0;
 }

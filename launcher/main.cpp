@@ -5,6 +5,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -119,9 +120,22 @@ std::unique_ptr<RendezvousServer> place_rendezvous(LaunchPlan& plan) {
   }
 }
 
+// Every worker costs the launcher a few descriptors (pipes, pidfd) and
+// every client of a hosted rendezvous one connection: take the whole
+// allowance the administrator gave, as servers do, instead of the soft
+// default (often 1024).
+void raise_fd_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  raise_fd_limit();
   // Before any thread exists, so that every thread inherits the blocked mask.
   SignalChannel signals;
   // Debian's abseil checks every gRPC mutex for lock-order cycles under a
