@@ -42,6 +42,9 @@ class RendezvousHandler final
 
   // Store waits parked now (tests).
   size_t parked_waits() const { return waits_.in_use(); }
+  bool await_parked_waits_at_most(size_t n, std::chrono::milliseconds timeout) const {
+    return waits_.wait_until_at_most(n, timeout);
+  }
 
  private:
   // Parks a store wait for keys; on_values fills the response.

@@ -22,11 +22,19 @@ std::optional<std::string> WaitQuota::acquire(const std::string& host) {
 }
 
 void WaitQuota::release(const std::string& host) {
-  std::lock_guard lock(mu_);
-  auto it = by_host_.find(host);
-  if (it == by_host_.end()) return;
-  --total_;
-  if (--it->second == 0) by_host_.erase(it);
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_host_.find(host);
+    if (it == by_host_.end()) return;
+    --total_;
+    if (--it->second == 0) by_host_.erase(it);
+  }
+  released_.notify_all();
+}
+
+bool WaitQuota::wait_until_at_most(size_t n, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mu_);
+  return released_.wait_for(lock, timeout, [&] { return total_ <= n; });
 }
 
 size_t WaitQuota::in_use() const {

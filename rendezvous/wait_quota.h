@@ -2,6 +2,8 @@
 // host and in all, so that no client can park waits without end.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -17,11 +19,15 @@ class WaitQuota {
   std::optional<std::string> acquire(const std::string& host);
   void release(const std::string& host);
   size_t in_use() const;
+  // Waits until at most n places are taken (a place is given back when
+  // gRPC is done with its call, a moment after the client has its answer).
+  bool wait_until_at_most(size_t n, std::chrono::milliseconds timeout) const;
 
  private:
   const size_t per_client_;
   const size_t total_limit_;
   mutable std::mutex mu_;
+  mutable std::condition_variable released_;
   std::map<std::string, size_t> by_host_;
   size_t total_ = 0;
 };
