@@ -189,6 +189,38 @@ void WorkerGroup::check_heartbeats() {
 
 // News from the rendezvous (only while the workers run on their own: once
 // they are stopping for any reason, it changes nothing).
+void WorkerGroup::drain_consoles(std::chrono::milliseconds limit) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + limit;
+  auto last_progress = Clock::now();
+  auto backlog = [this] {
+    size_t n = 0;
+    for (auto& w : workers_) n += w->output->console_backlog();
+    return n;
+  };
+  size_t before = backlog();
+  while (before > 0 && Clock::now() < deadline) {
+    std::vector<pollfd> fds;
+    for (auto& w : workers_) {
+      for (Console* c : w->output->waiting_consoles()) fds.push_back({c->fd(), POLLOUT, 0});
+    }
+    // Writable by poll's measure (4 KiB free) is not always by ours (a pipe
+    // keeps room for ddprun's own lines), so each round waits a little
+    // whatever poll says: this paces the retries, it orders nothing.
+    if (poll(fds.data(), fds.size(), 20) < 0 && errno != EINTR) return;
+    for (auto& w : workers_) w->output->flush_console();
+    const size_t after = backlog();
+    if (after < before) {
+      last_progress = Clock::now();
+    } else if (Clock::now() - last_progress >= std::chrono::seconds(1)) {
+      return;  // a second without the console taking anything: it is not reading
+    } else {
+      poll(nullptr, 0, 20);
+    }
+    before = after;
+  }
+}
+
 void WorkerGroup::check_control() {
   if (policy_->stopping() || !options_.on_control) return;
   if (auto why = options_.on_control()) {
@@ -279,7 +311,9 @@ GroupResult WorkerGroup::run() {
     }
   }
 
-  // The workers are done; a console that still does not read loses the rest.
+  // The workers are done. A console that reads slowly gets the rest; one
+  // that does not read at all loses it.
+  drain_consoles(std::chrono::seconds(10));
   for (auto& w : workers_) {
     if (const uint64_t dropped = w->output->abandon_console()) {
       spdlog::warn("rank {}: {} line(s) of output dropped: the console was not reading",

@@ -78,6 +78,9 @@ class WorkerGroup {
   void drain(Worker& w, bool until_eof);
   void check_heartbeats();
   void check_control();
+  // Gives a console that is slow, not stalled, the lines it has not taken
+  // yet: waits while it takes some within a second, for at most `limit`.
+  void drain_consoles(std::chrono::milliseconds limit);
   // Carries the policy's commands out.
   void execute(const std::vector<GroupCommand>& commands);
   void record_hung(const GroupCommand& kill);

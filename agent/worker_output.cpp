@@ -159,6 +159,14 @@ std::vector<Console*> WorkerOutput::waiting_consoles() const {
   return out;
 }
 
+size_t WorkerOutput::console_backlog() const {
+  size_t n = 0;
+  for (const auto& s : streams_) {
+    if (s.console) n += s.pending_console.size() - s.console_sent;
+  }
+  return n;
+}
+
 uint64_t WorkerOutput::abandon_console() {
   uint64_t dropped = 0;
   for (auto& s : streams_) {

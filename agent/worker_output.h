@@ -55,6 +55,8 @@ class WorkerOutput {
   // The consoles this output waits for (to poll for POLLOUT); empty when
   // nothing waits.
   std::vector<Console*> waiting_consoles() const;
+  // Bytes of lines waiting for the console.
+  size_t console_backlog() const;
   // Gives up on what still waits for the console (the workers are done and
   // it still does not read). Returns how many lines that drops, with those
   // dropped before and not announced yet.

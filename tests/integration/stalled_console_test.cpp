@@ -46,4 +46,19 @@ TEST(StalledConsole, ASharedStdoutAndStderrLeaveRoomForDdprunsOwnLines) {
   EXPECT_EQ(f.exit_code, 1) << "ddprun did not end (blocked writing its own lines?)";
 }
 
+// A console that reads, only late and slowly, loses nothing: the lines
+// still waiting when the workers are done go out as it takes them.
+TEST(StalledConsole, ASlowReaderGetsEveryLineAfterTheWorkersAreDone) {
+  // 2 x 3000 lines of 200+ bytes: far more than a pipe holds, all written
+  // before the reader, which waits a little, takes any.
+  const std::string cmd = std::string(DDPRUN_BIN) + " --nproc 2 " + PROBE_BIN +
+                          " spam 3000 | { sleep 0.3; while IFS= read -r l; do echo \"$l\"; done; }";
+  Finished f = ddptest::run({"/bin/bash", "-c", cmd});
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  size_t lines = 0;
+  for (size_t at = f.out.find("]:line "); at != std::string::npos; at = f.out.find("]:line ", at + 1)) ++lines;
+  EXPECT_EQ(lines, 6000u) << f.err;
+  EXPECT_FALSE(contains(f.err, "dropped")) << f.err;
+}
+
 }  // namespace
