@@ -13,21 +13,21 @@
 namespace ddprun {
 namespace {
 
-void check_readable(const char* flag, const std::string& path) {
-  if (path.empty()) return;
+// The file's status, once it is known to be a readable regular file.
+struct stat check_readable(const char* flag, const std::string& path) {
   struct stat st {};
+  if (path.empty()) return st;
   if (stat(path.c_str(), &st) != 0 || access(path.c_str(), R_OK) != 0) {
     throw UsageError(std::string(flag) + ": cannot read '" + path + "': " + std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode)) {
     throw UsageError(std::string(flag) + ": '" + path + "' is not a regular file");
   }
+  return st;
 }
 
 std::string read_token_file(const std::string& path, std::vector<std::string>& warnings) {
-  check_readable("--rdzv-token-file", path);
-  struct stat st {};
-  stat(path.c_str(), &st);
+  const struct stat st = check_readable("--rdzv-token-file", path);
   if (st.st_size > 64 * 1024) {
     throw UsageError("--rdzv-token-file: '" + path + "' holds " + std::to_string(st.st_size) +
                      " bytes; a token is one line");

@@ -47,9 +47,7 @@ MaybeStatus check_job(const std::string& job_id) {
   return std::nullopt;
 }
 
-MaybeStatus check_key(const std::string& job_id, const std::string& key,
-                      const ServiceLimits& limits) {
-  if (auto bad = check_job(job_id)) return bad;
+MaybeStatus check_key(const std::string& key, const ServiceLimits& limits) {
   if (key.empty()) return invalid_argument("key is empty");
   if (key.size() > limits.max_key_bytes) {
     return invalid_argument("key '" + key.substr(0, 64) + "...' has " +

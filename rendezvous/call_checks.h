@@ -20,8 +20,8 @@ grpc::Status invalid_argument(const std::string& what);
 // The call carries the service's token (a service without one takes any call).
 MaybeStatus check_token(const grpc::ServerContextBase& ctx, const std::string& token);
 MaybeStatus check_job(const std::string& job_id);
-MaybeStatus check_key(const std::string& job_id, const std::string& key,
-                      const ServiceLimits& limits);
+// A key's form (the job id is check_job's).
+MaybeStatus check_key(const std::string& key, const ServiceLimits& limits);
 MaybeStatus check_value(const std::string& key, const std::string& value,
                         const ServiceLimits& limits);
 MaybeStatus check_timeout(int64_t timeout_ms);

@@ -277,7 +277,8 @@ Status RendezvousHandler::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest
 Status RendezvousHandler::Set(grpc::ServerContext* ctx, const v1::SetRequest* req,
                               v1::SetResponse*) {
   if (auto bad = check_token(*ctx, options_.token)) return *bad;
-  if (auto bad = check_key(req->job_id(), req->key(), options_.limits)) return *bad;
+  if (auto bad = check_job(req->job_id())) return *bad;
+  if (auto bad = check_key(req->key(), options_.limits)) return *bad;
   if (auto bad = check_value(req->key(), req->value(), options_.limits)) return *bad;
   return guarded([&] { registry_.store(req->job_id(), round_of(*req))->set(req->key(), req->value()); });
 }
@@ -285,7 +286,8 @@ Status RendezvousHandler::Set(grpc::ServerContext* ctx, const v1::SetRequest* re
 Status RendezvousHandler::Add(grpc::ServerContext* ctx, const v1::AddRequest* req,
                               v1::AddResponse* resp) {
   if (auto bad = check_token(*ctx, options_.token)) return *bad;
-  if (auto bad = check_key(req->job_id(), req->key(), options_.limits)) return *bad;
+  if (auto bad = check_job(req->job_id())) return *bad;
+  if (auto bad = check_key(req->key(), options_.limits)) return *bad;
   return guarded([&] {
     resp->set_value(registry_.store(req->job_id(), round_of(*req))->add(req->key(), req->delta()));
   });
@@ -295,7 +297,8 @@ grpc::ServerUnaryReactor* RendezvousHandler::Get(grpc::CallbackServerContext* ct
                                                  const v1::GetRequest* req,
                                                  v1::GetResponse* resp) {
   if (auto bad = check_token(*ctx, options_.token)) return refuse(ctx, *bad);
-  if (auto bad = check_key(req->job_id(), req->key(), options_.limits)) return refuse(ctx, *bad);
+  if (auto bad = check_job(req->job_id())) return refuse(ctx, *bad);
+  if (auto bad = check_key(req->key(), options_.limits)) return refuse(ctx, *bad);
   if (auto bad = check_timeout(req->timeout_ms())) return refuse(ctx, *bad);
   return park_wait(ctx, req->job_id(), round_of(*req), {req->key()}, req->timeout_ms(),
                    [resp](std::vector<std::string>& values) {
@@ -315,7 +318,7 @@ grpc::ServerUnaryReactor* RendezvousHandler::Wait(grpc::CallbackServerContext* c
                                             std::to_string(options_.limits.max_job_keys)));
   }
   for (const auto& k : req->keys()) {
-    if (auto bad = check_key(req->job_id(), k, options_.limits)) return refuse(ctx, *bad);
+    if (auto bad = check_key(k, options_.limits)) return refuse(ctx, *bad);
   }
   return park_wait(ctx, req->job_id(), round_of(*req), {req->keys().begin(), req->keys().end()},
                    req->timeout_ms(), [](std::vector<std::string>&) {});

@@ -54,11 +54,11 @@ void MemoryStore::put_locked(const std::string& key, std::string value) {
   }
 }
 
-bool MemoryStore::all_present_locked(const std::vector<std::string>& keys) const {
+const std::string* MemoryStore::first_missing_locked(const std::vector<std::string>& keys) const {
   for (const auto& k : keys) {
-    if (!data_.count(k)) return false;
+    if (!data_.count(k)) return &k;
   }
-  return true;
+  return nullptr;
 }
 
 void MemoryStore::forget_watch_locked(uint64_t ticket, const Watch& w) {
@@ -77,7 +77,7 @@ void MemoryStore::fire_watches_locked(const std::string& key, Fired& fired) {
   std::vector<uint64_t> ready;
   auto [lo, hi] = watchers_.equal_range(key);
   for (auto it = lo; it != hi; ++it) {
-    if (all_present_locked(watches_.at(it->second).keys)) ready.push_back(it->second);
+    if (!first_missing_locked(watches_.at(it->second).keys)) ready.push_back(it->second);
   }
   for (uint64_t t : ready) {
     auto node = watches_.extract(t);
@@ -115,18 +115,10 @@ std::string MemoryStore::get(const std::string& key, std::chrono::milliseconds t
 
 void MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
-  // The timeout names the first key still missing, which is the useful one.
-  std::string missing;
-  auto all_present = [&] {
-    for (const auto& k : keys) {
-      if (!data_.count(k)) {
-        missing = k;
-        return false;
-      }
-    }
-    return true;
-  };
-  if (!wait_locked(lock, all_present, timeout)) throw StoreTimeout(missing, timeout);
+  if (!wait_locked(lock, [&] { return !first_missing_locked(keys); }, timeout)) {
+    // The timeout names the first key still missing, which is the useful one.
+    throw StoreTimeout(*first_missing_locked(keys), timeout);
+  }
 }
 
 int64_t MemoryStore::add(const std::string& key, int64_t delta) {
@@ -167,7 +159,7 @@ uint64_t MemoryStore::watch(std::vector<std::string> keys, WatchDone done) {
     if (closed_) {
       r.error = std::make_exception_ptr(closed_error());
       fired.emplace_back(std::move(done), std::move(r));
-    } else if (all_present_locked(keys)) {
+    } else if (!first_missing_locked(keys)) {
       for (const auto& k : keys) r.values.push_back(data_.at(k));
       fired.emplace_back(std::move(done), std::move(r));
     } else {

@@ -85,7 +85,8 @@ class MemoryStore final : public Store {
   void check_open_locked() const;
   // Stores value under key within the quota (throws before changing anything).
   void put_locked(const std::string& key, std::string value);
-  bool all_present_locked(const std::vector<std::string>& keys) const;
+  // The first of keys not stored, or null when all are.
+  const std::string* first_missing_locked(const std::vector<std::string>& keys) const;
   // Moves the watches on key that are now satisfied into fired.
   void fire_watches_locked(const std::string& key, Fired& fired);
   void forget_watch_locked(uint64_t ticket, const Watch& w);
