@@ -19,6 +19,7 @@
 #include "launcher/net.h"
 #include "launcher/plan.h"
 #include "launcher/rendezvous_command.h"
+#include "launcher/slurm.h"
 #include "rendezvous/nccl_unique_id.h"
 #include "rendezvous/server.h"
 
@@ -149,7 +150,12 @@ int main(int argc, char** argv) {
 
   CliResult cli;
   LaunchPlan plan;
+  SlurmDefaults slurm;
   try {
+    // Inside a Slurm step: Slurm's node count, rank, endpoint and job id go
+    // first, so the user's own flags win.
+    slurm = slurm_defaults(environment_map(), args);
+    args.insert(args.begin(), slurm.args.begin(), slurm.args.end());
     cli = parse_command_line(args);
     if (cli.kind != CliResult::kRun) {
       std::fputs((cli.text + "\n").c_str(), stdout);
@@ -161,6 +167,8 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   set_up_logging(cli.options.verbose, cli.options.quiet);
+  if (!slurm.summary.empty()) spdlog::info("{}", slurm.summary);
+  if (!slurm.warning.empty()) spdlog::warn("{}", slurm.warning);
 
   try {
     if (plan.agent.master_port == 0) plan.agent.master_port = pick_free_port();

@@ -10,6 +10,7 @@ packages=(
   libspdlog-dev libcli11-dev libgtest-dev libgloo-dev nlohmann-json3-dev
   zlib1g-dev libopenblas0-openmp python3-torch dataset-fashion-mnist
   procps openssl clang libclang-rt-14-dev
+  slurmctld slurmd slurm-client  # tests/slurm: a real Slurm for `srun ddprun`
 )
 
 missing=()
