@@ -1,0 +1,42 @@
+# `cmake --install build --prefix P` puts into P:
+#   bin/ddprun, bin/train          the launcher and the example it finds next to itself
+#   lib/libddp*.a, ...             the worker library and the static parts it needs
+#   include/ddprun/ddp/*.h         its headers (and rendezvous/store.h, which they include)
+#   lib/cmake/ddprun/              ddprunConfig.cmake, its version file and targets
+# so that a project does find_package(ddprun) and links ddprun::worker; the
+# config finds Torch, Gloo, gRPC, protobuf, nlohmann_json and zlib for it.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(DDPRUN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/ddprun)
+set(DDPRUN_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/ddprun)
+
+# Installed programs keep the paths of libraries outside the system's
+# folders (NCCL and the CUDA runtime under /usr/local/cuda).
+set_target_properties(ddprun train PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+set_target_properties(ddprun PROPERTIES EXPORT_NAME launcher)
+set_target_properties(ddp PROPERTIES EXPORT_NAME worker)
+set_target_properties(ddp_base PROPERTIES EXPORT_NAME worker_base)
+set_target_properties(ddprun_store PROPERTIES EXPORT_NAME store)
+set_target_properties(ddprun_channel PROPERTIES EXPORT_NAME channel)
+set_target_properties(ddprun_rdzv_client PROPERTIES EXPORT_NAME rdzv_client)
+set_target_properties(ddprun_rdzv_auth PROPERTIES EXPORT_NAME rdzv_auth)
+set_target_properties(ddprun_proto PROPERTIES EXPORT_NAME proto)
+
+install(TARGETS ddprun train EXPORT ddprunTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS ddp ddp_base ddprun_store ddprun_channel ddprun_rdzv_client ddprun_rdzv_auth ddprun_proto
+        EXPORT ddprunTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        INCLUDES DESTINATION ${DDPRUN_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/worker_lib/include/ddp DESTINATION ${DDPRUN_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.h")
+install(FILES ${PROJECT_SOURCE_DIR}/rendezvous/store.h DESTINATION ${DDPRUN_INSTALL_INCLUDEDIR}/rendezvous)
+
+install(EXPORT ddprunTargets NAMESPACE ddprun:: DESTINATION ${DDPRUN_INSTALL_CMAKEDIR})
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/ddprunConfig.cmake.in
+  ${CMAKE_BINARY_DIR}/ddprunConfig.cmake INSTALL_DESTINATION ${DDPRUN_INSTALL_CMAKEDIR}
+  PATH_VARS CMAKE_INSTALL_BINDIR)
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/ddprunConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/ddprunConfig.cmake ${CMAKE_BINARY_DIR}/ddprunConfigVersion.cmake
+        DESTINATION ${DDPRUN_INSTALL_CMAKEDIR})

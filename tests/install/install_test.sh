@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# `cmake --install` into a fresh prefix, a project outside the source tree
+# that does find_package(ddprun) and links ddprun::worker, then the
+# installed ddprun runs it with 2 workers; the installed ddprun must also
+# find its bundled `train` next to itself.
+# Usage: install_test.sh BUILD_DIR SOURCE_DIR
+set -uo pipefail
+build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
+tmp=$(mktemp -d /tmp/ddprun-install.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAILED: $*"; exit 1; }
+
+cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; fail "cmake --install"; }
+for f in bin/ddprun bin/train include/ddprun/ddp/ddp.h include/ddprun/rendezvous/store.h \
+         lib/cmake/ddprun/ddprunConfig.cmake lib/cmake/ddprun/ddprunConfigVersion.cmake lib/cmake/ddprun/ddprunTargets.cmake; do
+  [ -e "$tmp/prefix/$f" ] || fail "$f not installed"
+done
+
+# The user's project sees only the prefix: no path into this build or source tree.
+cmake -S "$src/tests/install/hello" -B "$tmp/hello" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/configure.log" 2>&1 || { cat "$tmp/configure.log"; fail "configure the hello project"; }
+cmake --build "$tmp/hello" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "build the hello project"; }
+if grep -rl -e "$build" -e "$src" "$tmp/prefix/lib/cmake" >/dev/null; then fail "the installed package names the build or source tree"; fi
+
+out=$(cd "$tmp" && "$tmp/prefix/bin/ddprun" --nproc 2 "$tmp/hello/hello" 2>&1)
+rc=$?
+echo "$out"
+[ $rc -eq 0 ] || fail "installed ddprun --nproc 2 hello exited with $rc"
+[ "$(echo "$out" | grep -c 'of 2: sum 3$')" -eq 2 ] || fail "expected both ranks to print 'of 2: sum 3'"
+
+# `train` is found next to the installed ddprun, not through PATH or the build.
+out=$(cd "$tmp" && PATH=/usr/bin:/bin "$tmp/prefix/bin/ddprun" --nproc 1 train --help 2>&1)
+rc=$?
+[ $rc -eq 0 ] || { echo "$out"; fail "installed ddprun could not run its train ($rc)"; }
+echo "PASSED"
