@@ -26,8 +26,13 @@ pids=()
 namespaces=()
 fail() { echo "FAILED: $*"; for f in "$tmp"/*.log; do echo "--- $f"; grep -v pmix "$f" | tail -n 20; done; exit 1; }
 cleanup() {
+  # The daemons' own pid files as well: a daemon must not outlive the test.
+  for f in "$tmp"/*.pid; do [ -f "$f" ] && pids+=("$(cat "$f")"); done
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; python3 -c 'import time; time.sleep(0.1)'; done
+  done
   for n in "${namespaces[@]}"; do ip netns delete "$n" 2>/dev/null; done
   rm -rf "$tmp"
 }
@@ -50,12 +55,12 @@ printf '127.0.0.1 localhost\n%s1 sn0\n%s2 sn1\n' "$subnet" "$subnet" > "$tmp/hos
 
 # Runs a command on host i: its network namespace, and a private mount
 # namespace where /etc/hosts is ours. (Not `ip netns exec`: it remounts
-# /sys, and slurmd then finds no cgroup filesystem.) nsenter, unshare and sh
-# exec, so $! of `on_host ... &` is the daemon itself.
+# /sys, and slurmd then finds no cgroup filesystem.) `exec` and the execs of
+# nsenter, unshare and sh make `on_host ... &`'s $! the daemon itself.
 on_host() {
   local i=$1
   shift
-  nsenter --net="/run/netns/${tag}h$i" unshare -m sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$tmp/hosts" "$@"
+  exec nsenter --net="/run/netns/${tag}h$i" unshare -m sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "$tmp/hosts" "$@"
 }
 
 mkdir -p "$tmp/state" "$tmp/spool.sn0" "$tmp/spool.sn1"

@@ -25,6 +25,8 @@ done
 tmp=$(mktemp -d /tmp/ddprun-slurm.XXXXXX)
 pids=()
 cleanup() {
+  # The daemons' own pid files as well: a daemon must not outlive the test.
+  for f in "$tmp"/*.pid; do [ -f "$f" ] && pids+=("$(cat "$f")"); done
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
   rm -rf "$tmp"
