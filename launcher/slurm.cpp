@@ -191,10 +191,19 @@ SlurmDefaults slurm_defaults(const std::map<std::string, std::string>& env,
   }
   if (nnodes > 1) {
     // One node needs no endpoint: its private rendezvous takes a free port.
-    const std::string list = in_srun_step ? first_of(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})
-                                          : first_of(env, {"SLURM_JOB_NODELIST", "SLURM_NODELIST"});
+    const char* list_var = "SLURM_JOB_NODELIST";
+    const std::string list =
+        in_srun_step ? first_of(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}, &list_var)
+                     : first_of(env, {"SLURM_JOB_NODELIST", "SLURM_NODELIST"}, &list_var);
     if (list.empty()) throw UsageError("SLURM_JOB_NODELIST: not set in a " + std::to_string(nnodes) + "-node Slurm step (set DDPRUN_NO_SLURM=1 to ignore Slurm)");
-    const auto hosts = expand_slurm_hostlist(list);
+    std::vector<std::string> hosts;
+    try {
+      hosts = expand_slurm_hostlist(list);
+    } catch (const UsageError& e) {
+      // Name the variable the list came from.
+      const std::string msg = e.what();
+      throw UsageError(list_var + msg.substr(msg.find(':')));
+    }
     d.args.insert(d.args.end(), {"--rdzv-endpoint", hosts.front() + ":" + std::to_string(slurm_rdzv_port(job_id))});
   }
   d.args.insert(d.args.end(), {"--rdzv-id", job_id});

@@ -143,7 +143,7 @@ TEST(SlurmDefaults, BadNumbersNameTheVariable) {
   EXPECT_NE(error_of(env).find("SLURM_STEP_NUM_NODES: expected a number"), std::string::npos) << error_of(env);
   env = srun_env(0);
   env["SLURM_STEP_NODELIST"] = "node[01-";
-  EXPECT_NE(error_of(env).find("SLURM_JOB_NODELIST: unclosed '['"), std::string::npos) << error_of(env);
+  EXPECT_NE(error_of(env).find("SLURM_STEP_NODELIST: unclosed '['"), std::string::npos) << error_of(env);
 }
 
 }  // namespace
