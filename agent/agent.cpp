@@ -141,6 +141,7 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
 void Agent::spawn_standbys(int attempt, const JoinResult& guess) {
   std::vector<WorkerLaunch> next = make_launches(attempt, guess);
   for (auto& l : next) {
+    if (!cfg_.standby_argv.empty()) l.spawn.argv = cfg_.standby_argv;
     try {
       standbys_.push_back(spawn_standby(l.spawn));
     } catch (const std::exception& e) {
@@ -263,6 +264,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   if (cfg_.standby && life.can_restart()) {
     // Once every worker is past its start (it beats), warm up the next set.
     go.on_all_beating = [this, attempt, &joined] { spawn_standbys(attempt + 1, joined); };
+    go.standby_warmup = cfg_.standby_warmup;
   }
   if (lease_) {
     go.control_fd = lease_->fd();

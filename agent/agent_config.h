@@ -51,8 +51,13 @@ struct AgentConfig {
   // A worker whose heartbeat (worker_lib) stops for this long counts as
   // failed; 0 turns hang detection off.
   std::chrono::milliseconds hang_timeout{0};
-  // Keep a warm set of workers (waiting in ddp::init()) for the next restart.
+  // Keep a warm set of workers for the next restart: worker_lib programs
+  // wait in ddp::init(); Python scripts run under standby_argv (an
+  // interpreter that imports torch, then waits), warmed standby_warmup
+  // after the start since they never beat.
   bool standby = false;
+  std::vector<std::string> standby_argv;  // empty: argv
+  std::chrono::milliseconds standby_warmup{0};
 
   // Output.
   std::string log_dir;  // per-rank log files when set

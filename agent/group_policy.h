@@ -34,6 +34,10 @@ struct GroupPolicyOptions {
   std::chrono::milliseconds monitor_interval{100};
   bool heartbeats = false;      // counters can be read
   bool wants_standbys = false;  // warm them once every worker beats
+  // Programs that never beat (Python scripts): warm the standbys this long
+  // after the start instead, once the workers are past their imports. 0:
+  // wait for the beats.
+  std::chrono::milliseconds standby_warmup{0};
 };
 
 class GroupPolicy {
@@ -57,7 +61,8 @@ class GroupPolicy {
   std::vector<GroupCommand> on_beats(const std::vector<uint64_t>& counts, TimePoint now);
   // The rendezvous says the workers must stop (a new round, the job failed).
   std::vector<GroupCommand> on_control(const std::string& why, TimePoint now);
-  // The clock: SIGKILL for workers still running stop_timeout after a stop.
+  // The clock: SIGKILL for workers still running stop_timeout after a stop;
+  // standbys of programs that never beat, standby_warmup after the start.
   std::vector<GroupCommand> on_tick(TimePoint now);
 
   // How long the I/O loop may wait for events (-1: until one comes).
@@ -76,6 +81,8 @@ class GroupPolicy {
  private:
   std::vector<GroupCommand> begin_stop(int sig, TimePoint now);
   GroupCommand signal_running(int sig);
+  GroupCommand warm_standbys();
+  bool standbys_by_clock() const;
 
   GroupPolicyOptions options_;
   std::vector<bool> alive_;      // not reaped yet
@@ -89,6 +96,7 @@ class GroupPolicy {
   int stop_signal_ = 0;
   std::string round_stop_;
   TimePoint kill_at_{};
+  TimePoint started_;
   std::optional<TimePoint> paused_at_;  // when SIGTSTP stopped the workers
   int stopped_count_ = 0;
 };

@@ -236,6 +236,7 @@ GroupResult WorkerGroup::run() {
   po.monitor_interval = options_.monitor_interval;
   po.heartbeats = options_.heartbeats != nullptr;
   po.wants_standbys = static_cast<bool>(options_.on_all_beating);
+  po.standby_warmup = options_.standby_warmup;
   policy_ = std::make_unique<GroupPolicy>(static_cast<int>(launches_.size()), po,
                                           std::chrono::steady_clock::now());
   start_all();  // on a failure to start, the destructor kills those started
@@ -303,12 +304,12 @@ GroupResult WorkerGroup::run() {
     }
     if (control && (fds[1].revents & POLLIN)) check_control();
     check_heartbeats();
-    auto kill = policy_->on_tick(std::chrono::steady_clock::now());
-    if (!kill.empty()) {
+    auto ticked = policy_->on_tick(std::chrono::steady_clock::now());
+    if (!ticked.empty() && ticked.front().kind == GroupCommand::kSignalRunning) {
       spdlog::warn("workers still running {} ms after being asked to stop: sending SIGKILL",
                    options_.stop_timeout.count());
-      execute(kill);
     }
+    execute(ticked);
   }
 
   // The workers are done. A console that reads slowly gets the rest; one

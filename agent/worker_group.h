@@ -53,8 +53,11 @@ struct GroupOptions {
   const HeartbeatTable* heartbeats = nullptr;
   std::chrono::milliseconds hang_timeout{0};
   std::chrono::milliseconds monitor_interval{100};
-  // Called once, the first time every worker has beaten (needs heartbeats).
+  // Called once, the first time every worker has beaten (needs heartbeats),
+  // or standby_warmup after the start when that is > 0 (programs that
+  // never beat).
   std::function<void()> on_all_beating;
+  std::chrono::milliseconds standby_warmup{0};
   // News from outside the node (the lease keeper's fd): when control_fd is
   // readable, on_control says why the workers must stop (a new round, the
   // job failed), or nullopt.

@@ -333,7 +333,10 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
       ->group(g);
 
   app.add_flag("--standby", o.standby,
-               "Keep warm workers waiting for the next restart (the program must use worker_lib)")
+               "Keep warm workers waiting for the next restart (worker_lib programs, and Python "
+               "scripts: interpreters that imported torch) [default: on with --max-restarts > 0]")
+      ->group(g);
+  app.add_flag("--no-standby,--no_standby", o.no_standby, "Start fresh workers on every restart")
       ->group(g);
 
   g = "Output";
@@ -429,9 +432,7 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
     throw UsageError("--module and --no-python cannot be used together");
   }
   if (o.verbose && o.quiet) throw UsageError("--verbose and --quiet cannot be used together");
-  if (o.standby && runs_under_python(o)) {
-    throw UsageError("--standby needs a program that uses worker_lib (ddp::init), not a Python script");
-  }
+  if (o.standby && o.no_standby) throw UsageError("--standby and --no-standby cannot be used together");
   return CliResult{CliResult::kRun, "", std::move(o)};
 }
 

@@ -41,7 +41,8 @@ struct CliOptions {
   double monitor_interval_s = 0.1;
   double stop_timeout_s = 10;
   double hang_timeout_s = 0;  // 0: no hang detection
-  bool standby = false;
+  bool standby = false;     // --standby: the default with --max-restarts > 0
+  bool no_standby = false;  // --no-standby
   std::string log_dir;
   StdSelection tee;
   StdSelection redirects;

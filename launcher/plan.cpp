@@ -12,6 +12,7 @@
 
 #include "agent/env.h"
 #include "channel/env_names.h"
+#include "channel/python_standby.h"
 #include "rendezvous/security.h"
 #include "agent/spawn.h"
 
@@ -68,6 +69,11 @@ int resolve_nproc(const std::string& spec, const HostFacts& facts) {
 
 namespace {
 
+// Python workers never beat, so their standbys start this long after the
+// workers: by then the workers are past `import torch` (1 to 3 s for 4 of
+// them on 2 cores) and the standbys' own imports do not slow them down.
+constexpr int kPythonStandbyWarmupMs = 3000;
+
 std::chrono::milliseconds from_seconds(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
@@ -116,7 +122,17 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   a.monitor_interval = from_seconds(o.monitor_interval_s);
   a.stop_timeout = from_seconds(o.stop_timeout_s);
   a.hang_timeout = from_seconds(o.hang_timeout_s);
-  a.standby = o.standby && o.max_restarts > 0;
+  // Restarts are wanted fast: with any, standbys are on unless --no-standby.
+  a.standby = !o.no_standby && o.max_restarts > 0;
+  if (o.standby && o.max_restarts == 0) {
+    plan.warnings.push_back("--standby does nothing without --max-restarts: there is no restart to wait for");
+  }
+  if (a.standby && runs_under_python(o)) {
+    // python -u -c <standby> [-m] ENTRYPOINT ARGS: imports torch, then waits.
+    a.standby_argv = {a.argv[0], "-u", "-c", channel::kPythonStandby};
+    a.standby_argv.insert(a.standby_argv.end(), a.argv.begin() + 2, a.argv.end());
+    a.standby_warmup = std::chrono::milliseconds(kPythonStandbyWarmupMs);
+  }
   a.log_dir = o.log_dir;
   a.tee = o.tee;
   a.redirects = o.redirects;

@@ -291,3 +291,38 @@ TEST(Plan, OneNodeJobsMakeTheirOwnTokenAndMultiNodeJobsTakeTheUsers) {
 
 }  // namespace
 }  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+LaunchPlan plan_of(std::vector<std::string> args) {
+  HostFacts facts;
+  facts.python = "/bin/sh";  // any program that exists
+  facts.path_env = "/usr/bin:/bin";
+  return make_launch_plan(parse_command_line(args).options, facts);
+}
+
+TEST(Cli, StandbyIsOnWithRestartsUnlessTurnedOffAndCoversPythonScripts) {
+  EXPECT_FALSE(plan_of({"--nproc", "2", "/bin/true"}).agent.standby);
+  EXPECT_TRUE(plan_of({"--max-restarts", "1", "/bin/true"}).agent.standby);
+  EXPECT_FALSE(plan_of({"--max-restarts", "1", "--no-standby", "/bin/true"}).agent.standby);
+  EXPECT_FALSE(plan_of({"--max_restarts", "1", "--no_standby", "/bin/true"}).agent.standby);
+  EXPECT_TRUE(plan_of({"--max-restarts", "1", "/bin/true"}).agent.standby_argv.empty());
+
+  LaunchPlan py = plan_of({"--max-restarts", "1", "job.py", "--lr", "1"});
+  ASSERT_TRUE(py.agent.standby);
+  ASSERT_GE(py.agent.standby_argv.size(), 7u);
+  EXPECT_EQ(py.agent.standby_argv[2], "-c");
+  EXPECT_EQ(std::vector<std::string>(py.agent.standby_argv.end() - 3, py.agent.standby_argv.end()),
+            (std::vector<std::string>{"job.py", "--lr", "1"}));
+  EXPECT_GT(py.agent.standby_warmup.count(), 0);
+  LaunchPlan mod = plan_of({"--max-restarts", "1", "-m", "pkg.train"});
+  EXPECT_EQ(std::vector<std::string>(mod.agent.standby_argv.end() - 2, mod.agent.standby_argv.end()),
+            (std::vector<std::string>{"-m", "pkg.train"}));
+
+  EXPECT_NE(plan_of({"--standby", "/bin/true"}).warnings.size(), 0u);
+  EXPECT_NE(error_of({"--standby", "--no-standby", "/bin/true"}).find("--no-standby"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun

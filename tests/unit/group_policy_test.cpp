@@ -100,6 +100,27 @@ TEST(GroupPolicy, StandbysWarmOnceEveryWorkerBeats) {
   EXPECT_TRUE(p.on_beats({3, 2}, t0).empty());
 }
 
+// Python scripts never beat: their standbys warm on the clock, once, and
+// not when the group is already stopping.
+TEST(GroupPolicy, StandbysOfProgramsThatNeverBeatWarmAfterTheWarmup) {
+  GroupPolicyOptions o = opts(0ms, true);
+  o.standby_warmup = 3s;
+  GroupPolicy p(2, o, t0);
+  EXPECT_TRUE(p.on_beats({0, 0}, t0 + 5s).empty());  // beats do not trigger it
+  EXPECT_TRUE(p.on_tick(t0 + 2900ms).empty());
+  EXPECT_LE(p.poll_timeout_ms(t0 + 2900ms), 100);
+  auto cs = p.on_tick(t0 + 3s);
+  ASSERT_EQ(cs.size(), 1u);
+  EXPECT_EQ(cs[0].kind, GroupCommand::kWarmStandbys);
+  EXPECT_TRUE(p.on_tick(t0 + 4s).empty());
+
+  GroupPolicy q(2, o, t0);
+  p.on_exit(0, true);
+  q.on_exit(0, true);
+  EXPECT_TRUE(signals(q.after_exits(t0 + 1s), SIGTERM));
+  for (const auto& c : q.on_tick(t0 + 3500ms)) EXPECT_NE(c.kind, GroupCommand::kWarmStandbys);
+}
+
 TEST(GroupPolicy, NewsFromTheRendezvousStopsTheWorkersForTheNextRound) {
   GroupPolicy p(2, opts(), t0);
   EXPECT_TRUE(signals(p.on_control("round 0 was superseded", t0), SIGTERM));
