@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -139,6 +140,25 @@ void WorkerGroup::drain(Worker& w, bool until_eof) {
   }
 }
 
+// Whether a worker that was asked to stop had failed by itself first: it
+// wrote its error file before the stop, or it exited with a code of its own
+// (not a signal's, not 128 + SIGTERM) at nearly the same moment.
+bool WorkerGroup::failed_on_its_own(const Worker& w, const WorkerExit& e) const {
+  if (!policy_->stopping() || !e.failed()) return false;
+  const auto since_stop = std::chrono::steady_clock::now() - policy_->stop_started();
+  const auto stop_wall = std::chrono::system_clock::now() -
+                         std::chrono::duration_cast<std::chrono::system_clock::duration>(since_stop);
+  struct stat st;
+  if (stat(w.launch->error_file.c_str(), &st) == 0) {
+    const auto written = std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+    if (written <= stop_wall) return true;
+  }
+  return e.signal == 0 && e.exit_code != 128 + SIGTERM && e.exit_code != 128 + SIGKILL &&
+         since_stop <= GroupPolicy::kTogether;
+}
+
 void WorkerGroup::reap() {
   for (size_t i = 0; i < workers_.size(); ++i) {
     Worker& w = *workers_[i];
@@ -165,7 +185,10 @@ void WorkerGroup::reap() {
       e.exit_code = WEXITSTATUS(status);
     }
     const bool was_stopping = policy_->stopping();
-    if (policy_->on_exit(static_cast<int>(i), e.failed()) != WorkerEnd::kFailed) continue;
+    if (policy_->on_exit(static_cast<int>(i), e.failed(), failed_on_its_own(w, e)) !=
+        WorkerEnd::kFailed) {
+      continue;
+    }
     e.error_message = read_error_file(w.launch->error_file);
     const auto& tail = w.output->stderr_tail();
     e.stderr_tail.assign(tail.begin(), tail.end());
