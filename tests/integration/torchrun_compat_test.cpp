@@ -90,10 +90,12 @@ TEST(TorchrunCompat, RunTestRunPath) {
                    {std::string("PYTHON_EXEC=") + PYTHON_BIN});
   ASSERT_EQ(f.exit_code, 0) << f.out << f.err;
   EXPECT_EQ(touched(out), kFour);
-  // --run-path takes precedence over --no-python (torchrun): still Python.
+  // --run-path takes precedence over --no-python (torchrun), and needs no
+  // .py name: still Python.
   fs::remove_all(out);
   fs::create_directories(out);
-  Finished g = run(ddprun({"--run-path", "--no-python", "--nproc-per-node=2", script,
+  fs::path plain = write_file(dir / "test_script", kTestScript);
+  Finished g = run(ddprun({"--run-path", "--no-python", "--nproc-per-node=2", plain,
                            "--touch_file_dir=" + out.string()}),
                    {std::string("PYTHON_EXEC=") + PYTHON_BIN});
   ASSERT_EQ(g.exit_code, 0) << g.out << g.err;
