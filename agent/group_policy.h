@@ -46,12 +46,12 @@ class GroupPolicy {
   // Failures this close to a stop that a worker failure began count as
   // the worker's own (it failed at nearly the same moment, before our
   // SIGTERM could reach it), given evidence (see on_exit).
-  static constexpr std::chrono::milliseconds kTogether{250};
+  static constexpr std::chrono::milliseconds kTogether{100};
 
   // Worker w exited; failed: by a non-zero code or a signal. on_its_own:
   // evidence that a failure was its own even if it had been asked to stop
-  // (a non-zero exit code within kTogether of the stop, or an error file
-  // written before it); it counts only when a worker failure began the
+  // (it had exited when the stop signal was sent, a non-zero exit code
+  // within kTogether of the stop, or an error file written before it); it counts only when a worker failure began the
   // stop (not a signal to ddprun, not the rendezvous).
   WorkerEnd on_exit(int w, bool failed, bool on_its_own = false);
   // After the exits seen together: the first failure stops the others (only

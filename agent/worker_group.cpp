@@ -22,6 +22,8 @@ struct WorkerGroup::Worker {
   int fds[2] = {-1, -1};  // stdout, stderr read ends
   std::string cgroup;     // its cgroup folder, "" when not contained
   std::unique_ptr<WorkerOutput> output;
+  // It had exited (not yet reaped) when the group was asked to stop.
+  bool exited_before_stop = false;
   // Whether it runs (started, not reaped) is the policy's to say: alive(i).
 };
 
@@ -79,6 +81,17 @@ void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
   for (const auto& c : commands) {
     switch (c.kind) {
       case GroupCommand::kSignalRunning:
+        // Workers that exited since the last reap failed (or not) before
+        // this signal could reach them: their exit is their own.
+        for (size_t i = 0; i < workers_.size(); ++i) {
+          siginfo_t info{};
+          if (policy_->alive(static_cast<int>(i)) &&
+              waitid(P_PID, static_cast<id_t>(workers_[i]->pid), &info,
+                     WEXITED | WNOHANG | WNOWAIT) == 0 &&
+              info.si_pid == workers_[i]->pid) {
+            workers_[i]->exited_before_stop = true;
+          }
+        }
         for (size_t i = 0; i < workers_.size(); ++i) {
           // The whole process group: the worker and whatever it started.
           if (policy_->alive(static_cast<int>(i))) kill(-workers_[i]->pid, c.sig);
@@ -141,10 +154,12 @@ void WorkerGroup::drain(Worker& w, bool until_eof) {
 }
 
 // Whether a worker that was asked to stop had failed by itself first: it
-// wrote its error file before the stop, or it exited with a code of its own
-// (not a signal's, not 128 + SIGTERM) at nearly the same moment.
+// had exited already when the stop signal was sent, it wrote its error file
+// before the stop, or it exited with a code of its own (not a signal's, not
+// 128 + SIGTERM) at nearly the same moment (GroupPolicy::kTogether).
 bool WorkerGroup::failed_on_its_own(const Worker& w, const WorkerExit& e) const {
   if (!policy_->stopping() || !e.failed()) return false;
+  if (w.exited_before_stop) return true;
   const auto since_stop = std::chrono::steady_clock::now() - policy_->stop_started();
   const auto stop_wall = std::chrono::system_clock::now() -
                          std::chrono::duration_cast<std::chrono::system_clock::duration>(since_stop);
