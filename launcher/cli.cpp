@@ -569,7 +569,13 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   o.max_restarts = parse_int("--max-restarts", max_restarts, 0, 1000000);
   o.monitor_interval_s = parse_seconds("--monitor-interval", monitor, false, 0.01, 3600);
   o.stop_timeout_s = parse_seconds("--stop-timeout", stop_timeout, true);
-  if (!shutdown_timeout.empty()) {
+  // --shutdown-timeout (torchrun's name) wins over --stop-timeout, unless
+  // only --stop-timeout is on the command line (the other from a variable).
+  auto on_command_line = [&](const char* flag) {
+    return std::find(given.begin(), given.end(), flag) != given.end();
+  };
+  if (!shutdown_timeout.empty() &&
+      (on_command_line("--shutdown-timeout") || !on_command_line("--stop-timeout"))) {
     o.stop_timeout_s = parse_seconds("--shutdown-timeout", shutdown_timeout, true);
   }
   if (o.start_method != "spawn" && o.start_method != "fork" && o.start_method != "forkserver") {

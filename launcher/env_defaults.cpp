@@ -50,13 +50,22 @@ constexpr PetFlag kPetFlags[] = {
 
 std::vector<DefaultArg> pet_default_args(const std::vector<std::string>& environment) {
   std::vector<DefaultArg> out;
+  // torchrun 2.x's fallback for --shutdown-timeout; PET_SHUTDOWN_TIMEOUT,
+  // later in the list, wins over it.
+  const std::string shutdown = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=";
+  for (const auto& entry : environment) {
+    if (entry.rfind(shutdown, 0) == 0) {
+      out.push_back({"--shutdown-timeout", entry.substr(shutdown.size()), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"});
+    }
+  }
   for (const PetFlag& p : kPetFlags) {
     const std::string prefix = std::string(p.variable) + "=";
     for (const auto& entry : environment) {
       if (entry.rfind(prefix, 0) != 0) continue;
       const std::string value = entry.substr(prefix.size());
       if (!p.boolean) {
-        out.push_back({p.flag, value, p.variable});
+        // Set but empty (PET_LOG_DIR=) reads as not set.
+        if (!value.empty()) out.push_back({p.flag, value, p.variable});
         continue;
       }
       long v = 0;

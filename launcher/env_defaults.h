@@ -17,7 +17,8 @@ struct DefaultArg {
   std::string source;  // the variable it came from
 };
 
-// The PET_* variables of `environment` (KEY=VALUE entries) as defaults.
+// The PET_* variables of `environment` (KEY=VALUE entries) as defaults,
+// and TORCH_ELASTIC_SHUTDOWN_TIMEOUT (torchrun 2.x) for --shutdown-timeout.
 // A boolean flag's variable (PET_STANDALONE, PET_MODULE, ...) takes an
 // integer, as torchrun's: non-zero turns the flag on. Throws UsageError
 // naming the variable for a boolean that is not an integer.

@@ -441,6 +441,19 @@ TEST(TorchrunCli, PetVariablesConfigureTheLauncher) {
   EXPECT_FALSE(multi.standalone);
   EXPECT_TRUE(parse_with({"p"}, {"PET_STANDALONE=1"}).standalone);
   EXPECT_TRUE(parse_with({"p"}, {"PET_MODULE=1"}).module);
+  EXPECT_EQ(parse_with({"p"}, {"PET_LOG_DIR="}).log_dir, "");  // set but empty: not set
+}
+
+TEST(TorchrunCli, TorchElasticShutdownTimeoutIsTheLastFallback) {
+  EXPECT_DOUBLE_EQ(parse_with({"p"}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=5"}).stop_timeout_s, 5);
+  EXPECT_DOUBLE_EQ(
+      parse_with({"p"}, {"PET_SHUTDOWN_TIMEOUT=6", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=5"}).stop_timeout_s, 6);
+  EXPECT_DOUBLE_EQ(
+      parse_with({"--shutdown_timeout", "7", "p"}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=5"}).stop_timeout_s, 7);
+  // ddprun's own flag on the command line beats the variables too.
+  EXPECT_DOUBLE_EQ(parse_with({"--stop-timeout", "8", "p"}, {"PET_SHUTDOWN_TIMEOUT=6"}).stop_timeout_s, 8);
+  EXPECT_EQ(error_with({"p"}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=x"}),
+            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT: expected a number of seconds, got 'x'");
 }
 
 TEST(TorchrunCli, TheCommandLineWinsOverPetVariables) {
@@ -448,8 +461,6 @@ TEST(TorchrunCli, TheCommandLineWinsOverPetVariables) {
                       {"PET_NPROC_PER_NODE=3", "PET_MAX_RESTARTS=x"});
   EXPECT_EQ(o.nproc, "4");
   EXPECT_EQ(o.max_restarts, 1);  // the bad variable is overridden, not an error
-  // --shutdown-timeout from the environment does not beat --stop-timeout... of
-  // the command line? torchrun has no --stop-timeout: the later flag wins.
   EXPECT_EQ(parse_with({"--tee", "1", "p"}, {"PET_TEE=3"}).tee.all, 1);
 }
 
