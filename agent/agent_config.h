@@ -29,6 +29,9 @@ struct AgentConfig {
   std::string program;
   std::vector<std::string> argv;
   int nproc = 1;
+  // For a .py entrypoint: the interpreter and how it was chosen, for the
+  // failure summary ("/usr/bin/python3 (PYTHON_EXEC)"); "" otherwise.
+  std::string python;
 
   // Rendezvous.
   std::string run_id;
@@ -63,6 +66,15 @@ struct AgentConfig {
   std::string log_dir;  // per-rank log files when set
   StdSelection redirects;
   StdSelection tee;
+  // Local ranks whose output reaches the console (--local-ranks-filter);
+  // empty: all. Log files get every rank's.
+  std::vector<int> console_local_ranks;
+  // The console line prefix (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE): with
+  // ${role_name}, ${rank}, ${local_rank}; empty: "[rankN]:".
+  std::string line_prefix_template;
+  // Lines holding one of these go also to filtered_std{out,err}.log in the
+  // run's log folder (--duplicate-std{out,err}-filters).
+  std::vector<std::string> duplicate_filters[2];
   int console_out_fd = 1;
   int console_err_fd = 2;
 
@@ -75,6 +87,10 @@ struct AgentConfig {
   // (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME) unless the user chose one.
   std::string local_ifname;
   std::string host;
+  // LOCAL_RANK=0 and one GPU in CUDA_VISIBLE_DEVICES per worker.
+  bool virtual_local_rank = false;
+  // NUMA binding of each worker: "", node, socket, exclusive, core-complex.
+  std::string numa_binding;
   std::vector<std::string> base_env;  // inherited KEY=VALUE entries
 };
 

@@ -42,13 +42,19 @@ GroupCommand GroupPolicy::signal_running(int sig) {
 
 std::vector<GroupCommand> GroupPolicy::begin_stop(int sig, TimePoint now) {
   stopping_ = true;
+  stop_started_ = now;
+  stop_for_failure_ = stop_signal_ == 0 && round_stop_.empty();
   kill_at_ = now + options_.stop_timeout;
   return {signal_running(sig)};
 }
 
-WorkerEnd GroupPolicy::on_exit(int w, bool failed) {
+WorkerEnd GroupPolicy::on_exit(int w, bool failed, bool on_its_own) {
   alive_[w] = false;
   if (hung_[w]) return WorkerEnd::kHung;  // its failure was recorded when it was found hung
+  if (term_sent_[w] && failed && on_its_own && stop_for_failure_ && stop_signal_ == 0) {
+    any_failed_ = true;
+    return WorkerEnd::kFailed;
+  }
   if (term_sent_[w]) {
     ++stopped_count_;
     return WorkerEnd::kStopped;

@@ -78,6 +78,7 @@ class WorkerGroup {
   struct Worker;
   void start_all();
   void reap();
+  bool failed_on_its_own(const Worker& w, const WorkerExit& e) const;
   void drain(Worker& w, bool until_eof);
   void check_heartbeats();
   void check_control();

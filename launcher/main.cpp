@@ -15,7 +15,9 @@
 #include <memory>
 
 #include "agent/agent.h"
+#include "agent/env.h"
 #include "launcher/cli.h"
+#include "launcher/env_defaults.h"
 #include "launcher/net.h"
 #include "launcher/plan.h"
 #include "launcher/rendezvous_command.h"
@@ -150,7 +152,9 @@ int main(int argc, char** argv) {
   CliResult cli;
   LaunchPlan plan;
   try {
-    cli = parse_command_line(args);
+    // Defaults from the environment, before the command line (which wins).
+    std::vector<DefaultArg> defaults = pet_default_args(current_environment());
+    cli = parse_command_line(args, defaults);
     if (cli.kind != CliResult::kRun) {
       std::fputs((cli.text + "\n").c_str(), stdout);
       return kExitOk;
