@@ -1,12 +1,14 @@
 #include "agent/agent.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <spdlog/spdlog.h>
@@ -59,7 +61,12 @@ Agent::Agent(AgentConfig config, RendezvousClient& rdzv, SignalChannel& signals,
       nodes_in_rendezvous_(std::move(nodes_in_rendezvous)),
       node_id_(cfg_.host + ":" + std::to_string(getpid())) {}
 
-Agent::~Agent() { dismiss_standbys(); }
+Agent::~Agent() {
+  dismiss_standbys();
+  for (int fd : duplicate_fd_) {
+    if (fd >= 0) close(fd);
+  }
+}
 
 std::string Agent::attempt_dir(int attempt) const {
   return files_dir_ + "/attempt_" + std::to_string(attempt);
@@ -77,7 +84,8 @@ int Agent::pending_stop_signal() {
 // up; else only the error files need a home, in a folder removed at the end.
 void Agent::prepare_files() {
   wants_files_ = !cfg_.log_dir.empty() || cfg_.redirects.all || cfg_.tee.all ||
-                 !cfg_.redirects.by_local_rank.empty() || !cfg_.tee.by_local_rank.empty();
+                 !cfg_.redirects.by_local_rank.empty() || !cfg_.tee.by_local_rank.empty() ||
+                 !cfg_.duplicate_filters[0].empty() || !cfg_.duplicate_filters[1].empty();
   if (!cfg_.log_dir.empty()) {
     files_dir_ = make_run_dir(cfg_.log_dir, cfg_.run_id);
     spdlog::info("worker logs are in {}", files_dir_);
@@ -85,6 +93,24 @@ void Agent::prepare_files() {
     files_dir_ = make_temp_dir(cfg_.run_id);
     files_dir_is_temp_ = !wants_files_;
     if (wants_files_) spdlog::info("worker logs are in {}", files_dir_);
+  }
+  const char* names[2] = {"/filtered_stdout.log", "/filtered_stderr.log"};
+  for (int i = 0; i < 2; ++i) {
+    if (cfg_.duplicate_filters[i].empty()) continue;
+    const std::string path = files_dir_ + names[i];
+    duplicate_fd_[i] = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (duplicate_fd_[i] < 0) {
+      throw std::runtime_error("cannot open " + path + ": " + strerror(errno));
+    }
+  }
+  if (!cfg_.numa_binding.empty()) {
+    numa_ = numa_placements(cfg_.numa_binding, cfg_.nproc,
+                            read_numa_topology("", getenv("CUDA_VISIBLE_DEVICES")));
+    for (size_t lr = 0; lr < numa_.size(); ++lr) {
+      std::string cpus;
+      for (int c : numa_[lr].cpus) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
+      spdlog::debug("local rank {}: CPUs {} (--numa-binding {})", lr, cpus, cfg_.numa_binding);
+    }
   }
   // Heartbeats: for hang detection, and to know when standbys may start.
   if (cfg_.hang_timeout.count() > 0 || cfg_.standby) {
@@ -118,18 +144,35 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
     const std::string dir = attempt_dir(attempt) + "/rank" + std::to_string(l.id.rank);
     make_dirs(dir);
     l.error_file = dir + "/error.json";
-    const int redirect = cfg_.redirects.for_local_rank(lr);
+    // A tee'd stream stays on the console even when redirected (torchrun).
+    const int redirect = cfg_.redirects.for_local_rank(lr) & ~cfg_.tee.for_local_rank(lr);
     l.output.console_mask = kBoth & ~redirect;
+    const auto& shown = cfg_.console_local_ranks;
+    if (!shown.empty() && std::find(shown.begin(), shown.end(), lr) == shown.end()) {
+      l.output.console_mask = kNone;
+    }
+    if (!cfg_.line_prefix_template.empty()) {
+      l.output.console_prefix = expand_line_prefix(cfg_.line_prefix_template, cfg_.role, l.id.rank, lr);
+    }
+    for (int i = 0; i < 2; ++i) {
+      l.output.duplicate_filters[i] = cfg_.duplicate_filters[i];
+      l.output.duplicate_fd[i] = duplicate_fd_[i];
+    }
     l.output.file_mask = wants_files_ ? kBoth : kNone;
     l.output.stdout_path = dir + "/stdout.log";
     l.output.stderr_path = dir + "/stderr.log";
     l.output.console_out = console_out_.get();
     l.output.console_err = console_err_;
     l.vars = worker_variables(l.id, job, l.error_file);
+    if (cfg_.virtual_local_rank) apply_virtual_local_rank(l.vars, cfg_.base_env, lr);
     l.spawn.path = cfg_.program;
     l.spawn.argv = cfg_.argv;
     l.spawn.env = merge_environment(cfg_.base_env, l.vars, cfg_.nproc);
     if (cgroup_) l.spawn.cgroup = cgroup_->next_worker_dir();
+    if (static_cast<size_t>(lr) < numa_.size()) {
+      l.spawn.cpus = numa_[lr].cpus;
+      l.spawn.mem_nodes = numa_[lr].mem_nodes;
+    }
     launches.push_back(std::move(l));
   }
   return launches;
@@ -141,6 +184,7 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
 void Agent::spawn_standbys(int attempt, const JoinResult& guess) {
   std::vector<WorkerLaunch> next = make_launches(attempt, guess);
   for (auto& l : next) {
+    if (!cfg_.standby_argv.empty()) l.spawn.argv = cfg_.standby_argv;
     try {
       standbys_.push_back(spawn_standby(l.spawn));
     } catch (const std::exception& e) {
@@ -263,6 +307,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   if (cfg_.standby && life.can_restart()) {
     // Once every worker is past its start (it beats), warm up the next set.
     go.on_all_beating = [this, attempt, &joined] { spawn_standbys(attempt + 1, joined); };
+    go.standby_warmup = cfg_.standby_warmup;
   }
   if (lease_) {
     go.control_fd = lease_->fd();
@@ -297,6 +342,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
                        end.outcome == GroupEnd::kStoppedBySignal
                            ? "stopped by " + signal_name(result.signal)
                            : ""};
+    ctx.python = cfg_.python;
     write_all(cfg_.console_err_fd, format_failure_summary(result.failures, ctx));
   }
   log_losses_.insert(log_losses_.end(), result.log_losses.begin(), result.log_losses.end());

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "agent/agent_config.h"
+#include "agent/numa.h"
 #include "agent/console.h"
 #include "agent/heartbeat_table.h"
 #include "agent/job_cgroup.h"
@@ -76,6 +77,8 @@ class Agent {
   std::vector<Standby> standbys_;  // for the next attempt
   int nodes_waiting_ = 0;          // late nodes last reported waiting
   std::vector<LogLoss> log_losses_;  // of every attempt, told at the end
+  int duplicate_fd_[2] = {-1, -1};   // filtered_std{out,err}.log (--duplicate-*-filters)
+  std::vector<NumaPlacement> numa_;  // per local rank (--numa-binding)
 };
 
 }  // namespace ddprun

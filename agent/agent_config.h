@@ -29,6 +29,9 @@ struct AgentConfig {
   std::string program;
   std::vector<std::string> argv;
   int nproc = 1;
+  // For a .py entrypoint: the interpreter and how it was chosen, for the
+  // failure summary ("/usr/bin/python3 (PYTHON_EXEC)"); "" otherwise.
+  std::string python;
 
   // Rendezvous.
   std::string run_id;
@@ -51,13 +54,27 @@ struct AgentConfig {
   // A worker whose heartbeat (worker_lib) stops for this long counts as
   // failed; 0 turns hang detection off.
   std::chrono::milliseconds hang_timeout{0};
-  // Keep a warm set of workers (waiting in ddp::init()) for the next restart.
+  // Keep a warm set of workers for the next restart: worker_lib programs
+  // wait in ddp::init(); Python scripts run under standby_argv (an
+  // interpreter that imports torch, then waits), warmed standby_warmup
+  // after the start since they never beat.
   bool standby = false;
+  std::vector<std::string> standby_argv;  // empty: argv
+  std::chrono::milliseconds standby_warmup{0};
 
   // Output.
   std::string log_dir;  // per-rank log files when set
   StdSelection redirects;
   StdSelection tee;
+  // Local ranks whose output reaches the console (--local-ranks-filter);
+  // empty: all. Log files get every rank's.
+  std::vector<int> console_local_ranks;
+  // The console line prefix (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE): with
+  // ${role_name}, ${rank}, ${local_rank}; empty: "[rankN]:".
+  std::string line_prefix_template;
+  // Lines holding one of these go also to filtered_std{out,err}.log in the
+  // run's log folder (--duplicate-std{out,err}-filters).
+  std::vector<std::string> duplicate_filters[2];
   int console_out_fd = 1;
   int console_err_fd = 2;
 
@@ -70,6 +87,10 @@ struct AgentConfig {
   // (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME) unless the user chose one.
   std::string local_ifname;
   std::string host;
+  // LOCAL_RANK=0 and one GPU in CUDA_VISIBLE_DEVICES per worker.
+  bool virtual_local_rank = false;
+  // NUMA binding of each worker: "", node, socket, exclusive, core-complex.
+  std::string numa_binding;
   std::vector<std::string> base_env;  // inherited KEY=VALUE entries
 };
 

@@ -65,10 +65,14 @@ std::vector<std::string> merge_environment(const std::vector<std::string>& inher
   out.reserve(inherited.size() + vars.size() + 1);
   bool has_omp = false;
   std::set<std::string> user_set;
+  // Set unless the user (or vars) set them.
+  std::map<std::string, std::string> defaults{{"NCCL_ASYNC_ERROR_HANDLING", "1"},
+                                              {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}};
   for (const auto& entry : inherited) {
     const auto eq = entry.find('=');
     const std::string key = entry.substr(0, eq);
     if (key == "OMP_NUM_THREADS") has_omp = true;
+    defaults.erase(key);
     if (vars.count(key)) {
       // The user's own interface choice wins over the one ddprun found.
       if (key == ch::kGlooSocketIfname || key == ch::kNcclSocketIfname) {
@@ -91,7 +95,30 @@ std::vector<std::string> merge_environment(const std::vector<std::string>& inher
   if (!has_omp && !vars.count("OMP_NUM_THREADS") && local_world_size > 1) {
     out.push_back("OMP_NUM_THREADS=1");
   }
+  for (const auto& [k, val] : defaults) {
+    if (!vars.count(k)) out.push_back(k + "=" + val);
+  }
   return out;
+}
+
+void apply_virtual_local_rank(std::map<std::string, std::string>& vars,
+                              const std::vector<std::string>& inherited, int local_rank) {
+  vars.insert_or_assign(ch::kLocalRank, std::string(1, '0'));
+  std::string visible = std::to_string(local_rank);
+  const std::string prefix = "CUDA_VISIBLE_DEVICES=";
+  for (const auto& entry : inherited) {
+    if (entry.rfind(prefix, 0) != 0 || entry.size() == prefix.size()) continue;
+    std::vector<std::string> devices;
+    size_t start = prefix.size();
+    while (start <= entry.size()) {
+      size_t end = entry.find(',', start);
+      if (end == std::string::npos) end = entry.size();
+      devices.push_back(entry.substr(start, end - start));
+      start = end + 1;
+    }
+    if (local_rank < static_cast<int>(devices.size())) visible = devices[local_rank];
+  }
+  vars["CUDA_VISIBLE_DEVICES"] = visible;
 }
 
 std::vector<std::string> current_environment() {

@@ -41,10 +41,19 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id, co
 
 // The full environment of a worker: `inherited` (KEY=VALUE entries, e.g. the
 // launcher's environ) with `vars` replacing or adding entries. OMP_NUM_THREADS
-// is set to 1 when the launcher runs several workers and the user did not set it.
+// is set to 1 when the launcher runs several workers and the user did not set it;
+// NCCL_ASYNC_ERROR_HANDLING and TORCH_NCCL_ASYNC_ERROR_HANDLING are set to 1
+// unless set already (torchrun does: a collective stuck on a dead peer then
+// fails instead of hanging).
 std::vector<std::string> merge_environment(const std::vector<std::string>& inherited,
                                            const std::map<std::string, std::string>& vars,
                                            int local_world_size);
+
+// --virtual-local-rank: LOCAL_RANK becomes 0 and CUDA_VISIBLE_DEVICES names
+// only the worker's own GPU (entry local_rank of the inherited list, or
+// local_rank when none is set), as torchrun does.
+void apply_virtual_local_rank(std::map<std::string, std::string>& vars,
+                              const std::vector<std::string>& inherited, int local_rank);
 
 // The process environment as KEY=VALUE entries.
 std::vector<std::string> current_environment();

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <set>
 #include <sstream>
 
 #include "agent/printable.h"
@@ -29,6 +30,12 @@ std::string format_time(std::chrono::system_clock::time_point t) {
   return out;
 }
 
+std::string trimmed(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
 void describe_worker(std::ostringstream& os, const WorkerExit& e, const char* indent) {
   os << "rank " << e.rank << " (local rank " << e.local_rank << ", pid " << e.pid << ", host "
      << e.host << "): " << describe_exit(e) << " at " << format_time(e.time) << "\n";
@@ -42,10 +49,33 @@ void describe_worker(std::ostringstream& os, const WorkerExit& e, const char* in
       first = false;
     }
   }
-  if (!e.stderr_tail.empty()) {
-    os << indent << "last " << e.stderr_tail.size() << " line(s) of stderr:\n";
-    for (const auto& l : e.stderr_tail) os << indent << "  " << printable(l, false) << "\n";
+  // A traceback in the error file is often on stderr too: show it once.
+  std::set<std::string> in_message;
+  {
+    std::istringstream lines(e.error_message);
+    std::string line;
+    while (std::getline(lines, line)) {
+      if (!trimmed(line).empty()) in_message.insert(trimmed(line));
+    }
   }
+  std::vector<std::string> tail;
+  for (const auto& l : e.stderr_tail) {
+    if (!in_message.count(trimmed(l))) tail.push_back(l);
+  }
+  if (!tail.empty()) {
+    os << indent << "last " << tail.size() << " line(s) of stderr"
+       << (tail.size() < e.stderr_tail.size() ? " (not in the error above)" : "") << ":\n";
+    for (const auto& l : tail) os << indent << "  " << printable(l, false) << "\n";
+  }
+}
+
+bool lacks_torch(const WorkerExit& e) {
+  const std::string what = "No module named 'torch";
+  if (e.error_message.find(what) != std::string::npos) return true;
+  for (const auto& l : e.stderr_tail) {
+    if (l.find(what) != std::string::npos) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -132,6 +162,11 @@ std::string format_failure_summary(std::vector<WorkerExit> failures, const Summa
   }
   if (ctx.stopped_count > 0) {
     os << "  " << ctx.stopped_count << (failures.empty() ? "" : " other") << " worker(s) stopped by ddprun\n";
+  }
+  if (!ctx.python.empty() && std::any_of(failures.begin(), failures.end(), lacks_torch)) {
+    os << "  hint: the workers ran under " << ctx.python
+       << ", which cannot import torch; choose another interpreter with PYTHON_EXEC or "
+          "DDPRUN_PYTHON (e.g. PYTHON_EXEC=/usr/bin/python3)\n";
   }
   return os.str();
 }

@@ -56,9 +56,15 @@ struct SummaryContext {
   int max_restarts = 0;
   int stopped_count = 0;  // workers the agent stopped after the root cause
   std::string stop_reason;  // e.g. "stopped by SIGTERM"; empty for a worker failure
+  // The interpreter .py workers ran under and how it was chosen, e.g.
+  // "/usr/local/bin/python3 (python3 from PATH)"; empty for other programs.
+  std::string python = "";
 };
 
-// Multi-line summary; failures need not be sorted.
+// Multi-line summary; failures need not be sorted. Stderr lines that the
+// error file's message holds already (a traceback) are not shown twice.
+// When a worker said "No module named 'torch'", a hint names the
+// interpreter and how to choose another.
 std::string format_failure_summary(std::vector<WorkerExit> failures, const SummaryContext& ctx);
 
 }  // namespace ddprun

@@ -15,7 +15,8 @@ GroupPolicy::GroupPolicy(int workers, GroupPolicyOptions options, TimePoint star
       term_sent_(workers, false),
       hung_(workers, false),
       beats_(workers, 0),
-      beat_changed_(workers, started) {}
+      beat_changed_(workers, started),
+      started_(started) {}
 
 bool GroupPolicy::any_alive() const {
   return std::find(alive_.begin(), alive_.end(), true) != alive_.end();
@@ -41,13 +42,19 @@ GroupCommand GroupPolicy::signal_running(int sig) {
 
 std::vector<GroupCommand> GroupPolicy::begin_stop(int sig, TimePoint now) {
   stopping_ = true;
+  stop_started_ = now;
+  stop_for_failure_ = stop_signal_ == 0 && round_stop_.empty();
   kill_at_ = now + options_.stop_timeout;
   return {signal_running(sig)};
 }
 
-WorkerEnd GroupPolicy::on_exit(int w, bool failed) {
+WorkerEnd GroupPolicy::on_exit(int w, bool failed, bool on_its_own) {
   alive_[w] = false;
   if (hung_[w]) return WorkerEnd::kHung;  // its failure was recorded when it was found hung
+  if (term_sent_[w] && failed && on_its_own && stop_for_failure_ && stop_signal_ == 0) {
+    any_failed_ = true;
+    return WorkerEnd::kFailed;
+  }
   if (term_sent_[w]) {
     ++stopped_count_;
     return WorkerEnd::kStopped;
@@ -121,13 +128,21 @@ std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& cou
     for (auto& c : begin_stop(SIGTERM, now)) out.push_back(c);
     return out;
   }
-  if (all_beating && options_.wants_standbys) {
-    options_.wants_standbys = false;  // once
-    GroupCommand c;
-    c.kind = GroupCommand::kWarmStandbys;
-    out.push_back(c);
+  if (all_beating && options_.wants_standbys && options_.standby_warmup.count() == 0) {
+    out.push_back(warm_standbys());
   }
   return out;
+}
+
+GroupCommand GroupPolicy::warm_standbys() {
+  options_.wants_standbys = false;  // once
+  GroupCommand c;
+  c.kind = GroupCommand::kWarmStandbys;
+  return c;
+}
+
+bool GroupPolicy::standbys_by_clock() const {
+  return options_.wants_standbys && options_.standby_warmup.count() > 0 && !stopping_;
 }
 
 std::vector<GroupCommand> GroupPolicy::on_control(const std::string& why, TimePoint now) {
@@ -137,6 +152,7 @@ std::vector<GroupCommand> GroupPolicy::on_control(const std::string& why, TimePo
 }
 
 std::vector<GroupCommand> GroupPolicy::on_tick(TimePoint now) {
+  if (standbys_by_clock() && now >= started_ + options_.standby_warmup) return {warm_standbys()};
   if (!stopping_ || killed_ || now < kill_at_ || !any_alive()) return {};
   killed_ = true;
   return {signal_running(SIGKILL)};
@@ -150,6 +166,11 @@ int GroupPolicy::poll_timeout_ms(TimePoint now) const {
   const bool watching =
       options_.heartbeats && (options_.hang_timeout.count() > 0 || options_.wants_standbys);
   if (watching && !stopping_) return static_cast<int>(options_.monitor_interval.count());
+  if (standbys_by_clock()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        started_ + options_.standby_warmup - now);
+    return static_cast<int>(std::max<int64_t>(0, left.count()));
+  }
   return -1;
 }
 

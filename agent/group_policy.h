@@ -34,6 +34,10 @@ struct GroupPolicyOptions {
   std::chrono::milliseconds monitor_interval{100};
   bool heartbeats = false;      // counters can be read
   bool wants_standbys = false;  // warm them once every worker beats
+  // Programs that never beat (Python scripts): warm the standbys this long
+  // after the start instead, once the workers are past their imports. 0:
+  // wait for the beats.
+  std::chrono::milliseconds standby_warmup{0};
 };
 
 class GroupPolicy {
@@ -43,8 +47,17 @@ class GroupPolicy {
 
   GroupPolicy(int workers, GroupPolicyOptions options, TimePoint started);
 
-  // Worker w exited; failed: by a non-zero code or a signal.
-  WorkerEnd on_exit(int w, bool failed);
+  // Failures this close to a stop that a worker failure began count as
+  // the worker's own (it failed at nearly the same moment, before our
+  // SIGTERM could reach it), given evidence (see on_exit).
+  static constexpr std::chrono::milliseconds kTogether{100};
+
+  // Worker w exited; failed: by a non-zero code or a signal. on_its_own:
+  // evidence that a failure was its own even if it had been asked to stop
+  // (it had exited when the stop signal was sent, a non-zero exit code
+  // within kTogether of the stop, or an error file written before it); it counts only when a worker failure began the
+  // stop (not a signal to ddprun, not the rendezvous).
+  WorkerEnd on_exit(int w, bool failed, bool on_its_own = false);
   // After the exits seen together: the first failure stops the others (only
   // now, so that workers that failed together all count as failures).
   std::vector<GroupCommand> after_exits(TimePoint now);
@@ -57,7 +70,8 @@ class GroupPolicy {
   std::vector<GroupCommand> on_beats(const std::vector<uint64_t>& counts, TimePoint now);
   // The rendezvous says the workers must stop (a new round, the job failed).
   std::vector<GroupCommand> on_control(const std::string& why, TimePoint now);
-  // The clock: SIGKILL for workers still running stop_timeout after a stop.
+  // The clock: SIGKILL for workers still running stop_timeout after a stop;
+  // standbys of programs that never beat, standby_warmup after the start.
   std::vector<GroupCommand> on_tick(TimePoint now);
 
   // How long the I/O loop may wait for events (-1: until one comes).
@@ -67,6 +81,8 @@ class GroupPolicy {
   int alive_count() const;
   bool stopping() const { return stopping_; }
   bool stop_requested_by_signal() const { return stop_signal_ != 0; }
+  // When the workers were asked to stop (valid while stopping()).
+  TimePoint stop_started() const { return stop_started_; }
 
   Outcome outcome() const;
   int stop_signal() const { return stop_signal_; }
@@ -76,6 +92,8 @@ class GroupPolicy {
  private:
   std::vector<GroupCommand> begin_stop(int sig, TimePoint now);
   GroupCommand signal_running(int sig);
+  GroupCommand warm_standbys();
+  bool standbys_by_clock() const;
 
   GroupPolicyOptions options_;
   std::vector<bool> alive_;      // not reaped yet
@@ -89,6 +107,9 @@ class GroupPolicy {
   int stop_signal_ = 0;
   std::string round_stop_;
   TimePoint kill_at_{};
+  TimePoint started_;
+  TimePoint stop_started_{};
+  bool stop_for_failure_ = false;  // a worker's failure began the stop
   std::optional<TimePoint> paused_at_;  // when SIGTSTP stopped the workers
   int stopped_count_ = 0;
 };

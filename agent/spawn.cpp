@@ -7,9 +7,11 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 
 #include <spdlog/spdlog.h>
@@ -31,7 +33,14 @@ struct ChildArgs {
   pid_t parent;
   int child_errno;   // written by the child when exec fails (shared memory)
   int cgroup_errno;  // written by the child when it could not join its cgroup
+  cpu_set_t* cpus;   // affinity to set, or null
+  size_t cpus_size;
+  const unsigned long* nodemask;  // MPOL_BIND nodes, or null
+  unsigned long maxnode;
+  int numa_errno;    // written by the child when binding failed
 };
+
+constexpr int kMpolBind = 2;  // MPOL_BIND in <linux/mempolicy.h>
 
 std::vector<char*> c_strings(const std::vector<std::string>& v) {
   std::vector<char*> out;
@@ -50,6 +59,10 @@ int child_main(void* arg) {
   setpgid(0, 0);
   // "0" moves the writing process; from here on all it starts is contained.
   if (a->cgroup_procs >= 0 && write(a->cgroup_procs, "0", 1) != 1) a->cgroup_errno = errno;
+  if (a->cpus && sched_setaffinity(0, a->cpus_size, a->cpus) != 0) a->numa_errno = errno;
+  if (a->nodemask && syscall(SYS_set_mempolicy, kMpolBind, a->nodemask, a->maxnode) != 0) {
+    a->numa_errno = errno;
+  }
   if (dup2(a->stdin_fd, 0) < 0 || dup2(a->out_w, 1) < 0 || dup2(a->err_w, 2) < 0) {
     a->child_errno = errno;
     _exit(127);
@@ -103,8 +116,29 @@ SpawnedProcess spawn_process(const SpawnRequest& req) {
       spdlog::warn("cannot use cgroup {} ({}): the worker runs outside it", req.cgroup, strerror(errno));
     }
   }
+  // CPU and memory binding, made here: the child must not allocate.
+  std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> cpus(nullptr, [](cpu_set_t* p) { CPU_FREE(p); });
+  size_t cpus_size = 0;
+  if (!req.cpus.empty()) {
+    const int max_cpu = *std::max_element(req.cpus.begin(), req.cpus.end());
+    cpus.reset(CPU_ALLOC(max_cpu + 1));
+    cpus_size = CPU_ALLOC_SIZE(max_cpu + 1);
+    CPU_ZERO_S(cpus_size, cpus.get());
+    for (int c : req.cpus) CPU_SET_S(c, cpus_size, cpus.get());
+  }
+  std::vector<unsigned long> nodemask;
+  unsigned long maxnode = 0;
+  if (!req.mem_nodes.empty()) {
+    constexpr int kBits = 8 * sizeof(unsigned long);
+    const int max_node = *std::max_element(req.mem_nodes.begin(), req.mem_nodes.end());
+    nodemask.assign(static_cast<size_t>(max_node / kBits + 1), 0);
+    for (int n : req.mem_nodes) nodemask[static_cast<size_t>(n / kBits)] |= 1UL << (n % kBits);
+    maxnode = nodemask.size() * kBits + 1;  // the kernel reads maxnode - 1 bits
+  }
   ChildArgs args{req.path.c_str(), argv.data(), envp.data(), devnull, out.w, err.w, req.fd3,
-                 cgroup_procs,     getpid(),    0,           0};
+                 cgroup_procs,     getpid(),    0,           0,
+                 cpus.get(),       cpus_size,   nodemask.empty() ? nullptr : nodemask.data(),
+                 maxnode,          0};
   constexpr size_t kStack = 64 * 1024;
   auto stack = std::make_unique<char[]>(kStack);
   // CLONE_VFORK: we resume once the child has exec'd or exited.
@@ -125,6 +159,10 @@ SpawnedProcess spawn_process(const SpawnRequest& req) {
     std::string why = strerror(args.child_errno);
     if (args.child_errno == ENOEXEC) why += " (a script needs a #! line)";
     throw SpawnError("cannot run " + req.path + ": " + why);
+  }
+  if (args.numa_errno != 0) {
+    spdlog::warn("worker {} could not bind its CPUs and memory (--numa-binding): {}", pid,
+                 strerror(args.numa_errno));
   }
   setpgid(pid, pid);  // also from here, in case the child has not yet (harmless if it has)
   fcntl(out.r, F_SETFL, O_NONBLOCK);

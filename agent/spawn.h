@@ -6,6 +6,7 @@
 //    everything it started in one call;
 //  - moves itself into its cgroup folder when given one (see job_cgroup.h),
 //    so that nothing it starts can outlive the job;
+//  - binds its CPUs and memory when asked (--numa-binding);
 //  - gets an empty signal mask and default signal dispositions back.
 #pragma once
 
@@ -26,6 +27,10 @@ struct SpawnRequest {
   int fd3 = -1;
   // When set, a cgroup v2 folder (made here) the child moves into before exec.
   std::string cgroup{};
+  // When not empty, the child binds itself to these CPUs (sched_setaffinity)
+  // and its memory to these NUMA nodes (set_mempolicy MPOL_BIND) before exec.
+  std::vector<int> cpus{};
+  std::vector<int> mem_nodes{};
 };
 
 struct SpawnedProcess {

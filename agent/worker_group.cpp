@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,8 @@ struct WorkerGroup::Worker {
   int fds[2] = {-1, -1};  // stdout, stderr read ends
   std::string cgroup;     // its cgroup folder, "" when not contained
   std::unique_ptr<WorkerOutput> output;
+  // It had exited (not yet reaped) when the group was asked to stop.
+  bool exited_before_stop = false;
   // Whether it runs (started, not reaped) is the policy's to say: alive(i).
 };
 
@@ -78,6 +81,17 @@ void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
   for (const auto& c : commands) {
     switch (c.kind) {
       case GroupCommand::kSignalRunning:
+        // Workers that exited since the last reap failed (or not) before
+        // this signal could reach them: their exit is their own.
+        for (size_t i = 0; i < workers_.size(); ++i) {
+          siginfo_t info{};
+          if (policy_->alive(static_cast<int>(i)) &&
+              waitid(P_PID, static_cast<id_t>(workers_[i]->pid), &info,
+                     WEXITED | WNOHANG | WNOWAIT) == 0 &&
+              info.si_pid == workers_[i]->pid) {
+            workers_[i]->exited_before_stop = true;
+          }
+        }
         for (size_t i = 0; i < workers_.size(); ++i) {
           // The whole process group: the worker and whatever it started.
           if (policy_->alive(static_cast<int>(i))) kill(-workers_[i]->pid, c.sig);
@@ -139,6 +153,27 @@ void WorkerGroup::drain(Worker& w, bool until_eof) {
   }
 }
 
+// Whether a worker that was asked to stop had failed by itself first: it
+// had exited already when the stop signal was sent, it wrote its error file
+// before the stop, or it exited with a code of its own (not a signal's, not
+// 128 + SIGTERM) at nearly the same moment (GroupPolicy::kTogether).
+bool WorkerGroup::failed_on_its_own(const Worker& w, const WorkerExit& e) const {
+  if (!policy_->stopping() || !e.failed()) return false;
+  if (w.exited_before_stop) return true;
+  const auto since_stop = std::chrono::steady_clock::now() - policy_->stop_started();
+  const auto stop_wall = std::chrono::system_clock::now() -
+                         std::chrono::duration_cast<std::chrono::system_clock::duration>(since_stop);
+  struct stat st;
+  if (stat(w.launch->error_file.c_str(), &st) == 0) {
+    const auto written = std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+    if (written <= stop_wall) return true;
+  }
+  return e.signal == 0 && e.exit_code != 128 + SIGTERM && e.exit_code != 128 + SIGKILL &&
+         since_stop <= GroupPolicy::kTogether;
+}
+
 void WorkerGroup::reap() {
   for (size_t i = 0; i < workers_.size(); ++i) {
     Worker& w = *workers_[i];
@@ -165,7 +200,10 @@ void WorkerGroup::reap() {
       e.exit_code = WEXITSTATUS(status);
     }
     const bool was_stopping = policy_->stopping();
-    if (policy_->on_exit(static_cast<int>(i), e.failed()) != WorkerEnd::kFailed) continue;
+    if (policy_->on_exit(static_cast<int>(i), e.failed(), failed_on_its_own(w, e)) !=
+        WorkerEnd::kFailed) {
+      continue;
+    }
     e.error_message = read_error_file(w.launch->error_file);
     const auto& tail = w.output->stderr_tail();
     e.stderr_tail.assign(tail.begin(), tail.end());
@@ -236,6 +274,7 @@ GroupResult WorkerGroup::run() {
   po.monitor_interval = options_.monitor_interval;
   po.heartbeats = options_.heartbeats != nullptr;
   po.wants_standbys = static_cast<bool>(options_.on_all_beating);
+  po.standby_warmup = options_.standby_warmup;
   policy_ = std::make_unique<GroupPolicy>(static_cast<int>(launches_.size()), po,
                                           std::chrono::steady_clock::now());
   start_all();  // on a failure to start, the destructor kills those started
@@ -303,12 +342,12 @@ GroupResult WorkerGroup::run() {
     }
     if (control && (fds[1].revents & POLLIN)) check_control();
     check_heartbeats();
-    auto kill = policy_->on_tick(std::chrono::steady_clock::now());
-    if (!kill.empty()) {
+    auto ticked = policy_->on_tick(std::chrono::steady_clock::now());
+    if (!ticked.empty() && ticked.front().kind == GroupCommand::kSignalRunning) {
       spdlog::warn("workers still running {} ms after being asked to stop: sending SIGKILL",
                    options_.stop_timeout.count());
-      execute(kill);
     }
+    execute(ticked);
   }
 
   // The workers are done. A console that reads slowly gets the rest; one

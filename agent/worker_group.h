@@ -53,8 +53,11 @@ struct GroupOptions {
   const HeartbeatTable* heartbeats = nullptr;
   std::chrono::milliseconds hang_timeout{0};
   std::chrono::milliseconds monitor_interval{100};
-  // Called once, the first time every worker has beaten (needs heartbeats).
+  // Called once, the first time every worker has beaten (needs heartbeats),
+  // or standby_warmup after the start when that is > 0 (programs that
+  // never beat).
   std::function<void()> on_all_beating;
+  std::chrono::milliseconds standby_warmup{0};
   // News from outside the node (the lease keeper's fd): when control_fd is
   // readable, on_control says why the workers must stop (a new round, the
   // job failed), or nullopt.
@@ -75,6 +78,7 @@ class WorkerGroup {
   struct Worker;
   void start_all();
   void reap();
+  bool failed_on_its_own(const Worker& w, const WorkerExit& e) const;
   void drain(Worker& w, bool until_eof);
   void check_heartbeats();
   void check_control();

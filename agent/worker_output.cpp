@@ -34,7 +34,10 @@ int open_log(const std::string& path) {
 }  // namespace
 
 WorkerOutput::WorkerOutput(int global_rank, OutputOptions options)
-    : rank_(global_rank), prefix_("[rank" + std::to_string(global_rank) + "]:"), options_(std::move(options)) {
+    : rank_(global_rank),
+      prefix_(options.console_prefix.empty() ? "[rank" + std::to_string(global_rank) + "]:"
+                                             : options.console_prefix),
+      options_(std::move(options)) {
   const int masks[2] = {kStdout, kStderr};
   Console* console[2] = {options_.console_out, options_.console_err};
   const std::string* paths[2] = {&options_.stdout_path, &options_.stderr_path};
@@ -69,6 +72,14 @@ void WorkerOutput::on_line(int idx, std::string_view line) {
   if (s.file_fd >= 0) {
     s.pending_file.append(line);
     s.pending_file.push_back('\n');
+  }
+  if (options_.duplicate_fd[idx] >= 0) {
+    for (const auto& word : options_.duplicate_filters[idx]) {
+      if (line.find(word) != std::string_view::npos) {
+        write_all(options_.duplicate_fd[idx], prefix_ + std::string(line) + "\n");
+        break;
+      }
+    }
   }
   if (idx == 1 && options_.tail_lines > 0) {
     tail_.emplace_back(line);
@@ -196,6 +207,27 @@ void WorkerOutput::finish() {
     s.splitter.flush([&](std::string_view line) { on_line(idx, line); });
     flush_pending(s);
   }
+}
+
+std::string expand_line_prefix(const std::string& tmpl, const std::string& role, int rank,
+                               int local_rank) {
+  const std::pair<std::string, std::string> keys[] = {
+      {"${role_name}", role}, {"${rank}", std::to_string(rank)},
+      {"${local_rank}", std::to_string(local_rank)}};
+  std::string out;
+  for (size_t i = 0; i < tmpl.size();) {
+    bool replaced = false;
+    for (const auto& [key, value] : keys) {
+      if (tmpl.compare(i, key.size(), key) == 0) {
+        out += value;
+        i += key.size();
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += tmpl[i++];
+  }
+  return out;
 }
 
 }  // namespace ddprun

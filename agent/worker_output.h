@@ -32,7 +32,18 @@ struct OutputOptions {
   Console* console_out = nullptr;  // needed when console_mask has kStdout
   Console* console_err = nullptr;  // needed when console_mask has kStderr
   size_t tail_lines = 10;
+  // The console line prefix; empty: "[rankN]:".
+  std::string console_prefix;
+  // Lines of stdout [0] / stderr [1] holding any of these words are also
+  // written (prefixed) to duplicate_fd[i] (shared by the ranks, O_APPEND).
+  std::vector<std::string> duplicate_filters[2];
+  int duplicate_fd[2] = {-1, -1};
 };
+
+// A console prefix from torchrun's template: ${role_name}, ${rank} and
+// ${local_rank} replaced, anything else kept as it is.
+std::string expand_line_prefix(const std::string& tmpl, const std::string& role, int rank,
+                               int local_rank);
 
 class WorkerOutput {
  public:

@@ -4,7 +4,12 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <csignal>
+#include <map>
+#include <set>
 #include <sstream>
+
+#include "launcher/flag_matching.h"
 
 namespace ddprun {
 namespace {
@@ -57,6 +62,10 @@ double parse_seconds(const std::string& flag, const std::string& value, bool all
 
 void check_nproc(const std::string& value) {
   if (value == "auto" || value == "gpu" || value == "cpu") return;
+  if (value == "xpu") {
+    throw UsageError("--nproc-per-node xpu: no XPU is visible here (ddprun runs workers on NVIDIA "
+                     "GPUs or CPUs); use a number, auto, gpu or cpu");
+  }
   int v = 0;
   auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
   if (ec != std::errc() || ptr != value.data() + value.size() || value.empty() || v < 1) {
@@ -185,6 +194,63 @@ void parse_rdzv_conf(const std::string& value, CliOptions& o) {
   }
 }
 
+// torchrun's --local-ranks-filter: "0,1,2".
+std::vector<int> parse_local_ranks(const std::string& value) {
+  std::vector<int> out;
+  size_t start = 0;
+  while (start <= value.size()) {
+    size_t end = value.find(',', start);
+    if (end == std::string::npos) end = value.size();
+    const std::string item = value.substr(start, end - start);
+    int v = -1;
+    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 0) {
+      throw UsageError("--local-ranks-filter: expected comma-separated local ranks (e.g. 0,1,2), got " +
+                       quote(value));
+    }
+    out.push_back(v);
+    start = end + 1;
+  }
+  return out;
+}
+
+// torchrun's comma_separated_list: "a,b"; ",," is a comma inside an item.
+std::vector<std::string> parse_filters(const std::string& value) {
+  std::vector<std::string> out;
+  if (value.empty()) return out;
+  std::string item;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] == ',' && i + 1 < value.size() && value[i + 1] == ',') {
+      item += ',';
+      ++i;
+    } else if (value[i] == ',') {
+      out.push_back(item);
+      item.clear();
+    } else {
+      item += value[i];
+    }
+  }
+  out.push_back(item);
+  return out;
+}
+
+// The signals ddprun handles; torchrun's --signals-to-handle picks among
+// more, but ddprun always forwards these and handles no others.
+std::vector<std::string> parse_signals(const std::string& value) {
+  static const std::set<std::string> kHandled{"SIGTERM", "SIGINT", "SIGHUP",
+                                              "SIGQUIT", "SIGUSR1", "SIGUSR2"};
+  std::vector<std::string> out;
+  for (const auto& name : parse_filters(value)) {
+    if (!kHandled.count(name)) {
+      throw UsageError("--signals-to-handle: " + quote(name) +
+                       " is not one ddprun handles (it always forwards SIGTERM, SIGINT, SIGHUP, "
+                       "SIGQUIT, SIGUSR1 and SIGUSR2 to the workers)");
+    }
+    out.push_back(name);
+  }
+  return out;
+}
+
 // Our description already shows the usage line; CLI11's own would say less.
 class HelpFormatter : public CLI::Formatter {
  public:
@@ -195,7 +261,7 @@ class HelpFormatter : public CLI::Formatter {
 
 bool runs_under_python(const CliOptions& o) {
   const std::string& e = o.entrypoint;
-  return o.module || (!o.no_python && e.size() > 3 && e.compare(e.size() - 3, 3, ".py") == 0);
+  return o.module || o.run_path || (!o.no_python && e.size() > 3 && e.compare(e.size() - 3, 3, ".py") == 0);
 }
 
 StdSelection parse_std_selection(const std::string& flag, const std::string& value) {
@@ -228,12 +294,33 @@ StdSelection parse_std_selection(const std::string& flag, const std::string& val
   return sel;
 }
 
-CliResult parse_command_line(const std::vector<std::string>& args) {
+namespace {
+
+// The options of app, as flag_matching sees them.
+std::vector<FlagSpec> flag_specs(const CLI::App& app) {
+  std::vector<FlagSpec> out;
+  for (const CLI::Option* opt : app.get_options()) {
+    if (!opt->nonpositional()) continue;
+    FlagSpec f;
+    f.long_names = opt->get_lnames();
+    for (const auto& s : opt->get_snames()) f.short_names.push_back(s.front());
+    f.takes_value = opt->get_type_size_min() > 0 && opt->get_expected_min() > 0;
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+CliResult parse_canonical(const std::vector<std::string>& args,
+                          const std::vector<DefaultArg>& defaults,
+                          std::map<std::string, std::string>& source_of) {
   CLI::App app{
       "ddprun: launches and supervises data-parallel training workers, torchrun-style.\n"
       "Runs ENTRYPOINT once per worker with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...\n"
       "set; arguments after ENTRYPOINT go to the workers. A .py ENTRYPOINT runs under\n"
-      "python3 (or $DDPRUN_PYTHON); other names are looked up in PATH, then next to ddprun.\n\n"
+      "$PYTHON_EXEC, else $DDPRUN_PYTHON, else $VIRTUAL_ENV/bin/python, else python3;\n"
+      "other names are looked up in PATH, then next to ddprun. torchrun's flags work in\n"
+      "both spellings (--nproc-per-node, --nproc_per_node), by unambiguous prefix\n"
+      "(--nproc_per), and from PET_* variables (PET_NNODES=2); the command line wins.\n\n"
       "Usage: ddprun [OPTIONS] ENTRYPOINT [ARGS...]\n"
       "       ddprun rendezvous [--host ADDR] --port PORT   (a rendezvous on its own)\n"
       "  e.g. ddprun --nproc 4 train --epochs 2\n"
@@ -251,6 +338,7 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
   CliOptions o;
   std::string nnodes = "1", node_rank, endpoint, rdzv_conf, tee, redirects, rdzv_host;
   std::string max_restarts = "0", monitor = "0.1", stop_timeout = "10", hang_timeout = "0", master_port = "0";
+  std::string shutdown_timeout, local_ranks_filter, dup_stdout, dup_stderr, signals;
 
   auto* g = "Workers";
   app.add_option("--nproc-per-node,--nproc_per_node,--nproc", o.nproc,
@@ -263,6 +351,22 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
   app.add_flag("--no-python,--no_python", o.no_python,
                "Run ENTRYPOINT as a program even if it ends in .py")->group(g);
   app.add_flag("-m,--module", o.module, "ENTRYPOINT is a Python module (python3 -m)")->group(g);
+  app.add_flag("--run-path,--run_path", o.run_path,
+               "Run ENTRYPOINT as a Python file by path (torchrun: runpy.run_path), even with "
+               "--no-python")->group(g);
+  app.add_option("--start-method,--start_method", o.start_method,
+                 "Accepted for torchrun compatibility: spawn, fork or forkserver (ddprun always "
+                 "starts workers with fork+exec) [default: spawn]")
+      ->type_name("METHOD")
+      ->group(g);
+  app.add_flag("--virtual-local-rank,--virtual_local_rank", o.virtual_local_rank,
+               "LOCAL_RANK=0 in every worker, and CUDA_VISIBLE_DEVICES names only its own GPU")
+      ->group(g);
+  app.add_option("--numa-binding,--numa_binding", o.numa_binding,
+                 "Bind each worker's CPUs and memory to the NUMA node of its GPU (or of its share "
+                 "of the CPUs): node, socket, exclusive or core-complex")
+      ->type_name("MODE")
+      ->group(g);
 
   g = "Nodes and rendezvous";
   app.add_option("--nnodes", nnodes, "Number of nodes, N or MIN:MAX [default: 1]")->type_name("N|MIN:MAX")->group(g);
@@ -326,6 +430,20 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
       ->type_name("SECONDS")
       ->group(g);
 
+  app.add_option("--shutdown-timeout,--shutdown_timeout", shutdown_timeout,
+                 "torchrun's name for --stop-timeout (wins over it when both are given)")
+      ->type_name("SECONDS")
+      ->group(g);
+  app.add_option("--signals-to-handle,--signals_to_handle", signals,
+                 "Accepted for torchrun compatibility: ddprun always forwards SIGTERM, SIGINT, "
+                 "SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the workers")
+      ->type_name("SIG,...")
+      ->group(g);
+  app.add_option("--event-log-handler,--event_log_handler", o.event_log_handler,
+                 "Accepted for torchrun compatibility; ddprun logs its events itself (-v)")
+      ->type_name("NAME")
+      ->group(g);
+
   app.add_option("--hang-timeout,--hang_timeout", hang_timeout,
                  "Seconds without a heartbeat from a worker_lib worker before it counts as hung "
                  "[default: 0, off]")
@@ -333,7 +451,10 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
       ->group(g);
 
   app.add_flag("--standby", o.standby,
-               "Keep warm workers waiting for the next restart (the program must use worker_lib)")
+               "Keep warm workers waiting for the next restart (worker_lib programs, and Python "
+               "scripts: interpreters that imported torch) [default: on with --max-restarts > 0]")
+      ->group(g);
+  app.add_flag("--no-standby,--no_standby", o.no_standby, "Start fresh workers on every restart")
       ->group(g);
 
   g = "Output";
@@ -346,10 +467,41 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
                  "Send these streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both")
       ->type_name("MASK")
       ->group(g);
+  app.add_option("--local-ranks-filter,--local_ranks_filter", local_ranks_filter,
+                 "Only these local ranks' output reaches the console (log files get all): 0,1,...")
+      ->type_name("LR,...")
+      ->group(g);
+  app.add_option("--duplicate-stdout-filters,--duplicate_stdout_filters", dup_stdout,
+                 "Also copy stdout lines holding any of these words to filtered_stdout.log in "
+                 "the log folder (\",,\" is a comma)")
+      ->type_name("WORD,...")
+      ->group(g);
+  app.add_option("--duplicate-stderr-filters,--duplicate_stderr_filters", dup_stderr,
+                 "The same for stderr (filtered_stderr.log)")
+      ->type_name("WORD,...")
+      ->group(g);
+  app.add_option("--logs-specs,--logs_specs", o.logs_specs,
+                 "Accepted for torchrun compatibility: torchrun's Python LogsSpecs plugins cannot "
+                 "load here; --log-dir, --redirects and --tee say where logs go")
+      ->type_name("NAME")
+      ->group(g);
   app.add_flag("-v,--verbose", o.verbose, "Log what ddprun does")->group(g);
   app.add_flag("-q,--quiet", o.quiet, "Only log errors")->group(g);
 
-  std::vector<std::string> argv_rev(args.rbegin(), args.rend());
+  // Long names made canonical, prefixes expanded; the defaults first, so
+  // that the command line wins, except those the command line gives.
+  std::vector<std::string> given;
+  const std::vector<std::string> cmdline = canonicalize_flags(args, flag_specs(app), &given);
+  std::vector<std::string> full;
+  for (const auto& d : defaults) {
+    if (std::find(given.begin(), given.end(), d.flag) != given.end()) continue;
+    source_of[d.flag] = d.source;
+    full.push_back(d.value.empty() && app.get_option(d.flag)->get_expected_min() == 0
+                       ? d.flag
+                       : d.flag + "=" + d.value);
+  }
+  full.insert(full.end(), cmdline.begin(), cmdline.end());
+  std::vector<std::string> argv_rev(full.rbegin(), full.rend());
   try {
     app.parse(argv_rev);
   } catch (const CLI::CallForHelp&) {
@@ -420,19 +572,58 @@ CliResult parse_command_line(const std::vector<std::string>& args) {
   o.max_restarts = parse_int("--max-restarts", max_restarts, 0, 1000000);
   o.monitor_interval_s = parse_seconds("--monitor-interval", monitor, false, 0.01, 3600);
   o.stop_timeout_s = parse_seconds("--stop-timeout", stop_timeout, true);
+  // --shutdown-timeout (torchrun's name) wins over --stop-timeout, unless
+  // only --stop-timeout is on the command line (the other from a variable).
+  auto on_command_line = [&](const char* flag) {
+    return std::find(given.begin(), given.end(), flag) != given.end();
+  };
+  if (!shutdown_timeout.empty() &&
+      (on_command_line("--shutdown-timeout") || !on_command_line("--stop-timeout"))) {
+    o.stop_timeout_s = parse_seconds("--shutdown-timeout", shutdown_timeout, true);
+  }
+  if (o.start_method != "spawn" && o.start_method != "fork" && o.start_method != "forkserver") {
+    throw UsageError("--start-method: expected spawn, fork or forkserver, got " +
+                     quote(o.start_method));
+  }
+  if (!o.numa_binding.empty() && o.numa_binding != "node" && o.numa_binding != "socket" &&
+      o.numa_binding != "exclusive" && o.numa_binding != "core-complex") {
+    throw UsageError("--numa-binding: expected node, socket, exclusive or core-complex, got " +
+                     quote(o.numa_binding));
+  }
+  if (!local_ranks_filter.empty()) o.local_ranks_filter = parse_local_ranks(local_ranks_filter);
+  o.duplicate_stdout_filters = parse_filters(dup_stdout);
+  o.duplicate_stderr_filters = parse_filters(dup_stderr);
+  if (!signals.empty()) o.signals_to_handle = parse_signals(signals);
   o.hang_timeout_s = parse_seconds("--hang-timeout", hang_timeout, true);
   o.master_port = parse_int("--master-port", master_port, 0, 65535);
   if (o.master_addr.empty()) throw UsageError("--master-addr: must not be empty");
   if (!tee.empty()) o.tee = parse_std_selection("--tee", tee);
   if (!redirects.empty()) o.redirects = parse_std_selection("--redirects", redirects);
+  if (o.run_path) o.no_python = false;  // torchrun: --run-path takes precedence
   if (o.module && o.no_python) {
     throw UsageError("--module and --no-python cannot be used together");
   }
   if (o.verbose && o.quiet) throw UsageError("--verbose and --quiet cannot be used together");
-  if (o.standby && runs_under_python(o)) {
-    throw UsageError("--standby needs a program that uses worker_lib (ddp::init), not a Python script");
-  }
+  if (o.standby && o.no_standby) throw UsageError("--standby and --no-standby cannot be used together");
   return CliResult{CliResult::kRun, "", std::move(o)};
+}
+
+}  // namespace
+
+CliResult parse_command_line(const std::vector<std::string>& args,
+                             const std::vector<DefaultArg>& defaults) {
+  std::map<std::string, std::string> source_of;  // flag → the variable its value came from
+  try {
+    return parse_canonical(args, defaults, source_of);
+  } catch (const UsageError& e) {
+    // "--nnodes: ..." about a value from PET_NNODES: "PET_NNODES: ...".
+    const std::string msg = e.what();
+    const std::string flag = msg.substr(0, msg.find_first_of(": "));
+    if (auto it = source_of.find(flag); it != source_of.end()) {
+      throw UsageError(it->second + msg.substr(flag.size()));
+    }
+    throw;
+  }
 }
 
 }  // namespace ddprun

@@ -10,6 +10,7 @@
 
 #include "agent/agent_config.h"
 #include "launcher/auth_options.h"
+#include "launcher/env_defaults.h"
 #include "rendezvous/limits.h"
 
 namespace ddprun {
@@ -41,7 +42,8 @@ struct CliOptions {
   double monitor_interval_s = 0.1;
   double stop_timeout_s = 10;
   double hang_timeout_s = 0;  // 0: no hang detection
-  bool standby = false;
+  bool standby = false;     // --standby: the default with --max-restarts > 0
+  bool no_standby = false;  // --no-standby
   std::string log_dir;
   StdSelection tee;
   StdSelection redirects;
@@ -51,6 +53,16 @@ struct CliOptions {
   std::string local_addr;
   bool no_python = false;
   bool module = false;
+  bool run_path = false;              // --run-path: a .py path under Python, even with --no-python
+  std::string start_method = "spawn";  // accepted (spawn, fork, forkserver); workers are exec'd
+  std::string event_log_handler = "null";  // accepted; ddprun's events go to its own log
+  std::string logs_specs;             // accepted: torchrun's Python plugins cannot load here
+  std::vector<int> local_ranks_filter;  // local ranks whose output reaches the console; empty: all
+  std::vector<std::string> duplicate_stdout_filters;  // lines copied to filtered_stdout.log
+  std::vector<std::string> duplicate_stderr_filters;
+  std::vector<std::string> signals_to_handle;  // as given; ddprun always forwards its six
+  bool virtual_local_rank = false;    // LOCAL_RANK=0, CUDA_VISIBLE_DEVICES one GPU per worker
+  std::string numa_binding;           // "", node, socket, exclusive or core-complex
   bool verbose = false;
   bool quiet = false;
   std::string entrypoint;
@@ -64,8 +76,11 @@ struct CliResult {
   CliOptions options;
 };
 
-// args: the command line without argv[0]. Throws UsageError.
-CliResult parse_command_line(const std::vector<std::string>& args);
+// args: the command line without argv[0]; defaults: arguments from the
+// environment (PET_*), taken as if they came first, so the command line
+// wins; an error in one names its source. Throws UsageError.
+CliResult parse_command_line(const std::vector<std::string>& args,
+                             const std::vector<DefaultArg>& defaults = {});
 
 // Whether the entrypoint runs under Python (-m, or a .py file without --no-python).
 bool runs_under_python(const CliOptions& o);

@@ -15,7 +15,9 @@
 #include <memory>
 
 #include "agent/agent.h"
+#include "agent/env.h"
 #include "launcher/cli.h"
+#include "launcher/env_defaults.h"
 #include "launcher/net.h"
 #include "launcher/plan.h"
 #include "launcher/rendezvous_command.h"
@@ -152,11 +154,12 @@ int main(int argc, char** argv) {
   LaunchPlan plan;
   SlurmDefaults slurm;
   try {
-    // Inside a Slurm step: Slurm's node count, rank, endpoint and job id go
-    // first, so the user's own flags win.
+    // Defaults from the environment, before the command line (which wins):
+    // Slurm's (inside a job step), then PET_* (set on purpose, they beat Slurm's).
     slurm = slurm_defaults(environment_map(), args);
-    args.insert(args.begin(), slurm.args.begin(), slurm.args.end());
-    cli = parse_command_line(args);
+    std::vector<DefaultArg> defaults = slurm.args;
+    for (auto& d : pet_default_args(current_environment())) defaults.push_back(std::move(d));
+    cli = parse_command_line(args, defaults);
     if (cli.kind != CliResult::kRun) {
       std::fputs((cli.text + "\n").c_str(), stdout);
       return kExitOk;

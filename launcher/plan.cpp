@@ -9,9 +9,11 @@
 #include <cctype>
 #include <random>
 #include <stdexcept>
+#include <tuple>
 
 #include "agent/env.h"
 #include "channel/env_names.h"
+#include "channel/python_standby.h"
 #include "rendezvous/security.h"
 #include "agent/spawn.h"
 
@@ -46,11 +48,30 @@ HostFacts gather_host_facts() {
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) == 0 && host[0]) f.hostname = host;
   if (const char* p = getenv("PATH")) f.path_env = p;
-  if (const char* py = getenv("DDPRUN_PYTHON"); py && *py) f.python = py;
+  f.environment = current_environment();
+  std::tie(f.python, f.python_source) = choose_python(f.environment);
+  if (const char* t = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) f.line_prefix_template = t;
   if (const char* t = getenv(channel::kRdzvToken)) f.rdzv_token = t;
   f.extra_program_dirs = {executable_dir()};
-  f.environment = current_environment();
   return f;
+}
+
+std::pair<std::string, std::string> choose_python(const std::vector<std::string>& environment) {
+  auto get = [&](const std::string& key) -> std::string {
+    for (const auto& e : environment) {
+      if (e.size() > key.size() && e.compare(0, key.size(), key) == 0 && e[key.size()] == '=') {
+        return e.substr(key.size() + 1);
+      }
+    }
+    return "";
+  };
+  if (std::string p = get("PYTHON_EXEC"); !p.empty()) return {p, "PYTHON_EXEC"};
+  if (std::string p = get("DDPRUN_PYTHON"); !p.empty()) return {p, "DDPRUN_PYTHON"};
+  if (std::string venv = get("VIRTUAL_ENV"); !venv.empty()) {
+    const std::string p = venv + "/bin/python";
+    if (access(p.c_str(), X_OK) == 0) return {p, "the virtualenv in VIRTUAL_ENV"};
+  }
+  return {"python3", "python3 from PATH"};
 }
 
 int resolve_nproc(const std::string& spec, const HostFacts& facts) {
@@ -67,6 +88,11 @@ int resolve_nproc(const std::string& spec, const HostFacts& facts) {
 }
 
 namespace {
+
+// Python workers never beat, so their standbys start this long after the
+// workers: by then the workers are past `import torch` (1 to 3 s for 4 of
+// them on 2 cores) and the standbys' own imports do not slow them down.
+constexpr int kPythonStandbyWarmupMs = 3000;
 
 std::chrono::milliseconds from_seconds(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
@@ -92,11 +118,13 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   if (runs_under_python(o)) {
     a.program = resolve_program(facts.python, facts.path_env, {});
     if (a.program.empty()) {
-      throw UsageError("cannot find the Python interpreter " + facts.python +
-                       " to run " + o.entrypoint + " (set DDPRUN_PYTHON or use --no-python)");
+      throw UsageError("cannot find the Python interpreter " + facts.python + " (" +
+                       facts.python_source + ") to run " + o.entrypoint +
+                       " (set PYTHON_EXEC or DDPRUN_PYTHON, or use --no-python)");
     }
+    a.python = a.program + " (" + facts.python_source + ")";
     a.argv = {facts.python, "-u"};  // unbuffered, as torchrun runs scripts
-    if (o.module) a.argv.push_back("-m");
+    if (o.module && !o.run_path) a.argv.push_back("-m");  // --run-path wins, as in torchrun
     a.argv.push_back(o.entrypoint);
   } else {
     a.program = resolve_program(o.entrypoint, facts.path_env, facts.extra_program_dirs);
@@ -116,11 +144,37 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   a.monitor_interval = from_seconds(o.monitor_interval_s);
   a.stop_timeout = from_seconds(o.stop_timeout_s);
   a.hang_timeout = from_seconds(o.hang_timeout_s);
-  a.standby = o.standby && o.max_restarts > 0;
+  // Restarts are wanted fast: with any, standbys are on unless --no-standby.
+  a.standby = !o.no_standby && o.max_restarts > 0;
+  if (o.standby && o.max_restarts == 0) {
+    plan.warnings.push_back("--standby does nothing without --max-restarts: there is no restart to wait for");
+  }
+  if (a.standby && runs_under_python(o)) {
+    // python -u -c <standby> [-m] ENTRYPOINT ARGS: imports torch, then waits.
+    a.standby_argv = {a.argv[0], "-u", "-c", channel::kPythonStandby};
+    a.standby_argv.insert(a.standby_argv.end(), a.argv.begin() + 2, a.argv.end());
+    a.standby_warmup = std::chrono::milliseconds(kPythonStandbyWarmupMs);
+  }
   a.log_dir = o.log_dir;
   a.tee = o.tee;
   a.redirects = o.redirects;
   a.role = o.role;
+  a.console_local_ranks = o.local_ranks_filter;
+  a.line_prefix_template = facts.line_prefix_template;
+  a.duplicate_filters[0] = o.duplicate_stdout_filters;
+  a.duplicate_filters[1] = o.duplicate_stderr_filters;
+  a.virtual_local_rank = o.virtual_local_rank;
+  a.numa_binding = o.numa_binding;
+  if (!o.logs_specs.empty()) {
+    plan.warnings.push_back("--logs-specs " + o.logs_specs +
+                            ": torchrun's Python LogsSpecs plugins cannot be loaded by ddprun; "
+                            "logs go where --log-dir, --redirects and --tee say");
+  }
+  if (o.event_log_handler != "null" && o.event_log_handler != "console") {
+    plan.warnings.push_back("--event-log-handler " + o.event_log_handler +
+                            ": ddprun has no event handlers to load; its events go to its own "
+                            "log (-v shows them)");
+  }
   a.master_addr = o.master_addr;
   a.master_port = o.master_port;
   a.local_addr = o.local_addr;
@@ -153,7 +207,7 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
     a.rdzv_auth.token = random_token();
   } else {
     a.rdzv_auth = auth;
-    plan.warnings = auth_warnings;
+    plan.warnings.insert(plan.warnings.end(), auth_warnings.begin(), auth_warnings.end());
     if (auth.token.empty()) {
       plan.warnings.push_back(
           "the rendezvous at " + o.rdzv_host + ":" + std::to_string(o.rdzv_port) +

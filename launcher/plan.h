@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agent/agent_config.h"
@@ -16,11 +17,19 @@ struct HostFacts {
   int gpu_count = 0;
   std::string hostname = "localhost";
   std::string path_env;               // $PATH
-  std::string python = "python3";     // $DDPRUN_PYTHON or python3
+  std::string python = "python3";     // see choose_python
+  std::string python_source = "python3 from PATH";  // how it was chosen
+  std::string line_prefix_template;   // $TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
   std::string rdzv_token;             // $DDPRUN_RDZV_TOKEN
   std::vector<std::string> extra_program_dirs;  // searched after PATH (ddprun's own folder)
   std::vector<std::string> environment;         // KEY=VALUE
 };
+
+// The interpreter for .py entrypoints, from environment entries (KEY=VALUE):
+// $PYTHON_EXEC (torchrun 2.x), else $DDPRUN_PYTHON, else the active
+// virtualenv's ($VIRTUAL_ENV/bin/python, when executable), else python3
+// from PATH. Returns {interpreter, how it was chosen}.
+std::pair<std::string, std::string> choose_python(const std::vector<std::string>& environment);
 
 // Reads the facts from this process and machine.
 HostFacts gather_host_facts();

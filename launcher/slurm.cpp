@@ -157,7 +157,8 @@ SlurmDefaults slurm_defaults(const std::map<std::string, std::string>& env,
   const std::string job_id = get(env, "SLURM_JOB_ID");
   const std::string node_id = first_of(env, {"SLURM_NODEID", "SLURM_PROCID"});
   if (job_id.empty() || node_id.empty()) return d;  // not inside a job step
-  if (has_flag(user_args, {"--standalone"})) return d;
+  const std::string pet_standalone = get(env, "PET_STANDALONE");
+  if (has_flag(user_args, {"--standalone"}) || (!pet_standalone.empty() && pet_standalone != "0")) return d;
 
   const bool in_srun_step = !get(env, "SLURM_STEP_NUM_NODES").empty();
   const char* nodes_var = "SLURM_NNODES";
@@ -186,8 +187,9 @@ SlurmDefaults slurm_defaults(const std::map<std::string, std::string>& env,
   }
   const int node_rank = count("SLURM_NODEID", node_id);
 
-  if (!has_flag(user_args, {"--nnodes"})) {
-    d.args.insert(d.args.end(), {"--nnodes", std::to_string(nnodes), "--node-rank", std::to_string(node_rank)});
+  if (!has_flag(user_args, {"--nnodes"}) && get(env, "PET_NNODES").empty()) {
+    d.args.push_back({"--nnodes", std::to_string(nnodes), nodes_var});
+    d.args.push_back({"--node-rank", std::to_string(node_rank), "SLURM_NODEID"});
   }
   if (nnodes > 1) {
     // One node needs no endpoint: its private rendezvous takes a free port.
@@ -204,12 +206,12 @@ SlurmDefaults slurm_defaults(const std::map<std::string, std::string>& env,
       const std::string msg = e.what();
       throw UsageError(list_var + msg.substr(msg.find(':')));
     }
-    d.args.insert(d.args.end(), {"--rdzv-endpoint", hosts.front() + ":" + std::to_string(slurm_rdzv_port(job_id))});
+    d.args.push_back({"--rdzv-endpoint", hosts.front() + ":" + std::to_string(slurm_rdzv_port(job_id)), list_var});
   }
-  d.args.insert(d.args.end(), {"--rdzv-id", job_id});
+  d.args.push_back({"--rdzv-id", job_id, "SLURM_JOB_ID"});
 
   d.summary = "from Slurm (flags given override; DDPRUN_NO_SLURM=1 turns this off):";
-  for (const auto& a : d.args) d.summary += " " + a;
+  for (const auto& a : d.args) d.summary += " " + a.flag + " " + a.value;
   return d;
 }
 

@@ -8,10 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "launcher/env_defaults.h"
+
 namespace ddprun {
 
 struct SlurmDefaults {
-  std::vector<std::string> args;  // flags to put before the user's arguments
+  std::vector<DefaultArg> args;   // flags to put before the user's arguments
   std::string summary;            // one line for the log; empty when nothing was derived
   std::string warning;            // said once logging is up; empty when none
 };
@@ -26,8 +28,9 @@ std::vector<std::string> expand_slurm_hostlist(const std::string& list);
 int slurm_rdzv_port(const std::string& job_id);
 
 // What the environment says, given the user's arguments (a --standalone
-// there turns Slurm off; a --nnodes there keeps Slurm's node count and rank
-// out). Nothing is derived outside a job step, or with DDPRUN_NO_SLURM=1.
+// there, or PET_STANDALONE, turns Slurm off; a --nnodes there, or
+// PET_NNODES, keeps Slurm's node count and rank out). Nothing is derived
+// outside a job step, or with DDPRUN_NO_SLURM=1.
 // Throws UsageError: more than one task per node, a malformed SLURM_* value.
 SlurmDefaults slurm_defaults(const std::map<std::string, std::string>& env,
                              const std::vector<std::string>& user_args);

@@ -62,7 +62,8 @@ TEST(FaultTolerance, WorkersKilledAtRandomStepsStillEndBitwiseLikeAnUninterrupte
                           std::uniform_int_distribution<>(150, 200)(gen)};
   SCOPED_TRACE("kills at steps " + std::to_string(targets[0]) + ", " + std::to_string(targets[1]) + ", " +
                std::to_string(targets[2]));
-  Process p(train_job({"--max-restarts", "5"}, {"--checkpoint-dir", dir.string(), "--checkpoint-every", "7",
+  // Workers only (standbys have a test of their own): every kill is a failure.
+  Process p(train_job({"--max-restarts", "5", "--no-standby"}, {"--checkpoint-dir", dir.string(), "--checkpoint-every", "7",
                                                "--summary-json", summary.string()}));
   for (int target : targets) {
     ASSERT_TRUE(reach_step(p, target)) << p.out();
@@ -110,11 +111,65 @@ TEST(FaultTolerance, StandbyWorkersTakeOverAfterAKillAndNoneIsLeft) {
   fs::remove(summary);
 }
 
+// A restart of a PyTorch script runs it in interpreters that imported torch
+// before the failure (standbys are on by default with --max-restarts), as
+// __main__ with its own argv, in the attempt's environment.
+TEST(FaultTolerance, APythonScriptRestartsInInterpretersThatAlreadyImportedTorch) {
+  const fs::path script = temp("standby").string() + ".py";
+  std::ofstream(script) << R"PY(
+import os, signal, sys, time
+preloaded = "torch" in sys.modules
+import torch
+import torch.distributed as dist
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+rank = int(os.environ["RANK"])
+print("attempt %d rank %d preloaded %s name %s argv %s" % (attempt, rank, preloaded, __name__, sys.argv[1:]), flush=True)
+
+def standbys():
+    """ddprun's children that started as standbys (their first environment says so)."""
+    n = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                n += ppid == os.getppid() and b"DDPRUN_STANDBY_FD=" in f.read()
+        except (OSError, ValueError):
+            pass
+    return n
+
+if attempt == 0:
+    if rank == 1:
+        signal.pause()  # until ddprun stops it
+    deadline = time.time() + 60
+    while standbys() < 2 and time.time() < deadline:
+        time.sleep(0.05)  # polling what ddprun does, with a deadline
+    print("standbys seen: %d" % standbys(), flush=True)
+    sys.exit(3)
+dist.init_process_group("gloo")
+t = torch.tensor([rank + 1.0])
+dist.all_reduce(t)
+print("rank %d all_reduce %d" % (rank, int(t.item())), flush=True)
+)PY";
+  Finished f = ddptest::run({DDPRUN_BIN, "--nproc", "2", "--max-restarts", "1", script.string(), "--flag", "x"},
+                            {"DDPRUN_PYTHON=" PYTHON_BIN});
+  fs::remove(script);
+  ASSERT_EQ(f.exit_code, 0) << f.out << f.err;
+  EXPECT_TRUE(contains(f.out, "[rank0]:standbys seen: 2")) << f.out;
+  EXPECT_TRUE(contains(f.err, "restarting the workers (restart 1 of 1, from standby)")) << f.err;
+  for (int rank : {0, 1}) {
+    const std::string r = std::to_string(rank);
+    EXPECT_TRUE(contains(f.out, "[rank" + r + "]:attempt 0 rank " + r + " preloaded False name __main__ argv ['--flag', 'x']")) << f.out;
+    EXPECT_TRUE(contains(f.out, "[rank" + r + "]:attempt 1 rank " + r + " preloaded True name __main__ argv ['--flag', 'x']")) << f.out;
+    EXPECT_TRUE(contains(f.out, "[rank" + r + "]:rank " + r + " all_reduce 3")) << f.out;
+  }
+}
+
 TEST(FaultTolerance, AStoppedWorkerIsFoundHungAndTheJobRecovers) {
   const std::string want = reference_checksum();
   const fs::path dir = temp("stop-ckpt"), summary = temp("stop.json");
   // Generous limits: a loaded CI machine must not make a healthy worker look hung.
-  Process p(train_job({"--max-restarts", "2", "--hang-timeout", "5"},
+  Process p(train_job({"--max-restarts", "2", "--hang-timeout", "5", "--no-standby"},
                       {"--checkpoint-dir", dir.string(), "--checkpoint-every", "10", "--summary-json",
                        summary.string()}));
   ASSERT_TRUE(reach_step(p, 40)) << p.out();

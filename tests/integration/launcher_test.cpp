@@ -200,7 +200,7 @@ TEST(Launcher, RestartsAfterAFailureWhenAllowed) {
   EXPECT_TRUE(contains(f.out, "]:attempt 0")) << f.out;
   EXPECT_TRUE(contains(f.out, "[rank0]:attempt 1")) << f.out;
   EXPECT_TRUE(contains(f.out, "[rank1]:attempt 1")) << f.out;
-  EXPECT_TRUE(contains(f.err, "restarting the workers (restart 1 of 1)")) << f.err;
+  EXPECT_TRUE(contains(f.err, "restarting the workers (restart 1 of 1")) << f.err;
 
   Finished exhausted = run(ddprun({"--nproc", "2", "--max-restarts", "2", PROBE_BIN, "exit", "5"}));
   EXPECT_EQ(exhausted.exit_code, 1);

@@ -1,6 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+
 #include "launcher/cli.h"
+#include "launcher/env_defaults.h"
+#include "launcher/flag_matching.h"
 #include "launcher/plan.h"
 
 namespace ddprun {
@@ -287,6 +293,253 @@ TEST(Plan, OneNodeJobsMakeTheirOwnTokenAndMultiNodeJobsTakeTheUsers) {
   EXPECT_EQ(on_command_line.agent.rdzv_auth.token, "from-flag");
   ASSERT_EQ(on_command_line.warnings.size(), 1u);  // visible in ps
   EXPECT_NE(on_command_line.warnings[0].find("ps"), std::string::npos);
+}
+
+// torchrun drop-in compatibility: flags, prefixes, PET_* variables.
+
+CliOptions parse_with(std::vector<std::string> args, std::vector<std::string> environment) {
+  CliResult r = parse_command_line(args, pet_default_args(environment));
+  EXPECT_EQ(r.kind, CliResult::kRun);
+  return r.options;
+}
+
+std::string error_with(std::vector<std::string> args, std::vector<std::string> environment) {
+  try {
+    parse_command_line(args, pet_default_args(environment));
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TorchrunCli, EveryTorchrunTwoFlagInBothSpellings) {
+  for (const char* spelling : {"dash", "under"}) {
+    const bool dash = std::string(spelling) == "dash";
+    auto n = [&](std::string name) {
+      if (!dash) std::replace(name.begin(), name.end(), '-', '_');
+      return "--" + name;
+    };
+    SCOPED_TRACE(spelling);
+    auto o = parse({n("start-method"), "fork", n("run-path"), n("local-ranks-filter"), "0,2",
+                    n("logs-specs"), "custom", n("event-log-handler"), "console",
+                    n("signals-to-handle"), "SIGTERM,SIGUSR1", n("shutdown-timeout"), "7",
+                    n("virtual-local-rank"), n("numa-binding"), "exclusive",
+                    n("duplicate-stdout-filters"), "loss,,acc,step", n("duplicate-stderr-filters"),
+                    "warn", n("nproc-per-node"), "2", n("max-restarts"), "1",
+                    n("monitor-interval"), "0.5", n("node-rank"), "0", n("master-addr"), "h",
+                    n("master-port"), "1234", n("local-addr"), "127.0.0.1", n("rdzv-backend"),
+                    "c10d", n("rdzv-id"), "j", n("rdzv-conf"), "join_timeout=5", n("log-dir"),
+                    "/tmp/l", n("no-python"), "--role", "trainer", "-r", "1", "-t", "2",
+                    "/abs/job.py"});
+    EXPECT_EQ(o.start_method, "fork");
+    EXPECT_TRUE(o.run_path);
+    EXPECT_FALSE(o.no_python);  // --run-path takes precedence, as in torchrun
+    EXPECT_TRUE(runs_under_python(o));
+    EXPECT_EQ(o.local_ranks_filter, (std::vector<int>{0, 2}));
+    EXPECT_EQ(o.logs_specs, "custom");
+    EXPECT_EQ(o.event_log_handler, "console");
+    EXPECT_EQ(o.signals_to_handle, (std::vector<std::string>{"SIGTERM", "SIGUSR1"}));
+    EXPECT_DOUBLE_EQ(o.stop_timeout_s, 7);
+    EXPECT_TRUE(o.virtual_local_rank);
+    EXPECT_EQ(o.numa_binding, "exclusive");
+    EXPECT_EQ(o.duplicate_stdout_filters, (std::vector<std::string>{"loss,acc", "step"}));
+    EXPECT_EQ(o.duplicate_stderr_filters, (std::vector<std::string>{"warn"}));
+    EXPECT_EQ(o.nproc, "2");
+    EXPECT_EQ(o.max_restarts, 1);
+    EXPECT_EQ(o.master_addr, "h");
+    EXPECT_EQ(o.master_port, 1234);
+    EXPECT_EQ(o.role, "trainer");
+    EXPECT_EQ(o.redirects.all, 1);
+    EXPECT_EQ(o.tee.all, 2);
+    EXPECT_EQ(o.entrypoint, "/abs/job.py");
+  }
+  auto m = parse({"-m", "--standalone", "--nnodes", "1", "pkg.mod"});
+  EXPECT_TRUE(m.module);
+  EXPECT_TRUE(m.standalone);
+}
+
+TEST(TorchrunCli, NewFlagsCheckTheirValues) {
+  EXPECT_EQ(error_of({"--start-method", "thread", "p"}),
+            "--start-method: expected spawn, fork or forkserver, got 'thread'");
+  EXPECT_EQ(error_of({"--numa-binding", "yes", "p"}),
+            "--numa-binding: expected node, socket, exclusive or core-complex, got 'yes'");
+  for (const char* mode : {"node", "socket", "exclusive", "core-complex"}) {
+    EXPECT_EQ(parse({"--numa-binding", mode, "p"}).numa_binding, mode);
+  }
+  EXPECT_EQ(error_of({"--local-ranks-filter", "0,x", "p"}),
+            "--local-ranks-filter: expected comma-separated local ranks (e.g. 0,1,2), got '0,x'");
+  EXPECT_EQ(error_of({"--signals-to-handle", "SIGTERM,SIGALRM", "p"}).rfind(
+                "--signals-to-handle: 'SIGALRM' is not one ddprun handles", 0),
+            0u);
+  EXPECT_EQ(error_of({"--shutdown-timeout", "soon", "p"}),
+            "--shutdown-timeout: expected a number of seconds, got 'soon'");
+  EXPECT_EQ(error_of({"--nproc-per-node", "xpu", "p"}).rfind("--nproc-per-node xpu: no XPU is visible here", 0),
+            0u);
+  // --shutdown-timeout wins over --stop-timeout, whatever the order.
+  EXPECT_DOUBLE_EQ(parse({"--shutdown-timeout", "3", "--stop-timeout", "9", "p"}).stop_timeout_s, 3);
+}
+
+TEST(TorchrunCli, UnambiguousPrefixesStandForTheWholeFlag) {
+  auto o = parse({"--nproc_per", "3", "--max-rest=2", "--rdzv_end", "h:5", "--monitor", "0.5",
+                  "--virtual", "--numa", "node", "p", "--nproc_per", "9"});
+  EXPECT_EQ(o.nproc, "3");
+  EXPECT_EQ(o.max_restarts, 2);
+  EXPECT_EQ(o.rdzv_host, "h");
+  EXPECT_DOUBLE_EQ(o.monitor_interval_s, 0.5);
+  EXPECT_TRUE(o.virtual_local_rank);
+  EXPECT_EQ(o.numa_binding, "node");
+  // What follows the entrypoint is the workers', untouched.
+  EXPECT_EQ(o.args, (std::vector<std::string>{"--nproc_per", "9"}));
+  // An exact name wins over longer ones it is a prefix of (--nproc, --nnodes).
+  EXPECT_EQ(parse({"--nproc", "4", "p"}).nproc, "4");
+}
+
+TEST(TorchrunCli, AmbiguousPrefixesListTheCandidates) {
+  EXPECT_EQ(error_of({"--master", "h", "p"}),
+            "ambiguous option '--master' could match --master-addr, --master-port");
+  EXPECT_EQ(error_of({"--log=x", "p"}),
+            "ambiguous option '--log' could match --log-dir, --logs-specs");
+  // Both spellings of one flag are one candidate, not two.
+  EXPECT_EQ(parse({"--local_ranks", "0", "p"}).local_ranks_filter, std::vector<int>{0});
+}
+
+TEST(TorchrunCli, UnknownFlagsSuggestTheNearestOne) {
+  EXPECT_EQ(error_of({"--nprocs", "2", "p"}),
+            "unknown option '--nprocs' (did you mean --nproc-per-node?)");
+  EXPECT_EQ(error_of({"--max_restart_count", "2", "p"}),
+            "unknown option '--max_restart_count' (see ddprun --help)");
+  EXPECT_EQ(error_of({"--rdvz-id", "j", "p"}), "unknown option '--rdvz-id' (did you mean --rdzv-id?)");
+  EXPECT_EQ(error_of({"--monitor-intervall", "1", "p"}),
+            "unknown option '--monitor-intervall' (did you mean --monitor-interval?)");
+  EXPECT_EQ(error_of({"-x", "p"}), "unknown option '-x' (see ddprun --help)");
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+}
+
+TEST(TorchrunCli, PetVariablesConfigureTheLauncher) {
+  auto o = parse_with({"p"}, {"PET_NPROC_PER_NODE=3", "PET_MAX_RESTARTS=2", "PET_RDZV_ENDPOINT=h:7",
+                              "PET_MASTER_ADDR=m", "PET_MONITOR_INTERVAL=0.5", "PET_ROLE=r",
+                              "PET_START_METHOD=fork", "PET_LOCAL_RANKS_FILTER=1",
+                              "PET_VIRTUAL_LOCAL_RANK=1", "PET_NO_PYTHON=0", "PET_SHUTDOWN_TIMEOUT=4",
+                              "OTHER=1"});
+  EXPECT_EQ(o.nproc, "3");
+  EXPECT_EQ(o.max_restarts, 2);
+  EXPECT_EQ(o.rdzv_host, "h");
+  EXPECT_EQ(o.rdzv_port, 7);
+  EXPECT_EQ(o.master_addr, "m");
+  EXPECT_DOUBLE_EQ(o.monitor_interval_s, 0.5);
+  EXPECT_EQ(o.role, "r");
+  EXPECT_EQ(o.start_method, "fork");
+  EXPECT_EQ(o.local_ranks_filter, std::vector<int>{1});
+  EXPECT_TRUE(o.virtual_local_rank);
+  EXPECT_FALSE(o.no_python);
+  EXPECT_DOUBLE_EQ(o.stop_timeout_s, 4);
+  auto multi = parse_with({"p"}, {"PET_NNODES=2", "PET_RDZV_ENDPOINT=h:29400", "PET_RDZV_ID=j",
+                                  "PET_NODE_RANK=1", "PET_STANDALONE=0"});
+  EXPECT_EQ(multi.max_nodes, 2);
+  EXPECT_EQ(multi.node_rank, 1);
+  EXPECT_EQ(multi.rdzv_id, "j");
+  EXPECT_FALSE(multi.standalone);
+  EXPECT_TRUE(parse_with({"p"}, {"PET_STANDALONE=1"}).standalone);
+  EXPECT_TRUE(parse_with({"p"}, {"PET_MODULE=1"}).module);
+  EXPECT_EQ(parse_with({"p"}, {"PET_LOG_DIR="}).log_dir, "");  // set but empty: not set
+}
+
+TEST(TorchrunCli, TorchElasticShutdownTimeoutIsTheLastFallback) {
+  EXPECT_DOUBLE_EQ(parse_with({"p"}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=5"}).stop_timeout_s, 5);
+  EXPECT_DOUBLE_EQ(
+      parse_with({"p"}, {"PET_SHUTDOWN_TIMEOUT=6", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=5"}).stop_timeout_s, 6);
+  EXPECT_DOUBLE_EQ(
+      parse_with({"--shutdown_timeout", "7", "p"}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=5"}).stop_timeout_s, 7);
+  // ddprun's own flag on the command line beats the variables too.
+  EXPECT_DOUBLE_EQ(parse_with({"--stop-timeout", "8", "p"}, {"PET_SHUTDOWN_TIMEOUT=6"}).stop_timeout_s, 8);
+  EXPECT_EQ(error_with({"p"}, {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=x"}),
+            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT: expected a number of seconds, got 'x'");
+}
+
+TEST(TorchrunCli, TheCommandLineWinsOverPetVariables) {
+  auto o = parse_with({"--nproc_per_node", "4", "--max_rest", "1", "p"},
+                      {"PET_NPROC_PER_NODE=3", "PET_MAX_RESTARTS=x"});
+  EXPECT_EQ(o.nproc, "4");
+  EXPECT_EQ(o.max_restarts, 1);  // the bad variable is overridden, not an error
+  EXPECT_EQ(parse_with({"--tee", "1", "p"}, {"PET_TEE=3"}).tee.all, 1);
+}
+
+TEST(TorchrunCli, ErrorsInPetVariablesNameTheVariable) {
+  EXPECT_EQ(error_with({"p"}, {"PET_NNODES=x"}), "PET_NNODES: expected an integer, got 'x'");
+  EXPECT_EQ(error_with({"p"}, {"PET_NPROC_PER_NODE=many"}),
+            "PET_NPROC_PER_NODE: expected a positive integer, auto, gpu or cpu, got 'many'");
+  EXPECT_EQ(error_with({"p"}, {"PET_MASTER_PORT=70000"}),
+            "PET_MASTER_PORT: 70000 is out of range [0, 65535]");
+  EXPECT_EQ(error_with({"p"}, {"PET_STANDALONE=yes"}), "PET_STANDALONE: expected 0 or 1, got 'yes'");
+  EXPECT_EQ(error_with({"p"}, {"PET_START_METHOD=thread"}),
+            "PET_START_METHOD: expected spawn, fork or forkserver, got 'thread'");
+  // The same value on the command line is the flag's error.
+  EXPECT_EQ(error_with({"--nnodes", "x", "p"}, {}), "--nnodes: expected an integer, got 'x'");
+}
+
+TEST(Plan, PythonInterpreterChoice) {
+  using P = std::pair<std::string, std::string>;
+  EXPECT_EQ(choose_python({"PYTHON_EXEC=/opt/py", "DDPRUN_PYTHON=/x/py", "VIRTUAL_ENV=/usr"}),
+            (P{"/opt/py", "PYTHON_EXEC"}));
+  EXPECT_EQ(choose_python({"DDPRUN_PYTHON=/x/py", "VIRTUAL_ENV=/usr"}), (P{"/x/py", "DDPRUN_PYTHON"}));
+  // /usr/bin/python stands in for a virtualenv's interpreter where it exists.
+  if (access("/usr/bin/python", X_OK) == 0) {
+    EXPECT_EQ(choose_python({"VIRTUAL_ENV=/usr"}).first, "/usr/bin/python");
+  }
+  EXPECT_EQ(choose_python({"VIRTUAL_ENV=/nonexistent"}), (P{"python3", "python3 from PATH"}));
+  EXPECT_EQ(choose_python({"PYTHON_EXEC="}), (P{"python3", "python3 from PATH"}));
+}
+
+TEST(Plan, TorchrunSettingsReachTheAgent) {
+  HostFacts f = facts(4, 0);
+  f.line_prefix_template = "[${role_name}-${rank}]";
+  auto plan = make_launch_plan(parse({"--nproc", "2", "--local-ranks-filter", "1", "--virtual-local-rank",
+                                      "--numa-binding", "node", "--logs-specs", "mine", "true"}),
+                               f);
+  EXPECT_EQ(plan.agent.console_local_ranks, std::vector<int>{1});
+  EXPECT_TRUE(plan.agent.virtual_local_rank);
+  EXPECT_EQ(plan.agent.numa_binding, "node");
+  EXPECT_EQ(plan.agent.line_prefix_template, "[${role_name}-${rank}]");
+  ASSERT_EQ(plan.warnings.size(), 1u);
+  EXPECT_NE(plan.warnings[0].find("--logs-specs mine"), std::string::npos);
+  auto run_path = make_launch_plan(parse({"--run-path", "-m", "/abs/x.py"}), f);
+  EXPECT_EQ(run_path.agent.argv, (std::vector<std::string>{"sh", "-u", "/abs/x.py"}));
+  EXPECT_NE(run_path.agent.python.find("python3 from PATH"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+LaunchPlan plan_of(std::vector<std::string> args) {
+  HostFacts facts;
+  facts.python = "/bin/sh";  // any program that exists
+  facts.path_env = "/usr/bin:/bin";
+  return make_launch_plan(parse_command_line(args).options, facts);
+}
+
+TEST(Cli, StandbyIsOnWithRestartsUnlessTurnedOffAndCoversPythonScripts) {
+  EXPECT_FALSE(plan_of({"--nproc", "2", "/bin/true"}).agent.standby);
+  EXPECT_TRUE(plan_of({"--max-restarts", "1", "/bin/true"}).agent.standby);
+  EXPECT_FALSE(plan_of({"--max-restarts", "1", "--no-standby", "/bin/true"}).agent.standby);
+  EXPECT_FALSE(plan_of({"--max_restarts", "1", "--no_standby", "/bin/true"}).agent.standby);
+  EXPECT_TRUE(plan_of({"--max-restarts", "1", "/bin/true"}).agent.standby_argv.empty());
+
+  LaunchPlan py = plan_of({"--max-restarts", "1", "job.py", "--lr", "1"});
+  ASSERT_TRUE(py.agent.standby);
+  ASSERT_GE(py.agent.standby_argv.size(), 7u);
+  EXPECT_EQ(py.agent.standby_argv[2], "-c");
+  EXPECT_EQ(std::vector<std::string>(py.agent.standby_argv.end() - 3, py.agent.standby_argv.end()),
+            (std::vector<std::string>{"job.py", "--lr", "1"}));
+  EXPECT_GT(py.agent.standby_warmup.count(), 0);
+  LaunchPlan mod = plan_of({"--max-restarts", "1", "-m", "pkg.train"});
+  EXPECT_EQ(std::vector<std::string>(mod.agent.standby_argv.end() - 2, mod.agent.standby_argv.end()),
+            (std::vector<std::string>{"-m", "pkg.train"}));
+
+  EXPECT_NE(plan_of({"--standby", "/bin/true"}).warnings.size(), 0u);
+  EXPECT_NE(error_of({"--standby", "--no-standby", "/bin/true"}).find("--no-standby"), std::string::npos);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "agent/env.h"
@@ -74,9 +75,35 @@ TEST(WorkerEnv, MergeOverridesInheritedAndSetsOmpOnlyWhenUnset) {
   EXPECT_TRUE(has("OMP_NUM_THREADS=1"));
 
   auto user_omp = merge_environment({"OMP_NUM_THREADS=8"}, {}, 4);
-  EXPECT_EQ(user_omp, std::vector<std::string>{"OMP_NUM_THREADS=8"});
+  EXPECT_EQ(std::count_if(user_omp.begin(), user_omp.end(),
+                          [](const std::string& e) { return e.rfind("OMP_NUM_THREADS=", 0) == 0; }),
+            1);
+  EXPECT_EQ(user_omp.front(), "OMP_NUM_THREADS=8");
   auto single = merge_environment({}, {}, 1);
-  EXPECT_TRUE(single.empty());
+  EXPECT_EQ(std::count_if(single.begin(), single.end(),
+                          [](const std::string& e) { return e.rfind("OMP_NUM_THREADS=", 0) == 0; }),
+            0);
+}
+
+TEST(WorkerEnv, NcclAsyncErrorHandlingIsOnUnlessTheUserSetIt) {
+  auto env = merge_environment({"PATH=/bin"}, {}, 1);
+  auto has = [&](const std::string& e) { return std::find(env.begin(), env.end(), e) != env.end(); };
+  EXPECT_TRUE(has("NCCL_ASYNC_ERROR_HANDLING=1"));
+  EXPECT_TRUE(has("TORCH_NCCL_ASYNC_ERROR_HANDLING=1"));
+  auto user = merge_environment({"NCCL_ASYNC_ERROR_HANDLING=0", "TORCH_NCCL_ASYNC_ERROR_HANDLING=3"}, {}, 1);
+  EXPECT_EQ(user, (std::vector<std::string>{"NCCL_ASYNC_ERROR_HANDLING=0",
+                                            "TORCH_NCCL_ASYNC_ERROR_HANDLING=3"}));
+}
+
+TEST(WorkerEnv, VirtualLocalRankGivesEachWorkerItsOwnGpuAsDeviceZero) {
+  std::map<std::string, std::string> v{{"LOCAL_RANK", "2"}};
+  apply_virtual_local_rank(v, {"CUDA_VISIBLE_DEVICES=4,5,6,7"}, 2);
+  EXPECT_EQ(v.at("LOCAL_RANK"), "0");
+  EXPECT_EQ(v.at("CUDA_VISIBLE_DEVICES"), "6");
+  std::map<std::string, std::string> w{{"LOCAL_RANK", "1"}};
+  apply_virtual_local_rank(w, {"PATH=/bin"}, 1);
+  EXPECT_EQ(w.at("LOCAL_RANK"), "0");
+  EXPECT_EQ(w.at("CUDA_VISIBLE_DEVICES"), "1");
 }
 
 TEST(WorkerEnv, GlooAndNcclBindToTheNodesInterfaceUnlessTheUserChoseOne) {

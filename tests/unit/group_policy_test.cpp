@@ -60,6 +60,28 @@ TEST(GroupPolicy, WorkersThatFailTogetherAllCountAsFailures) {
   EXPECT_TRUE(signals(p.after_exits(t0), SIGTERM));
 }
 
+TEST(GroupPolicy, AWorkerThatFailedOnItsOwnJustAfterTheStopStillCountsAsAFailure) {
+  GroupPolicy p(3, opts(), t0);
+  EXPECT_EQ(p.on_exit(0, true), WorkerEnd::kFailed);
+  EXPECT_TRUE(signals(p.after_exits(t0), SIGTERM));
+  EXPECT_EQ(p.stop_started(), t0);
+  // Worker 1 exited with its own code at nearly the same moment: a failure.
+  EXPECT_EQ(p.on_exit(1, true, /*on_its_own=*/true), WorkerEnd::kFailed);
+  // Worker 2 died of our SIGTERM: stopped.
+  EXPECT_EQ(p.on_exit(2, true, false), WorkerEnd::kStopped);
+  EXPECT_EQ(p.stopped_count(), 1);
+  EXPECT_EQ(p.outcome(), GroupPolicy::kWorkerFailed);
+}
+
+TEST(GroupPolicy, OwnFailuresCountOnlyWhenAWorkerFailureBeganTheStop) {
+  GroupPolicy by_signal(2, opts(), t0);
+  by_signal.on_signal(SIGINT, t0);
+  EXPECT_EQ(by_signal.on_exit(0, true, true), WorkerEnd::kStopped);  // KeyboardInterrupt, exit 1
+  GroupPolicy by_round(2, opts(), t0);
+  by_round.on_control("a new round", t0);
+  EXPECT_EQ(by_round.on_exit(0, true, true), WorkerEnd::kStopped);
+}
+
 TEST(GroupPolicy, AStopSignalIsPassedOnAndASecondOneKills) {
   GroupPolicy p(2, opts(), t0);
   EXPECT_TRUE(signals(p.on_signal(SIGUSR1, t0), SIGUSR1));
@@ -98,6 +120,27 @@ TEST(GroupPolicy, StandbysWarmOnceEveryWorkerBeats) {
   ASSERT_EQ(cs.size(), 1u);
   EXPECT_EQ(cs[0].kind, GroupCommand::kWarmStandbys);
   EXPECT_TRUE(p.on_beats({3, 2}, t0).empty());
+}
+
+// Python scripts never beat: their standbys warm on the clock, once, and
+// not when the group is already stopping.
+TEST(GroupPolicy, StandbysOfProgramsThatNeverBeatWarmAfterTheWarmup) {
+  GroupPolicyOptions o = opts(0ms, true);
+  o.standby_warmup = 3s;
+  GroupPolicy p(2, o, t0);
+  EXPECT_TRUE(p.on_beats({0, 0}, t0 + 5s).empty());  // beats do not trigger it
+  EXPECT_TRUE(p.on_tick(t0 + 2900ms).empty());
+  EXPECT_LE(p.poll_timeout_ms(t0 + 2900ms), 100);
+  auto cs = p.on_tick(t0 + 3s);
+  ASSERT_EQ(cs.size(), 1u);
+  EXPECT_EQ(cs[0].kind, GroupCommand::kWarmStandbys);
+  EXPECT_TRUE(p.on_tick(t0 + 4s).empty());
+
+  GroupPolicy q(2, o, t0);
+  p.on_exit(0, true);
+  q.on_exit(0, true);
+  EXPECT_TRUE(signals(q.after_exits(t0 + 1s), SIGTERM));
+  for (const auto& c : q.on_tick(t0 + 3500ms)) EXPECT_NE(c.kind, GroupCommand::kWarmStandbys);
 }
 
 TEST(GroupPolicy, NewsFromTheRendezvousStopsTheWorkersForTheNextRound) {

@@ -310,5 +310,37 @@ TEST(FailureSummary, AGracefulStopIsNotCalledAFailure) {
                "  4 worker(s) stopped by ddprun\n");
 }
 
+TEST(FailureSummary, ATracebackInTheErrorFileIsNotRepeatedFromStderr) {
+  WorkerExit e;
+  e.exit_code = 1;
+  e.error_message = "RuntimeError: boom\nTraceback (most recent call last):\n  File \"x.py\", line 3\n";
+  e.stderr_tail = {"warming up", "Traceback (most recent call last):", "  File \"x.py\", line 3",
+                   "RuntimeError: boom"};
+  const std::string s = format_failure_summary({e}, SummaryContext{"job", 0, 0, 0, ""});
+  EXPECT_NE(s.find("last 1 line(s) of stderr (not in the error above):\n      warming up\n"),
+            std::string::npos) << s;
+  EXPECT_EQ(s.find("File"), s.rfind("File")) << s;  // once
+  EXPECT_EQ(s.find("hint:"), std::string::npos) << s;
+}
+
+TEST(FailureSummary, MissingTorchNamesTheInterpreterAndTheVariables) {
+  WorkerExit e;
+  e.exit_code = 1;
+  e.stderr_tail = {"ModuleNotFoundError: No module named 'torch'"};
+  SummaryContext ctx{"job", 0, 0, 0, ""};
+  ctx.python = "/usr/local/bin/python3 (python3 from PATH)";
+  const std::string s = format_failure_summary({e}, ctx);
+  EXPECT_NE(s.find("hint: the workers ran under /usr/local/bin/python3 (python3 from PATH), which "
+                   "cannot import torch; choose another interpreter with PYTHON_EXEC or DDPRUN_PYTHON"),
+            std::string::npos) << s;
+  ctx.python = "";  // not a Python job: no hint
+  EXPECT_EQ(format_failure_summary({e}, ctx).find("hint:"), std::string::npos);
+}
+
+TEST(WorkerOutputPrefix, TorchrunTemplateIsExpanded) {
+  EXPECT_EQ(expand_line_prefix("[${role_name}${rank}|${local_rank}]:", "trainer", 5, 1), "[trainer5|1]:");
+  EXPECT_EQ(expand_line_prefix("${other} $rank", "r", 1, 0), "${other} $rank");
+}
+
 }  // namespace
 }  // namespace ddprun

@@ -20,6 +20,16 @@ Env srun_env(int node) {
           {"SLURM_PROCID", std::to_string(node)}};
 }
 
+// The defaults as a command line: {"--nnodes", "3", ...}.
+Strings flat(const SlurmDefaults& d) {
+  Strings out;
+  for (const auto& a : d.args) {
+    out.push_back(a.flag);
+    out.push_back(a.value);
+  }
+  return out;
+}
+
 std::string error_of(const Env& env, const Strings& args = {"train"}) {
   try {
     slurm_defaults(env, args);
@@ -53,7 +63,7 @@ TEST(SlurmHostlist, MalformedListsAreOneLineErrorsNamingTheVariable) {
 
 TEST(SlurmDefaults, SrunStepGivesNodesRankEndpointAndJobId) {
   auto d = slurm_defaults(srun_env(2), {"--nproc", "2", "train"});
-  EXPECT_EQ(d.args, (Strings{"--nnodes", "3", "--node-rank", "2", "--rdzv-endpoint", "node01:29642",
+  EXPECT_EQ(flat(d), (Strings{"--nnodes", "3", "--node-rank", "2", "--rdzv-endpoint", "node01:29642",
                              "--rdzv-id", "4242"}));
   EXPECT_NE(d.summary.find("--rdzv-endpoint node01:29642"), std::string::npos) << d.summary;
   EXPECT_TRUE(d.warning.empty());
@@ -69,9 +79,7 @@ TEST(SlurmDefaults, PortComesFromTheJobId) {
 TEST(SlurmDefaults, TheDerivedFlagsParseAndTheUsersOwnWin) {
   Strings user{"--nproc", "2", "--rdzv-endpoint", "head:1234", "--rdzv-id", "mine", "train"};
   auto d = slurm_defaults(srun_env(1), user);
-  Strings args = d.args;
-  args.insert(args.end(), user.begin(), user.end());
-  CliOptions o = parse_command_line(args).options;
+  CliOptions o = parse_command_line(user, d.args).options;
   EXPECT_EQ(o.min_nodes, 3);
   EXPECT_EQ(o.max_nodes, 3);
   EXPECT_EQ(o.node_rank, 1);
@@ -84,7 +92,7 @@ TEST(SlurmDefaults, OneNodeUsesThePrivateRendezvous) {
   Env env = srun_env(0);
   env["SLURM_STEP_NUM_NODES"] = env["SLURM_STEP_NUM_TASKS"] = "1";
   env["SLURM_STEP_NODELIST"] = "node01";
-  EXPECT_EQ(slurm_defaults(env, {"train"}).args, (Strings{"--nnodes", "1", "--node-rank", "0", "--rdzv-id", "4242"}));
+  EXPECT_EQ(flat(slurm_defaults(env, {"train"})), (Strings{"--nnodes", "1", "--node-rank", "0", "--rdzv-id", "4242"}));
 }
 
 TEST(SlurmDefaults, TheStepNotTheAllocationCounts) {
@@ -92,7 +100,7 @@ TEST(SlurmDefaults, TheStepNotTheAllocationCounts) {
   Env env = srun_env(0);
   env["SLURM_STEP_NUM_NODES"] = env["SLURM_STEP_NUM_TASKS"] = "2";
   env["SLURM_STEP_NODELIST"] = "node[02-03]";
-  EXPECT_EQ(slurm_defaults(env, {"train"}).args,
+  EXPECT_EQ(flat(slurm_defaults(env, {"train"})),
             (Strings{"--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "node02:29642", "--rdzv-id", "4242"}));
 }
 
@@ -103,6 +111,9 @@ TEST(SlurmDefaults, OffOutsideAStepWithTheVariableOrWithStandalone) {
   env["DDPRUN_NO_SLURM"] = "1";
   EXPECT_TRUE(slurm_defaults(env, {"train"}).args.empty());
   EXPECT_TRUE(slurm_defaults(srun_env(0), {"--standalone", "train"}).args.empty());
+  Env pet = srun_env(0);
+  pet["PET_STANDALONE"] = "1";
+  EXPECT_TRUE(slurm_defaults(pet, {"train"}).args.empty());
   env["DDPRUN_NO_SLURM"] = "0";
   EXPECT_FALSE(slurm_defaults(env, {"train"}).args.empty());
 }
@@ -111,8 +122,11 @@ TEST(SlurmDefaults, AUsersNodeCountKeepsSlurmsCountAndRankOut) {
   // --nnodes 1 on node 2 of 3 would otherwise meet --node-rank 2 and fail.
   Strings user{"--nnodes", "1", "train"};
   auto d = slurm_defaults(srun_env(2), user);
-  EXPECT_EQ(d.args, (Strings{"--rdzv-endpoint", "node01:29642", "--rdzv-id", "4242"}));
-  EXPECT_EQ(slurm_defaults(srun_env(2), {"--nnodes=1", "train"}).args, d.args);
+  EXPECT_EQ(flat(d), (Strings{"--rdzv-endpoint", "node01:29642", "--rdzv-id", "4242"}));
+  EXPECT_EQ(flat(slurm_defaults(srun_env(2), {"--nnodes=1", "train"})), flat(d));
+  Env env = srun_env(2);
+  env["PET_NNODES"] = "1";
+  EXPECT_EQ(flat(slurm_defaults(env, {"train"})), flat(d));
 }
 
 TEST(SlurmDefaults, MoreThanOneTaskPerNodeIsAnError) {
@@ -134,7 +148,18 @@ TEST(SlurmDefaults, BatchScriptOfAMultiNodeJobDerivesNothingAndSaysWhy) {
   EXPECT_NE(d.warning.find("srun --ntasks-per-node=1"), std::string::npos) << d.warning;
   // A one-node batch script is a one-node job: ntasks there is the job's, not ddprun's.
   env["SLURM_NNODES"] = "1";
-  EXPECT_EQ(slurm_defaults(env, {"train"}).args, (Strings{"--nnodes", "1", "--node-rank", "0", "--rdzv-id", "9"}));
+  EXPECT_EQ(flat(slurm_defaults(env, {"train"})), (Strings{"--nnodes", "1", "--node-rank", "0", "--rdzv-id", "9"}));
+}
+
+TEST(SlurmDefaults, AValueTheCommandLineRefusesNamesItsVariable) {
+  Env env = srun_env(0);
+  env["SLURM_NODEID"] = "5";  // of 3 nodes
+  try {
+    parse_command_line({"train"}, slurm_defaults(env, {"train"}).args);
+    ADD_FAILURE() << "accepted";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("SLURM_NODEID: 5 is out of range", 0), 0u) << e.what();
+  }
 }
 
 TEST(SlurmDefaults, BadNumbersNameTheVariable) {
