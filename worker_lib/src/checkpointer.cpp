@@ -116,6 +116,8 @@ void Checkpointer::save(TrainingState state) {
   last_save_ = std::chrono::steady_clock::now();
   last_step_ = state.step;
   auto shared = std::make_shared<TrainingState>(std::move(state));
+  // Counted now: the write may fail before wait() is called.
+  failed_before_in_flight_ = report().failed;
   in_flight_ = writer_->submit([this, shared] {
     try {
       write(*shared);
@@ -136,10 +138,9 @@ void Checkpointer::save(const torch::nn::Module& model, torch::optim::Optimizer&
 
 bool Checkpointer::wait() {
   if (!in_flight_.valid()) return true;
-  const int64_t failed_before = report().failed;
   auto f = std::move(in_flight_);
   f.get();  // the task catches its own failures
-  return report().failed == failed_before;
+  return report().failed == failed_before_in_flight_;
 }
 
 CheckpointReport Checkpointer::finish() {

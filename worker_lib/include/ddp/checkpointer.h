@@ -119,6 +119,7 @@ class Checkpointer {
   // place (a folder, or a file that could not be renamed). Guarded by path_mu_.
   std::map<std::string, bool> checked_;
   std::future<void> in_flight_;
+  int64_t failed_before_in_flight_ = 0;  // report_.failed when it was submitted
   std::shared_ptr<TrainingState> recycled_;  // the last state written, for its buffers
   std::unique_ptr<SerialWorker> writer_;
 };
