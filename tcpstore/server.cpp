@@ -165,6 +165,12 @@ void Server::drop_attempts_before(int attempt) {
   done.get_future().wait();
 }
 
+void Server::clear() {
+  // Not waited for: the loop runs posted tasks before any socket event of
+  // the same wake-up, so requests sent after this call see the empty store.
+  post([this] { keys_->erase_if([](const std::string&) { return true; }); });
+}
+
 void Server::inspect(const std::function<void(const KeySpace&)>& fn) {
   std::promise<void> done;
   post([&] {
@@ -183,19 +189,25 @@ void Server::run() {
       log(std::string("epoll_wait failed: ") + strerror(errno) + "; the store stops serving");
       return;
     }
+    // Posted tasks first: whatever a client sent after a task was posted
+    // is handled after the task (clear() relies on it).
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.u64 != ~uint64_t{0}) continue;
+      uint64_t v;
+      [[maybe_unused]] ssize_t r = read(wake_fd_, &v, sizeof(v));
+      std::vector<std::function<void()>> tasks;
+      {
+        std::lock_guard lock(tasks_mu_);
+        tasks.swap(tasks_);
+      }
+      for (auto& t : tasks) t();
+    }
     for (int i = 0; i < n; ++i) {
       const uint64_t tag = events[i].data.u64;
       if (tag == 0) {
         accept_all();
       } else if (tag == ~uint64_t{0}) {
-        uint64_t v;
-        [[maybe_unused]] ssize_t r = read(wake_fd_, &v, sizeof(v));
-        std::vector<std::function<void()>> tasks;
-        {
-          std::lock_guard lock(tasks_mu_);
-          tasks.swap(tasks_);
-        }
-        for (auto& t : tasks) t();
+        continue;
       } else {
         auto it = conns_.find(tag);
         if (it == conns_.end()) continue;

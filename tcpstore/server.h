@@ -57,6 +57,11 @@ class Server {
   // Runs on the server's thread; returns once done.
   void drop_attempts_before(int attempt);
 
+  // Drops every key (the job's workers are gone; the next ones start from
+  // an empty store). Connections and their parked waits stay. Returns at
+  // once; requests sent after it returns find the store empty.
+  void clear();
+
   // Runs fn on the server's thread with its key space and waits for it.
   void inspect(const std::function<void(const KeySpace&)>& fn);
 
