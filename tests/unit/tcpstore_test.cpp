@@ -168,6 +168,17 @@ size_t parked(Server& s) {
   s.inspect([&](const KeySpace& k) { n = k.parked(); });
   return n;
 }
+
+// Whether the server comes to hold n parked requests within 5 s (the
+// requests are on their way through sockets).
+bool parks(Server& s, size_t n) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (parked(s) != n) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
 size_t num_keys(Server& s) {
   size_t n = 0;
   s.inspect([&](const KeySpace& k) { n = k.size(); });
@@ -210,7 +221,7 @@ TEST_P(TcpStoreBothVersions, WaitIsParkedAndAnsweredWhenTheLastKeyArrives) {
   auto waiter = client(*server, GetParam());
   auto writer = client(*server, GetParam());
   auto done = std::async(std::launch::async, [&] { waiter->wait({"k1", "k2"}, 10s); });
-  while (parked(*server) != 2) std::this_thread::yield();
+  ASSERT_TRUE(parks(*server, 2)) << parked(*server);
   writer->set("k1", "1");
   EXPECT_EQ(done.wait_for(50ms), std::future_status::timeout);
   EXPECT_EQ(parked(*server), 1u);
@@ -226,11 +237,7 @@ TEST_P(TcpStoreBothVersions, WaitTimesOutAndTheConnectionStaysUsable) {
   EXPECT_THROW(c->wait({"never"}, 100ms), StoreTimeout);
   // v2 cancels the wait; v1 closes the connection, which the server sees a
   // moment later.
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (parked(*server) != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-  }
-  EXPECT_EQ(parked(*server), 0u) << "a timed-out wait must not stay parked";
+  EXPECT_TRUE(parks(*server, 0)) << "a timed-out wait must not stay parked";
   c->set("k", "v");
   EXPECT_EQ(c->get("k", 1s), "v");
 }
@@ -269,7 +276,7 @@ TEST(TcpStoreServer, ManyParkedWaitsHoldNoThreads) {
     fds.push_back(fd);
   }
   const int threads = thread_count();
-  while (parked(*server) != 100) std::this_thread::yield();
+  ASSERT_TRUE(parks(*server, 100)) << parked(*server);
   EXPECT_EQ(thread_count(), threads);
   clients[0]->set("go", "1");
   for (int fd : fds) {
