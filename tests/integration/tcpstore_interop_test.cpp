@@ -56,7 +56,12 @@ TEST(AgentStore, PytorchStoreOpsAndInitProcessGroupMeetInTheAgentsStore) {
                                     std::to_string(r) + " of 3: 6"))
         << f.out;
   }
-  EXPECT_FALSE(contains(f.err, "worker store:")) << f.err;  // no client was refused
+  // Rank 0's oversized value, and nothing else, was refused, with a line saying why.
+  EXPECT_TRUE(contains(f.err, "worker store: closing the connection from 127.0.0.1:")) << f.err;
+  EXPECT_TRUE(contains(f.err, "sends a value of 2097152 bytes, more than 1048576 (--rdzv-conf "
+                              "max_value_bytes)"))
+      << f.err;
+  EXPECT_EQ(lines(f.err).size(), 1u) << f.err;
 }
 
 TEST(AgentStore, ARestartStartsFromAFreshKeySpace) {

@@ -66,6 +66,15 @@ if mode == "ops":
         expect(0.25 < took < 2.0, f"wait timeout took {took:.2f} s")
         s.set("ops/late", "z")  # the connection still works after a timeout
         expect(s.get("ops/late") == b"z", "get after a timed-out wait")
+        # Past the store's limits (max_value_bytes, 1 MiB): cut off, nothing stored.
+        big = raw_client()
+        try:
+            big.set("ops/big", b"x" * (2 << 20))
+            big.get("ops/big")
+            expect(False, "a 2 MiB value was accepted")
+        except RuntimeError:
+            pass
+        expect(times_out(s, ["ops/big"], 50), "the refused value was stored")
         print("store ops ok", flush=True)
     all_reduce_check()
 elif mode == "restart":
