@@ -136,6 +136,7 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
   job.local_addr = cfg_.local_addr;
   job.local_ifname = cfg_.local_ifname;
   job.heartbeat_file = heartbeats_ ? heartbeats_->path() : "";
+  job.agent_store = static_cast<bool>(fresh_key_space_);
 
   std::vector<WorkerLaunch> launches;
   for (int lr = 0; lr < cfg_.nproc; ++lr) {
@@ -326,6 +327,8 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   if (heartbeats_) heartbeats_->reset();
   WorkerGroup group(std::move(launches), signals_, go);
   GroupResult result = group.run();
+  // Every local worker is gone: its keys in the store this node hosts go too.
+  if (fresh_key_space_) fresh_key_space_();
 
   GroupEnd end;
   switch (result.outcome) {

@@ -37,6 +37,12 @@ class Agent {
   Agent(AgentConfig config, RendezvousClient& rdzv, SignalChannel& signals,
         std::function<size_t()> nodes_in_rendezvous = nullptr);
   ~Agent();  // dismisses unused standby workers
+  // The launcher hosts the workers' c10d store (TCPStore protocol) on
+  // MASTER_PORT: workers are told TORCHELASTIC_USE_AGENT_STORE=True, and
+  // fresh_key_space runs whenever a group of workers has ended.
+  void host_worker_store(std::function<void()> fresh_key_space) {
+    fresh_key_space_ = std::move(fresh_key_space);
+  }
   // Runs the job; returns ddprun's exit code. Failure summaries go to the
   // console's stderr.
   int run();
@@ -64,6 +70,7 @@ class Agent {
   RendezvousClient& rdzv_;
   SignalChannel& signals_;
   std::function<size_t()> nodes_in_rendezvous_;
+  std::function<void()> fresh_key_space_;  // set when this agent hosts the worker store
   std::string node_id_;
   std::string files_dir_;  // log dir, or a temporary folder for error files
   bool files_dir_is_temp_ = false;

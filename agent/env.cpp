@@ -33,7 +33,7 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id, co
       {ch::kRestartCount, s(job.restart_count)},
       {ch::kMaxRestarts, s(job.max_restarts)},
       {ch::kRunId, job.run_id},
-      {ch::kUseAgentStore, "False"},
+      {ch::kUseAgentStore, job.agent_store ? "True" : "False"},
       {ch::kErrorFile, error_file},
       // What worker_lib reads.
       {ch::kRdzvAddr, job.rdzv_address},

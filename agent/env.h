@@ -33,6 +33,7 @@ struct JobEnv {
   std::string local_addr;
   std::string local_ifname;  // empty: leave the *_SOCKET_IFNAME variables alone
   std::string heartbeat_file;  // empty: no hang detection
+  bool agent_store = false;    // the launcher hosts the c10d store on MASTER_PORT
 };
 
 // The variables ddprun sets for one worker (not the inherited ones).

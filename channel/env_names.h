@@ -22,6 +22,9 @@ inline constexpr const char* kRestartCount = "TORCHELASTIC_RESTART_COUNT";
 inline constexpr const char* kMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
 inline constexpr const char* kRunId = "TORCHELASTIC_RUN_ID";
 inline constexpr const char* kUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
+// worker_lib without ddprun: the TCPStore protocol to speak (1 or 2), instead
+// of asking the server.
+inline constexpr const char* kTcpStoreProtocol = "DDPRUN_TCPSTORE_PROTOCOL";
 inline constexpr const char* kErrorFile = "TORCHELASTIC_ERROR_FILE";
 
 // What worker_lib reads besides.

@@ -22,9 +22,11 @@ set_target_properties(ddprun_channel PROPERTIES EXPORT_NAME channel)
 set_target_properties(ddprun_rdzv_client PROPERTIES EXPORT_NAME rdzv_client)
 set_target_properties(ddprun_rdzv_auth PROPERTIES EXPORT_NAME rdzv_auth)
 set_target_properties(ddprun_proto PROPERTIES EXPORT_NAME proto)
+set_target_properties(ddprun_tcpstore PROPERTIES EXPORT_NAME tcpstore)
 
 install(TARGETS ddprun train EXPORT ddprunTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS ddp ddp_base ddprun_store ddprun_channel ddprun_rdzv_client ddprun_rdzv_auth ddprun_proto
+                ddprun_tcpstore
         EXPORT ddprunTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${DDPRUN_INSTALL_INCLUDEDIR})

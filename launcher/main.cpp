@@ -24,6 +24,7 @@
 #include "launcher/slurm.h"
 #include "rendezvous/nccl_unique_id.h"
 #include "rendezvous/server.h"
+#include "tcpstore/server.h"
 
 namespace {
 
@@ -135,6 +136,19 @@ void raise_fd_limit() {
   }
 }
 
+// The c10d store the workers reach at MASTER_ADDR:MASTER_PORT. A one-node
+// job whose MASTER_ADDR is loopback keeps it on loopback (it has no token).
+std::unique_ptr<tcpstore::Server> host_worker_store(const LaunchPlan& plan) {
+  tcpstore::ServerOptions o;
+  const std::string& addr = plan.agent.master_addr;
+  const bool loopback = addr == "localhost" || addr.rfind("127.", 0) == 0;
+  o.host = plan.agent.rdzv.max_nodes <= 1 && loopback ? "127.0.0.1" : "0.0.0.0";
+  o.port = plan.agent.master_port;
+  o.limits = plan.rdzv_limits;
+  o.log = [](const std::string& line) { spdlog::warn("worker store: {}", line); };
+  return std::make_unique<tcpstore::Server>(o);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -174,7 +188,6 @@ int main(int argc, char** argv) {
   if (!slurm.warning.empty()) spdlog::warn("{}", slurm.warning);
 
   try {
-    if (plan.agent.master_port == 0) plan.agent.master_port = pick_free_port();
     try {
       check_local_setup(plan);
     } catch (const UsageError& e) {
@@ -194,6 +207,19 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "ddprun: error: %s\n", e.what());
       return kExitUsage;
     }
+    // The workers' c10d store (PyTorch's env:// rendezvous) is hosted here,
+    // on MASTER_PORT, before any worker starts, as torchrun's agent does:
+    // workers are clients at once, with nothing to retry. Every agent hosts
+    // one (the round decides later which node is node 0; the others' stay
+    // idle). Binding it here also takes the port: no pick-then-release race.
+    std::unique_ptr<tcpstore::Server> worker_store;
+    try {
+      worker_store = host_worker_store(plan);
+    } catch (const tcpstore::ListenError& e) {
+      std::fprintf(stderr, "ddprun: error: --master-port: %s\n", e.what());
+      return kExitUsage;
+    }
+    plan.agent.master_port = worker_store->port();
     // Said once the command line is known to work: no warning before an error.
     for (const auto& w : plan.warnings) spdlog::warn("{}", w);
     spdlog::debug("rendezvous at {}; run id {}; local address {}", plan.agent.rdzv_address,
@@ -212,6 +238,9 @@ int main(int argc, char** argv) {
       nodes_in_rendezvous = [&server] { return server->registry().nodes_in_all_jobs(); };
     }
     Agent agent(plan.agent, client, signals, nodes_in_rendezvous);
+    // A group's keys go with it: the next one (a restart, a new round)
+    // starts from an empty store, and memory does not grow.
+    agent.host_worker_store([&worker_store] { worker_store->clear(); });
     return agent.run();
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());

@@ -136,6 +136,24 @@ ddp::EnvLookup env_of(std::map<std::string, std::string> m) {
   };
 }
 
+TEST(WorkerEnv, TheAgentsStoreIsAnnouncedOnlyWhenTheAgentHostsIt) {
+  JobEnv j = job();
+  EXPECT_EQ(worker_variables(WorkerIdentity{}, j, "e").at("TORCHELASTIC_USE_AGENT_STORE"), "False");
+  j.agent_store = true;
+  EXPECT_EQ(worker_variables(WorkerIdentity{}, j, "e").at("TORCHELASTIC_USE_AGENT_STORE"), "True");
+}
+
+TEST(LaunchInfo, ReadsTheStoreVariablesOfAnyLauncher) {
+  ddp::LaunchInfo info = ddp::read_launch_info(env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"},
+                                                       {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"},
+                                                       {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+  EXPECT_EQ(info.master_addr, "node0");
+  EXPECT_EQ(info.master_port, 29500);
+  EXPECT_TRUE(info.agent_store);
+  EXPECT_FALSE(info.local_addr_given);
+  EXPECT_FALSE(info.from_ddprun());
+}
+
 TEST(LaunchInfo, ReadsWhatTheAgentWrites) {
   WorkerIdentity id{6, 2, 4, 8, 1, 2};
   JobEnv j = job();
@@ -186,6 +204,9 @@ TEST(LaunchInfo, BadVariablesAreNamed) {
   EXPECT_NE(config_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "3"},
                           {"LOCAL_WORLD_SIZE", "2"}})
                 .find("LOCAL_RANK=3"),
+            std::string::npos);
+  EXPECT_NE(config_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}})
+                .find("MASTER_PORT=70000 is not a port"),
             std::string::npos);
 }
 

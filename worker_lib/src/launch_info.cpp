@@ -66,7 +66,18 @@ LaunchInfo read_launch_info(const EnvLookup& env) {
   if (auto v = env(ch::kRdzvTlsCert)) info.rdzv_tls_cert = *v;
   if (auto v = env(ch::kRdzvTlsKey)) info.rdzv_tls_key = *v;
   if (auto v = env(ch::kRound)) info.round = parse_number<int64_t>(ch::kRound, *v);
-  if (auto v = env(ch::kLocalAddr); v && !v->empty()) info.local_addr = *v;
+  if (auto v = env(ch::kLocalAddr); v && !v->empty()) {
+    info.local_addr = *v;
+    info.local_addr_given = true;
+  }
+  if (auto v = env(ch::kMasterAddr); v && !v->empty()) info.master_addr = *v;
+  if (auto v = env(ch::kMasterPort); v && !v->empty()) {
+    info.master_port = parse_number<int>(ch::kMasterPort, *v);
+    if (info.master_port < 1 || info.master_port > 65535) {
+      throw ConfigError("ddp: MASTER_PORT=" + *v + " is not a port in [1, 65535]");
+    }
+  }
+  if (auto v = env(ch::kUseAgentStore)) info.agent_store = *v == "True" || *v == "true" || *v == "1";
   if (auto v = env(ch::kErrorFile)) info.error_file = *v;
   if (auto v = env(ch::kHeartbeatFile)) info.heartbeat_file = *v;
   info.heartbeat_slot = number(ch::kHeartbeatSlot, info.local_rank);

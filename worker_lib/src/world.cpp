@@ -9,6 +9,7 @@
 #include "ddp/local_addr.h"
 #include "ddp/nccl_communicator.h"
 #include "ddp/standby.h"
+#include "env_store.h"
 #include "rendezvous/client.h"
 #include "rendezvous/memory_store.h"
 
@@ -58,6 +59,16 @@ Communicator& World::cuda() {
   if (!cuda_) {
     NcclOptions o;
     o.unique_id = info_.nccl_id;
+    if (o.unique_id.empty() && size() > 1) {
+      // No launcher made this round's id (torchrun): rank 0 makes it and
+      // shares it through the store, staying alive until all have it.
+      if (rank() == 0) {
+        o.unique_id = nccl_unique_id();
+        round_store_->set("nccl_id", o.unique_id);
+      } else {
+        o.unique_id = round_store_->get("nccl_id", timeout_);
+      }
+    }
     o.rank = info_.rank;
     o.size = info_.world_size;
     o.device = info_.local_rank;
@@ -141,9 +152,9 @@ std::shared_ptr<World> init(InitOptions options) {
     } else if (info.world_size == 1) {
       store = std::make_shared<ddprun::MemoryStore>();
     } else {
-      throw ConfigError("ddp: WORLD_SIZE=" + std::to_string(info.world_size) +
-                        " but DDPRUN_RDZV_ADDR is not set: start the workers with ddprun (or pass "
-                        "InitOptions::store)");
+      // torchrun, Slurm, by hand: PyTorch's TCPStore at MASTER_ADDR:MASTER_PORT.
+      store = connect_env_store(info, timeout, options.env);
+      check_local_addr(info.local_addr, ddprun::channel::kLocalAddr);
     }
   }
   auto world = std::make_shared<World>(std::move(info), std::move(store), timeout);

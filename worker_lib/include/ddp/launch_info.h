@@ -35,6 +35,13 @@ struct LaunchInfo {
   std::string error_file;
   std::string heartbeat_file;  // DDPRUN_HEARTBEAT_FILE, empty without hang detection
   int heartbeat_slot = 0;
+  // What any torchrun-like launcher sets: where the c10d store is, and
+  // whether the launcher hosts it (TORCHELASTIC_USE_AGENT_STORE=True) or
+  // rank 0 must, as PyTorch's env:// rendezvous does.
+  std::string master_addr;  // empty when unset
+  int master_port = 0;      // 0 when unset
+  bool agent_store = false;
+  bool local_addr_given = false;  // DDPRUN_LOCAL_ADDR was set
 
   // Launched by ddprun (so a rendezvous store is reachable).
   bool from_ddprun() const { return !rdzv_address.empty(); }
