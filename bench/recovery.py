@@ -42,13 +42,26 @@ def children(pid):
     return sorted(out)
 
 
-def waiting_standby(pid):
-    """Whether pid started as a standby worker (its initial environment says so)."""
+def fd_targets(pid):
+    """What pid's file descriptors point at ("pipe:[123]", paths...)."""
+    out = {}
     try:
-        with open("/proc/%d/environ" % pid, "rb") as f:
-            return b"DDPRUN_STANDBY_FD=" in f.read()
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            try:
+                out[int(fd)] = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            except OSError:
+                pass
     except OSError:
-        return False
+        pass
+    return out
+
+
+def working_children(pid):
+    """ddprun's children that are workers, not standbys still waiting for a
+    restart: a waiting standby's fd 3 is a pipe whose other end ddprun holds
+    (the control pipe, closed once the standby is released)."""
+    held = set(t for t in fd_targets(pid).values() if t.startswith("pipe:"))
+    return [c for c in children(pid) if fd_targets(c).get(3) not in held]
 
 
 def recovery_once(cmd, kill_at_step=40):
@@ -61,7 +74,7 @@ def recovery_once(cmd, kill_at_step=40):
             if killed_at is None:
                 m = STEP.search(line)
                 if m and int(m.group(1)) >= kill_at_step:
-                    victim = [c for c in children(job.pid) if not waiting_standby(c)][-1]  # a working worker
+                    victim = working_children(job.pid)[-1]
                     killed_at = time.time()
                     os.kill(victim, signal.SIGKILL)
             elif "resumed from" in line:

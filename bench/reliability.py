@@ -35,7 +35,7 @@ ROOT = os.path.dirname(HERE)
 STEP = re.compile(r"step (\d+) done")
 
 sys.path.insert(0, HERE)
-from recovery import children  # noqa: E402  (the workers of ddprun, from /proc)
+from recovery import working_children  # noqa: E402  (ddprun's workers, from /proc; not its standbys)
 
 
 def checksum(path):
@@ -110,7 +110,7 @@ def run_with_faults(args, cmd, total_steps, rng):
                         target = min(step + rng.randint(0, 2 * args.checkpoint_every), total_steps - 3)
                     if step < target:
                         continue
-                    workers = children(p.pid)
+                    workers = working_children(p.pid)
                     if not workers:
                         continue
                     kind = signal.SIGSTOP if rng.random() < args.stop_fraction else signal.SIGKILL
