@@ -11,6 +11,7 @@
 # Usage: netns_test.sh DDPRUN PROBE COLLECTIVE_CHECK. Exit 77 (skipped)
 # without Slurm, root, ip, nsenter or unshare.
 set -uo pipefail
+. "$(dirname "$0")/conf_common.sh"
 ddprun=$1 probe=$2 collective_check=$3
 
 skip() { echo "SKIPPED: $*"; exit 77; }
@@ -68,25 +69,9 @@ mkdir -p "$tmp/state" "$tmp/spool.sn0" "$tmp/spool.sn1"
 cat > "$tmp/slurm.conf" <<CONF
 ClusterName=ddprunns
 SlurmctldHost=$(hostname -s)(${subnet}1)
-AuthType=auth/none
-CredType=cred/none
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation=$tmp/state
-SlurmdSpoolDir=$tmp/spool.%n
-SlurmctldPidFile=$tmp/slurmctld.pid
-SlurmdPidFile=$tmp/slurmd.%n.pid
-SlurmctldLogFile=$tmp/slurmctld.log
-SlurmdLogFile=$tmp/slurmd.%n.log
-ProctrackType=proctrack/pgid
-TaskPlugin=task/none
-MpiDefault=none
-ReturnToService=2
-SchedulerType=sched/builtin
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-JobCompType=jobcomp/none
-AccountingStorageType=accounting_storage/none
+CONF
+slurm_common_conf >> "$tmp/slurm.conf"
+cat >> "$tmp/slurm.conf" <<CONF
 NodeName=sn0 NodeAddr=${subnet}1 CPUs=$(nproc) State=UNKNOWN
 NodeName=sn1 NodeAddr=${subnet}2 CPUs=$(nproc) State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP

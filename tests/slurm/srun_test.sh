@@ -13,6 +13,7 @@
 # hosts here (one network), but every Slurm variable is real.
 # Usage: srun_test.sh DDPRUN PROBE. Exit 77 (skipped) when Slurm is missing.
 set -uo pipefail
+. "$(dirname "$0")/conf_common.sh"
 ddprun=$1 probe=$2
 
 skip() { echo "SKIPPED: $*"; exit 77; }
@@ -55,25 +56,9 @@ ClusterName=ddpruntest
 SlurmctldHost=$node(127.0.0.1)
 SlurmctldPort=$(free_port)
 FirstJobId=$first_job
-AuthType=auth/none
-CredType=cred/none
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation=$tmp/state
-SlurmdSpoolDir=$tmp/spool.%n
-SlurmctldPidFile=$tmp/slurmctld.pid
-SlurmdPidFile=$tmp/slurmd.%n.pid
-SlurmctldLogFile=$tmp/slurmctld.log
-SlurmdLogFile=$tmp/slurmd.%n.log
-ProctrackType=proctrack/pgid
-TaskPlugin=task/none
-MpiDefault=none
-ReturnToService=2
-SchedulerType=sched/builtin
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-JobCompType=jobcomp/none
-AccountingStorageType=accounting_storage/none
+CONF
+slurm_common_conf >> "$tmp/slurm.conf"
+cat >> "$tmp/slurm.conf" <<CONF
 NodeName=$node NodeHostname=$node NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$(nproc) State=UNKNOWN
 NodeName=$node-2 NodeHostname=$node-2 NodeAddr=127.0.0.2 Port=$(free_port) CPUs=$(nproc) State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
