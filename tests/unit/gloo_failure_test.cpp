@@ -33,6 +33,15 @@ TEST(GlooFailure, AnUnknownAddressIsNamedAsIs) {
   EXPECT_EQ(m.rfind("ddp: all_reduce on rank 1 of 4: a peer ([10.9.9.9]:9) closed the connection", 0), 0u) << m;
 }
 
+// The far end of a socket the peer opened is an ephemeral port nobody
+// published; with one peer only, it is named all the same.
+TEST(GlooFailure, InAWorldOfTwoAnUnknownAddressIsTheOtherRank) {
+  const std::string m = ddp::gloo_failure_message("all_reduce", 0, 2, std::chrono::milliseconds(30000),
+                                                  "[pair.cc:598] Connection closed by peer [127.0.0.1]:65450",
+                                                  {"", "[127.0.0.1]:40000"});
+  EXPECT_EQ(m.rfind("ddp: all_reduce on rank 0 of 2: peer rank 1 closed the connection", 0), 0u) << m;
+}
+
 TEST(GlooFailure, ATimeoutSaysHowLongAndWhichSettingToChange) {
   const std::string m = message("[unbound_buffer.cc:81] Timed out waiting 30000ms for recv operation to complete");
   EXPECT_EQ(m.rfind("ddp: all_reduce on rank 1 of 4 timed out after 30000 ms (set by ddp::InitOptions::timeout "
