@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <torch/cuda.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <chrono>
 #include <cmath>
@@ -232,7 +233,15 @@ int run(Options opt) {
     for (auto& group : optimizer->param_groups()) {
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     }
+    // Zero the gradients in place: after the first step each .grad is a view
+    // of its DDP bucket, and keeping it so spares a copy per parameter per
+    // step. (LibTorch 2.x's zero_grad() sets them to none by default; 1.13's
+    // zeroes in place and takes no argument.)
+#if TORCH_VERSION_MAJOR >= 2
+    optimizer->zero_grad(/*set_to_none=*/false);
+#else
     optimizer->zero_grad();
+#endif
     torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
     for (int j = 0; j < opt.grad_accum; ++j) {
       auto [x, y] = next_batch();
