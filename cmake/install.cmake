@@ -1,5 +1,5 @@
 # `cmake --install build --prefix P` puts into P:
-#   bin/ddprun, bin/train          the launcher and the example it finds next to itself
+#   bin/ddprun, bin/train, bin/gpt the launcher and the examples it finds next to itself
 #   lib/libddp*.a, ...             the worker library and the static parts it needs
 #   include/ddprun/ddp/*.h         its headers (and rendezvous/store.h, which they include)
 #   lib/cmake/ddprun/              ddprunConfig.cmake, its version file and targets
@@ -13,7 +13,7 @@ set(DDPRUN_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/ddprun)
 
 # Installed programs keep the paths of libraries outside the system's
 # folders (NCCL and the CUDA runtime under /usr/local/cuda).
-set_target_properties(ddprun train PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+set_target_properties(ddprun train gpt PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 set_target_properties(ddprun PROPERTIES EXPORT_NAME launcher)
 set_target_properties(ddp PROPERTIES EXPORT_NAME worker)
 set_target_properties(ddp_base PROPERTIES EXPORT_NAME worker_base)
@@ -25,6 +25,7 @@ set_target_properties(ddprun_proto PROPERTIES EXPORT_NAME proto)
 set_target_properties(ddprun_tcpstore PROPERTIES EXPORT_NAME tcpstore)
 
 install(TARGETS ddprun train EXPORT ddprunTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS gpt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS ddp ddp_base ddprun_store ddprun_channel ddprun_rdzv_client ddprun_rdzv_auth ddprun_proto
                 ddprun_tcpstore
         EXPORT ddprunTargets

@@ -192,8 +192,11 @@ int run(const Options& opt) {
           auto no_sync = model.no_sync();  // accumulate locally
           (loss / group).backward();
         } else {
+          // With bucketed or overlap sync, gradients are averaged over the
+          // ranks by the time backward returns; naive and flat sync happen
+          // here, in finalize() (a no-op for the others).
           (loss / group).backward();
-          model.finalize();  // gradients averaged over the ranks
+          model.finalize();
         }
       }
       // The learning rate falls linearly to zero over the run: the last

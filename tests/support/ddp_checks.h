@@ -40,11 +40,16 @@ struct TrainCase {
   int steps = 3;
   int accumulation = 1;  // micro-batches per step (no_sync on all but the last)
   int per_rank_batch = 4;
+  // Call finalize() after each synchronised backward. Off: rely on the
+  // reducer finalizing itself at the end of backward (hook-driven strategies).
+  bool finalize_by_hand = true;
 };
 
 inline std::string describe(const TrainCase& c) {
   return c.model + "/" + ddp::to_string(c.options.strategy) + "/cap" +
-         std::to_string(c.options.bucket_cap_bytes) + "/accum" + std::to_string(c.accumulation);
+         std::to_string(c.options.bucket_cap_bytes) + "/accum" + std::to_string(c.accumulation) +
+         (c.finalize_by_hand ? "" : "/auto-finalize") +
+         (c.options.comm_dtype == ddp::CommDtype::kParam ? "" : "/comm-" + ddp::to_string(c.options.comm_dtype));
 }
 
 // All parameters of a module, flattened into one tensor.
@@ -119,7 +124,7 @@ TrainResult train_both(ddp::Communicator& comm, const TrainCase& c) {
         loss_of(model.module(), xb, yb).backward();
       } else {
         loss_of(model.module(), xb, yb).backward();
-        model.finalize();
+        if (c.finalize_by_hand) model.finalize();
       }
     }
     opt.step();
@@ -152,6 +157,17 @@ inline std::vector<TrainCase> all_train_cases() {
         c.model = model;
         c.options.strategy = s;
         c.accumulation = accumulation;
+        cases.push_back(c);
+      }
+    }
+    // backward → step, as in PyTorch: the reducer finalizes itself.
+    for (auto s : {ddp::SyncStrategy::kOverlap, ddp::SyncStrategy::kBucketed}) {
+      for (int accumulation : {1, 3}) {
+        TrainCase c;
+        c.model = model;
+        c.options.strategy = s;
+        c.accumulation = accumulation;
+        c.finalize_by_hand = false;
         cases.push_back(c);
       }
     }

@@ -23,4 +23,19 @@ SyncStrategy parse_sync_strategy(const std::string& name) {
                               "' (expected naive, flat, overlap or bucketed)");
 }
 
+std::string to_string(CommDtype d) {
+  switch (d) {
+    case CommDtype::kParam: return "param";
+    case CommDtype::kBFloat16: return "bf16";
+  }
+  return "?";
+}
+
+CommDtype parse_comm_dtype(const std::string& name) {
+  if (name == "param" || name == "fp32") return CommDtype::kParam;
+  if (name == "bf16") return CommDtype::kBFloat16;
+  throw std::invalid_argument("unknown gradient communication dtype '" + name +
+                              "' (expected param, fp32 or bf16)");
+}
+
 }  // namespace ddp

@@ -1,5 +1,6 @@
 #include "ddp/reducer.h"
 
+#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -204,6 +205,7 @@ void Reducer::build_buckets() {
 void Reducer::on_grad_ready(size_t index) {
   if (!sync_enabled_) return;  // accumulating: .grad keeps the sum
   Bucket& b = buckets_[bucket_of_[index]];
+  bool first_of_iteration = false;
   {
     std::lock_guard lock(mu_);
     if (ready_[index]) {
@@ -212,6 +214,24 @@ void Reducer::on_grad_ready(size_t index) {
                                "every synchronised backward (use no_sync() to accumulate)");
     }
     ready_[index] = true;
+    if (!iteration_open_) {
+      iteration_open_ = true;
+      finalized_ = false;
+      first_of_iteration = true;
+    }
+  }
+  if (first_of_iteration) {
+    // The first hook of this backward: have the engine finalize once the
+    // whole backward is done (hooks run inside the graph task, which is
+    // what queue_callback attaches to). The callback runs on the thread that
+    // finishes the backward; what it throws comes out of backward().
+    torch::autograd::Engine::get_default_engine().queue_callback([this] {
+      {
+        std::lock_guard lock(mu_);
+        if (finalized_) return;  // finalized by hand from another thread meanwhile
+      }
+      run_finalize();
+    });
   }
   // Outside the lock: every parameter has its own slot. Once .grad is a
   // view of its slot, backward accumulates straight into the bucket and
@@ -247,13 +267,51 @@ void Reducer::launch_ready_buckets_locked() {
 // On the communication thread: sum over the ranks and divide, in place.
 // Gradients that are views of the bucket are then averaged; finalize()
 // deals with the few that are not.
-void Reducer::average_bucket(Bucket& b) {
-  comm_.all_reduce(b.buffer, ReduceOp::kSum);
-  b.buffer.div_(comm_.size());
+void Reducer::average_bucket(Bucket& b) { average(b.buffer); }
+
+void Reducer::average(at::Tensor& flat) {
+  const double ws = comm_.size();
+  const auto type = flat.scalar_type();
+  if (options_.comm_dtype == CommDtype::kBFloat16 && at::isFloatingType(type) && type != at::kBFloat16) {
+    // Divide first, in full precision, so that the bf16 sum cannot overflow
+    // where the fp32 one would not; then sum in bf16 and widen back.
+    at::NoGradGuard no_grad;
+    at::Tensor wire = flat.div(ws).to(at::kBFloat16);
+    comm_.all_reduce(wire, ReduceOp::kSum);
+    flat.copy_(wire);
+    return;
+  }
+  comm_.all_reduce(flat, ReduceOp::kSum);
+  flat.div_(ws);
 }
 
 void Reducer::finalize() {
   if (!sync_enabled_) return;
+  if (hook_driven()) {
+    std::lock_guard lock(mu_);
+    if (finalized_) return;
+  }
+  run_finalize();
+}
+
+void Reducer::prepare_for_backward() {
+  if (!sync_enabled_ || !hook_driven()) return;
+  std::lock_guard lock(mu_);
+  finalized_ = false;
+}
+
+void Reducer::run_finalize() {
+  // Whatever happens, this iteration counts as finalized: an error is thrown
+  // once (from backward or from finalize), and a later finalize() by hand
+  // must not run a second, unmatched round of collectives.
+  struct MarkFinalized {
+    Reducer* r;
+    ~MarkFinalized() {
+      std::lock_guard lock(r->mu_);
+      r->finalized_ = true;
+      r->iteration_open_ = false;
+    }
+  } mark{this};
   if (hook_driven()) {
     finalize_hooked();
   } else {
@@ -376,12 +434,16 @@ void Reducer::finalize_after_backward() {
     at::Tensor& p = params_[i].tensor;
     if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
   }
-  const double ws = comm_.size();
   if (options_.strategy == SyncStrategy::kNaive) {
     for (size_t i : to_sync) {
       at::Tensor grad = params_[i].tensor.grad();
-      comm_.all_reduce(grad, ReduceOp::kSum);
-      grad.div_(ws);
+      if (grad.is_contiguous()) {
+        average(grad);
+      } else {
+        at::Tensor tmp = grad.contiguous();
+        average(tmp);
+        grad.copy_(tmp);
+      }
     }
     return;
   }
@@ -394,8 +456,7 @@ void Reducer::finalize_after_backward() {
     std::vector<at::Tensor> pieces;
     for (size_t i : members) pieces.push_back(params_[i].tensor.grad().reshape(-1));
     at::Tensor flat = at::cat(pieces);
-    comm_.all_reduce(flat, ReduceOp::kSum);
-    flat.div_(ws);
+    average(flat);
     int64_t offset = 0;
     for (size_t i : members) {
       at::Tensor grad = params_[i].tensor.grad();

@@ -20,6 +20,20 @@ std::string to_string(SyncStrategy s);
 SyncStrategy parse_sync_strategy(const std::string& name);
 
 // What construction does about parameters that differ between ranks.
+// The dtype gradients travel in during the all-reduce.
+//   kParam    the gradients' own dtype (exact averaging)
+//   kBFloat16 floating-point buckets are divided by the world size, cast to
+//             bf16, summed, and cast back (PyTorch's bf16_compress_hook):
+//             half the bytes of fp32 on NCCL, at bf16's ~3 significant
+//             digits. Gloo has no bf16 sum: it widens bf16 to fp32 for the
+//             reduction, so on CPU the option gives bf16 rounding but no
+//             saving in bytes.
+enum class CommDtype { kParam, kBFloat16 };
+
+std::string to_string(CommDtype d);
+// "param" (also "fp32") or "bf16"; throws std::invalid_argument listing them.
+CommDtype parse_comm_dtype(const std::string& name);
+
 enum class InitSync {
   kBroadcast,  // copy rank 0's parameters and buffers to every rank
   kVerify,     // throw, naming the first parameter that differs from rank 0's
@@ -37,6 +51,7 @@ struct DdpOptions {
   // Copy rank 0's buffers (e.g. batch-norm statistics) to every rank after
   // each synchronised step.
   bool broadcast_buffers = true;
+  CommDtype comm_dtype = CommDtype::kParam;
 };
 
 }  // namespace ddp

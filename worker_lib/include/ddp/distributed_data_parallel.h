@@ -4,9 +4,11 @@
 //
 //   ddp::DistributedDataParallel<Net> model(Net(), *world);
 //   auto loss = criterion(model(x), y);
-//   loss.backward();
-//   model.finalize();        // gradients are averaged over the ranks
+//   loss.backward();         // ends with gradients averaged over the ranks
 //   optimizer.step();
+//
+// (kNaive and kFlat have no hooks: call model.finalize() between the two;
+// with the default kBucketed a finalize() by hand is a harmless no-op.)
 //
 //   { auto guard = model.no_sync(); micro_loss.backward(); }  // accumulate only
 #pragma once
@@ -38,13 +40,16 @@ class DistributedDataParallel {
   DistributedDataParallel(ModuleHolder module, World& world, DdpOptions options = {})
       : DistributedDataParallel(module, communicator_for(world, *module), options) {}
 
+  // A forward with grad mode on starts an iteration (see
+  // Reducer::prepare_for_backward), as PyTorch's DDP forward does.
   template <typename... Args>
   decltype(auto) operator()(Args&&... args) {
+    if (at::GradMode::is_enabled()) reducer_.prepare_for_backward();
     return module_->forward(std::forward<Args>(args)...);
   }
   template <typename... Args>
   decltype(auto) forward(Args&&... args) {
-    return module_->forward(std::forward<Args>(args)...);
+    return (*this)(std::forward<Args>(args)...);
   }
 
   ModuleHolder& module() { return module_; }

@@ -1,16 +1,22 @@
 // Averages gradients over the ranks of a communicator, the engine of
-// DistributedDataParallel. A training step reads
+// DistributedDataParallel. A training step reads, as in PyTorch,
 //
-//   loss.backward();      // hooks start all-reducing buckets as gradients arrive
-//   reducer.finalize();   // waits for them; every .grad is now the average
-//   optimizer.step();
+//   loss.backward();      // hooks all-reduce buckets as gradients arrive; at
+//                         // the end of backward the reducer finalizes itself
+//   optimizer.step();     // every .grad is now the average over the ranks
+//
+// With the hook-driven strategies (kBucketed, the default, and kOverlap) the
+// first gradient hook of an iteration queues finalize() on the autograd
+// engine's final callback, which runs once the whole backward is done.
+// Calling finalize() by hand afterwards is a no-op until the next iteration
+// starts. kNaive and kFlat have no hooks: call finalize() after backward.
 //
 // Construction is collective: it checks that every rank has the same
 // parameters (names, shapes, dtypes) and then broadcasts rank 0's values or
 // verifies that they agree (DdpOptions::init_sync).
 //
-// Between backward() and finalize() the communicator belongs to the reducer:
-// run no other collective on it there.
+// Between backward() and the end of finalize() the communicator belongs to
+// the reducer: run no other collective on it there.
 //
 // With the hook-driven strategies, each .grad becomes a view of its slot in
 // a bucket after the first synchronised step (PyTorch's
@@ -57,10 +63,21 @@ class Reducer {
 
   // Waits until every gradient is the average over the ranks (and, with
   // broadcast_buffers, rank 0's buffers are everywhere). Does nothing while
-  // gradient sync is disabled. Throws CollectiveError when communication
-  // fails, std::runtime_error when a parameter got no gradient and
-  // find_unused_parameters is off.
+  // gradient sync is disabled, nor (hook-driven strategies) when this
+  // iteration was already finalized, by hand or at the end of backward.
+  // Throws CollectiveError when communication fails, std::runtime_error when
+  // a parameter got no gradient and find_unused_parameters is off; at the end
+  // of backward these come out of backward().
+  //
+  // A backward that reaches none of the parameters fires no hook and so
+  // finalizes nothing. With find_unused_parameters, where a rank may use no
+  // parameter in a step while others do, call finalize() after backward on
+  // every rank: it is a no-op where it already ran.
   void finalize();
+
+  // Marks the start of an iteration (DistributedDataParallel's forward calls
+  // it): the next finalize() runs even if no gradient hook fires.
+  void prepare_for_backward();
 
   // Gradient accumulation: while sync is disabled, backward() only adds to
   // .grad and finalize() does nothing; the next synchronised step averages
@@ -118,7 +135,10 @@ class Reducer {
   void mark_ready_locked(Bucket& b);
   void launch_ready_buckets_locked();
   void average_bucket(Bucket& b);
+  void run_finalize();
   void finalize_hooked();
+  // Averages a flat tensor in place over the ranks, in options_.comm_dtype.
+  void average(at::Tensor& flat);
   void finalize_after_backward();
   // With find_unused_parameters: which parameters some rank used (collective).
   std::vector<bool> used_anywhere(const std::vector<bool>& used_here);
@@ -141,6 +161,8 @@ class Reducer {
   std::mutex mu_;                 // guards the per-step state below
   std::vector<bool> ready_;       // parameter's gradient is in its bucket this step
   size_t next_launch_ = 0;        // buckets are launched in order, on every rank alike
+  bool iteration_open_ = false;   // a hook fired since the last finalize
+  bool finalized_ = false;        // finalize ran and no new iteration started
   std::unique_ptr<SerialWorker> worker_;
 };
 

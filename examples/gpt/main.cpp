@@ -1,0 +1,397 @@
+// A GPT-2-like language model trained data-parallel with worker_lib: the
+// GPU benchmark job of issue 10, and a CPU-sized model for tests.
+//
+//   ddprun --nproc 1 gpt --model small --device cuda --dtype bf16 --peak h100
+//   ddprun --nproc 2 gpt --model tiny --steps 40        # CPU, Gloo
+//
+// The loop reads like PyTorch's: forward under autocast, backward (which
+// ends with the gradients averaged over the ranks), clip, AdamW step. The
+// learning rate warms up linearly and then follows a cosine down to a tenth
+// of its peak. Rank 0 prints loss, tokens/s and MFU; --summary-json writes
+// the final figures and a checksum of the final parameters.
+#include <CLI/CLI.hpp>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "autocast.h"
+#include "data.h"
+#include "ddp/ddp.h"
+#include "model.h"
+
+namespace {
+
+// A flag value that is wrong: main prints it on one line and exits 2.
+struct FlagError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  std::string model = "tiny";
+  int64_t layers = 0, heads = 0, dim = 0, context = 0, vocab = 0;  // 0: the preset's
+  int64_t seq_len = 0;     // tokens per sample; 0: the context
+  int64_t batch_size = 8;  // sequences per micro-batch per rank
+  int grad_accum = 1;
+  int64_t steps = 50;
+  double lr = 1e-3;
+  int64_t warmup = 0;  // 0: a tenth of the steps
+  double weight_decay = 0.1;
+  double clip = 1.0;
+  std::string device = "cpu";
+  std::string dtype = "fp32";
+  std::string comm_dtype = "fp32";
+  double bucket_mb = 25;
+  std::string data;        // a file; empty: the Debian corpus
+  std::string data_cache;  // empty: $XDG_CACHE_HOME or ~/.cache
+  uint64_t seed = 0;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  int keep_checkpoints = 3;
+  double peak_tflops = 0;
+  std::string peak;  // h100 | h200
+  int64_t log_every = 10;
+  std::string summary_json;
+  bool print_steps = false;
+};
+
+// Dense bf16 tensor-core peaks per GPU (NVIDIA's datasheets, SXM parts).
+double peak_tflops_of(const std::string& gpu) {
+  if (gpu == "h100" || gpu == "h200") return 989.4;
+  throw FlagError("--peak " + gpu + ": unknown GPU (expected h100 or h200, or give --peak-tflops)");
+}
+
+std::string default_cache() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  std::string base = xdg && *xdg ? xdg : std::string(home && *home ? home : "/tmp") + "/.cache";
+  return base + "/ddprun/gpt-debian-corpus-v1.bin";
+}
+
+// FNV-1a over the bytes of every parameter: equal checksums, equal models.
+std::string checksum(const torch::Tensor& flat) {
+  torch::Tensor t = flat.contiguous();
+  uint64_t h = 1469598103934665603ull;
+  const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
+  for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+torch::Tensor flat_parameters_cpu(const torch::nn::Module& m) {
+  std::vector<torch::Tensor> v;
+  for (const auto& p : m.parameters()) v.push_back(p.detach().to(torch::kCPU).to(torch::kFloat).reshape(-1));
+  return torch::cat(v);
+}
+
+// Linear warmup to the peak, then a cosine down to a tenth of it.
+double lr_at(const Options& o, int64_t step, int64_t warmup) {
+  if (step < warmup) return o.lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  const double progress = static_cast<double>(step - warmup) / std::max<int64_t>(1, o.steps - warmup);
+  const double min_lr = 0.1 * o.lr;
+  return min_lr + 0.5 * (o.lr - min_lr) * (1 + std::cos(M_PI * std::min(1.0, progress)));
+}
+
+// AdamW with weight decay on matrices (embeddings included) only, as GPT-2
+// trainers do; biases and LayerNorm gains are not decayed. LibTorch's C++
+// AdamW (1.13 and 2.x) has no fused or foreach implementation.
+std::unique_ptr<torch::optim::AdamW> make_optimizer(gpt::Gpt& model, const Options& o) {
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto opts = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(wd));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, opts(o.weight_decay));
+  groups.emplace_back(no_decay, opts(0.0));
+  return std::make_unique<torch::optim::AdamW>(std::move(groups),
+                                               torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}));
+}
+
+int run(Options opt) {
+  // Flags first, before any process joins the job.
+  gpt::GptConfig cfg = gpt::GptConfig::preset(opt.model);
+  if (opt.layers) cfg.layers = opt.layers;
+  if (opt.heads) cfg.heads = opt.heads;
+  if (opt.dim) cfg.dim = opt.dim;
+  if (opt.context) cfg.context = opt.context;
+  if (opt.vocab) cfg.vocab = opt.vocab;
+  try {
+    cfg.validate();
+  } catch (const std::invalid_argument& e) {
+    throw FlagError(e.what());
+  }
+  if (cfg.vocab < 256) throw FlagError("--vocab " + std::to_string(cfg.vocab) + ": byte-level data needs at least 256");
+  const int64_t T = opt.seq_len ? opt.seq_len : cfg.context;
+  if (T > cfg.context) {
+    throw FlagError("--seq-len " + std::to_string(T) + " exceeds the context " + std::to_string(cfg.context));
+  }
+  const bool cuda = opt.device == "cuda";
+  if (cuda && !torch::cuda::is_available()) {
+    throw FlagError("--device cuda: no CUDA device visible (or this LibTorch is built without CUDA)");
+  }
+  if (!opt.peak.empty()) opt.peak_tflops = peak_tflops_of(opt.peak);
+  const int64_t warmup = opt.warmup ? opt.warmup : std::max<int64_t>(1, opt.steps / 10);
+
+  auto world = ddp::init();
+  const int rank = world->rank(), ws = world->size();
+  const torch::Device device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(
+                                                                      world->local_rank() % torch::cuda::device_count()))
+                                    : torch::Device(torch::kCPU);
+
+  // Data: every rank loads the same bytes and reads its shard of the windows.
+  torch::Tensor tokens = opt.data.empty()
+                             ? gpt::load_debian_corpus(opt.data_cache.empty() ? default_cache() : opt.data_cache)
+                             : gpt::read_bytes(opt.data);
+  gpt::TokenWindows windows(tokens, T);
+  ddp::SamplerOptions so;
+  so.dataset_size = windows.size();
+  so.rank = rank;
+  so.world_size = ws;
+  so.seed = opt.seed;
+  so.drop_last = true;
+  ddp::DistributedSampler sampler(so);
+  if (sampler.num_samples() < opt.batch_size) {
+    throw FlagError("--batch-size " + std::to_string(opt.batch_size) + " exceeds the " +
+                    std::to_string(sampler.num_samples()) + " windows of " + std::to_string(T) +
+                    " tokens each rank has");
+  }
+
+  torch::manual_seed(opt.seed);  // the same model on every rank; DDP also broadcasts rank 0's
+  gpt::Gpt net(cfg);
+  net->to(device);
+  ddp::DdpOptions ddp_options;
+  ddp_options.comm_dtype = ddp::parse_comm_dtype(opt.comm_dtype);
+  ddp_options.bucket_cap_bytes = static_cast<size_t>(opt.bucket_mb * (1 << 20));
+  ddp_options.broadcast_buffers = false;  // the model has no buffers
+  ddp::DistributedDataParallel<gpt::Gpt> model(net, *world, ddp_options);
+  auto optimizer = make_optimizer(net, opt);
+
+  int64_t step = 0, epoch = 0;
+  std::unique_ptr<ddp::Checkpointer> ckpt;
+  if (!opt.checkpoint_dir.empty()) {
+    ddp::CheckpointOptions co;
+    co.dir = opt.checkpoint_dir;
+    co.every_steps = opt.checkpoint_every;
+    co.keep = opt.keep_checkpoints;
+    ckpt = std::make_unique<ddp::Checkpointer>(world->cpu(), co);
+    if (auto state = ckpt->restore()) {
+      ddp::apply_state(*state, *net, *optimizer);
+      step = state->step;
+      epoch = state->epoch;
+      sampler.set_epoch(epoch);
+      sampler.set_position((state->sampler_position + ws - 1) / ws);
+      if (rank == 0) {
+        std::printf("resumed from %s at step %lld\n", ckpt->last_path().c_str(), static_cast<long long>(step));
+      }
+    } else {
+      sampler.set_epoch(0);
+    }
+  }
+  const int64_t start_step = step;
+
+  const double flops_per_token = net->flops_per_token(T);
+  const int64_t tokens_per_step = opt.batch_size * T * opt.grad_accum * ws;
+  if (rank == 0) {
+    std::printf("gpt %s: %.2fM parameters, %lld layers, %lld heads, %lld wide, context %lld, vocab %lld; "
+                "%d ranks x batch %lld x %d micro-batches x %lld tokens; %s %s, grads all-reduced in %s; "
+                "data %lld tokens\n",
+                opt.model.c_str(), net->num_parameters() / 1e6, static_cast<long long>(cfg.layers),
+                static_cast<long long>(cfg.heads), static_cast<long long>(cfg.dim),
+                static_cast<long long>(cfg.context), static_cast<long long>(cfg.vocab), ws,
+                static_cast<long long>(opt.batch_size), opt.grad_accum, static_cast<long long>(T),
+                device.str().c_str(), opt.dtype.c_str(), opt.comm_dtype.c_str(),
+                static_cast<long long>(tokens.numel()));
+    std::fflush(stdout);
+  }
+
+  // The next micro-batch of this rank: a full batch always, so a short tail
+  // of an epoch is skipped and the next epoch begins.
+  auto next_batch = [&]() {
+    if (sampler.position() + opt.batch_size > sampler.num_samples()) sampler.set_epoch(++epoch);
+    auto idx = *sampler.next_batch(opt.batch_size);
+    auto [x, y] = windows.batch(idx);
+    return std::make_pair(x.to(device, /*non_blocking=*/true), y.to(device, /*non_blocking=*/true));
+  };
+  auto save = [&] { ckpt->save(*net, *optimizer, step, epoch, sampler.position() * ws); };
+
+  const bool bf16 = opt.dtype == "bf16";
+  double first_loss = -1, last_loss = 0;
+  double timed_seconds = 0;
+  int64_t timed_steps = 0;
+  while (step < opt.steps) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double lr = lr_at(opt, step, warmup);
+    for (auto& group : optimizer->param_groups()) {
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    }
+    // Zero the gradients in place: after the first step each .grad is a view
+    // of its DDP bucket, and keeping it so spares a copy per parameter per
+    // step. (LibTorch 2.x's zero_grad() sets them to none by default; 1.13's
+    // zeroes in place and takes no argument.)
+#if TORCH_VERSION_MAJOR >= 2
+    optimizer->zero_grad(/*set_to_none=*/false);
+#else
+    optimizer->zero_grad();
+#endif
+    torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
+    for (int j = 0; j < opt.grad_accum; ++j) {
+      auto [x, y] = next_batch();
+      torch::Tensor loss;
+      {
+        gpt::AutocastGuard autocast(device.type(), torch::kBFloat16, bf16);
+        torch::Tensor logits = model(x);
+        loss = torch::nn::functional::cross_entropy(logits.view({-1, cfg.vocab}), y.view({-1}));
+      }
+      loss_sum += loss.detach();
+      if (j + 1 < opt.grad_accum) {
+        auto no_sync = model.no_sync();  // accumulate locally
+        (loss / opt.grad_accum).backward();
+      } else {
+        (loss / opt.grad_accum).backward();  // returns with gradients averaged over the ranks
+      }
+    }
+    const double norm = torch::nn::utils::clip_grad_norm_(net->parameters(), opt.clip);
+    optimizer->step();
+    ++step;
+    // Reading the loss waits for the GPU: the step's time is then real.
+    const double loss = loss_sum.item<double>() / opt.grad_accum;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (first_loss < 0) first_loss = loss;
+    last_loss = loss;
+    if (step > start_step + 1) {  // the first step warms caches and allocators
+      timed_seconds += secs;
+      ++timed_steps;
+    }
+    if (rank == 0 && (step % opt.log_every == 0 || step == opt.steps || step == start_step + 1)) {
+      const double tps = tokens_per_step / secs;
+      std::string mfu = "n/a";
+      if (opt.peak_tflops > 0) {
+        char b[32];
+        std::snprintf(b, sizeof(b), "%.1f%%", 100 * tps * flops_per_token / (opt.peak_tflops * 1e12 * ws));
+        mfu = b;
+      }
+      std::printf("step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s\n",
+                  static_cast<long long>(step), static_cast<long long>(opt.steps), loss, lr, norm, secs * 1e3,
+                  tps, mfu.c_str());
+      std::fflush(stdout);
+    }
+    if (opt.print_steps && rank == 0) {
+      std::printf("step %lld done\n", static_cast<long long>(step));
+      std::fflush(stdout);
+    }
+    if (ckpt && ckpt->due(step)) save();
+  }
+  ddp::CheckpointReport saved;
+  if (ckpt) {
+    if (ckpt->last_saved_step() != step && step > start_step) save();
+    saved = ckpt->finish();
+  }
+
+  // Every rank must end with rank 0's parameters, bit for bit.
+  torch::Tensor mine = flat_parameters_cpu(*net);
+  torch::Tensor all = world->cpu().all_gather(mine);
+  for (int r = 1; r < ws; ++r) {
+    if (!torch::equal(all[r], all[0])) {
+      throw std::runtime_error("parameters differ between rank 0 and rank " + std::to_string(r));
+    }
+  }
+  const double tokens_per_s = timed_steps ? tokens_per_step * timed_steps / timed_seconds : 0;
+  const double mfu = opt.peak_tflops > 0 ? tokens_per_s * flops_per_token / (opt.peak_tflops * 1e12 * ws) : 0;
+  if (rank == 0) {
+    const std::string sum = checksum(mine);
+    std::printf("done: %lld steps, loss %.4f -> %.4f, %.0f tokens/s over %lld timed steps, MFU %s; "
+                "parameters identical on all %d ranks (checksum %s)\n",
+                static_cast<long long>(step - start_step), first_loss, last_loss, tokens_per_s,
+                static_cast<long long>(timed_steps),
+                opt.peak_tflops > 0 ? (std::to_string(100 * mfu).substr(0, 5) + "%").c_str() : "n/a", ws,
+                sum.c_str());
+    if (!opt.summary_json.empty()) {
+      nlohmann::json j = {{"steps", step},
+                          {"start_step", start_step},
+                          {"first_loss", first_loss},
+                          {"final_loss", last_loss},
+                          {"tokens_per_s", tokens_per_s},
+                          {"mfu", mfu},
+                          {"flops_per_token", flops_per_token},
+                          {"params", net->num_parameters()},
+                          {"world_size", ws},
+                          {"model", opt.model},
+                          {"device", device.str()},
+                          {"dtype", opt.dtype},
+                          {"param_checksum", sum},
+                          {"checkpoints_written", saved.written}};
+      std::ofstream out(opt.summary_json);
+      out << j.dump(2) << "\n";
+      if (!out) throw std::runtime_error("cannot write --summary-json " + opt.summary_json);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"GPT-2-like language model, trained data-parallel (run it under ddprun)", "gpt"};
+  Options o;
+  app.add_option("--model", o.model, "Preset: tiny (CPU) or small (GPT-2 small) [tiny]")
+      ->check(CLI::IsMember({"tiny", "small"}));
+  app.add_option("--layers", o.layers, "Transformer blocks [preset]");
+  app.add_option("--heads", o.heads, "Attention heads [preset]");
+  app.add_option("--dim", o.dim, "Embedding width [preset]");
+  app.add_option("--context", o.context, "Longest sequence [preset]");
+  app.add_option("--vocab", o.vocab, "Vocabulary size, >= 256 [preset]");
+  app.add_option("--seq-len", o.seq_len, "Tokens per sequence [the context]")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", o.batch_size, "Sequences per micro-batch on each rank [8]")->check(CLI::PositiveNumber);
+  app.add_option("--grad-accum", o.grad_accum, "Micro-batches per step [1]")->check(CLI::PositiveNumber);
+  app.add_option("--steps", o.steps, "Optimizer steps [50]")->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "Peak learning rate [1e-3]")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup, "Warmup steps [a tenth of --steps]")->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay", o.weight_decay, "AdamW weight decay of matrices [0.1]")->check(CLI::NonNegativeNumber);
+  app.add_option("--clip", o.clip, "Gradient norm clip [1.0]")->check(CLI::PositiveNumber);
+  app.add_option("--device", o.device, "cpu or cuda; cuda picks GPU LOCAL_RANK [cpu]")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--dtype", o.dtype, "fp32, or bf16 autocast for the forward [fp32]")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--comm-dtype", o.comm_dtype, "Gradients all-reduced in fp32 or bf16 [fp32]")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--bucket-mb", o.bucket_mb, "DDP bucket cap in MiB [25]")->check(CLI::PositiveNumber);
+  app.add_option("--data", o.data, "Train on this file's bytes [the Debian corpus]")->check(CLI::ExistingFile);
+  app.add_option("--data-cache", o.data_cache, "Where the Debian corpus is cached [~/.cache/ddprun/...]");
+  app.add_option("--seed", o.seed, "Seed of the model and the shuffling [0]");
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "Resume from the newest checkpoint here and write new ones");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps [0: at the end]")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--keep-checkpoints", o.keep_checkpoints, "Checkpoints kept [3]")->check(CLI::PositiveNumber);
+  app.add_option("--peak-tflops", o.peak_tflops, "Peak TFLOPS per rank for MFU")->check(CLI::PositiveNumber);
+  app.add_option("--peak", o.peak, "MFU against this GPU's dense bf16 peak: h100 or h200");
+  app.add_option("--log-every", o.log_every, "Print every N steps [10]")->check(CLI::PositiveNumber);
+  app.add_option("--summary-json", o.summary_json, "Write final figures and a parameter checksum here");
+  app.add_flag("--print-steps", o.print_steps, "Rank 0 prints \"step N done\" after every step (tests)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "gpt: %s\n", e.what());
+    return 2;
+  }
+  try {
+    return run(o);
+  } catch (const FlagError& e) {
+    std::fprintf(stderr, "gpt: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,110 @@
+// The GPT example end to end on CPU: the tiny model learns, two ranks under
+// ddprun end bitwise alike, and a run killed mid-way resumes from its
+// checkpoint and ends exactly like an uninterrupted one.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "support/job_helpers.h"
+#include "support/process.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ddptest::Finished;
+using ddptest::Process;
+using ddptest::checksum_in;
+using ddptest::contains;
+
+fs::path temp(const std::string& name) { return ddptest::temp_path("gpt", name); }
+
+// A small, fixed text: the GPL (every Debian system has it).
+const char* kText = "/usr/share/common-licenses/GPL-3";
+
+std::vector<std::string> gpt_job(int nproc, const std::vector<std::string>& launcher_flags,
+                                 const std::vector<std::string>& gpt_flags) {
+  std::vector<std::string> argv{DDPRUN_BIN, "--nproc", std::to_string(nproc)};
+  argv.insert(argv.end(), launcher_flags.begin(), launcher_flags.end());
+  for (const char* a : {GPT_BIN, "--model", "tiny", "--data", kText, "--batch-size", "8", "--seq-len", "32"}) {
+    argv.push_back(a);
+  }
+  argv.insert(argv.end(), gpt_flags.begin(), gpt_flags.end());
+  return argv;
+}
+
+double number_in(const fs::path& summary, const std::string& key) {
+  std::ifstream in(summary);
+  std::string json((std::istreambuf_iterator<char>(in)), {});
+  std::smatch m;
+  if (!std::regex_search(json, m, std::regex("\"" + key + "\": ([-0-9.e+]+)"))) return -1;
+  return std::stod(m[1]);
+}
+
+TEST(GptExample, TinyModelLossFallsOnCpu) {
+  // Byte-level: the loss starts near ln(256) = 5.5; 60 steps of AdamW take
+  // it below 4 (unigram statistics alone give about 3.3).
+  const fs::path summary = temp("loss.json"), cache = temp("corpus.bin");
+  Finished f = ddptest::run({GPT_BIN, "--model", "tiny", "--steps", "60", "--lr", "3e-3", "--batch-size", "8",
+                             "--seq-len", "32", "--data-cache", cache.string(), "--summary-json",
+                             summary.string()});
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(fs::file_size(cache) > 100000) << "the Debian corpus cache was not written";
+  const double first = number_in(summary, "first_loss"), last = number_in(summary, "final_loss");
+  EXPECT_GT(first, 5.0) << f.out;
+  EXPECT_LT(last, 4.0) << f.out;
+  EXPECT_TRUE(contains(f.out, "tok/s")) << f.out;
+  fs::remove(summary);
+  fs::remove(cache);
+}
+
+TEST(GptExample, TwoRanksUnderDdprunEndWithIdenticalParameters) {
+  // bf16 gradient all-reduce on top: the ranks must still agree bit for bit.
+  for (const char* comm : {"fp32", "bf16"}) {
+    SCOPED_TRACE(comm);
+    const fs::path summary = temp(std::string("ddp-") + comm + ".json");
+    Finished f = ddptest::run(gpt_job(2, {}, {"--steps", "8", "--comm-dtype", comm, "--summary-json", summary.string()}));
+    ASSERT_EQ(f.exit_code, 0) << f.err;
+    EXPECT_TRUE(contains(f.out, "parameters identical on all 2 ranks")) << f.out;
+    EXPECT_EQ(number_in(summary, "world_size"), 2);
+    EXPECT_FALSE(checksum_in(summary).empty());
+    fs::remove(summary);
+  }
+}
+
+TEST(GptExample, KilledRunResumesFromItsCheckpointAndEndsLikeAnUninterruptedOne) {
+  const std::vector<std::string> flags{"--steps", "150", "--log-every", "1000", "--print-steps"};
+  const fs::path want_summary = temp("straight.json");
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> all = flags;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return all;
+  };
+  Finished straight = ddptest::run(gpt_job(1, {}, with({"--summary-json", want_summary.string()})));
+  ASSERT_EQ(straight.exit_code, 0) << straight.err;
+  const std::string want = checksum_in(want_summary);
+  ASSERT_FALSE(want.empty());
+
+  const fs::path dir = temp("ckpt"), summary = temp("killed.json");
+  Process p(gpt_job(1, {"--max-restarts", "1", "--no-standby"},
+                    with({"--checkpoint-dir", dir.string(), "--checkpoint-every", "10", "--summary-json",
+                          summary.string()})));
+  ASSERT_TRUE(ddptest::reach_step(p, 25)) << p.out();
+  auto workers = ddptest::children_of(p.pid());
+  ASSERT_EQ(workers.size(), 1u);
+  kill(workers[0], SIGKILL);
+  Finished f = p.finish();
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(f.out, m, std::regex(R"(resumed from \S+ at step (\d+))"))) << f.out;
+  EXPECT_GE(std::stoi(m[1]), 20);
+  EXPECT_EQ(std::stoi(m[1]) % 10, 0);
+  EXPECT_EQ(checksum_in(summary), want) << "the resumed run ended elsewhere than the uninterrupted one";
+  fs::remove_all(dir);
+  fs::remove(summary);
+  fs::remove(want_summary);
+}
+
+}  // namespace
