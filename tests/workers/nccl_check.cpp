@@ -15,8 +15,8 @@
 #include <torch/torch.h>
 
 #if DDPRUN_TORCH_CUDA
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 #include "ddp/ddp.h"
@@ -59,8 +59,8 @@ int main() {
 
 #if DDPRUN_TORCH_CUDA
   {
-    at::cuda::CUDAStream side = at::cuda::getStreamFromPool(false, world->local_rank());
-    at::cuda::CUDAStreamGuard guard(side);
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, world->local_rank());
+    c10::cuda::CUDAStreamGuard guard(side);
     at::Tensor s = slow_fill(o, 5.0);
     world->all_reduce(s);
     s.mul_(2);  // after the collective, on the side stream

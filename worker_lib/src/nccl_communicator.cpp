@@ -10,7 +10,7 @@
 #include "ddp/nccl_runner.h"
 
 #if DDPRUN_TORCH_CUDA
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 #endif
 
@@ -146,7 +146,7 @@ class NcclCommunicator final : public Communicator {
   // default stream (a CPU LibTorch makes no CUDA tensors anyway).
   NcclStreamHandle caller_stream() const {
 #if DDPRUN_TORCH_CUDA
-    return at::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(options_.device)).stream();
+    return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(options_.device)).stream();
 #else
     return nullptr;
 #endif
