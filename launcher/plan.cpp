@@ -139,7 +139,17 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   a.run_id = o.rdzv_id.empty() ? random_run_id() : o.rdzv_id;
   a.rdzv = RoundSettings{o.min_nodes, o.max_nodes, from_seconds(o.last_call_s), o.max_restarts};
   a.node_rank = o.node_rank;
-  a.wants_nccl_id = facts.gpu_count > 0;
+  // The launcher makes no NCCL id: ncclGetUniqueId starts NCCL's bootstrap
+  // root, a thread that waits in accept() for every rank with no timeout,
+  // and here it would run in the long-lived launcher for every round,
+  // whether or not the workers ever use NCCL (a CPU job on a GPU host never
+  // does). Instead rank 0 of the workers makes the id when its first CUDA
+  // collective needs one and shares it through the round's store
+  // (ddp::World::cuda()), so the root lives in a member of the group and
+  // dies with it. Setting NCCL_COMM_ID would also put the root in rank 0,
+  // but needs a port on rank 0's host picked ahead of time. The rendezvous
+  // still answers agents that ask (wants_nccl_id), outside its lock.
+  a.wants_nccl_id = false;
   a.join_timeout = from_seconds(o.join_timeout_s);
   a.monitor_interval = from_seconds(o.monitor_interval_s);
   a.stop_timeout = from_seconds(o.stop_timeout_s);

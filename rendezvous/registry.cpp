@@ -75,7 +75,23 @@ JobRegistry::Job* JobRegistry::find_locked(const std::string& job_id) {
 }
 
 void JobRegistry::run(std::vector<Completion>& done) {
-  for (auto& [fn, outcome] : done) fn(std::move(outcome));
+  for (auto& c : done) {
+    if (c.nccl && c.outcome.result) {
+      // The first join of the round to get here makes the id; the others
+      // of that round wait for it in call_once (only they, not the registry).
+      RoundNcclId& n = *c.nccl;
+      std::call_once(n.once, [&] {
+        try {
+          n.id = id_source_();
+        } catch (const std::exception& e) {
+          n.error = e.what();
+        }
+      });
+      c.outcome.result->nccl_id = n.id;
+      c.outcome.result->nccl_id_error = n.error;
+    }
+    c.done(std::move(c.outcome));
+  }
   done.clear();
 }
 
@@ -105,18 +121,13 @@ size_t JobRegistry::num_jobs() {
   return jobs_.size();
 }
 
-void JobRegistry::ensure_nccl_id_locked(Job& job) {
+std::shared_ptr<JobRegistry::RoundNcclId> JobRegistry::round_nccl_id_locked(Job& job) {
   const RoundState& rounds = *job.rounds;
-  if (job.nccl_round == rounds.current_round()) return;
-  job.nccl_round = rounds.current_round();
-  job.nccl_id.clear();
-  job.nccl_error.clear();
-  if (!rounds.wants_nccl_id()) return;
-  try {
-    job.nccl_id = id_source_();
-  } catch (const std::exception& e) {
-    job.nccl_error = e.what();
+  if (job.nccl_round != rounds.current_round()) {
+    job.nccl_round = rounds.current_round();
+    job.nccl = rounds.wants_nccl_id() ? std::make_shared<RoundNcclId>() : nullptr;
   }
+  return job.nccl;
 }
 
 std::string JobRegistry::timeout_message_locked(const Job& job, const Parked& p) const {
@@ -165,11 +176,12 @@ void JobRegistry::settle_locked(Job& job, Clock::time_point now, std::vector<Com
     Parked& p = it->second;
     JoinOutcome outcome;
     bool finished = true;
+    std::shared_ptr<RoundNcclId> nccl;
     if (rounds.phase() != JobPhase::kActive) {
       outcome = failure<JobEnded>("rendezvous: " + rounds.end_message());
     } else if (auto a = rounds.assignment(p.node_id)) {
-      ensure_nccl_id_locked(job);
-      outcome.result = JoinResult{*a, job.nccl_id, job.nccl_error};
+      nccl = round_nccl_id_locked(job);  // the id itself is made by run()
+      outcome.result = JoinResult{*a, {}, {}};
     } else if (!rounds.knows(p.node_id)) {
       outcome = failure<RendezvousError>("rendezvous: node '" + p.node_id +
                                          "' was dropped from job '" + job.id +
@@ -181,7 +193,7 @@ void JobRegistry::settle_locked(Job& job, Clock::time_point now, std::vector<Com
     }
     if (finished) {
       tickets_.erase(p.ticket);
-      out.emplace_back(std::move(p.done), std::move(outcome));
+      out.push_back(Completion{std::move(p.done), std::move(outcome), std::move(nccl)});
       it = job.parked.erase(it);
     } else {
       job.next_due = std::min(job.next_due, p.deadline);
@@ -206,9 +218,9 @@ uint64_t JobRegistry::join_async(JoinCall call, JoinDone done) {
       const std::string& node_id = call.node.node_id;
       if (auto old = job.parked.find(node_id); old != job.parked.end()) {
         tickets_.erase(old->second.ticket);
-        completions.emplace_back(std::move(old->second.done),
-                                 failure<RendezvousError>("rendezvous: node '" + node_id +
-                                                          "' joined again; this join is void"));
+        completions.push_back(Completion{std::move(old->second.done),
+                                         failure<RendezvousError>("rendezvous: node '" + node_id +
+                                                                  "' joined again; this join is void")});
         job.parked.erase(old);
       }
       ticket = next_ticket_++;
@@ -219,7 +231,7 @@ uint64_t JobRegistry::join_async(JoinCall call, JoinDone done) {
       // Its join may have closed the round (or superseded a running one).
       settle_locked(job, now, completions);
     } catch (...) {
-      completions.emplace_back(std::move(done), JoinOutcome{std::nullopt, std::current_exception()});
+      completions.push_back(Completion{std::move(done), JoinOutcome{std::nullopt, std::current_exception()}});
     }
   }
   wake_timer_.notify_all();
@@ -359,8 +371,8 @@ void JobRegistry::close() {
     for (auto& [id, job] : jobs_) {
       job->store->close();
       for (auto& [node, p] : job->parked) {
-        completions.emplace_back(std::move(p.done),
-                                 failure<RegistryClosed>("rendezvous: shutting down"));
+        completions.push_back(Completion{std::move(p.done),
+                                         failure<RegistryClosed>("rendezvous: shutting down")});
       }
       job->parked.clear();
     }

@@ -107,6 +107,14 @@ class JobRegistry {
   void close();
 
  private:
+  // One round's NCCL id, made at most once, outside the registry's lock:
+  // ncclGetUniqueId opens a socket and starts NCCL's bootstrap thread, and
+  // every other job's calls must not wait for that.
+  struct RoundNcclId {
+    std::once_flag once;
+    std::string id;
+    std::string error;
+  };
   struct Parked {
     uint64_t ticket = 0;
     std::string node_id;
@@ -124,10 +132,15 @@ class JobRegistry {
     uint64_t settled_generation = ~uint64_t{0};
     int64_t store_round = 0;  // keys of earlier rounds are gone
     int64_t nccl_round = -1;
-    std::string nccl_id;
-    std::string nccl_error;
+    std::shared_ptr<RoundNcclId> nccl;  // null: nobody in the round asked
   };
-  using Completion = std::pair<JoinDone, JoinOutcome>;
+  // A join to finish outside the lock; with `nccl`, its result gets that
+  // round's NCCL id first.
+  struct Completion {
+    JoinDone done;
+    JoinOutcome outcome;
+    std::shared_ptr<RoundNcclId> nccl = nullptr;
+  };
 
   // Finds the job or creates it within max_jobs, making room by dropping
   // jobs nobody is in any more; throws TooManyJobs.
@@ -139,10 +152,14 @@ class JobRegistry {
   // timed out or can no longer succeed, drops old rounds' keys.
   void settle_locked(Job& job, std::chrono::steady_clock::time_point now,
                      std::vector<Completion>& out);
-  void ensure_nccl_id_locked(Job& job);
+  // The current round's NCCL id holder (made lazily by run()), or null
+  // when no member of the round asked for one.
+  std::shared_ptr<RoundNcclId> round_nccl_id_locked(Job& job);
   std::string timeout_message_locked(const Job& job, const Parked& p) const;
   void timer_loop();
-  static void run(std::vector<Completion>& done);
+  // Calls the completions' done (never under the lock), making a round's
+  // NCCL id first where one is due.
+  void run(std::vector<Completion>& done);
 
   IdSource id_source_;
   const ServiceLimits limits_;

@@ -234,7 +234,7 @@ TEST(Plan, CarriesSettingsToTheAgent) {
   EXPECT_EQ(plan.agent.run_id, "abc");
   EXPECT_EQ(plan.agent.master_addr, "10.0.0.1");
   EXPECT_EQ(plan.agent.master_port, 4000);
-  EXPECT_TRUE(plan.agent.wants_nccl_id);  // a GPU is visible
+  EXPECT_FALSE(plan.agent.wants_nccl_id);  // worker rank 0 makes NCCL ids, even with a GPU
   EXPECT_EQ(plan.rdzv_listen_host, "127.0.0.1");
   EXPECT_EQ(plan.rdzv_listen_port, 0);
   EXPECT_EQ(random_run_id().size(), 8u);

@@ -67,6 +67,41 @@ TEST(Registry, NodesJoiningFromThreadsGetOneConsistentRound) {
   EXPECT_EQ(ids_made, 1);
 }
 
+TEST(Registry, NoNcclIdIsMadeWhenNobodyAsks) {
+  int ids_made = 0;
+  JobRegistry reg([&] { return "id-" + std::to_string(++ids_made); });
+  JoinResult r = reg.join(call("job", named("a"), RoundSettings{1, 1, 0ms}, 1s));
+  EXPECT_TRUE(r.nccl_id.empty());
+  EXPECT_TRUE(r.nccl_id_error.empty());
+  EXPECT_EQ(ids_made, 0);
+}
+
+TEST(Registry, NcclIdIsMadeOutsideTheRegistryLock) {
+  // The id source blocks until the test lets it go; meanwhile the registry
+  // must answer other calls (ncclGetUniqueId opens sockets and a thread).
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  JobRegistry reg([&] {
+    entered.set_value();
+    released.wait();
+    return std::string("id");
+  });
+  NodeSpec n = named("a");
+  n.wants_nccl_id = true;
+  auto joined = std::async(std::launch::async,
+                           [&] { return reg.join(call("job", n, RoundSettings{1, 1, 0ms}, 10s)); });
+  entered.get_future().wait();
+  auto other = std::async(std::launch::async, [&] {
+    reg.join(call("other-job", named("b"), RoundSettings{1, 1, 0ms}, 10s));
+    return reg.num_jobs();
+  });
+  const bool answered = other.wait_for(10s) == std::future_status::ready;
+  release.set_value();
+  EXPECT_TRUE(answered) << "the registry was locked while an NCCL id was made";
+  EXPECT_EQ(joined.get().nccl_id, "id");
+  other.get();
+}
+
 TEST(Registry, JoinTimesOutSayingHowFarTheRoundGotAndWhichFlagToRaise) {
   JobRegistry reg(no_nccl);
   try {

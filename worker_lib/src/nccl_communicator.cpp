@@ -5,7 +5,13 @@
 #include <nccl.h>
 
 #include <cstring>
-#include <thread>
+
+#include "ddp/nccl_backend.h"
+#include "ddp/nccl_runner.h"
+
+#if DDPRUN_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 #endif
 
 namespace ddp {
@@ -65,24 +71,26 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
+// Collectives on CUDA tensors. The logic (init within our timeout, stream
+// ordering, waiting) is NcclRunner's; this class only turns tensors into
+// NCCL calls.
 class NcclCommunicator final : public Communicator {
  public:
   explicit NcclCommunicator(const NcclOptions& o) : options_(o) {
     if (o.unique_id.size() != sizeof(ncclUniqueId)) {
       throw CollectiveError("ddp: no NCCL unique id for this round (DDPRUN_NCCL_ID has " +
                             std::to_string(o.unique_id.size()) + " bytes, need " +
-                            std::to_string(sizeof(ncclUniqueId)) +
-                            "); ddprun hands one out only when it sees GPUs");
+                            std::to_string(sizeof(ncclUniqueId)) + ")");
     }
-    check_cuda(cudaSetDevice(o.device), "cudaSetDevice");
-    check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
-    ncclUniqueId id;
-    std::memcpy(&id, o.unique_id.data(), sizeof(id));
-    check_nccl(ncclCommInitRank(&comm_, o.size, id, o.rank), "ncclCommInitRank");
-  }
-  ~NcclCommunicator() override {
-    if (comm_) ncclCommDestroy(comm_);
-    if (stream_) cudaStreamDestroy(stream_);
+    backend_ = make_cuda_nccl_backend();
+    NcclRunnerOptions r;
+    r.unique_id = o.unique_id;
+    r.rank = o.rank;
+    r.size = o.size;
+    r.device = o.device;
+    r.init_timeout = o.timeout;
+    r.heartbeat = o.heartbeat;
+    runner_ = std::make_unique<NcclRunner>(*backend_, r);
   }
 
   int rank() const override { return options_.rank; }
@@ -93,20 +101,23 @@ class NcclCommunicator final : public Communicator {
   void all_reduce(at::Tensor& t, ReduceOp op, Timeout timeout) override {
     check_cuda_tensor(t, "all_reduce");
     at::Tensor work = t.contiguous();
-    check_nccl(ncclAllReduce(work.data_ptr(), work.data_ptr(), work.numel(),
-                             nccl_type(work.scalar_type()), nccl_op(op), comm_, stream_),
-               "ncclAllReduce");
-    wait("all_reduce", timeout);
+    const ncclDataType_t type = nccl_type(work.scalar_type());
+    runner_->run("all_reduce", caller_stream(), [&](NcclCommHandle c, NcclStreamHandle s) {
+      check_nccl(ncclAllReduce(work.data_ptr(), work.data_ptr(), work.numel(), type, nccl_op(op),
+                               static_cast<ncclComm_t>(c), static_cast<cudaStream_t>(s)),
+                 "ncclAllReduce");
+    }, timeout);
     if (!work.is_same(t)) t.copy_(work);
   }
 
   void broadcast(at::Tensor& t, int root, Timeout timeout) override {
     check_cuda_tensor(t, "broadcast");
     at::Tensor work = t.contiguous();
-    check_nccl(ncclBroadcast(work.data_ptr(), work.data_ptr(), work.nbytes(), ncclUint8, root,
-                             comm_, stream_),
-               "ncclBroadcast");
-    wait("broadcast", timeout);
+    runner_->run("broadcast", caller_stream(), [&](NcclCommHandle c, NcclStreamHandle s) {
+      check_nccl(ncclBroadcast(work.data_ptr(), work.data_ptr(), work.nbytes(), ncclUint8, root,
+                               static_cast<ncclComm_t>(c), static_cast<cudaStream_t>(s)),
+                 "ncclBroadcast");
+    }, timeout);
     if (!work.is_same(t)) t.copy_(work);
   }
 
@@ -116,9 +127,11 @@ class NcclCommunicator final : public Communicator {
     shape.insert(shape.end(), input.sizes().begin(), input.sizes().end());
     at::Tensor out = at::empty(shape, input.options());
     at::Tensor in = input.contiguous();
-    check_nccl(ncclAllGather(in.data_ptr(), out.data_ptr(), in.nbytes(), ncclUint8, comm_, stream_),
-               "ncclAllGather");
-    wait("all_gather", timeout);
+    runner_->run("all_gather", caller_stream(), [&](NcclCommHandle c, NcclStreamHandle s) {
+      check_nccl(ncclAllGather(in.data_ptr(), out.data_ptr(), in.nbytes(), ncclUint8,
+                               static_cast<ncclComm_t>(c), static_cast<cudaStream_t>(s)),
+                 "ncclAllGather");
+    }, timeout);
     return out;
   }
 
@@ -128,14 +141,20 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  void check_cuda(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) {
-      throw CollectiveError(std::string("ddp: ") + what + " on rank " +
-                            std::to_string(options_.rank) + ": " + cudaGetErrorString(e));
-    }
+  // The stream the caller's kernels go to: LibTorch's current stream where
+  // LibTorch has CUDA (DDPRUN_TORCH_CUDA, set by CMake), else the legacy
+  // default stream (a CPU LibTorch makes no CUDA tensors anyway).
+  NcclStreamHandle caller_stream() const {
+#if DDPRUN_TORCH_CUDA
+    return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(options_.device)).stream();
+#else
+    return nullptr;
+#endif
   }
   void check_nccl(ncclResult_t r, const char* what) {
-    if (r != ncclSuccess) {
+    // ncclInProgress: a non-blocking communicator took the call and will
+    // finish enqueuing it; NcclRunner waits for that.
+    if (r != ncclSuccess && r != ncclInProgress) {
       throw CollectiveError(std::string("ddp: ") + what + " on rank " +
                             std::to_string(options_.rank) + ": " + ncclGetErrorString(r));
     }
@@ -146,36 +165,10 @@ class NcclCommunicator final : public Communicator {
                                   ": the NCCL communicator takes CUDA tensors");
     }
   }
-  // Waits for the stream; a peer that never arrives must not hang us, so past
-  // the timeout the communicator is aborted and the call throws.
-  void wait(const char* op, Timeout timeout) {
-    if (options_.heartbeat) options_.heartbeat->beat();
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (true) {
-      cudaError_t e = cudaStreamQuery(stream_);
-      if (e == cudaSuccess) {
-        if (options_.heartbeat) options_.heartbeat->beat();
-        return;
-      }
-      if (e != cudaErrorNotReady) check_cuda(e, op);
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess) check_nccl(async, op);
-      if (std::chrono::steady_clock::now() >= deadline) {
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
-        throw CollectiveError(std::string("ddp: ") + op + " timed out after " +
-                              std::to_string(timeout.count()) + " ms on rank " +
-                              std::to_string(options_.rank) +
-                              " (set ddp::InitOptions::timeout or DDPRUN_TIMEOUT_S)");
-      }
-      std::this_thread::yield();
-    }
-  }
 
   NcclOptions options_;
-  ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<NcclBackend> backend_;
+  std::unique_ptr<NcclRunner> runner_;  // after backend_: destroyed first
 };
 
 }  // namespace

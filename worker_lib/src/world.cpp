@@ -59,9 +59,11 @@ Communicator& World::cuda() {
   if (!cuda_) {
     NcclOptions o;
     o.unique_id = info_.nccl_id;
-    if (o.unique_id.empty() && size() > 1) {
-      // No launcher made this round's id (torchrun): rank 0 makes it and
-      // shares it through the store, staying alive until all have it.
+    if (o.unique_id.empty()) {
+      // The launcher makes no id (see launcher/plan.cpp; nor does torchrun):
+      // rank 0 makes it here, when a CUDA collective first needs it, and
+      // shares it through the round's store. NCCL's bootstrap root then
+      // lives in rank 0, a member of the group that dies with it.
       if (rank() == 0) {
         o.unique_id = nccl_unique_id();
         round_store_->set("nccl_id", o.unique_id);

@@ -11,16 +11,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "ddp/collective_error.h"
+
 namespace ddp {
 
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
 
 std::string to_string(ReduceOp op);
-
-class CollectiveError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 class Communicator {
  public:

@@ -2,9 +2,10 @@
 // handed out for this round. Built only where NCCL and the CUDA runtime are
 // found (DDPRUN_HAVE_NCCL); ddp::nccl_available() says which.
 //
-// Work runs on a stream of the communicator's own that synchronises with the
-// legacy default CUDA stream (LibTorch's default), and every call waits for
-// its work to finish, aborting the communicator when the timeout passes.
+// Work runs on a stream of the communicator's own, ordered by CUDA events
+// after the caller's current stream and before its later work; every call
+// waits for its work to finish (without spinning), aborting the communicator
+// when the timeout passes. The logic lives in NcclRunner (nccl_runner.h).
 #pragma once
 
 #include <memory>

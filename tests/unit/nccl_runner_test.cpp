@@ -1,0 +1,265 @@
+// NcclRunner over a fake NcclBackend: no GPU needed. The fake's stream
+// completes when the test says so, and its communicator can stay "in
+// progress" forever or fail.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "ddp/collective_error.h"
+#include "ddp/nccl_runner.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Handles are small integers cast to pointers; names make the call log
+// readable ("record before-event on caller").
+class FakeNcclBackend final : public NcclBackend {
+ public:
+  NcclStreamHandle caller = reinterpret_cast<void*>(0x100);
+
+  // -1: init never finishes; n: ready after n polls of comm_state.
+  int init_polls = 0;
+  // Set: comm_state reports this failure once a host function is pending.
+  std::string fail_while_running;
+
+  void set_device(int device) override { log("set_device " + std::to_string(device)); }
+  NcclStreamHandle create_stream() override { return named("nccl-stream"); }
+  void destroy_stream(NcclStreamHandle s) override { log("destroy " + name(s)); }
+  NcclEventHandle create_event() override { return named("event" + std::to_string(++events_)); }
+  void destroy_event(NcclEventHandle e) override { log("destroy " + name(e)); }
+  void record_event(NcclEventHandle e, NcclStreamHandle s) override {
+    log("record " + name(e) + " on " + name(s));
+  }
+  void stream_wait_event(NcclStreamHandle s, NcclEventHandle e) override {
+    log(name(s) + " waits " + name(e));
+  }
+  void launch_host_func(NcclStreamHandle s, void (*fn)(void*), void* arg) override {
+    {
+      std::lock_guard lock(mu_);
+      pending_.emplace_back(fn, arg);
+    }
+    log("host_func on " + name(s));
+    cv_.notify_all();
+  }
+  NcclCommHandle start_comm_init(const std::string& id, int size, int rank) override {
+    log("init " + std::to_string(rank) + "/" + std::to_string(size));
+    return named("comm");
+  }
+  NcclCommState comm_state(NcclCommHandle) override {
+    std::lock_guard lock(mu_);
+    ++polls_;
+    if (!fail_while_running.empty() && !pending_.empty()) {
+      return {NcclCommState::kFailed, fail_while_running};
+    }
+    if (init_polls < 0 || polls_ <= init_polls) return {NcclCommState::kInProgress, {}};
+    return {NcclCommState::kReady, {}};
+  }
+  void abort_comm(NcclCommHandle c) override { log("abort " + name(c)); }
+  void destroy_comm(NcclCommHandle c) override { log("destroy " + name(c)); }
+
+  // Blocks until a host function is pending (the caller is about to wait).
+  void wait_for_host_func() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !pending_.empty(); });
+  }
+  // The stream reaches its host functions: run them, as CUDA's thread does.
+  void complete() {
+    std::vector<std::pair<void (*)(void*), void*>> run;
+    {
+      std::lock_guard lock(mu_);
+      run.swap(pending_);
+    }
+    for (auto& [fn, arg] : run) fn(arg);
+  }
+  std::vector<std::string> calls() {
+    std::lock_guard lock(mu_);
+    return log_;
+  }
+  bool called(const std::string& call) {
+    auto c = calls();
+    return std::find(c.begin(), c.end(), call) != c.end();
+  }
+
+ private:
+  void* named(const std::string& n) {
+    std::lock_guard lock(mu_);
+    void* h = reinterpret_cast<void*>(0x1000 + names_.size());
+    names_[h] = n;
+    return h;
+  }
+  std::string name(void* h) {
+    std::lock_guard lock(mu_);
+    if (h == caller) return "caller";
+    auto it = names_.find(h);
+    return it == names_.end() ? "?" : it->second;
+  }
+  void log(const std::string& s) {
+    std::lock_guard lock(mu_);
+    log_.push_back(s);
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<void*, std::string> names_;
+  std::vector<std::string> log_;
+  std::vector<std::pair<void (*)(void*), void*>> pending_;
+  int events_ = 0;
+  int polls_ = 0;
+};
+
+NcclRunnerOptions options(std::chrono::milliseconds init_timeout = 10s) {
+  NcclRunnerOptions o;
+  o.unique_id = std::string(128, 'x');
+  o.rank = 0;
+  o.size = 1;
+  o.init_timeout = init_timeout;
+  o.check_every = 1ms;
+  return o;
+}
+
+auto noop_collective(FakeNcclBackend& fake) {
+  return [&fake](NcclCommHandle, NcclStreamHandle) { fake.calls(); };
+}
+
+TEST(NcclRunner, InitPollsUntilReady) {
+  FakeNcclBackend fake;
+  fake.init_polls = 3;
+  NcclRunner runner(fake, options());
+  EXPECT_FALSE(runner.aborted());
+  EXPECT_FALSE(fake.called("abort comm"));
+}
+
+TEST(NcclRunner, InitTimeoutAbortsAndNamesTheSetting) {
+  FakeNcclBackend fake;
+  fake.init_polls = -1;  // a rank that never comes
+  try {
+    NcclRunner runner(fake, options(30ms));
+    FAIL() << "init did not time out";
+  } catch (const CollectiveError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("ncclCommInitRank timed out"), std::string::npos) << m;
+    EXPECT_NE(m.find("DDPRUN_TIMEOUT_S"), std::string::npos) << m;
+    EXPECT_NE(m.find("ddp::InitOptions::timeout"), std::string::npos) << m;
+  }
+  EXPECT_TRUE(fake.called("abort comm"));
+  // What was made is freed, the aborted communicator is not destroyed again.
+  EXPECT_TRUE(fake.called("destroy nccl-stream"));
+  EXPECT_FALSE(fake.called("destroy comm"));
+}
+
+TEST(NcclRunner, CompletionWakesTheWaiter) {
+  FakeNcclBackend fake;
+  NcclRunner runner(fake, options());
+  auto done = std::async(std::launch::async, [&] {
+    runner.run("all_reduce", fake.caller, noop_collective(fake), 60s);
+  });
+  fake.wait_for_host_func();
+  // Not done before the stream completes...
+  EXPECT_EQ(done.wait_for(0s), std::future_status::timeout);
+  const auto t0 = std::chrono::steady_clock::now();
+  fake.complete();
+  // ...and woken by completion, not by the 60 s deadline.
+  ASSERT_EQ(done.wait_for(10s), std::future_status::ready);
+  done.get();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  EXPECT_FALSE(fake.called("abort comm"));
+}
+
+TEST(NcclRunner, StreamOrderingAroundTheCollective) {
+  FakeNcclBackend fake;
+  NcclRunner runner(fake, options());
+  auto done = std::async(std::launch::async, [&] {
+    runner.run("all_reduce", fake.caller,
+               [&](NcclCommHandle, NcclStreamHandle) { fake.set_device(99); /* marks the call */ },
+               60s);
+  });
+  fake.wait_for_host_func();
+  fake.complete();
+  done.get();
+  std::vector<std::string> calls = fake.calls();
+  auto at = [&](const std::string& c) {
+    auto it = std::find(calls.begin(), calls.end(), c);
+    EXPECT_NE(it, calls.end()) << "no call " << c;
+    return it - calls.begin();
+  };
+  const auto before = at("record event1 on caller");
+  const auto nccl_waits = at("nccl-stream waits event1");
+  const auto collective = at("set_device 99");
+  const auto after = at("record event2 on nccl-stream");
+  const auto caller_waits = at("caller waits event2");
+  const auto host = at("host_func on nccl-stream");
+  EXPECT_LT(before, nccl_waits);
+  EXPECT_LT(nccl_waits, collective);
+  EXPECT_LT(collective, after);
+  EXPECT_LT(after, caller_waits);
+  EXPECT_LT(collective, host);
+}
+
+TEST(NcclRunner, HangTimesOutAbortsAndNamesTheSetting) {
+  FakeNcclBackend fake;
+  NcclRunner runner(fake, options());
+  try {
+    runner.run("all_reduce", fake.caller, noop_collective(fake), 30ms);  // never completed
+    FAIL() << "a hung collective did not time out";
+  } catch (const CollectiveError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("all_reduce timed out"), std::string::npos) << m;
+    EXPECT_NE(m.find("DDPRUN_TIMEOUT_S"), std::string::npos) << m;
+  }
+  EXPECT_TRUE(fake.called("abort comm"));
+  EXPECT_TRUE(runner.aborted());
+  // The stream finishing after the caller gave up is harmless.
+  fake.complete();
+  EXPECT_THROW(runner.run("broadcast", fake.caller, noop_collective(fake), 1s), CollectiveError);
+}
+
+TEST(NcclRunner, AsyncErrorIsReportedAndAborts) {
+  FakeNcclBackend fake;
+  NcclRunner runner(fake, options());
+  fake.fail_while_running = "remote process exited or there was a network error";
+  try {
+    runner.run("broadcast", fake.caller, noop_collective(fake), 60s);
+    FAIL() << "the NCCL error was not reported";
+  } catch (const CollectiveError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("broadcast failed on rank 0"), std::string::npos) << m;
+    EXPECT_NE(m.find("network error"), std::string::npos) << m;
+  }
+  EXPECT_TRUE(fake.called("abort comm"));
+  fake.complete();
+}
+
+TEST(NcclRunner, HeartbeatBeatsWhileWaiting) {
+  FakeNcclBackend fake;
+  auto o = options();
+  char path[] = "/tmp/ddprun-nccl-beat-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  close(fd);
+  o.heartbeat = std::make_shared<Heartbeat>(path, 0);
+  NcclRunner runner(fake, o);
+  const uint64_t start = o.heartbeat->count();
+  try {
+    runner.run("all_reduce", fake.caller, noop_collective(fake), 50ms);
+  } catch (const CollectiveError&) {
+  }
+  // Every check_every (1 ms) of a 50 ms wait beats.
+  EXPECT_GT(o.heartbeat->count(), start + 5);
+  unlink(path);
+  fake.complete();
+}
+
+}  // namespace
+}  // namespace ddp
