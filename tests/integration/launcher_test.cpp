@@ -275,7 +275,7 @@ TEST(Ddp, MatchesSingleProcessTrainingOnTwoAndFourProcesses) {
     ASSERT_EQ(f.exit_code, 0) << f.out << f.err;
     for (int r = 0; r < n; ++r) {
       EXPECT_TRUE(contains(f.out, "[rank" + std::to_string(r) + "]:ddp ok on rank " + std::to_string(r) +
-                                      " of " + std::to_string(n) + ": 18 cases"))
+                                      " of " + std::to_string(n) + ": 26 cases"))
           << f.out;
     }
   }
