@@ -90,13 +90,7 @@ std::string local_address_of(int fd) {
 
 std::string encode(Version v, Op op, std::vector<std::string> keys = {},
                    std::vector<std::string> values = {}, int64_t delta = 0, uint32_t number = 0) {
-  Request r;
-  r.op = op;
-  r.keys = std::move(keys);
-  r.values = std::move(values);
-  r.delta = delta;
-  r.number = number;
-  return encode_request(v, r);
+  return encode_request(v, Request{op, std::move(keys), std::move(values), delta, number});
 }
 
 int64_t as_i64(const std::string& b) {

@@ -26,13 +26,7 @@ std::vector<Request> every_request(Version v) {
   auto add = [&](Op op, std::vector<std::string> k, std::vector<std::string> vals = {},
                  int64_t delta = 0, uint32_t number = 0) {
     if (!op_code(v, op)) return;
-    Request r;
-    r.op = op;
-    r.keys = std::move(k);
-    r.values = std::move(vals);
-    r.delta = delta;
-    r.number = number;
-    all.push_back(r);
+    all.push_back(Request{op, std::move(k), std::move(vals), delta, number});
   };
   add(Op::kValidate, {}, {}, 0, kValidationMagic);
   add(Op::kPing, {}, {}, 0, 0xdeadbeef);
