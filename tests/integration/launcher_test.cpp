@@ -21,10 +21,7 @@ using ddptest::Process;
 using ddptest::contains;
 using ddptest::run;
 
-std::vector<std::string> ddprun(std::vector<std::string> args) {
-  args.insert(args.begin(), DDPRUN_BIN);
-  return args;
-}
+using ddptest::ddprun;
 
 // KEY=VALUE lines printed by `probe env`, per rank.
 std::map<int, std::map<std::string, std::string>> env_by_rank(const std::string& out) {

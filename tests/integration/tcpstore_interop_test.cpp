@@ -19,10 +19,7 @@ namespace {
 using namespace ddptest;
 using namespace std::chrono_literals;
 
-std::vector<std::string> ddprun(std::vector<std::string> args) {
-  args.insert(args.begin(), DDPRUN_BIN);
-  return args;
-}
+using ddptest::ddprun;
 
 // A socket listening on a free loopback port (the port stays taken while it lives).
 struct Listener {

@@ -22,10 +22,7 @@ using ddptest::Finished;
 using ddptest::lines;
 using ddptest::run;
 
-std::vector<std::string> ddprun(std::vector<std::string> args) {
-  args.insert(args.begin(), DDPRUN_BIN);
-  return args;
-}
+using ddptest::ddprun;
 
 fs::path fresh_dir(const std::string& name) {
   fs::path d = ddptest::temp_path("torchrun-compat", name);

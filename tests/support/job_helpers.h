@@ -11,10 +11,19 @@
 #include <iterator>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "support/process.h"
 
 namespace ddptest {
+
+#ifdef DDPRUN_BIN
+// The argv of `ddprun ARGS...` (test targets that define DDPRUN_BIN).
+inline std::vector<std::string> ddprun(std::vector<std::string> args) {
+  args.insert(args.begin(), DDPRUN_BIN);
+  return args;
+}
+#endif
 
 inline bool contains(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
