@@ -43,6 +43,15 @@ inline constexpr const char* kHeartbeatFile = "DDPRUN_HEARTBEAT_FILE";
 inline constexpr const char* kHeartbeatSlot = "DDPRUN_HEARTBEAT_SLOT";
 inline constexpr const char* kStandbyFd = "DDPRUN_STANDBY_FD";
 inline constexpr const char* kTimeoutS = "DDPRUN_TIMEOUT_S";      // collective timeout
+// --trace: the file this worker records into (channel/trace_format.h), the
+// step window "A:B" (steps A..B-1; either side may be empty), and the most
+// records it keeps.
+inline constexpr const char* kTraceFile = "DDPRUN_TRACE_FILE";
+inline constexpr const char* kTraceSteps = "DDPRUN_TRACE_STEPS";
+inline constexpr const char* kTraceCapacity = "DDPRUN_TRACE_CAPACITY";
+// Progress (heartbeat_layout.h): set when ddprun shows rank 0's progress
+// itself, so worker_lib's own progress printer stays quiet.
+inline constexpr const char* kProgressByAgent = "DDPRUN_PROGRESS_BY_AGENT";
 
 // Which interface PyTorch's Gloo and NCCL bind to (multi-node jobs).
 inline constexpr const char* kGlooSocketIfname = "GLOO_SOCKET_IFNAME";
@@ -50,7 +59,7 @@ inline constexpr const char* kNcclSocketIfname = "NCCL_SOCKET_IFNAME";
 
 // Per-job variables an outer ddprun may have left in the environment; a
 // job never inherits them.
-inline constexpr const char* kNeverInherited[] = {kNcclId, kHeartbeatFile, kHeartbeatSlot,
-                                                  kStandbyFd};
+inline constexpr const char* kNeverInherited[] = {kNcclId,    kHeartbeatFile, kHeartbeatSlot, kStandbyFd,
+                                                  kTraceFile, kTraceSteps,    kProgressByAgent};
 
 }  // namespace ddprun::channel

@@ -1,24 +1,105 @@
-// The agent ↔ worker contract, part 2: the heartbeat file. One 64-byte
-// line per local rank (no false sharing between workers); the first 8 bytes
-// are a counter the worker increments and the agent reads, both with
-// relaxed atomics. The agent creates the file; workers map their slot.
+// The agent ↔ worker contract, part 2: the heartbeat file. One 128-byte slot
+// per local rank (no false sharing between workers), mapped by the agent
+// (agent/heartbeat_table) and by each worker (worker_lib's ddp::Heartbeat):
+//
+//   bytes 0..7    beats: a counter the worker increments and the agent reads,
+//                 both with relaxed atomics (hang detection, standby warm-up);
+//   bytes 8..127  progress: what the training loop last reported (step,
+//                 epoch, loss, samples, checkpoints), written by the worker
+//                 under a sequence lock and read by the agent for the
+//                 progress line, the event log and `ddprun status`.
+//
+// The agent zeroes the file before each attempt: a zero progress block means
+// "nothing reported yet".
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace ddprun::channel {
 
-inline constexpr size_t kHeartbeatSlotBytes = 64;
+inline constexpr size_t kHeartbeatSlotBytes = 128;
 
 inline size_t heartbeat_file_bytes(int slots) {
   return static_cast<size_t>(slots) * kHeartbeatSlotBytes;
 }
 
+inline char* heartbeat_slot(void* map, int slot) {
+  return static_cast<char*>(map) + static_cast<size_t>(slot) * kHeartbeatSlotBytes;
+}
+
 // The counter of `slot` in a mapping of the file.
 inline uint64_t* heartbeat_counter(void* map, int slot) {
-  return reinterpret_cast<uint64_t*>(static_cast<char*>(map) +
-                                     static_cast<size_t>(slot) * kHeartbeatSlotBytes);
+  return reinterpret_cast<uint64_t*>(heartbeat_slot(map, slot));
+}
+
+// What a worker last reported of its training. Steps and epochs count from
+// 0; a field without its flag is unknown.
+struct Progress {
+  enum Flags : uint32_t {
+    kHasStep = 1u << 0,
+    kHasLoss = 1u << 1,
+    kHasTotalSteps = 1u << 2,
+    kHasSaved = 1u << 3,     // saved_step: newest checkpoint this rank wrote
+    kHasRestored = 1u << 4,  // restored_step: checkpoint this attempt resumed from
+    kHasEpoch = 1u << 5,
+  };
+  int64_t step = 0;         // the step the worker is on (or just finished)
+  int64_t total_steps = 0;  // for an ETA
+  int64_t samples = 0;      // samples of the whole job so far, as the program counts them
+  int64_t saved_step = 0;
+  int64_t restored_step = 0;
+  int64_t updated_ns = 0;   // CLOCK_MONOTONIC of the report
+  double loss = 0;
+  int32_t epoch = 0;
+  uint32_t flags = 0;
+};
+static_assert(sizeof(Progress) == 64);
+
+// The progress block of a slot: a sequence number (odd while a write is
+// under way) and the Progress it guards. One writer (the worker), one or
+// more readers (the agent); neither ever waits on the other.
+struct ProgressBlock {
+  uint64_t seq;
+  Progress value;
+};
+static_assert(sizeof(ProgressBlock) + 8 <= kHeartbeatSlotBytes);
+
+inline ProgressBlock* progress_block(void* map, int slot) {
+  return reinterpret_cast<ProgressBlock*>(heartbeat_slot(map, slot) + 8);
+}
+
+// The worker's write: seq odd, fields, seq even (release), so a reader
+// that sees the same even seq before and after its copy saw one report.
+inline void write_progress(ProgressBlock* block, const Progress& p) {
+  const uint64_t seq = __atomic_load_n(&block->seq, __ATOMIC_RELAXED);
+  __atomic_store_n(&block->seq, seq + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  // Field by field as relaxed atomics: a plain memcpy racing the reader's
+  // would be a data race (the seq check throws a torn copy away anyway).
+  const auto* src = reinterpret_cast<const uint64_t*>(&p);
+  auto* dst = reinterpret_cast<uint64_t*>(&block->value);
+  for (size_t i = 0; i < sizeof(Progress) / 8; ++i) __atomic_store_n(dst + i, src[i], __ATOMIC_RELAXED);
+  __atomic_store_n(&block->seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+// The agent's read: false when the worker was mid-write every try (it
+// then reads again on its next tick).
+inline bool read_progress(const ProgressBlock* block, Progress* out) {
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const uint64_t before = __atomic_load_n(&block->seq, __ATOMIC_ACQUIRE);
+    if (before & 1) continue;
+    uint64_t copy[sizeof(Progress) / 8];
+    const auto* src = reinterpret_cast<const uint64_t*>(&block->value);
+    for (size_t i = 0; i < sizeof(Progress) / 8; ++i) copy[i] = __atomic_load_n(src + i, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&block->seq, __ATOMIC_RELAXED) == before) {
+      std::memcpy(out, copy, sizeof(Progress));
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace ddprun::channel

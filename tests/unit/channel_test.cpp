@@ -35,7 +35,41 @@ TEST(Channel, ErrorFilesRoundTripAndTorchrunsFormsAreRead) {
 TEST(Channel, HeartbeatSlotsAreWholeCacheLines) {
   alignas(64) char table[3 * kHeartbeatSlotBytes] = {};
   EXPECT_EQ(heartbeat_file_bytes(3), sizeof(table));
-  EXPECT_EQ(reinterpret_cast<char*>(heartbeat_counter(table, 2)) - table, 128);
+  EXPECT_EQ(reinterpret_cast<char*>(heartbeat_counter(table, 2)) - table, 2 * 128);
+  // Progress sits after the counter, inside its own slot.
+  const char* block = reinterpret_cast<char*>(progress_block(table, 1));
+  EXPECT_EQ(block - table, 128 + 8);
+  EXPECT_LE(block + sizeof(ProgressBlock) - table, 2 * 128);
+}
+
+TEST(Channel, ProgressReadsBackWhatWasWritten) {
+  alignas(64) char table[2 * kHeartbeatSlotBytes] = {};
+  Progress none;
+  ASSERT_TRUE(read_progress(progress_block(table, 0), &none));
+  EXPECT_EQ(none.flags, 0u);  // a zeroed file: nothing reported
+  Progress p;
+  p.step = 41;
+  p.loss = 0.25;
+  p.epoch = 3;
+  p.saved_step = 40;
+  p.flags = Progress::kHasStep | Progress::kHasLoss | Progress::kHasSaved;
+  write_progress(progress_block(table, 1), p);
+  write_progress(progress_block(table, 1), p);
+  Progress got;
+  ASSERT_TRUE(read_progress(progress_block(table, 1), &got));
+  EXPECT_EQ(got.step, 41);
+  EXPECT_EQ(got.loss, 0.25);
+  EXPECT_EQ(got.epoch, 3);
+  EXPECT_EQ(got.saved_step, 40);
+  EXPECT_EQ(got.flags, p.flags);
+  EXPECT_EQ(progress_block(table, 1)->seq, 4u);
+  // The other slot and the beat counter are untouched.
+  EXPECT_EQ(*heartbeat_counter(table, 1), 0u);
+  ASSERT_TRUE(read_progress(progress_block(table, 0), &none));
+  EXPECT_EQ(none.flags, 0u);
+  // A write under way (odd seq) is never read as a report.
+  progress_block(table, 1)->seq = 5;
+  EXPECT_FALSE(read_progress(progress_block(table, 1), &got));
 }
 
 }  // namespace

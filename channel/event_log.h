@@ -1,0 +1,35 @@
+// The agent's event log: one JSON object per line, in --log-dir
+// (<run dir>/events.jsonl) and, with --trace, in the trace folder
+// (<node>/events.jsonl), where the merger turns them into instant events on
+// an agent track. Written by agent/, read by trace/ and by tests: both name
+// events and fields only through these constants.
+//
+// Every line has: "time" (UTC, ISO 8601 with microseconds), "mono_ns"
+// (CLOCK_MONOTONIC of the agent's host), "node" (the agent's node id) and
+// "event" (one of the names below); the rest depends on the event.
+#pragma once
+
+namespace ddprun::channel::events {
+
+// Field names every line has.
+inline constexpr const char* kTime = "time";
+inline constexpr const char* kMonoNs = "mono_ns";
+inline constexpr const char* kNode = "node";
+inline constexpr const char* kEvent = "event";
+
+// Events (their own fields in the comment).
+inline constexpr const char* kJobStart = "job_start";     // run_id, nproc, program
+inline constexpr const char* kRound = "round";            // round, node_rank, num_nodes, world_size, restart_count, lost_nodes
+inline constexpr const char* kSpawn = "spawn";            // attempt, rank, local_rank, pid, standby (bool)
+inline constexpr const char* kExit = "exit";              // attempt, rank, local_rank, pid, exit_code | signal
+inline constexpr const char* kFailure = "failure";        // attempt, rank, local_rank, exit_code | signal, root_cause, message
+inline constexpr const char* kHang = "hang";              // attempt, rank, local_rank, silent_s
+inline constexpr const char* kRestart = "restart";        // attempt, restart_count, max_restarts, reason
+inline constexpr const char* kNodeLost = "node_lost";     // nodes
+inline constexpr const char* kCheckpointSaved = "checkpoint_saved";       // attempt, rank, step
+inline constexpr const char* kCheckpointRestored = "checkpoint_restored"; // attempt, rank, step
+inline constexpr const char* kJobEnd = "job_end";         // exit_code, detail
+
+inline constexpr const char* kFileName = "events.jsonl";
+
+}  // namespace ddprun::channel::events
