@@ -40,10 +40,16 @@ uint64_t HeartbeatTable::read(int slot) const {
   return __atomic_load_n(counter, __ATOMIC_RELAXED);
 }
 
+bool HeartbeatTable::progress(int slot, channel::Progress* out) const {
+  return channel::read_progress(channel::progress_block(map_, slot), out);
+}
+
 void HeartbeatTable::reset() {
+  // The whole slot, counter and progress: no worker of the next attempt runs
+  // yet (a waiting standby neither beats nor reports).
   for (int i = 0; i < slots_; ++i) {
-    auto* counter = channel::heartbeat_counter(map_, i);
-    __atomic_store_n(counter, 0, __ATOMIC_RELAXED);
+    auto* words = reinterpret_cast<uint64_t*>(channel::heartbeat_slot(map_, i));
+    for (size_t w = 0; w < channel::kHeartbeatSlotBytes / 8; ++w) __atomic_store_n(words + w, 0, __ATOMIC_RELAXED);
   }
 }
 

@@ -1,10 +1,13 @@
-// The agent's side of hang detection: a small file of one 64-byte counter
-// per local worker, mapped by the agent and by each worker (worker_lib's
-// ddp::Heartbeat). Workers increment; the agent watches the counters move.
+// The agent's side of hang detection and progress: a small file of one
+// slot per local worker (channel/heartbeat_layout.h), mapped by the agent
+// and by each worker (worker_lib's ddp::Heartbeat). Workers increment their
+// counter and report their progress; the agent watches both.
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "channel/heartbeat_layout.h"
 
 namespace ddprun {
 
@@ -19,6 +22,9 @@ class HeartbeatTable {
 
   const std::string& path() const { return path_; }
   uint64_t read(int slot) const;
+  // What the worker in `slot` last reported; false when it was mid-write
+  // (try again on the next tick). Nothing reported: flags == 0.
+  bool progress(int slot, channel::Progress* out) const;
   void reset();  // every counter back to 0, before a new attempt starts
 
  private:
