@@ -11,8 +11,12 @@
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
+#include <mutex>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 #include <thread>
+
+#include "channel/event_log.h"
 
 namespace ddprun {
 namespace {
@@ -51,7 +55,23 @@ std::string make_temp_dir(const std::string& run_id) {
   return pattern;
 }
 
+// Put first among the logger's sinks while the status line shows: wipes it
+// before each of ddprun's own lines (the next tick draws it again).
+class StatusWipingSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit StatusWipingSink(Console* console) : console_(console) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg&) override { console_->hide_status(); }
+  void flush_() override {}
+
+ private:
+  Console* console_;
+};
+
 }  // namespace
+
+namespace ev = channel::events;
 
 Agent::Agent(AgentConfig config, RendezvousClient& rdzv, SignalChannel& signals,
              std::function<size_t()> nodes_in_rendezvous)
@@ -59,7 +79,8 @@ Agent::Agent(AgentConfig config, RendezvousClient& rdzv, SignalChannel& signals,
       rdzv_(rdzv),
       signals_(signals),
       nodes_in_rendezvous_(std::move(nodes_in_rendezvous)),
-      node_id_(cfg_.host + ":" + std::to_string(getpid())) {}
+      node_id_(cfg_.host + ":" + std::to_string(getpid())),
+      events_(node_id_) {}
 
 Agent::~Agent() {
   dismiss_standbys();
@@ -89,6 +110,7 @@ void Agent::prepare_files() {
   if (!cfg_.log_dir.empty()) {
     files_dir_ = make_run_dir(cfg_.log_dir, cfg_.run_id);
     spdlog::info("worker logs are in {}", files_dir_);
+    events_.add_file(files_dir_ + "/" + ev::kFileName);
   } else {
     files_dir_ = make_temp_dir(cfg_.run_id);
     files_dir_is_temp_ = !wants_files_;
@@ -112,10 +134,9 @@ void Agent::prepare_files() {
       spdlog::debug("local rank {}: CPUs {} (--numa-binding {})", lr, cpus, cfg_.numa_binding);
     }
   }
-  // Heartbeats: for hang detection, and to know when standbys may start.
-  if (cfg_.hang_timeout.count() > 0 || cfg_.standby) {
-    heartbeats_ = std::make_unique<HeartbeatTable>(files_dir_ + "/heartbeat", cfg_.nproc);
-  }
+  // Heartbeats: for hang detection (with --hang-timeout), to know when
+  // standbys may start, and the workers' progress (always).
+  heartbeats_ = std::make_unique<HeartbeatTable>(files_dir_ + "/heartbeat", cfg_.nproc);
 }
 
 std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& joined) {
@@ -137,6 +158,8 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
   job.local_ifname = cfg_.local_ifname;
   job.heartbeat_file = heartbeats_ ? heartbeats_->path() : "";
   job.agent_store = static_cast<bool>(fresh_key_space_);
+  job.progress_by_agent = a.first_global_rank == 0 &&
+                          (progress_on_terminal_ || cfg_.progress_interval.count() > 0);
 
   std::vector<WorkerLaunch> launches;
   for (int lr = 0; lr < cfg_.nproc; ++lr) {
@@ -288,6 +311,12 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   for (const auto& lost : a.lost_since_last_round) {
     spdlog::warn("node {} was lost; the job goes on without it", lost);
   }
+  events_.write(ev::kRound, {{"round", a.round}, {"node_rank", a.node_rank}, {"num_nodes", a.num_nodes},
+                             {"world_size", a.world_size}, {"restart_count", a.restart_count},
+                             {"lost_nodes", a.lost_since_last_round}});
+  if (!a.lost_since_last_round.empty()) {
+    events_.write(ev::kNodeLost, {{"nodes", a.lost_since_last_round}});
+  }
   auto log = cfg_.rdzv.max_nodes > 1 ? spdlog::level::info : spdlog::level::debug;
   spdlog::log(log, "round {}: node rank {} of {}, ranks {}..{} of {}", a.round, a.node_rank,
               a.num_nodes, a.first_global_rank, a.first_global_rank + cfg_.nproc - 1, a.world_size);
@@ -305,6 +334,13 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   go.heartbeats = heartbeats_.get();
   go.hang_timeout = cfg_.hang_timeout;
   go.monitor_interval = cfg_.monitor_interval;
+  go.events = &events_;
+  go.attempt = attempt;
+  seen_.assign(cfg_.nproc, channel::Progress{});
+  meter_.reset();
+  logged_step_ = -1;
+  last_progress_log_ = std::chrono::steady_clock::now();
+  go.on_monitor = [this, attempt, &a] { watch_progress(attempt, a); };
   if (cfg_.standby && life.can_restart()) {
     // Once every worker is past its start (it beats), warm up the next set.
     go.on_all_beating = [this, attempt, &joined] { spawn_standbys(attempt + 1, joined); };
@@ -327,6 +363,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   if (heartbeats_) heartbeats_->reset();
   WorkerGroup group(std::move(launches), signals_, go);
   GroupResult result = group.run();
+  if (console_err_) console_err_->clear_status();
   // Every local worker is gone: its keys in the store this node hosts go too.
   if (fresh_key_space_) fresh_key_space_();
 
@@ -348,12 +385,86 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
     ctx.python = cfg_.python;
     write_all(cfg_.console_err_fd, format_failure_summary(result.failures, ctx));
   }
+  if (end.outcome == GroupEnd::kWorkerFailed && !result.failures.empty()) {
+    // The root cause, as the summary names it.
+    const WorkerExit& root = root_cause(result.failures);
+    nlohmann::json f = {{"attempt", attempt}, {"rank", root.rank}, {"local_rank", root.local_rank},
+                        {"root_cause", true}, {"message", root.error_message.empty()
+                                                              ? describe_exit(root)
+                                                              : root.error_message}};
+    if (root.signal != 0) {
+      f["signal"] = signal_name(root.signal);
+    } else {
+      f["exit_code"] = root.exit_code;
+    }
+    events_.write(ev::kFailure, std::move(f));
+  }
   log_losses_.insert(log_losses_.end(), result.log_losses.begin(), result.log_losses.end());
   if (end.outcome == GroupEnd::kWorkerFailed && life.can_restart()) {
     spdlog::warn("restarting the workers (restart {} of {}{})", a.restart_count + 1,
                  cfg_.rdzv.max_restarts, standbys_.empty() ? "" : ", from standby");
+    events_.write(ev::kRestart, {{"attempt", attempt + 1}, {"restart_count", a.restart_count + 1},
+                                 {"max_restarts", cfg_.rdzv.max_restarts},
+                                 {"reason", "worker failure"}});
   }
   return end;
+}
+
+void Agent::watch_progress(int attempt, const Assignment& a) {
+  using channel::Progress;
+  const auto now = std::chrono::steady_clock::now();
+  for (int lr = 0; lr < cfg_.nproc; ++lr) {
+    Progress p;
+    if (!heartbeats_->progress(lr, &p)) continue;  // mid-write: next tick
+    Progress& seen = seen_[lr];
+    const int rank = a.first_global_rank + lr;
+    auto changed = [&](Progress::Flags flag, int64_t Progress::*field) {
+      return (p.flags & flag) && (!(seen.flags & flag) || p.*field != seen.*field);
+    };
+    if (changed(Progress::kHasRestored, &Progress::restored_step)) {
+      events_.write(ev::kCheckpointRestored, {{"attempt", attempt}, {"rank", rank}, {"step", p.restored_step}});
+    }
+    if (changed(Progress::kHasSaved, &Progress::saved_step)) {
+      events_.write(ev::kCheckpointSaved, {{"attempt", attempt}, {"rank", rank}, {"step", p.saved_step}});
+    }
+    seen = p;
+    if (rank == 0) meter_.add(p);
+  }
+  if (a.first_global_rank != 0 || !meter_.any()) return;
+
+  const std::string line = format_progress(meter_.last(), meter_.rates());
+  if (line.empty()) return;
+  if (progress_on_terminal_) {
+    // At most 4 draws a second (each one a write to the terminal).
+    if (now - last_status_draw_ < std::chrono::milliseconds(250)) return;
+    last_status_draw_ = now;
+    console_err_->show_status(line);
+    return;
+  }
+  if (cfg_.progress_interval.count() == 0 || now - last_progress_log_ < cfg_.progress_interval) return;
+  const auto& p = meter_.last();
+  if (!(p.flags & channel::Progress::kHasStep) || p.step == logged_step_) return;
+  last_progress_log_ = now;
+  logged_step_ = p.step;
+  spdlog::info("progress: {}", line);
+}
+
+// A status line on a terminal stderr; ddprun's own lines wipe it first.
+void Agent::start_progress_display() {
+  progress_on_terminal_ = console_err_ != nullptr && isatty(cfg_.console_err_fd);
+  if (!progress_on_terminal_) return;
+  auto logger = spdlog::default_logger();
+  logger->sinks().insert(logger->sinks().begin(), std::make_shared<StatusWipingSink>(console_err_));
+}
+
+void Agent::stop_progress_display() {
+  if (!progress_on_terminal_) return;
+  console_err_->clear_status();
+  auto& sinks = spdlog::default_logger()->sinks();
+  sinks.erase(std::remove_if(sinks.begin(), sinks.end(),
+                             [](const auto& s) { return dynamic_cast<StatusWipingSink*>(s.get()); }),
+              sinks.end());
+  progress_on_terminal_ = false;
 }
 
 void Agent::leave(LeaveKind kind, const std::string& message) {
@@ -426,6 +537,9 @@ int Agent::run() {
   prepare_files();
   contain_processes();
   open_consoles();
+  start_progress_display();
+  events_.write(ev::kJobStart, {{"run_id", cfg_.run_id}, {"nproc", cfg_.nproc}, {"program", cfg_.program}});
+  std::string end_detail;
   if (cfg_.lease_timeout.count() > 0) {
     lease_ = std::make_unique<LeaseKeeper>(
         rdzv_, LeaseOptions{cfg_.run_id, node_id_, cfg_.keep_alive_interval, cfg_.lease_timeout});
@@ -449,6 +563,7 @@ int Agent::run() {
           act = life.on_group_end(run_workers(attempt++, *joined, life));
           break;
         case Action::kLeave:
+          end_detail = act.message;
           if (act.leave == LeaveKind::kFailed && cfg_.rdzv.max_nodes > 1) {
             spdlog::error("this node fails the job: {}", act.message);
           }
@@ -464,12 +579,16 @@ int Agent::run() {
       }
     }
     exit_code = act.exit_code;
+    if (!act.message.empty()) end_detail = act.message;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
+    end_detail = e.what();
     leave(LeaveKind::kFailed, e.what());
     exit_code = kExitWorkerFailed;
   }
 
+  stop_progress_display();
+  events_.write(ev::kJobEnd, {{"exit_code", exit_code}, {"detail", end_detail}});
   // Lost log lines do not change the exit code (the job did what it did),
   // but are never lost silently.
   write_all(cfg_.console_err_fd, format_log_losses(log_losses_));

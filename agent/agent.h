@@ -13,6 +13,8 @@
 #include "agent/agent_config.h"
 #include "agent/numa.h"
 #include "agent/console.h"
+#include "agent/event_log.h"
+#include "agent/progress.h"
 #include "agent/heartbeat_table.h"
 #include "agent/job_cgroup.h"
 #include "agent/lease_keeper.h"
@@ -46,6 +48,9 @@ class Agent {
   // Runs the job; returns ddprun's exit code. Failure summaries go to the
   // console's stderr.
   int run();
+  // Its event log: --log-dir's file is added by run(); others (--trace)
+  // may be added before.
+  EventLog& event_log() { return events_; }
 
  private:
   // A stop signal that arrived while no workers ran (0 if none).
@@ -64,6 +69,11 @@ class Agent {
   JoinEnd join_round(const JoinIntent& intent);
   GroupEnd run_workers(int attempt, const JoinResult& joined, Lifecycle& life);
   void leave(LeaveKind kind, const std::string& message);
+  // On the monitor's beat while workers run: checkpoints in the event log,
+  // rank 0's progress on the console. Never blocks.
+  void watch_progress(int attempt, const Assignment& a);
+  void start_progress_display();
+  void stop_progress_display();
   void await_others(LeaveKind how_this_node_left);
 
   AgentConfig cfg_;
@@ -86,6 +96,14 @@ class Agent {
   std::vector<LogLoss> log_losses_;  // of every attempt, told at the end
   int duplicate_fd_[2] = {-1, -1};   // filtered_std{out,err}.log (--duplicate-*-filters)
   std::vector<NumaPlacement> numa_;  // per local rank (--numa-binding)
+  EventLog events_;
+  // Progress: what each local rank last reported (for checkpoint events),
+  // and rank 0's reports, when this node runs it.
+  std::vector<channel::Progress> seen_;
+  ProgressMeter meter_;
+  bool progress_on_terminal_ = false;  // a status line on console_err_
+  std::chrono::steady_clock::time_point last_progress_log_{}, last_status_draw_{};
+  int64_t logged_step_ = -1;
 };
 
 }  // namespace ddprun

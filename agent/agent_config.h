@@ -54,6 +54,10 @@ struct AgentConfig {
   // A worker whose heartbeat (worker_lib) stops for this long counts as
   // failed; 0 turns hang detection off.
   std::chrono::milliseconds hang_timeout{0};
+  // Rank 0's progress (heartbeat_layout.h), shown by the agent that runs
+  // it: on a terminal stderr a status line under the output; elsewhere a
+  // log line this often when the step moved (0: none).
+  std::chrono::milliseconds progress_interval{std::chrono::seconds(10)};
   // Keep a warm set of workers for the next restart: worker_lib programs
   // wait in ddp::init(); Python scripts run under standby_argv (an
   // interpreter that imports torch, then waits), warmed standby_warmup

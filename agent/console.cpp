@@ -32,8 +32,47 @@ Console::~Console() {
   if (owned_) close(fd_);
 }
 
+// Best effort, without waiting: a terminal that takes nothing now shows a
+// stale (or no) status line until the next draw.
+static void write_control(int fd, std::string_view s) {
+  ssize_t n;
+  do {
+    n = write(fd, s.data(), s.size());
+  } while (n < 0 && errno == EINTR);
+}
+
+void Console::wipe_status_locked() {
+  if (!status_shown_) return;
+  write_control(fd_, "\r\033[K");
+  status_shown_ = false;
+}
+
+void Console::show_status(const std::string& line) {
+  std::lock_guard lock(status_mu_);
+  if (mid_line_ != nullptr) return;  // a worker's line is half out: not now
+  if (status_shown_ && line == status_) return;
+  status_ = line;
+  write_control(fd_, "\r\033[K" + line);
+  status_shown_ = true;
+}
+
+void Console::hide_status() {
+  std::lock_guard lock(status_mu_);
+  wipe_status_locked();
+}
+
+void Console::clear_status() {
+  std::lock_guard lock(status_mu_);
+  wipe_status_locked();
+  status_.clear();
+}
+
 size_t Console::write_some(const void* writer, std::string_view data) {
   if (data.empty() || (mid_line_ != nullptr && mid_line_ != writer)) return 0;
+  {
+    std::lock_guard lock(status_mu_);
+    wipe_status_locked();
+  }
   if (pipe_size_ > kReserve) {
     // What the pipe holds unread (FIONREAD works on either end).
     int unread = 0;

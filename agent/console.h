@@ -5,6 +5,8 @@
 // worker's output (bounded, see WorkerOutput) until it does.
 #pragma once
 
+#include <mutex>
+#include <string>
 #include <string_view>
 
 namespace ddprun {
@@ -40,12 +42,27 @@ class Console {
     if (mid_line_ == writer) mid_line_ = nullptr;
   }
 
+  // A status line kept under the output (a terminal only): show_status
+  // draws it (or redraws a changed one); anything written after wipes it
+  // first ("\r\033[K"), and the next show_status draws it again. For
+  // ddprun's own lines, written past this class, hide_status wipes it
+  // (safe from any thread). clear_status wipes it for good.
+  void show_status(const std::string& line);
+  void hide_status();
+  void clear_status();
+
  private:
   int fd_ = -1;
   bool owned_ = false;   // fd_ is our own description (closed by us)
   bool socket_ = false;  // written with send(MSG_DONTWAIT)
   int pipe_size_ = 0;    // a pipe's capacity (F_GETPIPE_SZ), 0 for others
   const void* mid_line_ = nullptr;  // the writer whose line is half out
+  // The status line: written and wiped under status_mu_ (spdlog may wipe
+  // it from another thread).
+  void wipe_status_locked();
+  std::mutex status_mu_;
+  std::string status_;
+  bool status_shown_ = false;
 };
 
 }  // namespace ddprun

@@ -55,6 +55,7 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id, co
     v[ch::kHeartbeatFile] = job.heartbeat_file;
     v[ch::kHeartbeatSlot] = s(id.local_rank);
   }
+  if (job.progress_by_agent && id.rank == 0) v[ch::kProgressByAgent] = "1";
   return v;
 }
 

@@ -78,7 +78,14 @@ bool lacks_torch(const WorkerExit& e) {
   return false;
 }
 
+// The order of failures: root cause first.
+bool earlier(const WorkerExit& a, const WorkerExit& b) { return a.time < b.time; }
+
 }  // namespace
+
+const WorkerExit& root_cause(const std::vector<WorkerExit>& failures) {
+  return *std::min_element(failures.begin(), failures.end(), earlier);
+}
 
 std::string describe_exit(const WorkerExit& e) {
   if (!e.reason.empty()) return e.reason;
@@ -143,8 +150,7 @@ std::string format_log_losses(const std::vector<LogLoss>& losses) {
 }
 
 std::string format_failure_summary(std::vector<WorkerExit> failures, const SummaryContext& ctx) {
-  std::stable_sort(failures.begin(), failures.end(),
-                   [](const WorkerExit& a, const WorkerExit& b) { return a.time < b.time; });
+  std::stable_sort(failures.begin(), failures.end(), earlier);
   std::ostringstream os;
   os << "ddprun: job " << ctx.run_id << (failures.empty() ? "" : " failed");
   if (!ctx.stop_reason.empty()) os << (failures.empty() ? " " : " (") << ctx.stop_reason

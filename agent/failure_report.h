@@ -61,6 +61,10 @@ struct SummaryContext {
   std::string python = "";
 };
 
+// The root cause among failures (not empty, need not be sorted): the
+// earliest, the first of those equally early. The summary names the same.
+const WorkerExit& root_cause(const std::vector<WorkerExit>& failures);
+
 // Multi-line summary; failures need not be sorted. Stderr lines that the
 // error file's message holds already (a traceback) are not shown twice.
 // When a worker said "No module named 'torch'", a hint names the

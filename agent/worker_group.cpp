@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "agent/job_cgroup.h"
+#include "channel/event_log.h"
 
 #include <spdlog/spdlog.h>
 
@@ -57,11 +58,13 @@ void WorkerGroup::start_all() {
     // A standby is already running, waiting in ddp::init(): tell it who it
     // is and take over its process. One that died meanwhile is replaced.
     SpawnedProcess p;
+    bool from_standby = false;
     if (launch.standby) {
       try {
         release_standby(*launch.standby, launch.vars);
         p = launch.standby->process;
         launch.standby->process = SpawnedProcess{};
+        from_standby = true;
       } catch (const SpawnError& e) {
         spdlog::warn("{}; starting a fresh worker instead", e.what());
         dismiss_standby(*launch.standby);
@@ -73,6 +76,12 @@ void WorkerGroup::start_all() {
     w->fds[0] = p.stdout_fd;
     w->fds[1] = p.stderr_fd;
     w->cgroup = p.cgroup;
+    if (options_.events) {
+      options_.events->write(channel::events::kSpawn,
+                             {{"attempt", options_.attempt}, {"rank", launch.id.rank},
+                              {"local_rank", launch.id.local_rank}, {"pid", p.pid},
+                              {"standby", from_standby}});
+    }
     workers_.push_back(std::move(w));
   }
 }
@@ -127,6 +136,11 @@ void WorkerGroup::record_hung(const GroupCommand& kill) {
            std::chrono::duration_cast<std::chrono::system_clock::duration>(kill.silent);
   e.reason = kill.why;
   spdlog::warn("rank {} (pid {}) {}; killing it and stopping the other workers", e.rank, e.pid, e.reason);
+  if (options_.events) {
+    options_.events->write(channel::events::kHang,
+                           {{"attempt", options_.attempt}, {"rank", e.rank}, {"local_rank", e.local_rank},
+                            {"silent_s", kill.silent.count() / 1000.0}});
+  }
   result_.failures.push_back(std::move(e));
 }
 
@@ -199,6 +213,16 @@ void WorkerGroup::reap() {
     } else {
       e.exit_code = WEXITSTATUS(status);
     }
+    if (options_.events) {
+      nlohmann::json f = {{"attempt", options_.attempt}, {"rank", e.rank},
+                          {"local_rank", e.local_rank}, {"pid", e.pid}};
+      if (e.signal != 0) {
+        f["signal"] = signal_name(e.signal);
+      } else {
+        f["exit_code"] = e.exit_code;
+      }
+      options_.events->write(channel::events::kExit, std::move(f));
+    }
     const bool was_stopping = policy_->stopping();
     if (policy_->on_exit(static_cast<int>(i), e.failed(), failed_on_its_own(w, e)) !=
         WorkerEnd::kFailed) {
@@ -267,6 +291,23 @@ void WorkerGroup::check_control() {
   }
 }
 
+// The agent's look at the workers' progress, on the monitor's beat.
+void WorkerGroup::check_monitor() {
+  if (!options_.on_monitor) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_monitor_) return;
+  next_monitor_ = now + options_.monitor_interval;
+  options_.on_monitor();
+}
+
+// How long poll may wait: the policy's limit, and the monitor's next beat.
+static int with_monitor(int policy_ms, bool monitoring, std::chrono::steady_clock::time_point next) {
+  if (!monitoring) return policy_ms;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(next - std::chrono::steady_clock::now());
+  const int ms = static_cast<int>(std::max<int64_t>(0, left.count()));
+  return policy_ms < 0 ? ms : std::min(policy_ms, ms);
+}
+
 GroupResult WorkerGroup::run() {
   GroupPolicyOptions po;
   po.stop_timeout = options_.stop_timeout;
@@ -305,7 +346,8 @@ GroupResult WorkerGroup::run() {
     for (auto& w : workers_) {
       for (Console* c : w->output->waiting_consoles()) fds.push_back({c->fd(), POLLOUT, 0});
     }
-    const int timeout_ms = policy_->poll_timeout_ms(std::chrono::steady_clock::now());
+    const int timeout_ms = with_monitor(policy_->poll_timeout_ms(std::chrono::steady_clock::now()),
+                                        static_cast<bool>(options_.on_monitor), next_monitor_);
     int n = poll(fds.data(), fds.size(), timeout_ms);
     if (n < 0 && errno != EINTR) throw std::runtime_error("poll failed");
 
@@ -342,6 +384,7 @@ GroupResult WorkerGroup::run() {
     }
     if (control && (fds[1].revents & POLLIN)) check_control();
     check_heartbeats();
+    check_monitor();
     auto ticked = policy_->on_tick(std::chrono::steady_clock::now());
     if (!ticked.empty() && ticked.front().kind == GroupCommand::kSignalRunning) {
       spdlog::warn("workers still running {} ms after being asked to stop: sending SIGKILL",

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "agent/env.h"
+#include "agent/event_log.h"
 #include "agent/failure_report.h"
 #include "agent/group_policy.h"
 #include "agent/heartbeat_table.h"
@@ -63,6 +64,12 @@ struct GroupOptions {
   // job failed), or nullopt.
   int control_fd = -1;
   std::function<std::optional<std::string>()> on_control;
+  // The event log (spawn, exit, hang) and the attempt its lines name.
+  EventLog* events = nullptr;
+  int attempt = 0;
+  // Called about every monitor_interval while the workers run (the agent
+  // reads their progress); must not block.
+  std::function<void()> on_monitor;
 };
 
 class WorkerGroup {
@@ -82,6 +89,7 @@ class WorkerGroup {
   void drain(Worker& w, bool until_eof);
   void check_heartbeats();
   void check_control();
+  void check_monitor();
   // Gives a console that is slow, not stalled, the lines it has not taken
   // yet: waits while it takes some within a second, for at most `limit`.
   void drain_consoles(std::chrono::milliseconds limit);
@@ -95,6 +103,7 @@ class WorkerGroup {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<GroupPolicy> policy_;  // made when the workers start
   GroupResult result_;
+  std::chrono::steady_clock::time_point next_monitor_{};
 };
 
 }  // namespace ddprun

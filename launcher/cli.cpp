@@ -338,6 +338,7 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   CliOptions o;
   std::string nnodes = "1", node_rank, endpoint, rdzv_conf, tee, redirects, rdzv_host;
   std::string max_restarts = "0", monitor = "0.1", stop_timeout = "10", hang_timeout = "0", master_port = "0";
+  std::string progress_interval = "10";
   std::string shutdown_timeout, local_ranks_filter, dup_stdout, dup_stderr, signals;
 
   auto* g = "Workers";
@@ -447,6 +448,12 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   app.add_option("--hang-timeout,--hang_timeout", hang_timeout,
                  "Seconds without a heartbeat from a worker_lib worker before it counts as hung "
                  "[default: 0, off]")
+      ->type_name("SECONDS")
+      ->group(g);
+
+  app.add_option("--progress-interval,--progress_interval", progress_interval,
+                 "Seconds between the progress lines rank 0's progress makes when stderr is not "
+                 "a terminal (on a terminal: a status line) [default: 10; 0: off]")
       ->type_name("SECONDS")
       ->group(g);
 
@@ -595,6 +602,7 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   o.duplicate_stderr_filters = parse_filters(dup_stderr);
   if (!signals.empty()) o.signals_to_handle = parse_signals(signals);
   o.hang_timeout_s = parse_seconds("--hang-timeout", hang_timeout, true);
+  o.progress_interval_s = parse_seconds("--progress-interval", progress_interval, true);
   o.master_port = parse_int("--master-port", master_port, 0, 65535);
   if (o.master_addr.empty()) throw UsageError("--master-addr: must not be empty");
   if (!tee.empty()) o.tee = parse_std_selection("--tee", tee);

@@ -42,6 +42,7 @@ struct CliOptions {
   double monitor_interval_s = 0.1;
   double stop_timeout_s = 10;
   double hang_timeout_s = 0;  // 0: no hang detection
+  double progress_interval_s = 10;  // 0: no progress lines (the terminal's status line stays)
   bool standby = false;     // --standby: the default with --max-restarts > 0
   bool no_standby = false;  // --no-standby
   std::string log_dir;

@@ -103,6 +103,10 @@ TEST(Cli, BadValuesNameTheFlagAndTheValue) {
             "--monitor-interval: must be greater than 0, got 0");
   EXPECT_EQ(error_of({"--monitor-interval", "soon", "p"}),
             "--monitor-interval: expected a number of seconds, got 'soon'");
+  EXPECT_EQ(error_of({"--progress-interval", "-1", "p"}),
+            "--progress-interval: must be at least 0, got -1");
+  EXPECT_EQ(error_of({"--progress-interval", "often", "p"}),
+            "--progress-interval: expected a number of seconds, got 'often'");
   EXPECT_NE(error_of({"--tee", "5", "p"}).find("--tee: expected 0 (none)"), std::string::npos);
   EXPECT_EQ(error_of({"--rdzv-conf", "bogus=1", "p"}),
             "--rdzv-conf: unknown key 'bogus' (known: join_timeout, last_call_timeout, "
@@ -230,6 +234,13 @@ TEST(Plan, CarriesSettingsToTheAgent) {
   EXPECT_EQ(plan.agent.nproc, 3);
   EXPECT_EQ(plan.agent.rdzv.max_restarts, 2);
   EXPECT_EQ(plan.agent.stop_timeout.count(), 1500);
+  EXPECT_EQ(plan.agent.progress_interval.count(), 10000);  // the default
+  EXPECT_EQ(make_launch_plan(parse({"--progress-interval", "0.5", "true"}), facts(2, 1))
+                .agent.progress_interval.count(),
+            500);
+  EXPECT_EQ(make_launch_plan(parse({"--progress-interval", "0", "true"}), facts(2, 1))
+                .agent.progress_interval.count(),
+            0);
   EXPECT_EQ(plan.agent.role, "trainer");
   EXPECT_EQ(plan.agent.run_id, "abc");
   EXPECT_EQ(plan.agent.master_addr, "10.0.0.1");

@@ -143,6 +143,14 @@ TEST(WorkerEnv, TheAgentsStoreIsAnnouncedOnlyWhenTheAgentHostsIt) {
   EXPECT_EQ(worker_variables(WorkerIdentity{}, j, "e").at("TORCHELASTIC_USE_AGENT_STORE"), "True");
 }
 
+TEST(WorkerEnv, OnlyRank0IsToldTheAgentShowsItsProgress) {
+  JobEnv j = job();
+  EXPECT_EQ(worker_variables(WorkerIdentity{0, 0, 2, 2, 0, 1}, j, "e").count("DDPRUN_PROGRESS_BY_AGENT"), 0u);
+  j.progress_by_agent = true;
+  EXPECT_EQ(worker_variables(WorkerIdentity{0, 0, 2, 2, 0, 1}, j, "e").at("DDPRUN_PROGRESS_BY_AGENT"), "1");
+  EXPECT_EQ(worker_variables(WorkerIdentity{1, 1, 2, 2, 0, 1}, j, "e").count("DDPRUN_PROGRESS_BY_AGENT"), 0u);
+}
+
 TEST(LaunchInfo, ReadsTheStoreVariablesOfAnyLauncher) {
   ddp::LaunchInfo info = ddp::read_launch_info(env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"},
                                                        {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"},

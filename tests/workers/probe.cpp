@@ -24,6 +24,13 @@
 //                      (a message and a stderr line full of escape sequences)
 //   beat MODE...       beat the heartbeat (DDPRUN_HEARTBEAT_FILE) every 20 ms
 //                      from a thread, and do MODE... as above
+//   progress STEPS MS [fail-first]  a training loop without LibTorch: print
+//                      "step N" and report it in its heartbeat slot
+//                      (channel::write_progress) every MS ms, with a total,
+//                      samples (64 a step), loss, epoch (10 steps each) and a
+//                      checkpoint saved every 5 steps; a restart reports it
+//                      restored step 4 and goes on from 5. fail-first: the
+//                      first attempt exits 7 after step 7
 //   leave-child FILE MODE...  first start a grandchild that leaves the
 //                      worker's session (setsid), ignores SIGTERM, SIGINT and
 //                      SIGHUP, writes its pid to FILE and sleeps for ever;
@@ -40,6 +47,11 @@
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "channel/heartbeat_layout.h"
 #include "ddp/error_file.h"
 #include "ddp/heartbeat.h"
 #include "ddp/standby.h"
@@ -144,6 +156,50 @@ int main(int argc, char** argv) {
 }
 
 namespace {
+
+int report_progress(int steps, int step_ms, bool fail_first) {
+  namespace ch = ddprun::channel;
+  const char* file = getenv("DDPRUN_HEARTBEAT_FILE");
+  const char* slot = getenv("DDPRUN_HEARTBEAT_SLOT");
+  if (!file || !slot) return 5;
+  const int fd = open(file, O_RDWR | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) return 5;
+  void* map = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) return 5;
+  ch::ProgressBlock* block = ch::progress_block(map, atoi(slot));
+  const int attempt = env_int("TORCHELASTIC_RESTART_COUNT");
+  ch::Progress p;
+  p.total_steps = steps;
+  p.flags = ch::Progress::kHasStep | ch::Progress::kHasTotalSteps | ch::Progress::kHasLoss |
+            ch::Progress::kHasEpoch;
+  int start = 0;
+  if (attempt > 0) {
+    p.restored_step = 4;
+    p.saved_step = 4;
+    p.flags |= ch::Progress::kHasRestored | ch::Progress::kHasSaved;
+    start = 5;
+  }
+  for (int step = start; step < steps; ++step) {
+    p.step = step;
+    p.samples = (step + 1) * 64;
+    p.loss = 1.0 / (step + 1);
+    p.epoch = step / 10;
+    if (step % 5 == 4) {
+      p.saved_step = step;
+      p.flags |= ch::Progress::kHasSaved;
+    }
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    p.updated_ns = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+    ch::write_progress(block, p);
+    say(1, "step " + std::to_string(step) + "\n");
+    if (fail_first && attempt == 0 && step == 7) return 7;
+    std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));  // the step's "work"
+  }
+  return 0;
+}
 
 int run_mode(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "env";
@@ -264,6 +320,9 @@ int run_mode(int argc, char** argv) {
     }).detach();
     argv[1] = argv[0];
     return run_mode(argc - 1, argv + 1);
+  }
+  if (mode == "progress" && argc > 3) {
+    return report_progress(atoi(argv[2]), atoi(argv[3]), argc > 4 && std::string(argv[4]) == "fail-first");
   }
   if (mode == "leave-child" && argc > 3) {
     leave_child(argv[2]);
