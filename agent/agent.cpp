@@ -363,6 +363,8 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   if (heartbeats_) heartbeats_->reset();
   WorkerGroup group(std::move(launches), signals_, go);
   GroupResult result = group.run();
+  // A checkpoint saved just before the end, since the last tick.
+  watch_progress(attempt, a);
   if (console_err_) console_err_->clear_status();
   // Every local worker is gone: its keys in the store this node hosts go too.
   if (fresh_key_space_) fresh_key_space_();
@@ -394,7 +396,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
                                                               : root.error_message}};
     if (root.signal != 0) {
       f["signal"] = signal_name(root.signal);
-    } else {
+    } else if (root.reason.empty()) {  // a hung worker has neither: its message says why
       f["exit_code"] = root.exit_code;
     }
     events_.write(ev::kFailure, std::move(f));

@@ -30,6 +30,10 @@ inline constexpr const char* kCheckpointSaved = "checkpoint_saved";       // att
 inline constexpr const char* kCheckpointRestored = "checkpoint_restored"; // attempt, rank, step
 inline constexpr const char* kJobEnd = "job_end";         // exit_code, detail
 
+// Field values: "signal" is the signal's name ("SIGTERM"); "failure" has
+// neither exit_code nor signal for a worker ddprun judged hung (its
+// "message" says why); "root_cause" is true (the failure the summary names).
+
 inline constexpr const char* kFileName = "events.jsonl";
 
 }  // namespace ddprun::channel::events

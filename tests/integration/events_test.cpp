@@ -170,6 +170,21 @@ TEST(Progress, IntervalZeroLogsNoProgress) {
   EXPECT_FALSE(contains(f.err, "progress:")) << f.err;
 }
 
+// The heartbeat table is there for progress whatever --hang-timeout says:
+// hang detection stays off without it.
+TEST(Progress, SlowStepsAreNoHangWithoutHangTimeout) {
+  // Three beats, 600 ms apart.
+  Finished f = ddptest::run({DDPRUN_BIN, "--nproc", "1", "--monitor-interval", "0.02", PROBE_BIN,
+                             "progress", "3", "600"});
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_FALSE(contains(f.err, "hung")) << f.err;
+  // With it, the same worker is hung (the check above can fail).
+  f = ddptest::run({DDPRUN_BIN, "--nproc", "1", "--monitor-interval", "0.02", "--hang-timeout", "0.3",
+                    PROBE_BIN, "progress", "3", "600"});
+  EXPECT_EQ(f.exit_code, 1) << f.err;
+  EXPECT_TRUE(contains(f.err, "hung: no heartbeat for")) << f.err;
+}
+
 // ddprun under a pseudo-terminal: the status line is drawn, and worker
 // lines come out whole, each starting on a wiped line.
 TEST(Progress, OnATerminalAStatusLineStaysUnderTheOutput) {

@@ -26,7 +26,7 @@
 //                      from a thread, and do MODE... as above
 //   progress STEPS MS [fail-first]  a training loop without LibTorch: print
 //                      "step N" and report it in its heartbeat slot
-//                      (channel::write_progress) every MS ms, with a total,
+//                      (channel::write_progress), and beat, every MS ms, with a total,
 //                      samples (64 a step), loss, epoch (10 steps each) and a
 //                      checkpoint saved every 5 steps; a restart reports it
 //                      restored step 4 and goes on from 5. fail-first: the
@@ -194,6 +194,7 @@ int report_progress(int steps, int step_ms, bool fail_first) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     p.updated_ns = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
     ch::write_progress(block, p);
+    __atomic_fetch_add(ch::heartbeat_counter(map, atoi(slot)), 1, __ATOMIC_RELAXED);  // a beat a step
     say(1, "step " + std::to_string(step) + "\n");
     if (fail_first && attempt == 0 && step == 7) return 7;
     std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));  // the step's "work"
