@@ -68,7 +68,19 @@ TEST(JobStatus, ShowsTheRoundItsNodesByRankAndTheirGlobalRanks) {
   EXPECT_EQ(s.nodes[0].first_global_rank, 0);
   EXPECT_EQ(s.nodes[1].first_global_rank, s.nodes[0].local_world_size);
   EXPECT_EQ(s.nodes[0].host, s.nodes[0].node_id + "-host");
+  EXPECT_EQ(s.nodes[0].last_seen_ago, -1ms);  // no lease: it sends no keep-alives
   EXPECT_FALSE(s.progress.has_value());
+}
+
+TEST(JobStatus, ANodeWithALeaseShowsWhenItWasLastSeen) {
+  JobRegistry reg(no_nccl);
+  JoinCall c = node("a", 1, 1);
+  c.lease = 60s;
+  join_all(reg, {c});
+  const JobStatus s = reg.status("job");
+  ASSERT_EQ(s.nodes.size(), 1u);
+  EXPECT_GE(s.nodes[0].last_seen_ago, 0ms);
+  EXPECT_LT(s.nodes[0].last_seen_ago, 30s);
 }
 
 TEST(JobStatus, AnOpenRoundShowsItsMembersWithoutRanks) {
