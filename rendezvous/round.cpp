@@ -285,7 +285,10 @@ JobStatus RoundState::status(TimePoint now) const {
     ns.node_id = id;
     ns.host = n.spec.host;
     ns.local_world_size = n.spec.local_world_size;
-    ns.last_seen_ago = std::chrono::duration_cast<Duration>(now - n.last_seen);
+    // A node without a lease sends no keep-alives: when it was last seen
+    // says nothing about it.
+    ns.last_seen_ago = n.lease.count() > 0 ? std::chrono::duration_cast<Duration>(now - n.last_seen)
+                                           : Duration(-1);
     if (auto a = assignment(id)) {
       ns.node_rank = a->node_rank;
       ns.first_global_rank = a->first_global_rank;

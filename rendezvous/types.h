@@ -114,7 +114,7 @@ struct NodeStatus {
   int local_world_size = 0;
   int first_global_rank = -1;  // -1: not in the closed current round
   bool waiting = false;        // arrived while the round ran full
-  std::chrono::milliseconds last_seen_ago{0};
+  std::chrono::milliseconds last_seen_ago{0};  // -1: it holds no lease (one-node jobs)
 };
 
 // Where a job stands, for `ddprun status`.
