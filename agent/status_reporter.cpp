@@ -82,14 +82,18 @@ void StatusReporter::loop() {
     info.round = round_;
     info.global_rank = global_rank_;
     lock.unlock();
+    bool sent = true;
     try {
       client_.report_progress(options_.job_id, options_.node_id, info, options_.call_timeout);
     } catch (const RendezvousCallError& e) {
-      spdlog::debug("{}", e.what());  // the next change is sent anyway
+      spdlog::debug("{}", e.what());  // tried again next interval
+      sent = false;
     }
     lock.lock();
-    last_ = p;
-    sent_any_ = true;
+    if (sent) {
+      last_ = p;
+      sent_any_ = true;
+    }
   }
 }
 

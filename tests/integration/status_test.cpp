@@ -56,7 +56,7 @@ std::vector<std::string> reporting_probe(const std::string& step, const std::str
                                          const std::vector<std::string>& before = {}) {
   std::vector<std::string> argv{PROBE_BIN};
   argv.insert(argv.end(), before.begin(), before.end());
-  for (const char* a : {"progress"}) argv.push_back(a);
+  argv.push_back("progress");
   argv.push_back(step);
   argv.push_back(saved);
   argv.push_back("wait");
