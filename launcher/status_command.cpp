@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -279,7 +280,11 @@ int run_status_command(const std::vector<std::string>& args) {
       for (const auto& w : warnings) std::fprintf(stderr, "ddprun: warning: status: %s\n", w.c_str());
       for (auto& j : jobs) {
         if (!job_id.empty() && j.run_id != job_id) continue;
-        targets.push_back(Target{j.run_id, j.endpoint, j.auth, j.pid});
+        // Several agents of one job on this machine: the job once.
+        const bool seen = std::any_of(targets.begin(), targets.end(), [&](const Target& t) {
+          return t.job_id == j.run_id && t.endpoint == j.endpoint;
+        });
+        if (!seen) targets.push_back(Target{j.run_id, j.endpoint, j.auth, j.pid});
       }
       if (targets.empty()) {
         std::fprintf(stderr, "ddprun: error: status: %s (looked in %s; for a job elsewhere give "

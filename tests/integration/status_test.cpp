@@ -180,9 +180,13 @@ TEST(Status, AJobOfTwoNodesIsAskedAtItsEndpointWithItsToken) {
   EXPECT_TRUE(contains(j.out, R"("node_rank": 1)")) << j.out;
   EXPECT_TRUE(contains(j.out, R"("step": 7)")) << j.out;
 
-  // Both agents wrote job files: local discovery shows the job twice.
+  // Both agents wrote job files: local discovery shows the job once.
   Finished local = ddptest::run(ddprun({"status"}), {rt.env()});
   EXPECT_EQ(local.exit_code, 0) << local.err;
+  EXPECT_EQ(std::distance(fs::directory_iterator(rt.path / "ddprun"), fs::directory_iterator{}), 2);
+  size_t shown = 0;
+  for (size_t at = 0; (at = local.out.find("job two-nodes (ddprun pid", at)) != std::string::npos; ++at) ++shown;
+  EXPECT_EQ(shown, 1u) << local.out;
 
   Finished wrong = ddptest::run(ddprun({"status", "--rdzv-endpoint", endpoint, "--rdzv-id",
                                         "two-nodes", "--rdzv-token", "wrong-token-0123456789"}));
