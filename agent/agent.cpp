@@ -361,11 +361,13 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
     };
   }
   if (heartbeats_) heartbeats_->reset();
+  if (status_) status_->watch(a.round, 0, a.first_global_rank);  // local rank 0's global rank
   WorkerGroup group(std::move(launches), signals_, go);
   GroupResult result = group.run();
   // A checkpoint saved just before the end, since the last tick.
   watch_progress(attempt, a);
   if (console_err_) console_err_->clear_status();
+  if (status_) status_->unwatch();
   // Every local worker is gone: its keys in the store this node hosts go too.
   if (fresh_key_space_) fresh_key_space_();
 
@@ -546,6 +548,10 @@ int Agent::run() {
     lease_ = std::make_unique<LeaseKeeper>(
         rdzv_, LeaseOptions{cfg_.run_id, node_id_, cfg_.keep_alive_interval, cfg_.lease_timeout});
   }
+  if (heartbeats_) {
+    status_ = std::make_unique<StatusReporter>(rdzv_, *heartbeats_,
+                                               StatusReporterOptions{cfg_.run_id, node_id_});
+  }
   Lifecycle life(LifecycleOptions{cfg_.rdzv.max_restarts, cfg_.hosts_rendezvous});
   std::optional<JoinResult> joined;
   int attempt = 0;
@@ -594,6 +600,7 @@ int Agent::run() {
   // Lost log lines do not change the exit code (the job did what it did),
   // but are never lost silently.
   write_all(cfg_.console_err_fd, format_log_losses(log_losses_));
+  status_.reset();
   lease_.reset();
   dismiss_standbys();
   cgroup_.reset();  // kills whatever is left in the job's cgroup

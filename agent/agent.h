@@ -21,6 +21,7 @@
 #include "agent/lifecycle.h"
 #include "agent/signals.h"
 #include "agent/standby.h"
+#include "agent/status_reporter.h"
 #include "agent/worker_group.h"
 #include "rendezvous/client.h"
 
@@ -91,6 +92,7 @@ class Agent {
   std::unique_ptr<Console> console_out_, console_err_own_;
   Console* console_err_ = nullptr;  // null where the kernel does not allow one
   std::unique_ptr<LeaseKeeper> lease_;
+  std::unique_ptr<StatusReporter> status_;  // with heartbeats: rank 0's progress for `ddprun status`
   std::vector<Standby> standbys_;  // for the next attempt
   int nodes_waiting_ = 0;          // late nodes last reported waiting
   std::vector<LogLoss> log_losses_;  // of every attempt, told at the end

@@ -18,10 +18,12 @@
 #include "agent/env.h"
 #include "launcher/cli.h"
 #include "launcher/env_defaults.h"
+#include "launcher/job_file.h"
 #include "launcher/net.h"
 #include "launcher/plan.h"
 #include "launcher/rendezvous_command.h"
 #include "launcher/slurm.h"
+#include "launcher/status_command.h"
 #include "rendezvous/nccl_unique_id.h"
 #include "rendezvous/server.h"
 #include "tcpstore/server.h"
@@ -163,6 +165,10 @@ int main(int argc, char** argv) {
     set_up_logging(false, false);
     return run_rendezvous_command({args.begin() + 1, args.end()}, signals);
   }
+  if (!args.empty() && args.front() == "status") {
+    set_up_logging(false, true);
+    return run_status_command({args.begin() + 1, args.end()});
+  }
 
   CliResult cli;
   LaunchPlan plan;
@@ -206,6 +212,17 @@ int main(int argc, char** argv) {
     } catch (const ListenError& e) {
       std::fprintf(stderr, "ddprun: error: %s\n", e.what());
       return kExitUsage;
+    }
+    // Where `ddprun status` finds this job (a private rendezvous' port and
+    // token are known to nobody else); removed when ddprun ends.
+    std::unique_ptr<JobFile> job_file;
+    try {
+      const AgentConfig& a = plan.agent;
+      job_file = std::make_unique<JobFile>(JobFileEntry{a.run_id, a.rdzv_address, a.rdzv_auth,
+                                                        static_cast<long>(getpid()),
+                                                        process_start_time(getpid())});
+    } catch (const std::exception& e) {
+      spdlog::warn("`ddprun status` will not find this job: {}", e.what());
     }
     // The workers' c10d store (PyTorch's env:// rendezvous) is hosted here,
     // on MASTER_PORT, before any worker starts, as torchrun's agent does:

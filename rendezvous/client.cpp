@@ -4,6 +4,7 @@
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/security.h"
+#include "rendezvous/status_proto.h"
 
 namespace ddprun {
 namespace {
@@ -187,6 +188,37 @@ void RendezvousClient::leave(const std::string& job_id, const std::string& node_
     throw RendezvousCallError("rendezvous at " + target_ + ": leave failed: " + describe(s),
                               s.error_code());
   }
+}
+
+void RendezvousClient::report_progress(const std::string& job_id, const std::string& node_id,
+                                       const ProgressInfo& progress,
+                                       std::chrono::milliseconds timeout) {
+  v1::ProgressReport req;
+  req.set_job_id(job_id);
+  req.set_node_id(node_id);
+  to_proto(progress, req.mutable_progress());
+  v1::ProgressReportResponse resp;
+  grpc::ClientContext ctx;
+  attach_token(ctx, stub_->token);
+  ctx.set_deadline(Clock::now() + timeout);
+  grpc::Status s = stub_->stub->ReportProgress(&ctx, req, &resp);
+  if (!s.ok()) {
+    throw RendezvousCallError("rendezvous at " + target_ + ": progress report failed: " +
+                                  describe(s),
+                              s.error_code());
+  }
+}
+
+JobStatus RendezvousClient::status(const std::string& job_id, std::chrono::milliseconds timeout) {
+  v1::StatusRequest req;
+  req.set_job_id(job_id);
+  v1::StatusResponse resp;
+  grpc::ClientContext ctx;
+  attach_token(ctx, stub_->token);
+  ctx.set_deadline(Clock::now() + timeout);  // no wait_for_ready: nothing there must show
+  grpc::Status s = stub_->stub->Status(&ctx, req, &resp);
+  if (!s.ok()) throw RendezvousCallError(describe(s), s.error_code());
+  return from_proto(resp);
 }
 
 struct GrpcStore::Stub {

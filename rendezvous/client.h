@@ -80,6 +80,14 @@ class RendezvousClient {
   // Says the node leaves; throws RendezvousCallError.
   void leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
              const std::string& message, std::chrono::milliseconds timeout);
+  // Reports the job's training progress (the agent of global rank 0);
+  // throws RendezvousCallError.
+  void report_progress(const std::string& job_id, const std::string& node_id,
+                       const ProgressInfo& progress, std::chrono::milliseconds timeout);
+  // Where the job stands (`ddprun status`); throws RendezvousCallError
+  // (code NOT_FOUND for an unknown job, UNAUTHENTICATED for a wrong token,
+  // UNAVAILABLE or DEADLINE_EXCEEDED when nothing answers).
+  JobStatus status(const std::string& job_id, std::chrono::milliseconds timeout);
   const std::string& target() const { return target_; }
 
  private:

@@ -2,9 +2,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <optional>
 
 #include "rendezvous/call_checks.h"
+#include "rendezvous/status_proto.h"
 
 namespace ddprun {
 namespace {
@@ -48,7 +50,7 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
   void OnCancel() override {
     const uint64_t ticket = ticket_.load();
     if (ticket != 0 && registry_.cancel(ticket)) {
-      Finish(Status(StatusCode::CANCELLED, "rendezvous: join cancelled by the client"));
+      Finish(grpc::Status(StatusCode::CANCELLED, "rendezvous: join cancelled by the client"));
     }
   }
   // The join may complete (and gRPC end the call) before start() returns:
@@ -97,7 +99,7 @@ class HoldReactor final : public grpc::ServerWriteReactor<v1::KeepAliveResponse>
   }
   void OnCancel() override {
     registry_.connection_lost(job_id_, node_id_);
-    Finish(Status(StatusCode::CANCELLED, "rendezvous: hold ended"));
+    Finish(grpc::Status(StatusCode::CANCELLED, "rendezvous: hold ended"));
   }
   void OnDone() override { delete this; }
 
@@ -154,7 +156,7 @@ class WatchReactor final : public grpc::ServerUnaryReactor {
     if (ticket != 0 && store_->end_watch(ticket, nullptr)) {
       done_.store(true);
       timer_.cancel(timer_id_.load());
-      Finish(Status(StatusCode::CANCELLED, "rendezvous: wait cancelled by the client"));
+      Finish(grpc::Status(StatusCode::CANCELLED, "rendezvous: wait cancelled by the client"));
     }
   }
   void OnDone() override { release(); }
@@ -185,6 +187,31 @@ class WatchReactor final : public grpc::ServerUnaryReactor {
   std::atomic<int> refs_{2};  // start() and OnDone()
 };
 
+// A progress report's values, checked: no negative step or count, no
+// non-finite rate, a sane age and rank. (A NaN loss is news, not an error.)
+MaybeStatus check_progress(const v1::Progress& p) {
+  auto negative = [](const char* field, int64_t v) -> MaybeStatus {
+    if (v < 0) return invalid_argument(std::string("progress ") + field + " " + std::to_string(v) + " is negative");
+    return std::nullopt;
+  };
+  for (auto [field, v] : {std::pair<const char*, int64_t>{"step", p.step()},
+                          {"total_steps", p.total_steps()},
+                          {"epoch", p.epoch()},
+                          {"samples", p.samples()},
+                          {"saved_step", p.saved_step()},
+                          {"restored_step", p.restored_step()},
+                          {"global_rank", p.global_rank()},
+                          {"round", p.round()}}) {
+    if (auto bad = negative(field, v)) return bad;
+  }
+  if (!std::isfinite(p.samples_per_sec()) || p.samples_per_sec() < 0) {
+    return invalid_argument("progress samples_per_sec " + std::to_string(p.samples_per_sec()) +
+                            " is not a rate");
+  }
+  if (auto bad = check_duration("progress age_ms", p.age_ms())) return bad;
+  return std::nullopt;
+}
+
 }  // namespace
 
 RendezvousHandler::RendezvousHandler(JobRegistry& registry, HandlerOptions options)
@@ -198,7 +225,7 @@ grpc::ServerWriteReactor<v1::KeepAliveResponse>* RendezvousHandler::Hold(
   if (auto bad = check_job(req->job_id())) return new RefusedHold(*bad);
   if (req->node_id().empty()) return new RefusedHold(invalid_argument("node_id is empty"));
   if (!registry_.knows(req->job_id(), req->node_id())) {
-    return new RefusedHold(Status(StatusCode::FAILED_PRECONDITION,
+    return new RefusedHold(grpc::Status(StatusCode::FAILED_PRECONDITION,
                                   "rendezvous: node '" + req->node_id() + "' is not in job '" +
                                       req->job_id() + "'; join first"));
   }
@@ -293,6 +320,27 @@ Status RendezvousHandler::Add(grpc::ServerContext* ctx, const v1::AddRequest* re
   });
 }
 
+Status RendezvousHandler::ReportProgress(grpc::ServerContext* ctx, const v1::ProgressReport* req,
+                                         v1::ProgressReportResponse*) {
+  if (auto bad = check_token(*ctx, options_.token)) return *bad;
+  if (auto bad = check_job(req->job_id())) return *bad;
+  if (req->node_id().empty()) return invalid_argument("node_id is empty");
+  if (req->node_id().size() > 512) return invalid_argument("node_id longer than 512 bytes");
+  if (auto bad = check_progress(req->progress())) return *bad;
+  return guarded([&] {
+    registry_.report_progress(req->job_id(), req->node_id(), from_proto(req->progress()));
+  });
+}
+
+Status RendezvousHandler::Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
+                                 v1::StatusResponse* resp) {
+  if (auto bad = check_token(*ctx, options_.token)) return *bad;
+  if (auto bad = check_job(req->job_id())) return *bad;
+  return guarded([&] {
+    to_proto(req->job_id(), registry_.status(req->job_id()), resp);
+  });
+}
+
 grpc::ServerUnaryReactor* RendezvousHandler::Get(grpc::CallbackServerContext* ctx,
                                                  const v1::GetRequest* req,
                                                  v1::GetResponse* resp) {
@@ -336,7 +384,7 @@ grpc::ServerUnaryReactor* RendezvousHandler::park_wait(
   }
   std::string host = client_host(ctx->peer());
   if (auto refused = waits_.acquire(host)) {
-    return refuse(ctx, Status(StatusCode::RESOURCE_EXHAUSTED, *refused));
+    return refuse(ctx, grpc::Status(StatusCode::RESOURCE_EXHAUSTED, *refused));
   }
   auto* reactor = new WatchReactor(std::move(store), timer_, waits_, std::move(host),
                                    std::move(on_values));

@@ -39,6 +39,10 @@ class RendezvousHandler final
   grpc::ServerUnaryReactor* Wait(grpc::CallbackServerContext*, const v1::WaitRequest*,
                                  v1::WaitResponse*) override;
   grpc::Status Add(grpc::ServerContext*, const v1::AddRequest*, v1::AddResponse*) override;
+  grpc::Status ReportProgress(grpc::ServerContext*, const v1::ProgressReport*,
+                              v1::ProgressReportResponse*) override;
+  grpc::Status Status(grpc::ServerContext*, const v1::StatusRequest*,
+                      v1::StatusResponse*) override;
 
   // Store waits parked now (tests).
   size_t parked_waits() const { return waits_.in_use(); }

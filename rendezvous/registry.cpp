@@ -324,6 +324,45 @@ bool JobRegistry::knows(const std::string& job_id, const std::string& node_id) {
   return job && job->rounds && job->rounds->knows(node_id);
 }
 
+void JobRegistry::report_progress(const std::string& job_id, const std::string& node_id,
+                                  const ProgressInfo& progress) {
+  std::lock_guard lock(mu_);
+  if (closed_) throw RegistryClosed("rendezvous: shutting down");
+  Job* job = find_locked(job_id);
+  if (!job || !job->rounds) {
+    throw UnknownJob("rendezvous: no job '" + job_id + "' here to report progress for");
+  }
+  if (!job->rounds->knows(node_id)) {
+    throw RendezvousError("rendezvous: node '" + node_id + "' is not in job '" + job_id +
+                          "'; only its nodes report its progress");
+  }
+  job->progress = progress;
+  job->progress_at = Clock::now() - progress.age;
+}
+
+JobStatus JobRegistry::status(const std::string& job_id) {
+  std::vector<Completion> completions;
+  JobStatus s;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) throw RegistryClosed("rendezvous: shutting down");
+    Job* job = find_locked(job_id);
+    if (!job || !job->rounds) {
+      throw UnknownJob("rendezvous: no job '" + job_id +
+                       "' here (is the job id right, and does the job still run?)");
+    }
+    const auto now = Clock::now();
+    settle_locked(*job, now, completions);  // leases that ran out show as such
+    s = job->rounds->status(now);
+    if (job->progress) {
+      s.progress = job->progress;
+      s.progress->age = std::chrono::duration_cast<std::chrono::milliseconds>(now - job->progress_at);
+    }
+  }
+  run(completions);
+  return s;
+}
+
 size_t JobRegistry::nodes_in_all_jobs() {
   std::lock_guard lock(mu_);
   size_t n = 0;

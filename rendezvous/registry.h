@@ -93,6 +93,14 @@ class JobRegistry {
   void connection_lost(const std::string& job_id, const std::string& node_id);
   // Whether the job has this node (for Hold to refuse strangers).
   bool knows(const std::string& job_id, const std::string& node_id);
+  // The job's training progress, from a node in it (RendezvousError for a
+  // node that is not; UnknownJob for a job nobody joined). The newest
+  // report replaces the one before.
+  void report_progress(const std::string& job_id, const std::string& node_id,
+                       const ProgressInfo& progress);
+  // Where the job stands (UnknownJob when nobody joined it); progress.age
+  // is how old the report is now.
+  JobStatus status(const std::string& job_id);
   // Nodes (not left, not lost) in any job this registry serves.
   size_t nodes_in_all_jobs();
 
@@ -133,6 +141,8 @@ class JobRegistry {
     int64_t store_round = 0;  // keys of earlier rounds are gone
     int64_t nccl_round = -1;
     std::shared_ptr<RoundNcclId> nccl;  // null: nobody in the round asked
+    std::optional<ProgressInfo> progress;    // last reported
+    std::chrono::steady_clock::time_point progress_at;  // when the worker made that report
   };
   // A join to finish outside the lock; with `nccl`, its result gets that
   // round's NCCL id first.

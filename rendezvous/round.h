@@ -57,6 +57,8 @@ class RoundState {
   // A sign of life from a node; what it should know about the job.
   NodeView keep_alive(const std::string& node_id, TimePoint now);
   NodeView view(const std::string& node_id) const;
+  // The whole job as `ddprun status` shows it (progress is the registry's).
+  JobStatus status(TimePoint now) const;
 
   // The node is gone for certain (its agent's connection closed): dropped
   // now as if its lease had run out. Unknown nodes are ignored.

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -87,6 +88,48 @@ struct NodeView {
   std::string detail;                        // e.g. "node 'b' was lost"
   int nodes_waiting = 0;                     // late nodes waiting for a round
   int restart_count = 0;
+};
+
+// Training progress as the agent of global rank 0 reports it (from the
+// worker's channel::Progress); optional fields are unknown when empty.
+struct ProgressInfo {
+  int global_rank = 0;
+  int64_t round = 0;
+  std::optional<int64_t> step;
+  std::optional<int64_t> total_steps;
+  std::optional<int> epoch;
+  std::optional<double> loss;
+  int64_t samples = 0;           // 0: unknown
+  double samples_per_sec = 0;    // 0: unknown
+  std::optional<int64_t> saved_step;
+  std::optional<int64_t> restored_step;
+  std::chrono::milliseconds age{0};  // how old the worker's report is
+};
+
+// One node of a job, for `ddprun status`.
+struct NodeStatus {
+  std::string node_id;
+  std::string host;
+  int node_rank = -1;          // -1: not in the closed current round
+  int local_world_size = 0;
+  int first_global_rank = -1;  // -1: not in the closed current round
+  bool waiting = false;        // arrived while the round ran full
+  std::chrono::milliseconds last_seen_ago{0};  // -1: it holds no lease (one-node jobs)
+};
+
+// Where a job stands, for `ddprun status`.
+struct JobStatus {
+  JobPhase phase = JobPhase::kActive;
+  int64_t round = 0;
+  bool round_closed = false;
+  RoundReason reason = RoundReason::kFirst;
+  std::string detail;
+  int restart_count = 0;
+  RoundSettings settings;
+  int world_size = 0;
+  std::vector<NodeStatus> nodes;  // members by node rank, then the others
+  int nodes_waiting = 0;
+  std::optional<ProgressInfo> progress;
 };
 
 // Bad input to the rendezvous (inconsistent settings, bad node spec, a

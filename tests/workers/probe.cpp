@@ -31,11 +31,19 @@
 //                      checkpoint saved every 5 steps; a restart reports it
 //                      restored step 4 and goes on from 5. fail-first: the
 //                      first attempt exits 7 after step 7
+//   report STEP SAVED MODE...  report training progress into this rank's
+//                      heartbeat slot (channel::write_progress): step STEP
+//                      of 1000, epoch 1, loss 0.25, checkpoint saved at
+//                      SAVED (and resumed from SAVED on a restart); then do
+//                      MODE... as above
+//   fail-first MODE... exit 7 on the first attempt; later ones do MODE...
 //   leave-child FILE MODE...  first start a grandchild that leaves the
 //                      worker's session (setsid), ignores SIGTERM, SIGINT and
 //                      SIGHUP, writes its pid to FILE and sleeps for ever;
 //                      then do MODE... as above
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
@@ -324,6 +332,42 @@ int run_mode(int argc, char** argv) {
   }
   if (mode == "progress" && argc > 3) {
     return report_progress(atoi(argv[2]), atoi(argv[3]), argc > 4 && std::string(argv[4]) == "fail-first");
+  }
+  if (mode == "report" && argc > 4) {
+    const char* file = getenv("DDPRUN_HEARTBEAT_FILE");
+    const char* slot = getenv("DDPRUN_HEARTBEAT_SLOT");
+    if (!file || !slot) return 5;
+    const int fd = open(file, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return 6;
+    const int s = atoi(slot);
+    void* map = mmap(nullptr, ddprun::channel::heartbeat_file_bytes(s + 1), PROT_READ | PROT_WRITE,
+                     MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return 6;
+    using P = ddprun::channel::Progress;
+    P p;
+    p.step = atoll(argv[2]);
+    p.total_steps = 1000;
+    p.epoch = 1;
+    p.loss = 0.25;
+    p.samples = p.step * 32;
+    p.saved_step = atoll(argv[3]);
+    p.flags = P::kHasStep | P::kHasTotalSteps | P::kHasEpoch | P::kHasLoss | P::kHasSaved;
+    if (env_int("TORCHELASTIC_RESTART_COUNT") > 0) {
+      p.restored_step = p.saved_step;
+      p.flags |= P::kHasRestored;
+    }
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    p.updated_ns = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+    ddprun::channel::write_progress(ddprun::channel::progress_block(map, s), p);
+    argv[3] = argv[0];
+    return run_mode(argc - 3, argv + 3);
+  }
+  if (mode == "fail-first" && argc > 2) {
+    if (env_int("TORCHELASTIC_RESTART_COUNT") == 0) return 7;
+    argv[1] = argv[0];
+    return run_mode(argc - 1, argv + 1);
   }
   if (mode == "leave-child" && argc > 3) {
     leave_child(argv[2]);

@@ -1,0 +1,100 @@
+#include "agent/status_reporter.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <ctime>
+
+namespace ddprun {
+namespace {
+
+int64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The report of p, read at now_ns; `before` (if any) gives the rate.
+ProgressInfo to_info(const channel::Progress& p, const channel::Progress* before, int64_t now_ns) {
+  using P = channel::Progress;
+  ProgressInfo i;
+  if (p.flags & P::kHasStep) i.step = p.step;
+  if (p.flags & P::kHasTotalSteps) i.total_steps = p.total_steps;
+  if (p.flags & P::kHasEpoch) i.epoch = p.epoch;
+  if (p.flags & P::kHasLoss) i.loss = p.loss;
+  if (p.flags & P::kHasSaved) i.saved_step = p.saved_step;
+  if (p.flags & P::kHasRestored) i.restored_step = p.restored_step;
+  i.samples = p.samples > 0 ? p.samples : 0;
+  if (before && p.samples > before->samples && before->samples > 0 &&
+      p.updated_ns > before->updated_ns) {
+    i.samples_per_sec = static_cast<double>(p.samples - before->samples) * 1e9 /
+                        static_cast<double>(p.updated_ns - before->updated_ns);
+  }
+  // A worker's clock is this machine's: how old its report is now.
+  if (p.updated_ns > 0 && p.updated_ns <= now_ns) {
+    i.age = std::chrono::milliseconds((now_ns - p.updated_ns) / 1'000'000);
+  }
+  return i;
+}
+
+}  // namespace
+
+StatusReporter::StatusReporter(RendezvousClient& client, const HeartbeatTable& table,
+                               StatusReporterOptions options)
+    : client_(client), table_(table), options_(std::move(options)) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+StatusReporter::~StatusReporter() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void StatusReporter::watch(int64_t round, int slot, int global_rank) {
+  std::lock_guard lock(mu_);
+  round_ = round;
+  slot_ = global_rank == 0 ? slot : -1;
+  global_rank_ = global_rank;
+}
+
+void StatusReporter::unwatch() {
+  std::lock_guard lock(mu_);
+  slot_ = -1;
+}
+
+bool StatusReporter::changed(const channel::Progress& p) const {
+  if (p.flags == 0) return false;  // nothing reported (yet, or since the reset)
+  return !sent_any_ || std::memcmp(&p, &last_, sizeof(p)) != 0;
+}
+
+void StatusReporter::loop() {
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, options_.interval, [this] { return stop_; });
+    if (stop_ || slot_ < 0) continue;
+    channel::Progress p{};
+    if (!table_.progress(slot_, &p) || !changed(p)) continue;
+    ProgressInfo info = to_info(p, sent_any_ ? &last_ : nullptr, monotonic_ns());
+    info.round = round_;
+    info.global_rank = global_rank_;
+    lock.unlock();
+    bool sent = true;
+    try {
+      client_.report_progress(options_.job_id, options_.node_id, info, options_.call_timeout);
+    } catch (const RendezvousCallError& e) {
+      spdlog::debug("{}", e.what());  // tried again next interval
+      sent = false;
+    }
+    lock.lock();
+    if (sent) {
+      last_ = p;
+      sent_any_ = true;
+    }
+  }
+}
+
+}  // namespace ddprun

@@ -1,0 +1,63 @@
+// Tells the rendezvous how training goes, for `ddprun status`: a thread of
+// its own that reads the progress block of global rank 0's heartbeat slot
+// once a second and, when it changed, reports it (ReportProgress). Only the
+// agent whose workers include global rank 0 reports: one call a second per
+// job whatever its size, and rank 0 is the rank that programs log and
+// checkpoint from. The agent's I/O loop never waits on the network for it.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "agent/heartbeat_table.h"
+#include "rendezvous/client.h"
+
+namespace ddprun {
+
+struct StatusReporterOptions {
+  std::string job_id;
+  std::string node_id;
+  std::chrono::milliseconds interval{1000};  // at most one report per interval
+  std::chrono::milliseconds call_timeout{1000};
+};
+
+class StatusReporter {
+ public:
+  // table must outlive the reporter.
+  StatusReporter(RendezvousClient& client, const HeartbeatTable& table,
+                 StatusReporterOptions options);
+  ~StatusReporter();  // stops the thread (after a call in flight, at most call_timeout)
+  StatusReporter(const StatusReporter&) = delete;
+  StatusReporter& operator=(const StatusReporter&) = delete;
+
+  // Workers of `round` run; this node's local rank `slot` is global rank
+  // `global_rank` (report only when that is 0; slot < 0: nothing to report).
+  void watch(int64_t round, int slot, int global_rank);
+  // The workers are gone: nothing to read until the next watch().
+  void unwatch();
+
+ private:
+  void loop();
+  // What to send for p, read now; false when nothing new.
+  bool changed(const channel::Progress& p) const;
+
+  RendezvousClient& client_;
+  const HeartbeatTable& table_;
+  StatusReporterOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  int64_t round_ = 0;
+  int slot_ = -1;
+  int global_rank_ = 0;
+  // The last report sent (the loop's own).
+  channel::Progress last_{};
+  bool sent_any_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ddprun

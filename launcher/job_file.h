@@ -1,0 +1,66 @@
+// How `ddprun status` finds the jobs this user runs on this machine: each
+// running ddprun writes a small job file (run id, rendezvous endpoint,
+// token, pid) and removes it when it ends. One-node jobs host a private
+// rendezvous on an ephemeral loopback port with a generated token, so this
+// is the only way to reach them.
+//
+// The files live in a folder of the user's own, $XDG_RUNTIME_DIR/ddprun or
+// else /tmp/ddprun-<uid>, mode 0700, each file 0600. The token must stay
+// the user's, and a file another user planted must never be trusted: the
+// folder and every file are opened without following symbolic links and
+// used only when this user owns them and nobody else can read or write them.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rendezvous/security.h"
+
+namespace ddprun {
+
+struct JobFileEntry {
+  std::string run_id;
+  std::string endpoint;  // host:port of the job's rendezvous
+  RendezvousAuth auth;   // its token and TLS files
+  long pid = 0;          // of the ddprun that wrote it
+  std::string start_time;  // the process's start (/proc/PID/stat), against pid reuse
+};
+
+// This user's job folder (not created).
+std::string job_dir();
+
+// The folder, made if missing and checked (a directory, not a link, owned by
+// this user, mode 0700); throws std::runtime_error saying what is wrong.
+// Returns an open descriptor of it (O_DIRECTORY, close-on-exec).
+int open_job_dir(const std::string& dir, bool create);
+
+// This process's job file, written at construction and removed at
+// destruction. Throws std::runtime_error when it cannot be written (the
+// caller warns and runs on: only `ddprun status` needs it).
+class JobFile {
+ public:
+  explicit JobFile(const JobFileEntry& entry, const std::string& dir = job_dir());
+  ~JobFile();
+  JobFile(const JobFile&) = delete;
+  JobFile& operator=(const JobFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  int dir_fd_ = -1;
+  std::string name_;
+  std::string path_;
+};
+
+// The jobs of running ddprun processes of this user, oldest pid first.
+// Files of processes that are gone are removed; files that are not this
+// user's own, private, well-formed ones are skipped (each adds a line to
+// warnings). Throws std::runtime_error when the folder is unsafe; an
+// absent folder means no jobs.
+std::vector<JobFileEntry> running_jobs(std::vector<std::string>& warnings,
+                                       const std::string& dir = job_dir());
+
+// The start time of process pid (field 22 of /proc/PID/stat), "" if gone.
+std::string process_start_time(long pid);
+
+}  // namespace ddprun

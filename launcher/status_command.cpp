@@ -1,0 +1,332 @@
+#include "launcher/status_command.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "agent/agent.h"
+#include "channel/env_names.h"
+#include "launcher/auth_options.h"
+#include "launcher/cli.h"
+#include "launcher/job_file.h"
+#include "rendezvous/client.h"
+
+namespace ddprun {
+namespace {
+
+const char* phase_name(JobPhase p) {
+  switch (p) {
+    case JobPhase::kActive: return "running";
+    case JobPhase::kSucceeded: return "succeeded";
+    case JobPhase::kFailed: return "failed";
+  }
+  return "?";
+}
+
+// "0.3 s", "4 min 2 s", "2 h 5 min".
+std::string age_text(std::chrono::milliseconds age) {
+  const int64_t ms = age.count();
+  char buf[48];
+  if (ms < 60'000) {
+    std::snprintf(buf, sizeof(buf), "%.1f s", ms / 1000.0);
+  } else if (ms < 3'600'000) {
+    std::snprintf(buf, sizeof(buf), "%lld min %lld s", static_cast<long long>(ms / 60'000),
+                  static_cast<long long>(ms / 1000 % 60));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%lld h %lld min", static_cast<long long>(ms / 3'600'000),
+                  static_cast<long long>(ms / 60'000 % 60));
+  }
+  return buf;
+}
+
+std::string ranks_text(const NodeStatus& n) {
+  if (n.first_global_rank < 0) return n.waiting ? "(waiting)" : "(joining)";
+  return std::to_string(n.first_global_rank) + ".." +
+         std::to_string(n.first_global_rank + n.local_world_size - 1);
+}
+
+// host, host:port or [v6]:port, as --rdzv-endpoint takes it for ddprun.
+std::string checked_endpoint(const std::string& value) {
+  std::string host = value, port;
+  if (!value.empty() && value.front() == '[') {
+    const auto close = value.find(']');
+    if (close == std::string::npos || (close + 1 < value.size() && value[close + 1] != ':')) {
+      throw UsageError("--rdzv-endpoint: expected HOST:PORT, got '" + value + "'");
+    }
+    host = value.substr(0, close + 1);
+    if (close + 1 < value.size()) port = value.substr(close + 2);
+  } else if (const auto colon = value.rfind(':'); colon != std::string::npos) {
+    host = value.substr(0, colon);
+    port = value.substr(colon + 1);
+  }
+  if (host.empty() || host == "[]") {
+    throw UsageError("--rdzv-endpoint: expected HOST:PORT, got '" + value + "'");
+  }
+  if (port.empty()) port = "29400";
+  char* end = nullptr;
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (*end != '\0' || p < 1 || p > 65535) {
+    throw UsageError("--rdzv-endpoint: port '" + port + "' is not a port (1..65535)");
+  }
+  return host + ":" + port;
+}
+
+// One line for a call that failed: what the user should check.
+std::string call_failure(const std::string& job_id, const std::string& endpoint,
+                         const RendezvousCallError& e) {
+  const std::string where = "job '" + job_id + "' at " + endpoint + ": ";
+  switch (e.code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return where + "the rendezvous does not answer (is the job running, and the endpoint "
+                     "and TLS settings right?)";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return where + "wrong or missing token (give the job's --rdzv-token, DDPRUN_RDZV_TOKEN "
+                     "or --rdzv-token-file)";
+    case grpc::StatusCode::NOT_FOUND:
+      return where + "no such job at this rendezvous (check --rdzv-id; has it ended?)";
+    default:
+      return where + e.what();
+  }
+}
+
+struct Target {
+  std::string job_id;
+  std::string endpoint;
+  RendezvousAuth auth;
+  long pid = 0;
+};
+
+}  // namespace
+
+std::string format_status(const std::string& job_id, const std::string& endpoint,
+                          const JobStatus& s, long pid) {
+  std::string out = "job " + job_id;
+  out += pid > 0 ? " (ddprun pid " + std::to_string(pid) + ", rendezvous " + endpoint + ")\n"
+                 : " (rendezvous " + endpoint + ")\n";
+  char line[512];
+  std::snprintf(line, sizeof(line), "  phase       %s%s%s\n", phase_name(s.phase),
+                s.detail.empty() ? "" : ": ", s.detail.c_str());
+  out += line;
+  std::snprintf(line, sizeof(line), "  round       %lld (%s, opened for: %s)\n",
+                static_cast<long long>(s.round), s.round_closed ? "running" : "gathering nodes",
+                to_string(s.reason));
+  out += line;
+  std::snprintf(line, sizeof(line), "  restarts    %d of %d\n", s.restart_count,
+                s.settings.max_restarts);
+  out += line;
+  int members = 0;
+  for (const auto& n : s.nodes) members += n.waiting ? 0 : 1;
+  std::snprintf(line, sizeof(line), "  world size  %d (%d node%s, --nnodes %d:%d)%s\n",
+                s.world_size, members, members == 1 ? "" : "s", s.settings.min_nodes,
+                s.settings.max_nodes,
+                s.nodes_waiting > 0 ? (", " + std::to_string(s.nodes_waiting) + " waiting").c_str()
+                                    : "");
+  out += line;
+  out += "  nodes\n";
+  std::snprintf(line, sizeof(line), "    %-9s %-13s %-24s %-28s %s\n", "NODE RANK", "GLOBAL RANKS",
+                "HOST", "NODE ID", "LAST SEEN");
+  out += line;
+  for (const auto& n : s.nodes) {
+    const std::string seen =
+        n.last_seen_ago.count() < 0 ? "- (no lease)" : age_text(n.last_seen_ago) + " ago";
+    std::snprintf(line, sizeof(line), "    %-9s %-13s %-24s %-28s %s\n",
+                  n.node_rank < 0 ? "-" : std::to_string(n.node_rank).c_str(),
+                  ranks_text(n).c_str(), n.host.substr(0, 24).c_str(),
+                  n.node_id.substr(0, 28).c_str(), seen.c_str());
+    out += line;
+  }
+  if (!s.progress || !s.progress->step) {
+    out += "  last step   none reported yet\n";
+  } else {
+    const ProgressInfo& p = *s.progress;
+    std::string step = std::to_string(*p.step);
+    if (p.total_steps) step += " of " + std::to_string(*p.total_steps);
+    std::string extra;
+    if (p.epoch) extra += "epoch " + std::to_string(*p.epoch);
+    if (p.loss) {
+      std::snprintf(line, sizeof(line), "loss %.4g", *p.loss);
+      extra += (extra.empty() ? "" : ", ") + std::string(line);
+    }
+    if (p.samples_per_sec > 0) {
+      std::snprintf(line, sizeof(line), "%.1f samples/s", p.samples_per_sec);
+      extra += (extra.empty() ? "" : ", ") + std::string(line);
+    }
+    out += "  last step   " + step + (extra.empty() ? "" : " (" + extra + ")") + ", " +
+           age_text(p.age) + " ago (rank " + std::to_string(p.global_rank) + ", round " +
+           std::to_string(p.round) + ")\n";
+  }
+  std::string ckpt;
+  if (s.progress && s.progress->saved_step) ckpt = "saved at step " + std::to_string(*s.progress->saved_step);
+  if (s.progress && s.progress->restored_step) {
+    ckpt += (ckpt.empty() ? "" : "; ") + std::string("resumed from step ") +
+            std::to_string(*s.progress->restored_step);
+  }
+  out += "  checkpoint  " + (ckpt.empty() ? std::string("none reported") : ckpt) + "\n";
+  return out;
+}
+
+std::string format_status_json(const std::string& job_id, const std::string& endpoint,
+                               const JobStatus& s, long pid) {
+  using nlohmann::json;
+  json j;
+  j["job_id"] = job_id;
+  j["endpoint"] = endpoint;
+  if (pid > 0) j["pid"] = pid;
+  j["phase"] = phase_name(s.phase);
+  j["detail"] = s.detail;
+  j["round"] = s.round;
+  j["round_closed"] = s.round_closed;
+  j["round_reason"] = to_string(s.reason);
+  j["restart_count"] = s.restart_count;
+  j["max_restarts"] = s.settings.max_restarts;
+  j["world_size"] = s.world_size;
+  j["min_nodes"] = s.settings.min_nodes;
+  j["max_nodes"] = s.settings.max_nodes;
+  j["nodes_waiting"] = s.nodes_waiting;
+  j["nodes"] = json::array();
+  for (const auto& n : s.nodes) {
+    json jn{{"node_id", n.node_id},
+            {"host", n.host},
+            {"node_rank", n.node_rank},
+            {"local_world_size", n.local_world_size},
+            {"first_global_rank", n.first_global_rank},
+            {"waiting", n.waiting},
+            {"last_seen_ms_ago", n.last_seen_ago.count()}};
+    j["nodes"].push_back(jn);
+  }
+  if (s.progress) {
+    const ProgressInfo& p = *s.progress;
+    auto opt = [](const auto& v) { return v ? json(*v) : json(nullptr); };
+    json jp{{"global_rank", p.global_rank},
+            {"round", p.round},
+            {"step", opt(p.step)},
+            {"total_steps", opt(p.total_steps)},
+            {"epoch", opt(p.epoch)},
+            // JSON has no NaN: a loss that is not finite is given as text.
+            {"loss", p.loss ? (std::isfinite(*p.loss) ? json(*p.loss) : json(std::to_string(*p.loss)))
+                            : json(nullptr)},
+            {"samples", p.samples},
+            {"samples_per_sec", p.samples_per_sec},
+            {"saved_step", opt(p.saved_step)},
+            {"restored_step", opt(p.restored_step)},
+            {"age_ms", p.age.count()}};
+    j["progress"] = jp;
+  } else {
+    j["progress"] = nullptr;
+  }
+  return j.dump(2);
+}
+
+int run_status_command(const std::vector<std::string>& args) {
+  CLI::App app{
+      "ddprun status: where a running job stands (round, restarts, nodes and ranks, last step\n"
+      "and checkpoint). With no --rdzv-endpoint: the jobs this user runs on this machine.",
+      "ddprun status"};
+  std::string endpoint, job_id;
+  bool json = false;
+  double timeout_s = 5;
+  AuthFlags auth_flags;
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", endpoint,
+                 "HOST:PORT of the job's rendezvous [default: this user's jobs on this machine]");
+  app.add_option("--rdzv-id,--rdzv_id", job_id, "The job's id (--rdzv-id it was started with)");
+  app.add_option("--rdzv-token,--rdzv_token", auth_flags.token,
+                 "The job's token (better: DDPRUN_RDZV_TOKEN or --rdzv-token-file)");
+  app.add_option("--rdzv-token-file,--rdzv_token_file", auth_flags.token_file,
+                 "File holding the token (one line)");
+  app.add_option("--rdzv-tls-cert,--rdzv_tls_cert", auth_flags.tls.cert, "PEM client certificate");
+  app.add_option("--rdzv-tls-key,--rdzv_tls_key", auth_flags.tls.key, "PEM private key");
+  app.add_option("--rdzv-tls-ca,--rdzv_tls_ca", auth_flags.tls.ca, "PEM CA of the rendezvous");
+  app.add_option("--timeout", timeout_s, "Seconds to wait for an answer [default: 5]")
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_flag("--json", json, "Print JSON (an array when several jobs are shown)");
+  std::vector<std::string> rev(args.rbegin(), args.rend());
+  try {
+    app.parse(rev);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs((app.help() + "\n").c_str(), stdout);
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "ddprun: error: status: %s\n", e.what());
+    return kExitUsage;
+  }
+
+  std::vector<Target> targets;
+  try {
+    if (!endpoint.empty()) {
+      if (job_id.empty()) throw UsageError("--rdzv-id: needed with --rdzv-endpoint (the job's id)");
+      std::vector<std::string> warnings;  // a token on the command line is the user's choice here
+      const char* env_token = getenv(channel::kRdzvToken);
+      targets.push_back(Target{job_id, checked_endpoint(endpoint),
+                               resolve_auth(auth_flags, env_token ? env_token : "", warnings), 0});
+    } else {
+      if (!auth_flags.token.empty() || !auth_flags.token_file.empty()) {
+        throw UsageError("--rdzv-token: only with --rdzv-endpoint (this user's local jobs carry "
+                         "their own)");
+      }
+      std::vector<std::string> warnings;
+      std::vector<JobFileEntry> jobs;
+      const std::string dir = job_dir();
+      try {
+        jobs = running_jobs(warnings, dir);
+      } catch (const std::runtime_error& e) {
+        std::fprintf(stderr, "ddprun: error: status: %s\n", e.what());
+        return kExitWorkerFailed;
+      }
+      for (const auto& w : warnings) std::fprintf(stderr, "ddprun: warning: status: %s\n", w.c_str());
+      for (auto& j : jobs) {
+        if (!job_id.empty() && j.run_id != job_id) continue;
+        // Several agents of one job on this machine: the job once.
+        const bool seen = std::any_of(targets.begin(), targets.end(), [&](const Target& t) {
+          return t.job_id == j.run_id && t.endpoint == j.endpoint;
+        });
+        if (!seen) targets.push_back(Target{j.run_id, j.endpoint, j.auth, j.pid});
+      }
+      if (targets.empty()) {
+        std::fprintf(stderr, "ddprun: error: status: %s (looked in %s; for a job elsewhere give "
+                     "--rdzv-endpoint and --rdzv-id)\n",
+                     job_id.empty() ? "no ddprun job of this user runs on this machine"
+                                    : ("no job '" + job_id + "' of this user runs on this machine").c_str(),
+                     dir.c_str());
+        return kExitWorkerFailed;
+      }
+    }
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "ddprun: error: status: %s\n", e.what());
+    return kExitUsage;
+  }
+
+  int exit_code = kExitOk;
+  std::vector<std::string> reports;
+  for (const Target& t : targets) {
+    try {
+      RendezvousClient client(t.endpoint, t.auth);
+      const JobStatus s = client.status(
+          t.job_id, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+      reports.push_back(json ? format_status_json(t.job_id, t.endpoint, s, t.pid)
+                             : format_status(t.job_id, t.endpoint, s, t.pid));
+    } catch (const RendezvousCallError& e) {
+      std::fprintf(stderr, "ddprun: error: status: %s\n", call_failure(t.job_id, t.endpoint, e).c_str());
+      exit_code = kExitWorkerFailed;
+    } catch (const AuthConfigError& e) {
+      std::fprintf(stderr, "ddprun: error: status: --rdzv-tls-*: %s\n", e.what());
+      return kExitUsage;
+    }
+  }
+  std::string out;
+  if (json && targets.size() > 1) {
+    out = "[";
+    for (size_t i = 0; i < reports.size(); ++i) out += (i ? ",\n" : "\n") + reports[i];
+    out += "\n]\n";
+  } else {
+    for (size_t i = 0; i < reports.size(); ++i) out += (i ? "\n" : "") + reports[i] + (json ? "\n" : "");
+  }
+  std::fputs(out.c_str(), stdout);
+  return exit_code;
+}
+
+}  // namespace ddprun

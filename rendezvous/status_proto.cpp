@@ -1,0 +1,83 @@
+#include "rendezvous/status_proto.h"
+
+namespace ddprun {
+
+ProgressInfo from_proto(const v1::Progress& p) {
+  ProgressInfo i;
+  i.global_rank = p.global_rank();
+  i.round = p.round();
+  if (p.has_step()) i.step = p.step();
+  if (p.has_total_steps()) i.total_steps = p.total_steps();
+  if (p.has_epoch()) i.epoch = p.epoch();
+  if (p.has_loss()) i.loss = p.loss();
+  i.samples = p.samples();
+  i.samples_per_sec = p.samples_per_sec();
+  if (p.has_saved_step()) i.saved_step = p.saved_step();
+  if (p.has_restored_step()) i.restored_step = p.restored_step();
+  i.age = std::chrono::milliseconds(p.age_ms());
+  return i;
+}
+
+void to_proto(const ProgressInfo& i, v1::Progress* p) {
+  p->set_global_rank(i.global_rank);
+  p->set_round(i.round);
+  if (i.step) p->set_step(*i.step);
+  if (i.total_steps) p->set_total_steps(*i.total_steps);
+  if (i.epoch) p->set_epoch(*i.epoch);
+  if (i.loss) p->set_loss(*i.loss);
+  p->set_samples(i.samples);
+  p->set_samples_per_sec(i.samples_per_sec);
+  if (i.saved_step) p->set_saved_step(*i.saved_step);
+  if (i.restored_step) p->set_restored_step(*i.restored_step);
+  p->set_age_ms(i.age.count());
+}
+
+JobStatus from_proto(const v1::StatusResponse& r) {
+  JobStatus s;
+  s.phase = static_cast<JobPhase>(r.phase());
+  s.round = r.round();
+  s.round_closed = r.round_closed();
+  s.reason = static_cast<RoundReason>(r.reason());
+  s.detail = r.detail();
+  s.restart_count = r.restart_count();
+  s.settings.max_restarts = r.max_restarts();
+  s.settings.min_nodes = r.min_nodes();
+  s.settings.max_nodes = r.max_nodes();
+  s.world_size = r.world_size();
+  s.nodes_waiting = r.nodes_waiting();
+  for (const auto& n : r.nodes()) {
+    s.nodes.push_back(NodeStatus{n.node_id(), n.host(), n.node_rank(), n.local_world_size(),
+                                 n.first_global_rank(), n.waiting(),
+                                 std::chrono::milliseconds(n.last_seen_ms_ago())});
+  }
+  if (r.has_progress()) s.progress = from_proto(r.progress());
+  return s;
+}
+
+void to_proto(const std::string& job_id, const JobStatus& s, v1::StatusResponse* r) {
+  r->set_job_id(job_id);
+  r->set_phase(static_cast<v1::JobPhase>(s.phase));
+  r->set_round(s.round);
+  r->set_round_closed(s.round_closed);
+  r->set_reason(static_cast<v1::RoundReason>(s.reason));
+  r->set_detail(s.detail);
+  r->set_restart_count(s.restart_count);
+  r->set_max_restarts(s.settings.max_restarts);
+  r->set_world_size(s.world_size);
+  r->set_min_nodes(s.settings.min_nodes);
+  r->set_max_nodes(s.settings.max_nodes);
+  r->set_nodes_waiting(s.nodes_waiting);
+  for (const NodeStatus& n : s.nodes) {
+    v1::NodeStatus* out = r->add_nodes();
+    out->set_node_id(n.node_id);
+    out->set_host(n.host);
+    out->set_node_rank(n.node_rank);
+    out->set_local_world_size(n.local_world_size);
+    out->set_first_global_rank(n.first_global_rank);
+    out->set_waiting(n.waiting);
+    out->set_last_seen_ms_ago(n.last_seen_ago.count());
+  }
+  if (s.progress) to_proto(*s.progress, r->mutable_progress());
+}
+
+}  // namespace ddprun

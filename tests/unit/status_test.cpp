@@ -1,0 +1,224 @@
+// `ddprun status` on the service side: the job's round, restarts and nodes as
+// the registry sees them, progress reports (only from nodes of the job,
+// checked before they are stored) and the Status call behind its token.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <future>
+#include <limits>
+
+#include <grpcpp/grpcpp.h>
+
+#include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/client.h"
+#include "rendezvous/registry.h"
+#include "rendezvous/security.h"
+#include "rendezvous/server.h"
+
+namespace ddprun {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string no_nccl() { throw std::runtime_error("no NCCL in this test"); }
+
+JoinCall node(const std::string& id, int nproc, int nodes = 2, int max_restarts = 3) {
+  JoinCall c;
+  c.job_id = "job";
+  c.node = NodeSpec{id, id + "-host", nproc, "10.0.0.1", -1, false, 0};
+  c.settings = RoundSettings{nodes, nodes, 0ms, max_restarts};
+  c.timeout = 5s;
+  return c;
+}
+
+// Joins every call at once and waits for the round to close.
+void join_all(JobRegistry& reg, std::vector<JoinCall> calls) {
+  std::vector<std::promise<JoinOutcome>> done(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    reg.join_async(std::move(calls[i]), [&done, i](JoinOutcome o) { done[i].set_value(std::move(o)); });
+  }
+  for (auto& d : done) {
+    JoinOutcome o = d.get_future().get();
+    if (o.error) std::rethrow_exception(o.error);
+  }
+}
+
+ProgressInfo step(int64_t s) {
+  ProgressInfo p;
+  p.step = s;
+  p.total_steps = 100;
+  p.saved_step = s - s % 10;
+  p.loss = 0.5;
+  return p;
+}
+
+TEST(JobStatus, ShowsTheRoundItsNodesByRankAndTheirGlobalRanks) {
+  JobRegistry reg(no_nccl);
+  join_all(reg, {node("a", 2), node("b", 3)});
+  const JobStatus s = reg.status("job");
+  EXPECT_EQ(s.phase, JobPhase::kActive);
+  EXPECT_EQ(s.round, 0);
+  EXPECT_TRUE(s.round_closed);
+  EXPECT_EQ(s.restart_count, 0);
+  EXPECT_EQ(s.settings.max_restarts, 3);
+  EXPECT_EQ(s.world_size, 5);
+  ASSERT_EQ(s.nodes.size(), 2u);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(s.nodes[r].node_rank, r);
+  // The node at rank 0 holds global ranks from 0, the other from its size.
+  EXPECT_EQ(s.nodes[0].first_global_rank, 0);
+  EXPECT_EQ(s.nodes[1].first_global_rank, s.nodes[0].local_world_size);
+  EXPECT_EQ(s.nodes[0].host, s.nodes[0].node_id + "-host");
+  EXPECT_EQ(s.nodes[0].last_seen_ago, -1ms);  // no lease: it sends no keep-alives
+  EXPECT_FALSE(s.progress.has_value());
+}
+
+TEST(JobStatus, ANodeWithALeaseShowsWhenItWasLastSeen) {
+  JobRegistry reg(no_nccl);
+  JoinCall c = node("a", 1, 1);
+  c.lease = 60s;
+  join_all(reg, {c});
+  const JobStatus s = reg.status("job");
+  ASSERT_EQ(s.nodes.size(), 1u);
+  EXPECT_GE(s.nodes[0].last_seen_ago, 0ms);
+  EXPECT_LT(s.nodes[0].last_seen_ago, 30s);
+}
+
+TEST(JobStatus, AnOpenRoundShowsItsMembersWithoutRanks) {
+  JobRegistry reg(no_nccl);
+  reg.join_async(node("a", 2), [](JoinOutcome) {});
+  const JobStatus s = reg.status("job");
+  EXPECT_FALSE(s.round_closed);
+  ASSERT_EQ(s.nodes.size(), 1u);
+  EXPECT_EQ(s.nodes[0].node_rank, -1);
+  EXPECT_EQ(s.nodes[0].first_global_rank, -1);
+  reg.close();
+}
+
+TEST(JobStatus, ARestartShowsInTheRoundAndTheCount) {
+  JobRegistry reg(no_nccl);
+  join_all(reg, {node("a", 1, 1)});
+  JoinCall again = node("a", 1, 1);
+  again.intent = JoinIntent{0, true};  // its workers failed in round 0
+  join_all(reg, {again});
+  const JobStatus s = reg.status("job");
+  EXPECT_EQ(s.round, 1);
+  EXPECT_EQ(s.restart_count, 1);
+  EXPECT_EQ(s.reason, RoundReason::kWorkerFailure);
+}
+
+TEST(JobStatus, AnUnknownJobIsNotFound) {
+  JobRegistry reg(no_nccl);
+  EXPECT_THROW(reg.status("nope"), UnknownJob);
+}
+
+TEST(ProgressReports, TheNewestReportShowsWithItsAge) {
+  JobRegistry reg(no_nccl);
+  join_all(reg, {node("a", 1, 1)});
+  reg.report_progress("job", "a", step(7));
+  ProgressInfo p = step(12);
+  p.age = 3000ms;  // the worker made it three seconds before it was sent
+  reg.report_progress("job", "a", p);
+  const JobStatus s = reg.status("job");
+  ASSERT_TRUE(s.progress.has_value());
+  EXPECT_EQ(s.progress->step, 12);
+  EXPECT_EQ(s.progress->saved_step, 10);
+  EXPECT_EQ(s.progress->total_steps, 100);
+  EXPECT_GE(s.progress->age, 3000ms);
+  EXPECT_LT(s.progress->age, 60000ms);
+}
+
+TEST(ProgressReports, ANodeNotInTheJobCannotReport) {
+  JobRegistry reg(no_nccl);
+  join_all(reg, {node("a", 1, 1)});
+  EXPECT_THROW(reg.report_progress("job", "stranger", step(5)), RendezvousError);
+  EXPECT_THROW(reg.report_progress("other-job", "a", step(5)), UnknownJob);
+  EXPECT_FALSE(reg.status("job").progress.has_value());
+}
+
+// The service, over gRPC, with a token.
+struct Service {
+  Service() : server(ServerOptions{"127.0.0.1", 0, {kToken, {}}, {}}, no_nccl) {
+    JoinArgs a;
+    a.job_id = "job";
+    a.node.node_id = "n0";
+    a.node.host = "h0";
+    a.node.local_world_size = 2;
+    a.settings.max_restarts = 2;
+    a.timeout = 5s;
+    client.join(a);
+  }
+  static constexpr const char* kToken = "s3cret-token";
+  RendezvousServer server;
+  RendezvousClient client{server.address(), RendezvousAuth{kToken, {}}};
+};
+
+int call_code(const std::function<void()>& fn) {
+  try {
+    fn();
+    return 0;
+  } catch (const RendezvousCallError& e) {
+    return e.code();
+  }
+}
+
+TEST(StatusCall, AnswersWithTheJobAndItsProgress) {
+  Service svc;
+  svc.client.report_progress("job", "n0", step(42), 5s);
+  const JobStatus s = svc.client.status("job", 5s);
+  EXPECT_EQ(s.world_size, 2);
+  EXPECT_EQ(s.settings.max_restarts, 2);
+  ASSERT_EQ(s.nodes.size(), 1u);
+  EXPECT_EQ(s.nodes[0].node_id, "n0");
+  EXPECT_EQ(s.nodes[0].host, "h0");
+  ASSERT_TRUE(s.progress.has_value());
+  EXPECT_EQ(s.progress->step, 42);
+  EXPECT_EQ(s.progress->saved_step, 40);
+  EXPECT_EQ(s.progress->loss, 0.5);
+  EXPECT_FALSE(s.progress->restored_step.has_value());
+  EXPECT_FALSE(s.progress->epoch.has_value());
+}
+
+TEST(StatusCall, IsRefusedWithoutTheTokenAndForAnUnknownJob) {
+  Service svc;
+  RendezvousClient wrong(svc.server.address(), RendezvousAuth{"not-the-token", {}});
+  RendezvousClient none(svc.server.address());
+  EXPECT_EQ(call_code([&] { wrong.status("job", 5s); }), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call_code([&] { none.status("job", 5s); }), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call_code([&] { wrong.report_progress("job", "n0", step(1), 5s); }),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call_code([&] { svc.client.status("nope", 5s); }), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(call_code([&] { svc.client.status("", 5s); }), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_FALSE(svc.client.status("job", 5s).progress.has_value());
+}
+
+TEST(StatusCall, BadProgressValuesAreRefusedAndNotStored) {
+  Service svc;
+  auto code_of = [&](ProgressInfo p) {
+    return call_code([&] { svc.client.report_progress("job", "n0", p, 5s); });
+  };
+  EXPECT_EQ(code_of(step(-1)), grpc::StatusCode::INVALID_ARGUMENT);
+  ProgressInfo p = step(3);
+  p.saved_step = -5;
+  EXPECT_EQ(code_of(p), grpc::StatusCode::INVALID_ARGUMENT);
+  p = step(3);
+  p.samples = -1;
+  EXPECT_EQ(code_of(p), grpc::StatusCode::INVALID_ARGUMENT);
+  p = step(3);
+  p.samples_per_sec = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(code_of(p), grpc::StatusCode::INVALID_ARGUMENT);
+  p = step(3);
+  p.age = -1ms;
+  EXPECT_EQ(code_of(p), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_FALSE(svc.client.status("job", 5s).progress.has_value());
+  // A stranger with the token is refused too.
+  EXPECT_EQ(call_code([&] { svc.client.report_progress("job", "x", step(3), 5s); }),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  // A NaN loss is news (training diverged), not an error.
+  p = step(3);
+  p.loss = std::nan("");
+  EXPECT_EQ(code_of(p), 0);
+  EXPECT_TRUE(std::isnan(*svc.client.status("job", 5s).progress->loss));
+}
+
+}  // namespace
+}  // namespace ddprun
