@@ -5,6 +5,7 @@
 #include <set>
 
 #include "channel/env_names.h"
+#include "channel/trace_format.h"
 #include "rendezvous/hex.h"
 
 extern char** environ;
@@ -54,6 +55,10 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id, co
   if (!job.heartbeat_file.empty()) {
     v[ch::kHeartbeatFile] = job.heartbeat_file;
     v[ch::kHeartbeatSlot] = s(id.local_rank);
+  }
+  if (!job.trace_node_dir.empty()) {
+    v[ch::kTraceFile] = ch::trace_rank_file(job.trace_node_dir, job.attempt, id.rank);
+    if (!job.trace_steps.empty()) v[ch::kTraceSteps] = job.trace_steps;
   }
   return v;
 }

@@ -34,6 +34,11 @@ struct JobEnv {
   std::string local_ifname;  // empty: leave the *_SOCKET_IFNAME variables alone
   std::string heartbeat_file;  // empty: no hang detection
   bool agent_store = false;    // the launcher hosts the c10d store on MASTER_PORT
+  // --trace: this node's folder in the trace folder (empty: no tracing); each
+  // worker records into channel::trace_rank_file(trace_node_dir, attempt, rank).
+  std::string trace_node_dir;
+  int attempt = 0;
+  std::string trace_steps;  // "A:B"; empty: every step
 };
 
 // The variables ddprun sets for one worker (not the inherited ones).
