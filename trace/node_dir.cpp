@@ -34,6 +34,10 @@ void read_clock(const fs::path& file, NodeTrace& node) {
   }
   node.offset_ns = j["offset_ns"].get<int64_t>();
   if (j.contains("rtt_ns") && j["rtt_ns"].is_number_integer()) node.rtt_ns = j["rtt_ns"].get<int64_t>();
+  if (node.rtt_ns && *node.rtt_ns < 0) {
+    node.warnings.push_back(node.name + ": its clock offset is unknown (no keep-alive answered); its times are "
+                                        "taken as they are");
+  }
 }
 
 void read_events(const fs::path& file, NodeTrace& node) {
