@@ -2,10 +2,15 @@
 // no LibTorch) write their trace files, one fails once so the job restarts,
 // and the launcher merges the folder into trace.json and a summary table.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -150,6 +155,63 @@ TEST(Trace, StepWindowLimitsTheMergedTrace) {
   std::set<int64_t> seen;
   for (const auto& e : events_of(load(dir / "trace.json"), "X")) seen.insert(e["args"]["step"].get<int64_t>());
   EXPECT_EQ(seen, (std::set<int64_t>{1, 2}));
+  fs::remove_all(dir);
+}
+
+// A loopback port nobody listens on right now.
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Two agents on loopback, one trace folder: the non-hosting node's clock
+// offset comes from its keep-alives (the same clock here, so within half a
+// round trip of 0), it writes clock.json before it leaves, and the host
+// merges both nodes' ranks.
+TEST(Trace, TwoNodesMergeWithTheirClockOffsets) {
+  fs::path dir = ddptest::temp_path("trace", "nodes");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  std::vector<std::unique_ptr<ddptest::Process>> nodes;
+  for (int n = 0; n < 2; ++n) {
+    nodes.push_back(std::make_unique<ddptest::Process>(
+        ddprun({"--nnodes", "2", "--nproc", "1", "--rdzv-endpoint", endpoint, "--rdzv-id", "traced", "--trace",
+                dir.string(), TRACE_WRITER_BIN, "3"})));
+  }
+  int summaries = 0;
+  for (auto& p : nodes) {
+    ddptest::Finished f = p->finish(std::chrono::minutes(1));
+    EXPECT_EQ(f.exit_code, 0) << f.err;
+    EXPECT_FALSE(contains(f.err, "warning: --trace")) << f.err;
+    if (contains(f.err, "trace summary: 2 rank(s), 3 step(s)")) ++summaries;
+  }
+  EXPECT_EQ(summaries, 1);  // the host's
+
+  int measured = 0;
+  size_t folders = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_directory()) continue;
+    ++folders;
+    json clock = load(e.path() / "clock.json");
+    const int64_t offset = clock["offset_ns"], rtt = clock["rtt_ns"];
+    if (rtt > 0) {
+      ++measured;
+      EXPECT_LE(std::llabs(offset), rtt / 2 + 1) << clock.dump();
+    } else {
+      EXPECT_EQ(offset, 0);  // the host: the reference itself
+    }
+  }
+  EXPECT_EQ(folders, 2u);
+  EXPECT_EQ(measured, 1);
+  auto procs = processes(load(dir / "trace.json"));
+  EXPECT_EQ(procs[1], "rank 0");
+  EXPECT_EQ(procs[2], "rank 1");
   fs::remove_all(dir);
 }
 
