@@ -469,7 +469,8 @@ CliResult parse_canonical(const std::vector<std::string>& args,
       ->type_name("DIR")->group(g);
   app.add_option("--trace", o.trace_dir,
                  "Record every rank's step phases (forward, backward, bucket all-reduces, ...) and "
-                 "merge them into DIR/trace.json (Perfetto, chrome://tracing) with a summary table")
+                 "merge them into DIR/trace.json (Perfetto, chrome://tracing) with a summary table; "
+                 "`ddprun trace-merge DIR` merges folders copied from several hosts")
       ->type_name("DIR")->group(g);
   app.add_option("--trace-steps,--trace_steps", o.trace_steps,
                  "With --trace: record only steps A..B-1 (either side may be empty)")
