@@ -9,9 +9,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 #include <thread>
@@ -44,6 +47,16 @@ std::string make_run_dir(const std::string& log_dir, const std::string& run_id) 
     if (errno != EEXIST) throw std::runtime_error("cannot create folder " + dir + ": " + strerror(errno));
   }
   throw std::runtime_error("cannot create a folder for this run's logs in " + log_dir);
+}
+
+// A node id ("host:pid") as a folder name: "host.pid", anything unusual as '_'.
+std::string file_safe(const std::string& node_id) {
+  std::string out = node_id;
+  for (char& c : out) {
+    if (c == ':') c = '.';
+    else if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
+  }
+  return out;
 }
 
 std::string make_temp_dir(const std::string& run_id) {
@@ -134,6 +147,12 @@ void Agent::prepare_files() {
       spdlog::debug("local rank {}: CPUs {} (--numa-binding {})", lr, cpus, cfg_.numa_binding);
     }
   }
+  if (!cfg_.trace_dir.empty()) {
+    trace_node_dir_ = cfg_.trace_dir + "/" + file_safe(node_id_);
+    make_dirs(trace_node_dir_);
+    // The agent track of the merged trace: rounds, spawns, exits, restarts.
+    events_.add_file(trace_node_dir_ + "/" + channel::events::kFileName);
+  }
   // Heartbeats: for hang detection (with --hang-timeout), to know when
   // standbys may start, and the workers' progress (always).
   heartbeats_ = std::make_unique<HeartbeatTable>(files_dir_ + "/heartbeat", cfg_.nproc);
@@ -160,6 +179,12 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
   job.agent_store = static_cast<bool>(fresh_key_space_);
   job.progress_by_agent = a.first_global_rank == 0 &&
                           (progress_on_terminal_ || cfg_.progress_interval.count() > 0);
+  if (!trace_node_dir_.empty()) {
+    job.trace_node_dir = trace_node_dir_;
+    job.attempt = attempt;
+    job.trace_steps = cfg_.trace_steps;
+    make_dirs(trace_node_dir_ + "/attempt_" + std::to_string(attempt));
+  }
 
   std::vector<WorkerLaunch> launches;
   for (int lr = 0; lr < cfg_.nproc; ++lr) {
@@ -472,12 +497,41 @@ void Agent::stop_progress_display() {
 }
 
 void Agent::leave(LeaveKind kind, const std::string& message) {
+  // Before the Leave: the host merges the trace once every node has left.
+  write_trace_clock();
   try {
     rdzv_.leave(cfg_.run_id, node_id_, kind, message, std::chrono::seconds(5));
   } catch (const std::exception& e) {
     // The rendezvous may be gone (its host finished or died): nothing to tell.
     spdlog::debug("{}", e.what());
   }
+}
+
+// The node hosting the rendezvous (and a one-node job) is the reference:
+// offset 0. The others take their lease keeper's best estimate; without
+// one (no keep-alive answered yet) their times stay as they are, and the
+// file says so with rtt_ns -1.
+void Agent::write_trace_clock() {
+  if (trace_node_dir_.empty()) return;
+  ClockEstimate clock;
+  if (!cfg_.hosts_rendezvous && lease_) {
+    auto estimate = lease_->clock();
+    clock = estimate ? *estimate : ClockEstimate{0, -1};
+  }
+  const std::string path = trace_node_dir_ + "/clock.json";
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << nlohmann::json{{"offset_ns", clock.offset_ns}, {"rtt_ns", clock.rtt_ns}}.dump() << "\n";
+    if (!f) {
+      spdlog::warn("--trace: cannot write {}", tmp);
+      return;
+    }
+  }
+  // Renamed into place: a merge never reads half a file.
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) spdlog::warn("--trace: cannot write {}: {}", path, ec.message());
 }
 
 // The agent that hosts the rendezvous stays until every node has left (or
@@ -600,6 +654,7 @@ int Agent::run() {
   // Lost log lines do not change the exit code (the job did what it did),
   // but are never lost silently.
   write_all(cfg_.console_err_fd, format_log_losses(log_losses_));
+  write_trace_clock();
   status_.reset();
   lease_.reset();
   dismiss_standbys();

@@ -76,6 +76,8 @@ class Agent {
   void start_progress_display();
   void stop_progress_display();
   void await_others(LeaveKind how_this_node_left);
+  // --trace: this node's clock offset to the rendezvous host, in clock.json.
+  void write_trace_clock();
 
   AgentConfig cfg_;
   RendezvousClient& rdzv_;
@@ -86,6 +88,7 @@ class Agent {
   std::string files_dir_;  // log dir, or a temporary folder for error files
   bool files_dir_is_temp_ = false;
   bool wants_files_ = false;
+  std::string trace_node_dir_;  // --trace DIR/<node id made file-safe>; empty: off
   std::unique_ptr<HeartbeatTable> heartbeats_;
   std::unique_ptr<JobCgroup> cgroup_;
   // The workers' way to the console (one object when out and err are one pipe).

@@ -68,6 +68,10 @@ struct AgentConfig {
 
   // Output.
   std::string log_dir;  // per-rank log files when set
+  // --trace: workers record into DIR/<node>/attempt_A/rankR.trace
+  // (channel/trace_format.h); the agent keeps clock.json there. Empty: off.
+  std::string trace_dir;
+  std::string trace_steps;  // --trace-steps "A:B", handed to workers as it is
   StdSelection redirects;
   StdSelection tee;
   // Local ranks whose output reaches the console (--local-ranks-filter);

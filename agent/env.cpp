@@ -5,6 +5,7 @@
 #include <set>
 
 #include "channel/env_names.h"
+#include "channel/trace_format.h"
 #include "rendezvous/hex.h"
 
 extern char** environ;
@@ -56,6 +57,10 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id, co
     v[ch::kHeartbeatSlot] = s(id.local_rank);
   }
   if (job.progress_by_agent && id.rank == 0) v[ch::kProgressByAgent] = "1";
+  if (!job.trace_node_dir.empty()) {
+    v[ch::kTraceFile] = ch::trace_rank_file(job.trace_node_dir, job.attempt, id.rank);
+    if (!job.trace_steps.empty()) v[ch::kTraceSteps] = job.trace_steps;
+  }
   return v;
 }
 

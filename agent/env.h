@@ -37,6 +37,11 @@ struct JobEnv {
   // worker of global rank 0 only).
   bool progress_by_agent = false;
   bool agent_store = false;    // the launcher hosts the c10d store on MASTER_PORT
+  // --trace: this node's folder in the trace folder (empty: no tracing); each
+  // worker records into channel::trace_rank_file(trace_node_dir, attempt, rank).
+  std::string trace_node_dir;
+  int attempt = 0;
+  std::string trace_steps;  // "A:B"; empty: every step
 };
 
 // The variables ddprun sets for one worker (not the inherited ones).

@@ -15,7 +15,24 @@ bool news(const std::optional<NodeView>& a, const NodeView& b) {
          a->nodes_waiting != b.nodes_waiting;
 }
 
+int64_t mono_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
+
+ClockEstimate better_clock_estimate(const std::optional<ClockEstimate>& best, int64_t send_ns, int64_t recv_ns,
+                                    int64_t server_ns) {
+  const int64_t rtt = recv_ns - send_ns;
+  if (best && best->rtt_ns <= rtt) return *best;
+  return ClockEstimate{server_ns - (send_ns + recv_ns) / 2, rtt};
+}
+
+std::optional<ClockEstimate> LeaseKeeper::clock() const {
+  std::lock_guard lock(mu_);
+  return clock_;
+}
 
 LeaseKeeper::LeaseKeeper(RendezvousClient& client, LeaseOptions options)
     : client_(client), options_(std::move(options)) {
@@ -95,13 +112,18 @@ void LeaseKeeper::loop() {
     // Each call may take up to one interval, so a slow link still renews.
     std::optional<NodeView> view;
     std::string error;
+    const int64_t send_ns = mono_ns();
     try {
       view = client_.keep_alive(options_.job_id, options_.node_id, options_.interval * 2);
     } catch (const std::exception& e) {
       error = e.what();
     }
+    const int64_t recv_ns = mono_ns();
     const auto now = Clock::now();
     lock.lock();
+    if (view && view->server_mono_ns != 0) {
+      clock_ = better_clock_estimate(clock_, send_ns, recv_ns, view->server_mono_ns);
+    }
     bool changed = false;
     if (epoch != epoch_) {
       // reset() came while the call was out: its answer may predate it.

@@ -30,6 +30,20 @@ struct LeaseStatus {
   std::string error;             // why the last keep-alive failed
 };
 
+// How this host's CLOCK_MONOTONIC relates to the rendezvous host's
+// (ddprun --trace): reference = local + offset_ns, from the keep-alive with
+// the smallest round trip (its error is at most half of rtt_ns).
+struct ClockEstimate {
+  int64_t offset_ns = 0;
+  int64_t rtt_ns = 0;
+};
+
+// The better of `best` and the sample of one keep-alive sent at send_ns and
+// answered at recv_ns (local clock), stamped server_ns by the service:
+// offset = server - (send + recv) / 2; the smaller round trip wins.
+ClockEstimate better_clock_estimate(const std::optional<ClockEstimate>& best, int64_t send_ns, int64_t recv_ns,
+                                    int64_t server_ns);
+
 class LeaseKeeper {
  public:
   LeaseKeeper(RendezvousClient& client, LeaseOptions options);
@@ -48,6 +62,9 @@ class LeaseKeeper {
   // keep-alives sent before it are dropped, so a view from before the join
   // ("not in the job yet") is never taken for news about the new round.
   void reset();
+  // The clock offset estimated so far; nullopt before the first answer
+  // stamped with the service's clock.
+  std::optional<ClockEstimate> clock() const;
 
  private:
   void loop();
@@ -62,6 +79,7 @@ class LeaseKeeper {
   bool stop_ = false;
   uint64_t epoch_ = 0;  // bumped by reset()
   LeaseStatus status_;
+  std::optional<ClockEstimate> clock_;  // kept across reset(): the clocks do not change
   bool hold_wanted_ = false;
   CallCanceller hold_cancel_;
   std::thread thread_;

@@ -1,15 +1,21 @@
 #include "launcher/cli.h"
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <csignal>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "launcher/flag_matching.h"
+#include "trace/step_window.h"
 
 namespace ddprun {
 namespace {
@@ -468,6 +474,14 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   app.add_option("--log-dir,--log_dir", o.log_dir,
                  "Keep per-rank stdout/stderr/error files under DIR/attempt_N/rankR/")
       ->type_name("DIR")->group(g);
+  app.add_option("--trace", o.trace_dir,
+                 "Record every rank's step phases (forward, backward, bucket all-reduces, ...) and "
+                 "merge them into DIR/trace.json (Perfetto, chrome://tracing) with a summary table; "
+                 "`ddprun trace-merge DIR` merges folders copied from several hosts")
+      ->type_name("DIR")->group(g);
+  app.add_option("--trace-steps,--trace_steps", o.trace_steps,
+                 "With --trace: record only steps A..B-1 (either side may be empty)")
+      ->type_name("A:B")->group(g);
   app.add_option("-t,--tee", tee, "Also write these streams to log files: 0-3 or LR:MASK,...")->type_name("MASK")
       ->group(g);
   app.add_option("-r,--redirects", redirects,
@@ -576,6 +590,14 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   if (app.count("--log-dir") > 0 && o.log_dir.empty()) {
     throw UsageError("--log-dir: must not be empty");
   }
+  if (app.count("--trace") > 0 && o.trace_dir.empty()) throw UsageError("--trace: must not be empty");
+  if (!o.trace_steps.empty()) {
+    if (!trace::parse_step_window(o.trace_steps)) {
+      throw UsageError("--trace-steps: expected A:B, steps A to B-1 with A < B (either side may be "
+                       "empty), got " + quote(o.trace_steps));
+    }
+    if (o.trace_dir.empty()) throw UsageError("--trace-steps: needs --trace DIR");
+  }
   o.max_restarts = parse_int("--max-restarts", max_restarts, 0, 1000000);
   o.monitor_interval_s = parse_seconds("--monitor-interval", monitor, false, 0.01, 3600);
   o.stop_timeout_s = parse_seconds("--stop-timeout", stop_timeout, true);
@@ -617,6 +639,14 @@ CliResult parse_canonical(const std::vector<std::string>& args,
 }
 
 }  // namespace
+
+void check_trace_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw UsageError("--trace: cannot write to '" + dir + "': " + (ec ? ec.message() : std::strerror(errno)));
+  }
+}
 
 CliResult parse_command_line(const std::vector<std::string>& args,
                              const std::vector<DefaultArg>& defaults) {

@@ -46,6 +46,8 @@ struct CliOptions {
   bool standby = false;     // --standby: the default with --max-restarts > 0
   bool no_standby = false;  // --no-standby
   std::string log_dir;
+  std::string trace_dir;    // --trace: every rank's step phases, merged into DIR/trace.json
+  std::string trace_steps;  // --trace-steps A:B (checked); empty: every step
   StdSelection tee;
   StdSelection redirects;
   std::string role = "default";
@@ -93,5 +95,9 @@ bool parse_limit_conf(const std::string& key, const std::string& value, ServiceL
 
 // Parses "3" or "0:1,1:2" for --tee/--redirects (flag names the option).
 StdSelection parse_std_selection(const std::string& flag, const std::string& value);
+
+// Makes --trace DIR and checks that this process can write there; throws
+// UsageError naming the flag otherwise.
+void check_trace_dir(const std::string& dir);
 
 }  // namespace ddprun

@@ -1,5 +1,6 @@
 // ddprun: parse the command line, host the rendezvous (or find it), run this
-// node's agent. `ddprun rendezvous` serves a rendezvous on its own.
+// node's agent. `ddprun rendezvous` serves a rendezvous on its own;
+// `ddprun trace-merge DIR` merges a --trace folder.
 #include <absl/synchronization/mutex.h>
 #include <grpc/support/log.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -24,6 +25,7 @@
 #include "launcher/rendezvous_command.h"
 #include "launcher/slurm.h"
 #include "launcher/status_command.h"
+#include "launcher/trace_command.h"
 #include "rendezvous/nccl_unique_id.h"
 #include "rendezvous/server.h"
 #include "tcpstore/server.h"
@@ -79,6 +81,26 @@ void check_local_setup(LaunchPlan& plan) {
                        "': " + (ec ? ec.message() : std::strerror(errno)));
     }
   }
+  if (!a.trace_dir.empty()) check_trace_dir(a.trace_dir);
+}
+
+// --trace: the node hosting the rendezvous merges what every node left in
+// the folder (each wrote its clock.json before leaving, and it waited for
+// them all to leave); the table goes to stderr and DIR/summary.txt.
+void merge_trace(const AgentConfig& a) {
+  if (!a.hosts_rendezvous) {
+    spdlog::info("--trace: the node hosting the rendezvous merges {}/trace.json", a.trace_dir);
+    return;
+  }
+  TraceMergeOutcome out = merge_trace_folder(a.trace_dir, a.trace_steps);
+  for (const auto& w : out.warnings) spdlog::warn("--trace: {}", w);
+  if (!out.merged) {
+    spdlog::warn("--trace: nothing merged: {}", out.error);
+    return;
+  }
+  std::fputs(out.summary.c_str(), stderr);
+  spdlog::info("--trace: wrote {}/trace.json (open it in https://ui.perfetto.dev or chrome://tracing)",
+               a.trace_dir);
 }
 
 std::string with_port(const std::string& host, int port) {
@@ -169,6 +191,9 @@ int main(int argc, char** argv) {
     set_up_logging(false, true);
     return run_status_command({args.begin() + 1, args.end()});
   }
+  if (!args.empty() && args.front() == "trace-merge") {
+    return run_trace_merge_command({args.begin() + 1, args.end()});
+  }
 
   CliResult cli;
   LaunchPlan plan;
@@ -258,7 +283,9 @@ int main(int argc, char** argv) {
     // A group's keys go with it: the next one (a restart, a new round)
     // starts from an empty store, and memory does not grow.
     agent.host_worker_store([&worker_store] { worker_store->clear(); });
-    return agent.run();
+    const int code = agent.run();
+    if (!plan.agent.trace_dir.empty()) merge_trace(plan.agent);
+    return code;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return kExitWorkerFailed;

@@ -167,6 +167,8 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
     a.standby_warmup = std::chrono::milliseconds(kPythonStandbyWarmupMs);
   }
   a.log_dir = o.log_dir;
+  a.trace_dir = o.trace_dir;
+  a.trace_steps = o.trace_steps;
   a.tee = o.tee;
   a.redirects = o.redirects;
   a.role = o.role;

@@ -150,6 +150,7 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
   v.detail = resp.detail();
   v.nodes_waiting = resp.nodes_waiting();
   v.restart_count = resp.restart_count();
+  v.server_mono_ns = resp.server_mono_ns();
   return v;
 }
 

@@ -286,6 +286,9 @@ Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliv
     resp->set_detail(v.detail);
     resp->set_nodes_waiting(v.nodes_waiting);
     resp->set_restart_count(v.restart_count);
+    resp->set_server_mono_ns(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count());
   });
 }
 

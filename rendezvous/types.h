@@ -88,6 +88,9 @@ struct NodeView {
   std::string detail;                        // e.g. "node 'b' was lost"
   int nodes_waiting = 0;                     // late nodes waiting for a round
   int restart_count = 0;
+  // The rendezvous host's CLOCK_MONOTONIC (ns) when it answered a keep-alive;
+  // 0 when unknown (an older service).
+  int64_t server_mono_ns = 0;
 };
 
 // Training progress as the agent of global rank 0 reports it (from the

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "launcher/cli.h"
 #include "launcher/env_defaults.h"
@@ -551,6 +552,40 @@ TEST(Cli, StandbyIsOnWithRestartsUnlessTurnedOffAndCoversPythonScripts) {
 
   EXPECT_NE(plan_of({"--standby", "/bin/true"}).warnings.size(), 0u);
   EXPECT_NE(error_of({"--standby", "--no-standby", "/bin/true"}).find("--no-standby"), std::string::npos);
+}
+
+TEST(Cli, TraceTakesAFolderAndAStepWindow) {
+  auto o = parse({"--trace", "/tmp/t", "--trace-steps", "10:20", "p"});
+  EXPECT_EQ(o.trace_dir, "/tmp/t");
+  EXPECT_EQ(o.trace_steps, "10:20");
+  EXPECT_EQ(parse({"--trace", "/tmp/t", "--trace_steps", "5:", "p"}).trace_steps, "5:");
+  EXPECT_EQ(parse({"p"}).trace_dir, "");
+  auto plan = make_launch_plan(parse({"--trace", "/tmp/t", "--trace-steps", ":3", "true"}), facts(1, 0));
+  EXPECT_EQ(plan.agent.trace_dir, "/tmp/t");
+  EXPECT_EQ(plan.agent.trace_steps, ":3");
+
+  EXPECT_EQ(error_of({"--trace", "", "p"}), "--trace: must not be empty");
+  for (const char* bad : {"7", "5:5", "9:3", "a:b", "-1:2", "1:2:3"}) {
+    EXPECT_EQ(error_of({"--trace", "/tmp/t", "--trace-steps", bad, "p"}),
+              std::string("--trace-steps: expected A:B, steps A to B-1 with A < B (either side may be "
+                          "empty), got '") + bad + "'");
+  }
+  EXPECT_EQ(error_of({"--trace-steps", "1:2", "p"}), "--trace-steps: needs --trace DIR");
+}
+
+TEST(Cli, TraceFolderMustBeWritable) {
+  const std::string dir = "/tmp/ddprun-cli-trace-" + std::to_string(getpid()) + "/a/b";
+  EXPECT_NO_THROW(check_trace_dir(dir));  // made when missing
+  EXPECT_EQ(access(dir.c_str(), W_OK), 0);
+  std::filesystem::remove_all("/tmp/ddprun-cli-trace-" + std::to_string(getpid()));
+  try {
+    check_trace_dir("/proc/ddprun-cannot-write-here");
+    FAIL() << "no error for /proc";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--trace: cannot write to '/proc/ddprun-cannot-write-here': ", 0), 0u)
+        << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+  }
 }
 
 }  // namespace

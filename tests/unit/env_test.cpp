@@ -120,6 +120,21 @@ TEST(WorkerEnv, GlooAndNcclBindToTheNodesInterfaceUnlessTheUserChoseOne) {
   EXPECT_FALSE(worker_variables(WorkerIdentity{}, JobEnv{}, "e").count("GLOO_SOCKET_IFNAME"));
 }
 
+TEST(WorkerEnv, TracedWorkersGetTheirOwnFileAndTheStepWindow) {
+  JobEnv j;
+  j.trace_node_dir = "/t/host.42";
+  j.attempt = 2;
+  j.trace_steps = "5:9";
+  auto v = worker_variables(WorkerIdentity{7, 1, 4, 8, 1, 2}, j, "e");
+  EXPECT_EQ(v.at("DDPRUN_TRACE_FILE"), "/t/host.42/attempt_2/rank7.trace");
+  EXPECT_EQ(v.at("DDPRUN_TRACE_STEPS"), "5:9");
+  j.trace_steps.clear();
+  EXPECT_FALSE(worker_variables(WorkerIdentity{}, j, "e").count("DDPRUN_TRACE_STEPS"));
+  auto off = worker_variables(WorkerIdentity{}, JobEnv{}, "e");
+  EXPECT_FALSE(off.count("DDPRUN_TRACE_FILE"));
+  EXPECT_FALSE(off.count("DDPRUN_TRACE_STEPS"));
+}
+
 TEST(Hex, RoundTripsAndRejectsGarbage) {
   std::string all;
   for (int i = 0; i < 256; ++i) all.push_back(static_cast<char>(i));

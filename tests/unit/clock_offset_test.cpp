@@ -1,0 +1,70 @@
+// ddprun --trace's clock alignment: the service stamps each keep-alive
+// answer with its CLOCK_MONOTONIC, and the lease keeper keeps the offset of
+// the sample with the smallest round trip.
+#include <gtest/gtest.h>
+
+#include <poll.h>
+
+#include <chrono>
+#include <stdexcept>
+
+#include "agent/lease_keeper.h"
+#include "rendezvous/client.h"
+#include "rendezvous/server.h"
+
+namespace ddprun {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string no_nccl() { throw std::runtime_error("no NCCL in this test"); }
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+TEST(ClockOffset, MidpointOfTheRoundTripAndTheShortestWins) {
+  // Sent at 1000, answered at 1400, the service said 10200: offset 9000.
+  ClockEstimate e = better_clock_estimate(std::nullopt, 1000, 1400, 10200);
+  EXPECT_EQ(e.offset_ns, 9000);
+  EXPECT_EQ(e.rtt_ns, 400);
+  // A slower sample (rtt 1000) does not replace it; a faster one (100) does.
+  e = better_clock_estimate(e, 2000, 3000, 99999);
+  EXPECT_EQ(e.offset_ns, 9000);
+  e = better_clock_estimate(e, 5000, 5100, 14000);
+  EXPECT_EQ(e.offset_ns, 8950);
+  EXPECT_EQ(e.rtt_ns, 100);
+  // A service clock behind ours: a negative offset.
+  EXPECT_EQ(better_clock_estimate(std::nullopt, 5000, 5002, 1001).offset_ns, -4000);
+}
+
+TEST(ClockOffset, KeepAlivesCarryTheServiceClockAndTheLeaseKeeperEstimatesIt) {
+  RendezvousServer server(ServerOptions{"127.0.0.1", 0, {}, {}}, no_nccl);
+  RendezvousClient client(server.address());
+  JoinArgs a;
+  a.job_id = "job";
+  a.node.node_id = "n0";
+  a.node.local_world_size = 1;
+  a.timeout = 5s;
+  client.join(a);
+
+  // Same host, same clock: the stamp falls between send and answer.
+  const int64_t before = now_ns();
+  NodeView v = client.keep_alive("job", "n0", 5s);
+  const int64_t after = now_ns();
+  EXPECT_GE(v.server_mono_ns, before);
+  EXPECT_LE(v.server_mono_ns, after);
+
+  LeaseKeeper keeper(client, LeaseOptions{"job", "n0", 20ms, 5s});
+  EXPECT_FALSE(keeper.clock() && keeper.clock()->rtt_ns < 0);
+  pollfd fd{keeper.fd(), POLLIN, 0};
+  ASSERT_EQ(poll(&fd, 1, 5000), 1);  // the first answer is news
+  auto clock = keeper.clock();
+  ASSERT_TRUE(clock);
+  EXPECT_GT(clock->rtt_ns, 0);
+  EXPECT_LE(std::abs(clock->offset_ns), clock->rtt_ns / 2 + 1);
+}
+
+}  // namespace
+}  // namespace ddprun
