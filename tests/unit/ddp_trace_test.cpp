@@ -168,4 +168,53 @@ TEST_F(DdpTraceTest, NaiveAllReducesComeAfterBackward) {
   }
 }
 
+TEST_F(DdpTraceTest, CheckpointsAreRecordedAndReportedAsProgress) {
+  std::map<std::string, std::string> env{{"DDPRUN_TRACE_FILE", file(0)}};
+  ddp::InitOptions o;
+  o.env = [env](const std::string& k) -> std::optional<std::string> {
+    auto it = env.find(k);
+    return it == env.end() ? std::nullopt : std::optional(it->second);
+  };
+  auto world = ddp::init(o);
+  auto net = ddptest::seeded_model<ddptest::Mlp>(1);
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.1));
+  ddp::CheckpointOptions co;
+  co.dir = (dir_ / "ckpt").string();
+  {
+    ddp::Checkpointer ckpt(*world, co);
+    world->tracer().step(5);
+    ckpt.save(*net, sgd, 5, 0, 0);
+    ASSERT_TRUE(ckpt.wait());
+    world->report_progress({.step = 5});  // the program's report keeps the saved step
+    ckpt.finish();
+  }
+  world->tracer().end_step();
+  auto p = world->progress().last();
+  EXPECT_TRUE(p.flags & ch::Progress::kHasSaved);
+  EXPECT_EQ(p.saved_step, 5);
+  EXPECT_EQ(p.step, 5);
+  EXPECT_FALSE(p.flags & ch::Progress::kHasRestored);
+  {
+    ddp::Checkpointer again(*world, co);
+    ASSERT_TRUE(again.restore().has_value());
+    again.finish();
+  }
+  p = world->progress().last();
+  EXPECT_TRUE(p.flags & ch::Progress::kHasRestored);
+  EXPECT_EQ(p.restored_step, 5);
+
+  const auto rs = read_records(file(0));
+  const auto copy = of_phase(rs, ddp::TracePhase::kCheckpointCopy);
+  const auto write = of_phase(rs, ddp::TracePhase::kCheckpointWrite);
+  const auto restore = of_phase(rs, ddp::TracePhase::kRestore);
+  ASSERT_EQ(copy.size(), 1u);
+  ASSERT_EQ(write.size(), 1u);
+  ASSERT_EQ(restore.size(), 1u);
+  EXPECT_EQ(copy[0].track, uint8_t(ddp::TraceTrack::kMain));
+  EXPECT_EQ(write[0].track, uint8_t(ddp::TraceTrack::kCheckpoint));
+  EXPECT_EQ(write[0].step, 5);
+  EXPECT_LE(copy[0].end_ns, write[0].begin_ns);  // written after it was copied
+  EXPECT_EQ(restore[0].step, -1);  // outside any step
+}
+
 }  // namespace
