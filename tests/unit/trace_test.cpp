@@ -135,11 +135,14 @@ TEST_F(TraceTest, StepWindowParsesOpenEndsAndRejectsGarbage) {
 TEST_F(TraceTest, RecordsPastTheCapacityAreCountedAsDropped) {
   auto o = options();
   o.capacity = 4;
+  ::testing::internal::CaptureStderr();
   {
     ddp::Tracer t(o);
     for (int i = 0; i < 10; ++i) ddp::TraceSpan s(t, ddp::TracePhase::kData);
     EXPECT_EQ(t.dropped(), 6u);
   }
+  const std::string warned = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warned.find("6 records dropped; raise DDPRUN_TRACE_CAPACITY"), std::string::npos) << warned;
   const TraceFile f = read_trace(o.file);
   EXPECT_EQ(f.records.size(), 4u);
   EXPECT_EQ(f.header.next - f.header.capacity, 6u);

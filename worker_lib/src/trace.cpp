@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -94,6 +95,12 @@ Tracer::Tracer(const TraceOptions& o)
 Tracer::~Tracer() {
   if (!map_) return;
   end_step();
+  if (const uint64_t lost = dropped()) {
+    std::fprintf(stderr,
+                 "ddp: warning: trace file %s is full: %llu records dropped; raise DDPRUN_TRACE_CAPACITY (now %llu) "
+                 "or narrow DDPRUN_TRACE_STEPS\n",
+                 file_.c_str(), static_cast<unsigned long long>(lost), static_cast<unsigned long long>(capacity_));
+  }
   ::munmap(map_, map_len_);
 }
 
