@@ -56,12 +56,20 @@ Timing run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape
   Timing timing;
   double stall = 0;
   int64_t steps = 0;
+  // Marked like a training loop (examples/train) so that, with
+  // DDPRUN_TRACE_FILE set, the bench measures what recording costs.
+  ddp::Tracer& tracer = world.tracer();
   auto step = [&] {
+    tracer.step(steps);
     opt.zero_grad();
     torch::nn::functional::cross_entropy(model(x), y).backward();
     model.finalize();
-    opt.step();
+    {
+      ddp::TraceSpan optimizer_span(tracer, ddp::TracePhase::kOptimizer);
+      opt.step();
+    }
     ++steps;
+    world.report_progress({.step = steps, .total_steps = o.warmup + o.steps, .samples = steps * o.batch * world.size()});
     if (ckpt && ckpt->due(steps)) {
       // The stall: what the training thread spends before it can go on.
       const auto t0 = std::chrono::steady_clock::now();
@@ -81,6 +89,7 @@ Timing run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape
   world.barrier();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < o.steps; ++i) step();
+  tracer.end_step();
   world.barrier();
   // The slowest rank's time is the step time.
   torch::Tensor secs = torch::tensor(

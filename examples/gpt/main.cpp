@@ -182,7 +182,7 @@ int run(Options opt) {
     co.dir = opt.checkpoint_dir;
     co.every_steps = opt.checkpoint_every;
     co.keep = opt.keep_checkpoints;
-    ckpt = std::make_unique<ddp::Checkpointer>(world->cpu(), co);
+    ckpt = std::make_unique<ddp::Checkpointer>(*world, co);  // records into the World's trace and progress
     if (auto state = ckpt->restore()) {
       ddp::apply_state(*state, *net, *optimizer);
       step = state->step;
@@ -227,7 +227,12 @@ int run(Options opt) {
   double first_loss = -1, last_loss = 0;
   double timed_seconds = 0;
   int64_t timed_steps = 0;
+  // --trace: step boundaries, data and optimizer (DDP records forward,
+  // backward and the all-reduces). CPU times: on a GPU they end when the
+  // work is queued, not done.
+  ddp::Tracer& tracer = world->tracer();
   while (step < opt.steps) {
+    tracer.step(step);
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = lr_at(opt, step, warmup);
     for (auto& group : optimizer->param_groups()) {
@@ -244,7 +249,9 @@ int run(Options opt) {
 #endif
     torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
     for (int j = 0; j < opt.grad_accum; ++j) {
+      ddp::TraceSpan data(tracer, ddp::TracePhase::kData);
       auto [x, y] = next_batch();
+      data.finish();
       torch::Tensor loss;
       {
         gpt::AutocastGuard autocast(device.type(), torch::kBFloat16, bf16);
@@ -259,12 +266,19 @@ int run(Options opt) {
         (loss / opt.grad_accum).backward();  // returns with gradients averaged over the ranks
       }
     }
+    ddp::TraceSpan optimizer_span(tracer, ddp::TracePhase::kOptimizer);
     const double norm = torch::nn::utils::clip_grad_norm_(net->parameters(), opt.clip);
     optimizer->step();
+    optimizer_span.finish();
     ++step;
     // Reading the loss waits for the GPU: the step's time is then real.
     const double loss = loss_sum.item<double>() / opt.grad_accum;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    world->report_progress({.step = step,
+                            .total_steps = opt.steps,
+                            .epoch = static_cast<int32_t>(epoch),
+                            .loss = loss,
+                            .samples = step * opt.batch_size * opt.grad_accum * ws});  // sequences
     if (first_loss < 0) first_loss = loss;
     last_loss = loss;
     if (step > start_step + 1) {  // the first step warms caches and allocators
@@ -290,6 +304,7 @@ int run(Options opt) {
     }
     if (ckpt && ckpt->due(step)) save();
   }
+  tracer.end_step();
   ddp::CheckpointReport saved;
   if (ckpt) {
     if (ckpt->last_saved_step() != step && step > start_step) save();

@@ -140,7 +140,7 @@ int run(const Options& opt) {
     co.every_steps = opt.checkpoint_every;
     co.every_seconds = opt.checkpoint_every_seconds;
     co.keep = opt.keep_checkpoints;
-    ckpt = std::make_unique<ddp::Checkpointer>(world->cpu(), co);
+    ckpt = std::make_unique<ddp::Checkpointer>(*world, co);  // records into the World's trace and progress
     stop = std::make_unique<ddp::StopFlag>();
     if (auto state = ckpt->restore()) {
       ddp::apply_state(*state, *model.module(), optimizer);
@@ -167,6 +167,8 @@ int run(const Options& opt) {
 
   const auto start = std::chrono::steady_clock::now();
   double last_loss = 0, accuracy = 0;
+  ddp::Tracer& tracer = world->tracer();
+  torch::Tensor step_loss = torch::zeros({});
   for (int epoch = static_cast<int>(start_epoch); epoch < opt.epochs; ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
     sampler.set_epoch(epoch);
@@ -177,16 +179,22 @@ int run(const Options& opt) {
     // One optimizer step per grad_accum micro-batches; the last, short group
     // of an epoch still steps. Every rank has as many micro-batches.
     while (sampler.position() < sampler.num_samples()) {
+      // Step boundaries and the data and optimizer phases for --trace (DDP
+      // records forward, backward and the all-reduces itself).
+      tracer.step(steps);
       optimizer.zero_grad();
       const int64_t left = (sampler.num_samples() - sampler.position() + opt.batch_size - 1) / opt.batch_size;
       const int64_t group = std::min<int64_t>(opt.grad_accum, left);
       for (int64_t j = 0; j < group; ++j) {
+        ddp::TraceSpan data(tracer, ddp::TracePhase::kData);
         auto idx_vec = *sampler.next_batch(opt.batch_size);
         torch::Tensor idx = torch::tensor(idx_vec, torch::kInt64);
         torch::Tensor x = train.batch(idx);
         torch::Tensor y = train.labels.index_select(0, idx);
+        data.finish();
         torch::Tensor loss = torch::nn::functional::cross_entropy(model(x), y);
         loss_sum += loss.detach().to(torch::kFloat64);
+        step_loss = loss.detach();
         ++loss_count;
         if (j + 1 < group) {
           auto no_sync = model.no_sync();  // accumulate locally
@@ -201,12 +209,22 @@ int run(const Options& opt) {
       }
       // The learning rate falls linearly to zero over the run: the last
       // steps settle instead of bouncing around the minimum.
-      const double progress = static_cast<double>(steps) / total_steps;
-      for (auto& group : optimizer.param_groups()) {
-        static_cast<torch::optim::SGDOptions&>(group.options()).lr(opt.lr * (1 - progress));
+      {
+        ddp::TraceSpan optimizer_span(tracer, ddp::TracePhase::kOptimizer);
+        const double progress = static_cast<double>(steps) / total_steps;
+        for (auto& group : optimizer.param_groups()) {
+          static_cast<torch::optim::SGDOptions&>(group.options()).lr(opt.lr * (1 - progress));
+        }
+        optimizer.step();
       }
-      optimizer.step();
       ++steps;
+      // For the agent's progress line and `ddprun status` (rank 0 prints it
+      // itself when run without ddprun): samples of the whole job so far.
+      world->report_progress({.step = steps,
+                              .total_steps = total_steps,
+                              .epoch = epoch,
+                              .loss = step_loss.item<double>(),
+                              .samples = (epoch * sampler.num_samples() + sampler.position()) * ws});
       if (opt.print_steps && rank == 0) {
         const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
         std::printf("step %lld done at %.3f\n", static_cast<long long>(steps), now);
@@ -240,6 +258,7 @@ int run(const Options& opt) {
       std::fflush(stdout);
     }
   }
+  tracer.end_step();
   ddp::CheckpointReport saved;
   if (ckpt) {
     if (ckpt->last_saved_step() != steps) save(opt.epochs - 1);

@@ -19,7 +19,10 @@ constexpr const char* kTempSuffix = ".tmp";
 }  // namespace
 
 Checkpointer::Checkpointer(Communicator& comm, CheckpointOptions options)
-    : comm_(comm), options_(std::move(options)), last_save_(std::chrono::steady_clock::now()) {
+    : comm_(comm),
+      options_(std::move(options)),
+      tracer_(options_.tracer ? options_.tracer : &no_tracer_),
+      last_save_(std::chrono::steady_clock::now()) {
   if (options_.dir.empty()) throw std::invalid_argument("ddp::Checkpointer: no folder given");
   if (options_.keep < 1) throw std::invalid_argument("ddp::Checkpointer: keep must be at least 1");
   if (comm_.rank() != 0) return;
@@ -39,6 +42,19 @@ Checkpointer::Checkpointer(Communicator& comm, CheckpointOptions options)
   writer_ = std::make_unique<SerialWorker>();
 }
 
+namespace {
+
+CheckpointOptions with_world(CheckpointOptions o, World& world) {
+  if (!o.tracer) o.tracer = &world.tracer();
+  if (!o.progress) o.progress = &world.progress();
+  return o;
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(World& world, CheckpointOptions options)
+    : Checkpointer(world.cpu(), with_world(std::move(options), world)) {}
+
 Checkpointer::~Checkpointer() {
   if (in_flight_.valid()) in_flight_.wait();
   std::lock_guard lock(path_mu_);
@@ -52,6 +68,13 @@ Checkpointer::~Checkpointer() {
 }
 
 std::optional<TrainingState> Checkpointer::restore() {
+  TraceSpan span(*tracer_, TracePhase::kRestore);
+  std::optional<TrainingState> state = restore_broadcast();
+  if (state && options_.progress) options_.progress->restored(state->step);
+  return state;
+}
+
+std::optional<TrainingState> Checkpointer::restore_broadcast() {
   std::vector<char> bytes;
   std::optional<TrainingState> state;
   if (comm_.rank() == 0) {
@@ -133,7 +156,10 @@ void Checkpointer::save(const torch::nn::Module& model, torch::optim::Optimizer&
   if (comm_.rank() != 0) return;
   wait();  // the previous write is done: its buffers are free
   auto reuse = std::move(recycled_);
-  save(capture_state(model, optimizer, step, epoch, sampler_position, reuse.get()));
+  TraceSpan copy(*tracer_, TracePhase::kCheckpointCopy);
+  TrainingState state = capture_state(model, optimizer, step, epoch, sampler_position, reuse.get());
+  copy.finish();
+  save(std::move(state));
 }
 
 bool Checkpointer::wait() {
@@ -170,6 +196,8 @@ void Checkpointer::failed(int64_t step, const std::string& why) {
 // Encode, checksum, write atomically, and drop checkpoints beyond the newest
 // `keep`.
 void Checkpointer::write(const TrainingState& state) {
+  const bool traced = tracer_->recording();
+  const int64_t begin = traced ? Tracer::now_ns() : 0;
   const std::vector<char> bytes = encode_state(state);
   const std::string name = checkpoint_file_name(state.step, checkpoint_crc(bytes));
   const std::string final_path = options_.dir + "/" + name;
@@ -180,6 +208,10 @@ void Checkpointer::write(const TrainingState& state) {
     checked_[final_path] = true;
     ++report_.written;
   }
+  if (traced) {
+    tracer_->record(TracePhase::kCheckpointWrite, TraceTrack::kCheckpoint, begin, Tracer::now_ns(), state.step);
+  }
+  if (options_.progress) options_.progress->saved(state.step);
   prune(state.step);
 }
 

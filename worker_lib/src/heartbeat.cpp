@@ -34,7 +34,9 @@ Heartbeat::Heartbeat(const std::string& path, int slot) {
     map_ = nullptr;
     throw std::runtime_error("ddp: cannot map heartbeat file " + path + ": " + std::strerror(errno));
   }
+  // The whole slot is mapped: the counter and the progress block after it.
   counter_ = ddprun::channel::heartbeat_counter(map_, slot);
+  progress_ = ddprun::channel::progress_block(map_, slot);
 }
 
 Heartbeat::~Heartbeat() {

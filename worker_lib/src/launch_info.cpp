@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "channel/env_names.h"
+#include "ddp/trace.h"
 #include "rendezvous/hex.h"
 
 namespace ddp {
@@ -22,6 +23,23 @@ T parse_number(const std::string& name, const std::string& value) {
   return v;
 }
 
+// --trace and progress: read for a plain single process too (a benchmark
+// sets DDPRUN_TRACE_FILE itself).
+void read_observability(const EnvLookup& env, LaunchInfo& info) {
+  if (auto v = env(ch::kTraceFile); v && !v->empty()) info.trace_file = *v;
+  if (auto v = env(ch::kTraceSteps); v && !v->empty()) {
+    parse_trace_steps(*v, &info.trace_first_step, &info.trace_end_step);
+  }
+  if (auto v = env(ch::kTraceCapacity); v && !v->empty()) {
+    const auto n = parse_number<int64_t>(ch::kTraceCapacity, *v);
+    if (n < 1 || n > (int64_t{1} << 32)) {
+      throw ConfigError("ddp: DDPRUN_TRACE_CAPACITY=" + *v + " is not a number of records in [1, 2^32]");
+    }
+    info.trace_capacity = static_cast<uint64_t>(n);
+  }
+  if (auto v = env(ch::kProgressByAgent); v && !v->empty() && *v != "0") info.progress_by_agent = true;
+}
+
 }  // namespace
 
 std::optional<std::string> process_env(const std::string& name) {
@@ -32,6 +50,7 @@ std::optional<std::string> process_env(const std::string& name) {
 
 LaunchInfo read_launch_info(const EnvLookup& env) {
   LaunchInfo info;
+  read_observability(env, info);
   auto rank = env(ch::kRank);
   auto ws = env(ch::kWorldSize);
   if (!rank && !ws) return info;  // a plain single process

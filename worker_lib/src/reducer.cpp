@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <functional>
+#include <utility>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -61,7 +62,11 @@ std::string names_of(const std::vector<NamedTensor>& params, const std::vector<s
 
 Reducer::Reducer(std::vector<NamedTensor> params, std::vector<NamedTensor> buffers,
                  Communicator& comm, DdpOptions options)
-    : params_(std::move(params)), buffers_(std::move(buffers)), comm_(comm), options_(options) {
+    : params_(std::move(params)),
+      buffers_(std::move(buffers)),
+      comm_(comm),
+      options_(options),
+      tracer_(options_.tracer ? options_.tracer : &no_tracer_) {
   for (const auto& p : params_) {
     if (!p.tensor.defined() || !p.tensor.requires_grad()) {
       throw std::invalid_argument("ddp: parameter '" + p.name +
@@ -218,6 +223,11 @@ void Reducer::on_grad_ready(size_t index) {
       iteration_open_ = true;
       finalized_ = false;
       first_of_iteration = true;
+      // kBackward runs from here to the final callback below.
+      if (tracer_->recording()) {
+        backward_begin_ns_ = Tracer::now_ns();
+        backward_step_ = tracer_->current_step();
+      }
     }
   }
   if (first_of_iteration) {
@@ -226,9 +236,15 @@ void Reducer::on_grad_ready(size_t index) {
     // what queue_callback attaches to). The callback runs on the thread that
     // finishes the backward; what it throws comes out of backward().
     torch::autograd::Engine::get_default_engine().queue_callback([this] {
+      int64_t begin = 0, step = 0;
       {
         std::lock_guard lock(mu_);
+        begin = std::exchange(backward_begin_ns_, 0);
+        step = backward_step_;
         if (finalized_) return;  // finalized by hand from another thread meanwhile
+      }
+      if (begin != 0) {
+        tracer_->record(TracePhase::kBackward, TraceTrack::kMain, begin, Tracer::now_ns(), step);
       }
       run_finalize();
     });
@@ -259,7 +275,11 @@ void Reducer::mark_ready_locked(Bucket& b) {
 void Reducer::launch_ready_buckets_locked() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready) {
     Bucket& b = buckets_[next_launch_];
-    b.work = worker_->submit([this, &b] { average_bucket(b); });
+    const auto index = static_cast<int64_t>(next_launch_);
+    b.work = worker_->submit([this, &b, index] {
+      TraceSpan span(*tracer_, TracePhase::kAllReduce, TraceTrack::kComm, index, b.buffer.nbytes());
+      average_bucket(b);
+    });
     ++next_launch_;
   }
 }
@@ -376,12 +396,15 @@ void Reducer::finalize_hooked() {
   // Wait for everything launched, in order, before anything else touches the
   // communicator; keep the first error.
   std::exception_ptr error;
-  for (auto& b : buckets_) {
-    if (!b.work.valid()) continue;
-    try {
-      b.work.get();
-    } catch (...) {
-      if (!error) error = std::current_exception();
+  {
+    TraceSpan wait(*tracer_, TracePhase::kFinalizeWait);
+    for (auto& b : buckets_) {
+      if (!b.work.valid()) continue;
+      try {
+        b.work.get();
+      } catch (...) {
+        if (!error) error = std::current_exception();
+      }
     }
   }
   {
@@ -436,7 +459,9 @@ void Reducer::finalize_after_backward() {
   }
   if (options_.strategy == SyncStrategy::kNaive) {
     for (size_t i : to_sync) {
+      // On this thread, after backward: arg is the parameter's index.
       at::Tensor grad = params_[i].tensor.grad();
+      TraceSpan span(*tracer_, TracePhase::kAllReduce, TraceTrack::kMain, static_cast<int64_t>(i), grad.nbytes());
       if (grad.is_contiguous()) {
         average(grad);
       } else {
@@ -452,7 +477,9 @@ void Reducer::finalize_after_backward() {
   for (size_t i : to_sync) {
     groups[dtype_device_key(params_[i].tensor.grad())].push_back(i);
   }
+  int64_t group_index = 0;
   for (const auto& [key, members] : groups) {
+    TraceSpan span(*tracer_, TracePhase::kAllReduce, TraceTrack::kMain, group_index++);
     std::vector<at::Tensor> pieces;
     for (size_t i : members) pieces.push_back(params_[i].tensor.grad().reshape(-1));
     at::Tensor flat = at::cat(pieces);

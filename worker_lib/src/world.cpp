@@ -30,12 +30,34 @@ std::chrono::milliseconds default_timeout(const EnvLookup& env) {
 
 }  // namespace
 
+namespace {
+
+TraceOptions trace_options(const LaunchInfo& info) {
+  TraceOptions o;
+  o.file = info.trace_file;
+  o.first_step = info.trace_first_step;
+  o.end_step = info.trace_end_step;
+  o.capacity = info.trace_capacity;
+  o.rank = info.rank;
+  o.local_rank = info.local_rank;
+  o.world_size = info.world_size;
+  o.attempt = info.restart_count;
+  return o;
+}
+
+}  // namespace
+
 World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
-             std::chrono::milliseconds timeout)
+             std::chrono::milliseconds timeout, double progress_print_seconds)
     : info_(std::move(info)),
       timeout_(timeout),
       heartbeat_(std::make_shared<Heartbeat>(info_.heartbeat_file, info_.heartbeat_slot)),
+      tracer_(std::make_unique<Tracer>(trace_options(info_))),
       store_(std::move(store)) {
+  ProgressPrintOptions print;
+  print.enabled = info_.rank == 0 && !info_.progress_by_agent;
+  print.interval_seconds = progress_print_seconds;
+  progress_ = std::make_unique<ProgressReporter>(heartbeat_->progress_block(), print);
   // Every round gets fresh keys: a restarted group never reads a dead one's.
   round_store_ = std::make_unique<ddprun::PrefixStore>(ddprun::round_key_prefix(info_.round), *store_);
   gloo_store_ = std::make_unique<ddprun::PrefixStore>("gloo", *round_store_);
@@ -132,6 +154,7 @@ Communicator& World::for_tensor(const at::Tensor& t) {
 }
 
 std::shared_ptr<World> init(InitOptions options) {
+  const int64_t init_begin = Tracer::now_ns();  // recorded as kInit once the World has its tracer
   install_error_file_handler();
   // A standby worker learns here who it is (its variables arrive now).
   wait_if_standby();
@@ -159,7 +182,8 @@ std::shared_ptr<World> init(InitOptions options) {
       check_local_addr(info.local_addr, ddprun::channel::kLocalAddr);
     }
   }
-  auto world = std::make_shared<World>(std::move(info), std::move(store), timeout);
+  auto world = std::make_shared<World>(std::move(info), std::move(store), timeout, options.progress_print_seconds);
+  world->tracer().record(TracePhase::kInit, TraceTrack::kMain, init_begin, Tracer::now_ns(), -1);
   register_world(world);
   return world;
 }

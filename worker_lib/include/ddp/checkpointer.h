@@ -33,7 +33,10 @@
 
 #include "ddp/checkpoint_files.h"
 #include "ddp/communicator.h"
+#include "ddp/progress.h"
+#include "ddp/trace.h"
 #include "ddp/training_state.h"
+#include "ddp/world.h"
 
 namespace ddp {
 
@@ -42,6 +45,12 @@ struct CheckpointOptions {
   int64_t every_steps = 0;   // 0: not by steps
   double every_seconds = 0;  // 0: not by time
   int keep = 3;              // newest files kept
+  // Where the copy (kCheckpointCopy), the write (kCheckpointWrite) and the
+  // restore (kRestore) are recorded, and where saved_step / restored_step
+  // are reported (progress.h); null: nowhere. The World constructor fills
+  // in the World's.
+  Tracer* tracer = nullptr;
+  ProgressReporter* progress = nullptr;
 };
 
 // What became of the saves of a Checkpointer (rank 0; zeros elsewhere).
@@ -59,6 +68,8 @@ class Checkpointer {
   // leftover temporary files). Throws std::runtime_error naming the folder
   // when it cannot be created.
   Checkpointer(Communicator& comm, CheckpointOptions options);
+  // Over world.cpu(), recording into the World's tracer and progress.
+  Checkpointer(World& world, CheckpointOptions options);
   // Waits for the write in flight; never throws. Says on stderr when a
   // write failed and finish() did not report it.
   ~Checkpointer();
@@ -101,6 +112,8 @@ class Checkpointer {
   const CheckpointOptions& options() const { return options_; }
 
  private:
+  // restore()'s reading and broadcast.
+  std::optional<TrainingState> restore_broadcast();
   // On the writer thread.
   void write(const TrainingState& state);
   void prune(int64_t newest_step);
@@ -109,6 +122,8 @@ class Checkpointer {
 
   Communicator& comm_;
   CheckpointOptions options_;
+  Tracer no_tracer_;  // off: what tracer_ points at without options_.tracer
+  Tracer* tracer_;
   std::chrono::steady_clock::time_point last_save_;
   int64_t last_step_ = -1;
   mutable std::mutex path_mu_;  // last_path_ is set by the writer thread

@@ -6,6 +6,8 @@
 
 namespace ddp {
 
+class Tracer;
+
 // How gradients are averaged over the ranks (seed 003's four designs):
 //   kNaive    after backward, one all_reduce per parameter
 //   kFlat     after backward, all gradients in one flat buffer, one all_reduce
@@ -52,6 +54,10 @@ struct DdpOptions {
   // each synchronised step.
   bool broadcast_buffers = true;
   CommDtype comm_dtype = CommDtype::kParam;
+  // Where backward, each bucket's all-reduce and the finalize wait are
+  // recorded (trace.h); null: nowhere. DistributedDataParallel over a World
+  // fills in the World's.
+  Tracer* tracer = nullptr;
 };
 
 }  // namespace ddp

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ddp/reducer.h"
+#include "ddp/trace.h"
 #include "ddp/world.h"
 
 namespace ddp {
@@ -38,12 +39,14 @@ class DistributedDataParallel {
   // Over the whole world, on the communicator that matches the parameters'
   // device (Gloo for CPU, NCCL for CUDA).
   DistributedDataParallel(ModuleHolder module, World& world, DdpOptions options = {})
-      : DistributedDataParallel(module, communicator_for(world, *module), options) {}
+      : DistributedDataParallel(module, communicator_for(world, *module), with_tracer(options, world)) {}
 
   // A forward with grad mode on starts an iteration (see
-  // Reducer::prepare_for_backward), as PyTorch's DDP forward does.
+  // Reducer::prepare_for_backward), as PyTorch's DDP forward does. Recorded
+  // as kForward.
   template <typename... Args>
   decltype(auto) operator()(Args&&... args) {
+    TraceSpan span(reducer_.tracer(), TracePhase::kForward);
     if (at::GradMode::is_enabled()) reducer_.prepare_for_backward();
     return module_->forward(std::forward<Args>(args)...);
   }
@@ -64,6 +67,10 @@ class DistributedDataParallel {
   Reducer& reducer() { return reducer_; }
 
  private:
+  static DdpOptions with_tracer(DdpOptions o, World& world) {
+    if (!o.tracer) o.tracer = &world.tracer();
+    return o;
+  }
   static Communicator& communicator_for(World& world, const torch::nn::Module& m) {
     for (const auto& p : m.parameters()) {
       if (p.device().is_cuda()) return world.cuda();

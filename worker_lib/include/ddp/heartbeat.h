@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "channel/heartbeat_layout.h"
+
 namespace ddp {
 
 class Heartbeat {
@@ -26,10 +28,15 @@ class Heartbeat {
   }
   uint64_t count() const { return counter_ ? __atomic_load_n(counter_, __ATOMIC_RELAXED) : 0; }
 
+  // The slot's progress block (heartbeat_layout.h), null without a file.
+  // One writer at a time: ddp::ProgressReporter serialises them.
+  ddprun::channel::ProgressBlock* progress_block() const { return progress_; }
+
  private:
   void* map_ = nullptr;
   size_t map_len_ = 0;
   uint64_t* counter_ = nullptr;
+  ddprun::channel::ProgressBlock* progress_ = nullptr;
 };
 
 }  // namespace ddp

@@ -35,6 +35,15 @@ struct LaunchInfo {
   std::string error_file;
   std::string heartbeat_file;  // DDPRUN_HEARTBEAT_FILE, empty without hang detection
   int heartbeat_slot = 0;
+  // --trace (trace.h): DDPRUN_TRACE_FILE (empty: off), the step window of
+  // DDPRUN_TRACE_STEPS, and DDPRUN_TRACE_CAPACITY records.
+  std::string trace_file;
+  int64_t trace_first_step = 0;
+  int64_t trace_end_step = INT64_MAX;
+  uint64_t trace_capacity = uint64_t{1} << 18;
+  // DDPRUN_PROGRESS_BY_AGENT: the agent shows rank 0's progress, so the
+  // worker does not print it.
+  bool progress_by_agent = false;
   // What any torchrun-like launcher sets: where the c10d store is, and
   // whether the launcher hosts it (TORCHELASTIC_USE_AGENT_STORE=True) or
   // rank 0 must, as PyTorch's env:// rendezvous does.

@@ -36,6 +36,7 @@
 
 #include "ddp/communicator.h"
 #include "ddp/ddp_options.h"
+#include "ddp/trace.h"
 
 namespace torch::autograd {
 struct Node;
@@ -112,6 +113,8 @@ class Reducer {
   const std::vector<std::vector<size_t>>& bucket_layout() const { return layout_; }
   const DdpOptions& options() const { return options_; }
   Communicator& communicator() { return comm_; }
+  // options().tracer, or one that is off.
+  Tracer& tracer() { return *tracer_; }
 
  private:
   struct Bucket {
@@ -150,6 +153,8 @@ class Reducer {
   Communicator& comm_;
   DdpOptions options_;
   std::atomic<bool> sync_enabled_{true};
+  Tracer no_tracer_;  // off: what tracer_ points at without options_.tracer
+  Tracer* tracer_;
 
   // Hook-driven strategies (kOverlap, kBucketed).
   std::vector<std::vector<size_t>> layout_;
@@ -163,6 +168,9 @@ class Reducer {
   size_t next_launch_ = 0;        // buckets are launched in order, on every rank alike
   bool iteration_open_ = false;   // a hook fired since the last finalize
   bool finalized_ = false;        // finalize ran and no new iteration started
+  // The first hook of this backward (0: not recorded), and its step.
+  int64_t backward_begin_ns_ = 0;
+  int64_t backward_step_ = 0;
   std::unique_ptr<SerialWorker> worker_;
 };
 

@@ -16,6 +16,8 @@
 #include "ddp/communicator.h"
 #include "ddp/heartbeat.h"
 #include "ddp/launch_info.h"
+#include "ddp/progress.h"
+#include "ddp/trace.h"
 #include "rendezvous/store.h"
 
 namespace ddp {
@@ -32,11 +34,18 @@ struct InitOptions {
   // The job's store. Null: the rendezvous' gRPC store named by the
   // environment, or an in-memory one for a single process.
   std::shared_ptr<ddprun::Store> store;
+  // Rank 0 prints its progress reports (report_progress) itself when no
+  // agent shows them: on a terminal one line updated in place, otherwise a
+  // line every this many seconds.
+  double progress_print_seconds = 10;
 };
+
+using Collective = ddprun::channel::CollectiveKind;
 
 class World {
  public:
-  World(LaunchInfo info, std::shared_ptr<ddprun::Store> store, std::chrono::milliseconds timeout);
+  World(LaunchInfo info, std::shared_ptr<ddprun::Store> store, std::chrono::milliseconds timeout,
+        double progress_print_seconds = 10);
   ~World();
 
   const LaunchInfo& info() const { return info_; }
@@ -54,11 +63,34 @@ class World {
   // cpu() or cuda(), by where the tensor lives.
   Communicator& for_tensor(const at::Tensor& t);
 
-  // Collectives on the communicator that matches the tensor's device.
-  void all_reduce(at::Tensor& t, ReduceOp op = ReduceOp::kSum) { for_tensor(t).all_reduce(t, op); }
-  void broadcast(at::Tensor& t, int root = 0) { for_tensor(t).broadcast(t, root); }
-  at::Tensor all_gather(const at::Tensor& t) { return for_tensor(t).all_gather(t); }
-  void barrier() { cpu().barrier(); }
+  // Collectives on the communicator that matches the tensor's device,
+  // recorded as kCollective (DDP's own all-reduces go to the communicator
+  // directly and are recorded as kAllReduce instead).
+  void all_reduce(at::Tensor& t, ReduceOp op = ReduceOp::kSum) {
+    TraceSpan span(*tracer_, TracePhase::kCollective, TraceTrack::kMain, int64_t(Collective::kAllReduce), t.nbytes());
+    for_tensor(t).all_reduce(t, op);
+  }
+  void broadcast(at::Tensor& t, int root = 0) {
+    TraceSpan span(*tracer_, TracePhase::kCollective, TraceTrack::kMain, int64_t(Collective::kBroadcast), t.nbytes());
+    for_tensor(t).broadcast(t, root);
+  }
+  at::Tensor all_gather(const at::Tensor& t) {
+    TraceSpan span(*tracer_, TracePhase::kCollective, TraceTrack::kMain, int64_t(Collective::kAllGather), t.nbytes());
+    return for_tensor(t).all_gather(t);
+  }
+  void barrier() {
+    TraceSpan span(*tracer_, TracePhase::kCollective, TraceTrack::kMain, int64_t(Collective::kBarrier));
+    cpu().barrier();
+  }
+
+  // This worker's trace recorder (off unless DDPRUN_TRACE_FILE is set):
+  // mark steps with tracer().step(n) and time phases with TraceSpan.
+  Tracer& tracer() { return *tracer_; }
+
+  // The training loop's progress, for the agent (heartbeat slot) and, on
+  // rank 0 without an agent showing it, printed. Cheap: call it every step.
+  void report_progress(const ProgressReport& r) { progress_->report(r); }
+  ProgressReporter& progress() { return *progress_; }
 
   // Tells the agent this worker is alive (see --hang-timeout). Collectives
   // do it themselves; call it in long stretches without any.
@@ -84,6 +116,8 @@ class World {
   LaunchInfo info_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<Heartbeat> heartbeat_;
+  std::unique_ptr<Tracer> tracer_;
+  std::unique_ptr<ProgressReporter> progress_;
   std::shared_ptr<ddprun::Store> store_;
   std::unique_ptr<ddprun::Store> round_store_;
   std::unique_ptr<ddprun::Store> gloo_store_;
