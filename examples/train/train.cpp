@@ -244,6 +244,8 @@ int run(const Options& opt) {
         return 0;
       }
     }
+    // The epoch's evaluation is no part of its last step.
+    tracer.end_step();
     if (loss_count > 0) {
       world->all_reduce(loss_sum, ddp::ReduceOp::kAvg);
       last_loss = loss_sum.item<double>() / loss_count;

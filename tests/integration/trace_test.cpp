@@ -231,4 +231,64 @@ TEST(Trace, BadTraceFlagsAreOneLineAndExitCode2) {
   one_line(ddptest::run(ddprun({"trace-merge", "/tmp", "--trace-steps", "x"})));
 }
 
+// The real thing: train's DDP under --trace. For each rank, the time its
+// all-reduces (X events named all_reduce) spend inside its own backward.
+std::map<int, double> allreduce_inside_backward_us(const json& trace) {
+  std::map<int, std::vector<std::pair<double, double>>> backward, allreduce;
+  for (const auto& e : events_of(trace, "X")) {
+    const double ts = e["ts"], end = ts + e["dur"].get<double>();
+    if (e["name"] == "backward") backward[e["pid"]].push_back({ts, end});
+    if (e["name"] == "all_reduce") allreduce[e["pid"]].push_back({ts, end});
+  }
+  std::map<int, double> out;
+  for (const auto& [pid, ars] : allreduce) {
+    out[pid] = 0;
+    for (const auto& [a0, a1] : ars) {
+      for (const auto& [b0, b1] : backward[pid]) out[pid] += std::max(0.0, std::min(a1, b1) - std::max(a0, b0));
+    }
+  }
+  return out;
+}
+
+json traced_train(const std::string& sync, std::string* err) {
+  fs::path dir = ddptest::temp_path("trace", sync);
+  ddptest::Finished f = ddptest::run(ddprun({"--nproc", "2", "--trace", dir.string(), TRAIN_BIN, "--epochs", "1",
+                                             "--limit", "1024", "--sync", sync}));
+  *err = f.err;
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  json trace = load(dir / "trace.json");
+  fs::remove_all(dir);
+  return trace;
+}
+
+TEST(Trace, BucketedAllReducesOverlapBackwardAndNaiveOnesDoNot) {
+  std::string err;
+  const json bucketed = traced_train("bucketed", &err);
+  EXPECT_TRUE(contains(err, "all-reduce hidden behind backward")) << err;
+  // Two ranks, each with a comm thread carrying the bucket all-reduces.
+  std::set<int> rank_pids;
+  for (const auto& [pid, name] : processes(bucketed)) {
+    if (name.rfind("rank ", 0) == 0) rank_pids.insert(pid);
+  }
+  ASSERT_EQ(rank_pids.size(), 2u);
+  for (int pid : rank_pids) EXPECT_TRUE(threads(bucketed).count({pid, "comm"})) << pid;
+  std::set<std::string> phases;
+  for (const auto& e : events_of(bucketed, "X")) {
+    EXPECT_GE(e["dur"].get<double>(), 0) << e.dump();
+    const std::string name = e["name"];
+    phases.insert(name.rfind("step ", 0) == 0 ? "step" : name);  // steps are named "step N"
+  }
+  for (const char* p : {"step", "data", "forward", "backward", "all_reduce", "optimizer"}) {
+    EXPECT_TRUE(phases.count(p)) << "no " << p << " phase in the trace";
+  }
+  const auto hidden = allreduce_inside_backward_us(bucketed);
+  ASSERT_EQ(hidden.size(), 2u);
+  for (const auto& [pid, us] : hidden) EXPECT_GT(us, 0) << "rank process " << pid << ": no all-reduce during backward";
+
+  // Naive sync all-reduces after backward, on the training thread.
+  const json naive = traced_train("naive", &err);
+  for (const auto& [pid, us] : allreduce_inside_backward_us(naive)) EXPECT_EQ(us, 0) << pid;
+  EXPECT_TRUE(contains(err, "hidden behind backward: 0.0%")) << err;
+}
+
 }  // namespace
