@@ -46,7 +46,8 @@ std::string format_progress(const Progress& p, const ProgressRates& rates) {
     if (p.flags & Progress::kHasTotalSteps) s += "/" + std::to_string(p.total_steps);
     part(s);
   }
-  if (p.flags & Progress::kHasEpoch) part("epoch " + std::to_string(p.epoch));
+  // Epochs count from 0 in the contract; people count from 1 (as train prints them).
+  if (p.flags & Progress::kHasEpoch) part("epoch " + std::to_string(p.epoch + 1));
   if ((p.flags & Progress::kHasLoss) && std::isfinite(p.loss)) {
     char buf[32];
     std::snprintf(buf, sizeof(buf), "loss %.4g", p.loss);

@@ -147,7 +147,7 @@ std::string format_status(const std::string& job_id, const std::string& endpoint
     std::string step = std::to_string(*p.step);
     if (p.total_steps) step += " of " + std::to_string(*p.total_steps);
     std::string extra;
-    if (p.epoch) extra += "epoch " + std::to_string(*p.epoch);
+    if (p.epoch) extra += "epoch " + std::to_string(*p.epoch + 1);  // counted from 1 for people
     if (p.loss) {
       std::snprintf(line, sizeof(line), "loss %.4g", *p.loss);
       extra += (extra.empty() ? "" : ", ") + std::string(line);

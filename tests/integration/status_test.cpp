@@ -105,7 +105,7 @@ TEST(Status, ALocalJobIsFoundAndShowsItsNodeRanksStepAndCheckpoint) {
   EXPECT_TRUE(contains(f.out, "restarts    0 of 1")) << f.out;
   EXPECT_TRUE(contains(f.out, "world size  2 (1 node")) << f.out;
   EXPECT_TRUE(std::regex_search(f.out, std::regex(R"(\n    0 +0\.\.1 .*- \(no lease\)\n)"))) << f.out;
-  EXPECT_TRUE(contains(f.out, "last step   57 of 1000 (epoch 1, loss 0.25)")) << f.out;
+  EXPECT_TRUE(contains(f.out, "last step   57 of 1000 (epoch 2, loss 0.25)")) << f.out;
   EXPECT_TRUE(contains(f.out, "checkpoint  saved at step 50\n")) << f.out;
 
   Finished j = ddptest::run(ddprun({"status", "--json", "--rdzv-id", "local-job"}), {rt.env()});

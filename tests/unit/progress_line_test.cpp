@@ -27,7 +27,7 @@ TEST(ProgressFormat, EveryFieldKnown) {
   p.loss = 0.5321;
   p.flags |= Progress::kHasEpoch | Progress::kHasLoss;
   EXPECT_EQ(format_progress(p, ProgressRates{2300.0, 62.0}),
-            "step 120/1000 \u00b7 epoch 1 \u00b7 loss 0.5321 \u00b7 2.3k samples/s \u00b7 ETA 1m02s");
+            "step 120/1000 \u00b7 epoch 2 \u00b7 loss 0.5321 \u00b7 2.3k samples/s \u00b7 ETA 1m02s");
 }
 
 TEST(ProgressFormat, UnknownFieldsAreLeftOut) {

@@ -96,7 +96,7 @@ void ProgressReporter::publish_locked() {
 std::string ProgressReporter::format_line(const ch::Progress& p, double samples_per_s, double eta_s) {
   std::string line = "ddp: step " + std::to_string(p.step);
   if (p.flags & ch::Progress::kHasTotalSteps) line += "/" + std::to_string(p.total_steps);
-  if (p.flags & ch::Progress::kHasEpoch) line += " epoch " + std::to_string(p.epoch);
+  if (p.flags & ch::Progress::kHasEpoch) line += " epoch " + std::to_string(p.epoch + 1);  // from 1, for people
   char buf[64];
   if (p.flags & ch::Progress::kHasLoss) {
     std::snprintf(buf, sizeof buf, " loss %.4g", p.loss);
