@@ -1,7 +1,7 @@
 # `cmake --install build --prefix P` puts into P:
 #   bin/ddprun, bin/train, bin/gpt the launcher and the examples it finds next to itself
 #   lib/libddp*.a, ...             the worker library and the static parts it needs
-#   include/ddprun/ddp/*.h         its headers (and rendezvous/store.h, which they include)
+#   include/ddprun/ddp/*.h         its headers (and rendezvous/store.h and two channel/ headers, which they include)
 #   lib/cmake/ddprun/              ddprunConfig.cmake, its version file and targets
 # so that a project does find_package(ddprun) and links ddprun::worker; the
 # config finds Torch, Gloo, gRPC, protobuf, nlohmann_json and zlib for it.
@@ -34,6 +34,10 @@ install(TARGETS ddp ddp_base ddprun_store ddprun_channel ddprun_rdzv_client ddpr
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/worker_lib/include/ddp DESTINATION ${DDPRUN_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
 install(FILES ${PROJECT_SOURCE_DIR}/rendezvous/store.h DESTINATION ${DDPRUN_INSTALL_INCLUDEDIR}/rendezvous)
+# The agent <-> worker contract headers the public ones include (the heartbeat
+# slot with its progress block, the trace file format).
+install(FILES ${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h ${PROJECT_SOURCE_DIR}/channel/trace_format.h
+        DESTINATION ${DDPRUN_INSTALL_INCLUDEDIR}/channel)
 
 install(EXPORT ddprunTargets NAMESPACE ddprun:: DESTINATION ${DDPRUN_INSTALL_CMAKEDIR})
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/ddprunConfig.cmake.in
