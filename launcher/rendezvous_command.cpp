@@ -12,6 +12,7 @@
 #include "channel/env_names.h"
 #include "launcher/auth_options.h"
 #include "launcher/cli.h"
+#include "launcher/subcommand_parse.h"
 #include "rendezvous/nccl_unique_id.h"
 #include "rendezvous/server.h"
 
@@ -40,16 +41,7 @@ int run_rendezvous_command(const std::vector<std::string>& args, SignalChannel& 
   app.add_option("--rdzv-conf,--rdzv_conf", conf,
                  "Limits: max_value_bytes, max_job_keys, max_job_bytes, max_jobs, "
                  "max_waits_per_client, idle_timeout (K=V,...)");
-  std::vector<std::string> rev(args.rbegin(), args.rend());
-  try {
-    app.parse(rev);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs((app.help() + "\n").c_str(), stdout);
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "ddprun: error: rendezvous: %s\n", e.what());
-    return kExitUsage;
-  }
+  if (auto done = parse_subcommand(app, args, "rendezvous")) return *done;
   ServerOptions options{host, port, {}, {}};
   std::vector<std::string> warnings;
   try {

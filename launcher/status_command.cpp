@@ -12,6 +12,7 @@
 #include "channel/env_names.h"
 #include "launcher/auth_options.h"
 #include "launcher/cli.h"
+#include "launcher/subcommand_parse.h"
 #include "launcher/job_file.h"
 #include "rendezvous/client.h"
 
@@ -244,16 +245,7 @@ int run_status_command(const std::vector<std::string>& args) {
   app.add_option("--timeout", timeout_s, "Seconds to wait for an answer [default: 5]")
       ->check(CLI::Range(0.1, 3600.0));
   app.add_flag("--json", json, "Print JSON (an array when several jobs are shown)");
-  std::vector<std::string> rev(args.rbegin(), args.rend());
-  try {
-    app.parse(rev);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs((app.help() + "\n").c_str(), stdout);
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "ddprun: error: status: %s\n", e.what());
-    return kExitUsage;
-  }
+  if (auto done = parse_subcommand(app, args, "status")) return *done;
 
   std::vector<Target> targets;
   try {

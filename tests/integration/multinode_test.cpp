@@ -21,6 +21,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using ddptest::free_port;
 using namespace std::chrono_literals;
 using ddptest::Finished;
 using ddptest::NetLab;
@@ -30,19 +31,6 @@ using ddptest::contains;
 using ddptest::reach_step;
 
 fs::path temp(const std::string& name) { return ddptest::temp_path("multi", name); }
-
-// A loopback port nobody listens on right now.
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 // ddprun's flags for one node of a job, then the program and its flags.
 std::vector<std::string> node_cmd(const std::vector<std::string>& flags,

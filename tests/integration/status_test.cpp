@@ -19,6 +19,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using ddptest::free_port;
 using namespace std::chrono_literals;
 using ddptest::contains;
 using ddptest::ddprun;
@@ -26,18 +27,6 @@ using ddptest::Finished;
 using ddptest::Process;
 
 constexpr const char* kToken = "status-token-0123456789";
-
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 // A runtime folder of this test's own (XDG_RUNTIME_DIR), so that the jobs
 // of other tests running at the same time are not seen.

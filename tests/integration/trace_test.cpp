@@ -20,6 +20,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using ddptest::free_port;
 using ddptest::contains;
 using ddptest::ddprun;
 using nlohmann::json;
@@ -156,19 +157,6 @@ TEST(Trace, StepWindowLimitsTheMergedTrace) {
   for (const auto& e : events_of(load(dir / "trace.json"), "X")) seen.insert(e["args"]["step"].get<int64_t>());
   EXPECT_EQ(seen, (std::set<int64_t>{1, 2}));
   fs::remove_all(dir);
-}
-
-// A loopback port nobody listens on right now.
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 // Two agents on loopback, one trace folder: the non-hosting node's clock

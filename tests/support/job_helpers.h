@@ -3,6 +3,8 @@
 // train's step lines.
 #pragma once
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +18,20 @@
 #include "support/process.h"
 
 namespace ddptest {
+
+// A loopback port nobody listens on right now (for an explicit
+// --rdzv-endpoint; the tests that need one race nobody but themselves).
+inline int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
 
 #ifdef DDPRUN_BIN
 // The argv of `ddprun ARGS...` (test targets that define DDPRUN_BIN).
