@@ -87,12 +87,15 @@ void check_local_setup(LaunchPlan& plan) {
 // --trace: the node hosting the rendezvous merges what every node left in
 // the folder (each wrote its clock.json before leaving, and it waited for
 // them all to leave); the table goes to stderr and DIR/summary.txt.
-void merge_trace(const AgentConfig& a) {
+// Node folders last written before this ddprun started (less 50 ms for
+// the file system's coarse, jiffy-grained clock) belong to earlier runs into
+// the same folder and are left out.
+void merge_trace(const AgentConfig& a, std::filesystem::file_time_type started) {
   if (!a.hosts_rendezvous) {
     spdlog::info("--trace: the node hosting the rendezvous merges {}/trace.json", a.trace_dir);
     return;
   }
-  TraceMergeOutcome out = merge_trace_folder(a.trace_dir, a.trace_steps);
+  TraceMergeOutcome out = merge_trace_folder(a.trace_dir, a.trace_steps, started - std::chrono::milliseconds(50));
   for (const auto& w : out.warnings) spdlog::warn("--trace: {}", w);
   if (!out.merged) {
     spdlog::warn("--trace: nothing merged: {}", out.error);
@@ -176,6 +179,7 @@ std::unique_ptr<tcpstore::Server> host_worker_store(const LaunchPlan& plan) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const auto started = std::filesystem::file_time_type::clock::now();  // see merge_trace
   raise_fd_limit();
   // Before any thread exists, so that every thread inherits the blocked mask.
   SignalChannel signals;
@@ -284,7 +288,7 @@ int main(int argc, char** argv) {
     // starts from an empty store, and memory does not grow.
     agent.host_worker_store([&worker_store] { worker_store->clear(); });
     const int code = agent.run();
-    if (!plan.agent.trace_dir.empty()) merge_trace(plan.agent);
+    if (!plan.agent.trace_dir.empty()) merge_trace(plan.agent, started);
     return code;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());

@@ -9,7 +9,8 @@
 
 namespace ddprun {
 
-TraceMergeOutcome merge_trace_folder(const std::string& dir, const std::string& steps) {
+TraceMergeOutcome merge_trace_folder(const std::string& dir, const std::string& steps,
+                                     std::filesystem::file_time_type since) {
   TraceMergeOutcome out;
   trace::StepWindow window;
   if (!steps.empty()) {
@@ -21,7 +22,7 @@ TraceMergeOutcome merge_trace_folder(const std::string& dir, const std::string& 
     window = *w;
   }
   try {
-    trace::MergeResult r = trace::merge_trace_dir(dir, window);
+    trace::MergeResult r = trace::merge_trace_dir(dir, window, since);
     out.merged = true;
     out.warnings = std::move(r.warnings);
     out.summary = trace::format_summary(r.summary);

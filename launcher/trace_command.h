@@ -3,6 +3,7 @@
 // together from several hosts by hand.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,11 @@ struct TraceMergeOutcome {
 
 // Merges every node folder under dir into dir/trace.json and
 // dir/summary.txt. steps: the --trace-steps window ("" for all), already
-// checked.
-TraceMergeOutcome merge_trace_folder(const std::string& dir, const std::string& steps);
+// checked. since: leave out node folders last written before it (a job's
+// own merge skips what earlier runs left in the same folder).
+TraceMergeOutcome merge_trace_folder(
+    const std::string& dir, const std::string& steps,
+    std::filesystem::file_time_type since = std::filesystem::file_time_type::min());
 
 // args: what follows "trace-merge" on the command line. Returns the exit
 // code: 0 merged, 1 nothing to merge, 2 a bad command line.

@@ -149,10 +149,15 @@ MergeResult merge(const std::vector<NodeTrace>& nodes, const StepWindow& window)
   return out;
 }
 
-MergeResult merge_trace_dir(const std::string& dir, const StepWindow& window) {
-  auto nodes = read_trace_dir(dir);
+MergeResult merge_trace_dir(const std::string& dir, const StepWindow& window, std::filesystem::file_time_type since) {
+  int left_out = 0;
+  auto nodes = read_trace_dir(dir, since, &left_out);
   if (nodes.empty()) throw std::runtime_error(dir + ": no node folders to merge");
   MergeResult result = merge(nodes, window);
+  if (left_out > 0) {
+    result.warnings.push_back(dir + ": left out " + std::to_string(left_out) +
+                              " node folder(s) of earlier runs (last written before this job started)");
+  }
   auto write = [&](const std::string& path, const std::string& text) {
     std::ofstream f(path, std::ios::trunc);
     f << text;

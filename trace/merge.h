@@ -30,9 +30,12 @@ struct MergeResult {
 
 MergeResult merge(const std::vector<NodeTrace>& nodes, const StepWindow& window);
 
-// Reads every node folder under `dir`, merges them, and writes
-// dir/trace.json and dir/summary.txt. Throws std::runtime_error when `dir`
-// holds no node folder or a file cannot be written.
-MergeResult merge_trace_dir(const std::string& dir, const StepWindow& window);
+// Reads every node folder under `dir` (written since `since`: a job's own
+// merge leaves out what earlier runs left in the same DIR, with a warning),
+// merges them, and writes dir/trace.json and dir/summary.txt. Throws
+// std::runtime_error when `dir` holds no node folder or a file cannot be
+// written.
+MergeResult merge_trace_dir(const std::string& dir, const StepWindow& window,
+                            std::filesystem::file_time_type since = std::filesystem::file_time_type::min());
 
 }  // namespace ddprun::trace

@@ -98,11 +98,34 @@ NodeTrace read_node_dir(const std::string& path) {
   return node;
 }
 
-std::vector<NodeTrace> read_trace_dir(const std::string& dir) {
+namespace {
+
+// When a node folder was last written: the newest of itself and what it
+// holds directly (events.jsonl grows with every event, clock.json is
+// written as the node leaves).
+fs::file_time_type last_written(const fs::path& d) {
+  std::error_code ec;
+  fs::file_time_type newest = fs::last_write_time(d, ec);
+  for (const auto& e : fs::directory_iterator(d, ec)) {
+    const auto t = fs::last_write_time(e.path(), ec);
+    if (!ec && t > newest) newest = t;
+  }
+  return newest;
+}
+
+}  // namespace
+
+std::vector<NodeTrace> read_trace_dir(const std::string& dir, fs::file_time_type since, int* left_out) {
   std::vector<fs::path> dirs;
   std::error_code ec;
+  if (left_out) *left_out = 0;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (is_node_dir(e.path())) dirs.push_back(e.path());
+    if (!is_node_dir(e.path())) continue;
+    if (since != fs::file_time_type::min() && last_written(e.path()) < since) {
+      if (left_out) ++*left_out;
+      continue;
+    }
+    dirs.push_back(e.path());
   }
   std::sort(dirs.begin(), dirs.end());
   std::vector<NodeTrace> nodes;

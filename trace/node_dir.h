@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,10 @@ NodeTrace read_node_dir(const std::string& path);
 
 // Every node folder under `dir` (a folder holding clock.json, events.jsonl
 // or attempt_* folders), in name order.
-std::vector<NodeTrace> read_trace_dir(const std::string& dir);
+// `since`: node folders last written before it (by an earlier run into the
+// same DIR) are left out and counted in *left_out.
+std::vector<NodeTrace> read_trace_dir(const std::string& dir,
+                                      std::filesystem::file_time_type since = std::filesystem::file_time_type::min(),
+                                      int* left_out = nullptr);
 
 }  // namespace ddprun::trace

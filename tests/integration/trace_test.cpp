@@ -279,4 +279,21 @@ TEST(Trace, BucketedAllReducesOverlapBackwardAndNaiveOnesDoNot) {
   EXPECT_TRUE(contains(err, "hidden behind backward: 0.0%")) << err;
 }
 
+TEST(Trace, ASecondRunIntoTheSameFolderMergesOnlyItsOwnNodes) {
+  fs::path dir = ddptest::temp_path("trace", "reused");
+  ddptest::Finished first = ddptest::run(ddprun({"--nproc", "2", "--trace", dir.string(), TRACE_WRITER_BIN, "2"}));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  // As if that run had ended an hour ago (two runs in a row here are a few
+  // ms apart, within the file system clock's grain).
+  const auto hour_ago = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const auto& e : fs::recursive_directory_iterator(dir)) fs::last_write_time(e.path(), hour_ago);
+  ddptest::Finished second = ddptest::run(ddprun({"--nproc", "1", "--trace", dir.string(), TRACE_WRITER_BIN, "2"}));
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_TRUE(contains(second.err, "left out 1 node folder(s) of earlier runs")) << second.err;
+  int ranks = 0;
+  for (const auto& [pid, name] : processes(load(dir / "trace.json"))) ranks += name.rfind("rank ", 0) == 0;
+  EXPECT_EQ(ranks, 1) << "the first run's two ranks were merged into the second run's trace";
+  fs::remove_all(dir);
+}
+
 }  // namespace
