@@ -1,4 +1,5 @@
 #include "agent/agent.h"
+#include "agent/status_wiping_sink.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +16,6 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 #include <thread>
 
@@ -67,20 +67,6 @@ std::string make_temp_dir(const std::string& run_id) {
   }
   return pattern;
 }
-
-// Put first among the logger's sinks while the status line shows: wipes it
-// before each of ddprun's own lines (the next tick draws it again).
-class StatusWipingSink : public spdlog::sinks::base_sink<std::mutex> {
- public:
-  explicit StatusWipingSink(Console* console) : console_(console) {}
-
- protected:
-  void sink_it_(const spdlog::details::log_msg&) override { console_->hide_status(); }
-  void flush_() override {}
-
- private:
-  Console* console_;
-};
 
 }  // namespace
 
@@ -482,17 +468,19 @@ void Agent::watch_progress(int attempt, const Assignment& a) {
 void Agent::start_progress_display() {
   progress_on_terminal_ = console_err_ != nullptr && isatty(cfg_.console_err_fd);
   if (!progress_on_terminal_) return;
-  auto logger = spdlog::default_logger();
-  logger->sinks().insert(logger->sinks().begin(), std::make_shared<StatusWipingSink>(console_err_));
+  // The launcher put the wiping sink first on the logger (before any thread
+  // existed); without it ddprun's own lines simply share the line.
+  for (const auto& sink : spdlog::default_logger()->sinks()) {
+    if (auto* wiper = dynamic_cast<StatusWipingSink*>(sink.get())) wiper->wipe(console_err_);
+  }
 }
 
 void Agent::stop_progress_display() {
   if (!progress_on_terminal_) return;
+  for (const auto& sink : spdlog::default_logger()->sinks()) {
+    if (auto* wiper = dynamic_cast<StatusWipingSink*>(sink.get())) wiper->wipe(nullptr);
+  }
   console_err_->clear_status();
-  auto& sinks = spdlog::default_logger()->sinks();
-  sinks.erase(std::remove_if(sinks.begin(), sinks.end(),
-                             [](const auto& s) { return dynamic_cast<StatusWipingSink*>(s.get()); }),
-              sinks.end());
   progress_on_terminal_ = false;
 }
 

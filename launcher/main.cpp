@@ -17,6 +17,7 @@
 
 #include "agent/agent.h"
 #include "agent/env.h"
+#include "agent/status_wiping_sink.h"
 #include "launcher/cli.h"
 #include "launcher/env_defaults.h"
 #include "launcher/job_file.h"
@@ -44,6 +45,9 @@ void grpc_log_to_spdlog(gpr_log_func_args* args) {
 void set_up_logging(bool verbose, bool quiet) {
   gpr_set_log_function(grpc_log_to_spdlog);
   auto logger = spdlog::stderr_color_mt("ddprun");
+  // First, so it wipes the agent's progress status line before each of our
+  // lines; set up here, before any thread logs (see status_wiping_sink.h).
+  logger->sinks().insert(logger->sinks().begin(), std::make_shared<StatusWipingSink>());
   logger->set_pattern("[ddprun %H:%M:%S.%e] %^%l%$: %v");
   spdlog::set_default_logger(logger);
   spdlog::set_level(verbose ? spdlog::level::debug : quiet ? spdlog::level::err : spdlog::level::info);

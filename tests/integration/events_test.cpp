@@ -187,13 +187,17 @@ TEST(Progress, SlowStepsAreNoHangWithoutHangTimeout) {
 
 // ddprun under a pseudo-terminal: the status line is drawn, and worker
 // lines come out whole, each starting on a wiped line.
-TEST(Progress, OnATerminalAStatusLineStaysUnderTheOutput) {
+// What ddprun (with argv after the program name) shows on a terminal, and
+// its exit status.
+std::string on_a_terminal(const std::vector<const char*>& args, int* status) {
+  std::vector<char*> argv{const_cast<char*>(DDPRUN_BIN)};
+  for (const char* a : args) argv.push_back(const_cast<char*>(a));
+  argv.push_back(nullptr);
   int master = -1;
   const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
-  ASSERT_GE(pid, 0);
+  if (pid < 0) return "forkpty failed";
   if (pid == 0) {
-    execl(DDPRUN_BIN, DDPRUN_BIN, "--nproc", "1", "--monitor-interval", "0.02", PROBE_BIN, "progress", "12",
-          "60", nullptr);
+    execv(DDPRUN_BIN, argv.data());
     _exit(127);
   }
   std::string screen;
@@ -205,9 +209,15 @@ TEST(Progress, OnATerminalAStatusLineStaysUnderTheOutput) {
     if (n <= 0) break;  // EIO once the child side is closed
     screen.append(buf, static_cast<size_t>(n));
   }
-  int status = 0;
-  waitpid(pid, &status, 0);
+  waitpid(pid, status, 0);
   close(master);
+  return screen;
+}
+
+TEST(Progress, OnATerminalAStatusLineStaysUnderTheOutput) {
+  int status = 0;
+  const std::string screen =
+      on_a_terminal({"--nproc", "1", "--monitor-interval", "0.02", PROBE_BIN, "progress", "12", "60"}, &status);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << screen;
   EXPECT_TRUE(contains(screen, "\r\033[Kstep ")) << screen;  // a status line was drawn
   EXPECT_TRUE(std::regex_search(screen, std::regex(R"(\r\x1b\[Kstep \d+/12 · epoch \d · loss)"))) << screen;
@@ -216,6 +226,20 @@ TEST(Progress, OnATerminalAStatusLineStaysUnderTheOutput) {
   EXPECT_FALSE(std::regex_search(screen, std::regex(R"(samples/s[^\r\n]*\[rank0\])"))) << screen;
   EXPECT_FALSE(std::regex_search(screen, std::regex(R"(ETA \d+s\[rank0\])"))) << screen;
   EXPECT_TRUE(contains(screen, "[rank0]:step 11")) << screen;
+}
+
+TEST(Progress, OnATerminalDdprunsOwnLinesWipeTheStatusLineToo) {
+  // The first attempt fails after step 7: ddprun's warnings come while the
+  // status line is up (the worker's own lines go to files only, so nothing
+  // else wipes it first).
+  int status = 0;
+  const std::string screen = on_a_terminal({"--nproc", "1", "--monitor-interval", "0.02", "--max-restarts", "1",
+                                            "--no-standby", "--redirects", "3", PROBE_BIN, "progress", "12", "60", "fail-first"},
+                                           &status);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << screen;
+  EXPECT_TRUE(contains(screen, "restarting the workers")) << screen;
+  EXPECT_FALSE(std::regex_search(screen, std::regex(R"(samples/s[^\r\n]*\[ddprun)"))) << screen;
+  EXPECT_FALSE(std::regex_search(screen, std::regex(R"(ETA \d+s\[ddprun)"))) << screen;
 }
 
 }  // namespace
