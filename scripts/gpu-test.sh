@@ -59,7 +59,7 @@ step configure cmake -S "$repo" -B "$build" -G Ninja \
 grep -E "ddprun:" "$out/configure.log" || true
 [[ $status == 0 ]] || exit 1
 
-step build cmake --build "$build" -j "$(nproc)" --target ddprun nccl_runner_tests comm_tests unit_tests nccl_check collective_check ddp_check
+step build cmake --build "$build" -j "$(nproc)" --target ddprun nccl_runner_tests comm_tests unit_tests nccl_check collective_check ddp_check gpt gpt_tests
 [[ $status == 0 ]] || exit 1
 
 step nccl_runner_tests "$build/bin/nccl_runner_tests"
@@ -70,4 +70,15 @@ step nccl_check "$build/bin/ddprun" --nproc 1 "$build/bin/nccl_check"
 grep -h "nccl ok" "$out/nccl_check.log" || true
 # Multi-rank stays on Gloo (NCCL refuses two ranks on one GPU).
 step collective_check_gloo "$build/bin/ddprun" --nproc 2 "$build/bin/collective_check"
+# The GPT example on the GPU: learning, SIGKILL and resume through NCCL and
+# DDP, a GPU checkpoint resumed on CPU and loaded by PyTorch.
+step gpt_tests env DDPRUN_TEST_DEVICE=cuda DDPRUN_TEST_PYTHON="$(command -v python3)" "$build/bin/gpt_tests"
+# Issue 10's table: C++ against PyTorch eager, same model, batch and precision.
+# GPU_BENCH=0 skips it.
+if [[ ${GPU_BENCH:-1} != 0 ]]; then
+  peak=h100; nvidia-smi -L 2>/dev/null | grep -q H200 && peak=h200
+  step gpt_bench python3 "$repo/bench/gpt_throughput.py" --build "$build" --python "$(command -v python3)" \
+    --model small --device cuda --dtype bf16 --batch-size 16 --steps 30 --repeats 3 --peak "$peak"
+  cat "$out/gpt_bench.log"
+fi
 exit $status

@@ -1,6 +1,8 @@
-// The GPT example end to end on CPU: the tiny model learns, two ranks under
-// ddprun end bitwise alike, and a run killed mid-way resumes from its
-// checkpoint and ends exactly like an uninterrupted one.
+// The GPT example end to end: the tiny model learns, two ranks under ddprun
+// end bitwise alike, a run killed mid-way resumes from its checkpoint and
+// ends exactly like an uninterrupted one, and a checkpoint resumes on CPU and
+// loads in Python. On CPU here; scripts/gpu-test.sh runs the same tests with
+// DDPRUN_TEST_DEVICE=cuda (one rank per GPU: the two-rank test then skips).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -24,13 +26,28 @@ fs::path temp(const std::string& name) { return ddptest::temp_path("gpt", name);
 // A small, fixed text: the GPL (every Debian system has it).
 const char* kText = "/usr/share/common-licenses/GPL-3";
 
+// cpu, or cuda where scripts/gpu-test.sh runs these tests on a GPU.
+std::string test_device() {
+  const char* d = std::getenv("DDPRUN_TEST_DEVICE");
+  return d && *d ? d : "cpu";
+}
+
+// The interpreter with torch: DDPRUN_TEST_PYTHON (the GPU machine's), else
+// the one CMake found.
+std::string python() {
+  const char* p = std::getenv("DDPRUN_TEST_PYTHON");
+  return p && *p ? p : PYTHON_BIN;
+}
+
 std::vector<std::string> gpt_job(int nproc, const std::vector<std::string>& launcher_flags,
-                                 const std::vector<std::string>& gpt_flags) {
+                                 const std::vector<std::string>& gpt_flags,
+                                 const std::string& device = test_device()) {
   std::vector<std::string> argv{DDPRUN_BIN, "--nproc", std::to_string(nproc)};
   argv.insert(argv.end(), launcher_flags.begin(), launcher_flags.end());
   for (const char* a : {GPT_BIN, "--model", "tiny", "--data", kText, "--batch-size", "8", "--seq-len", "32"}) {
     argv.push_back(a);
   }
+  argv.insert(argv.end(), {"--device", device});
   argv.insert(argv.end(), gpt_flags.begin(), gpt_flags.end());
   return argv;
 }
@@ -49,7 +66,7 @@ TEST(GptExample, TinyModelLossFallsOnCpu) {
   const fs::path summary = temp("loss.json"), cache = temp("corpus.bin");
   Finished f = ddptest::run({GPT_BIN, "--model", "tiny", "--steps", "60", "--lr", "3e-3", "--batch-size", "8",
                              "--seq-len", "32", "--data-cache", cache.string(), "--summary-json",
-                             summary.string()});
+                             summary.string(), "--device", test_device()});
   ASSERT_EQ(f.exit_code, 0) << f.err;
   EXPECT_TRUE(fs::file_size(cache) > 100000) << "the Debian corpus cache was not written";
   const double first = number_in(summary, "first_loss"), last = number_in(summary, "final_loss");
@@ -61,6 +78,7 @@ TEST(GptExample, TinyModelLossFallsOnCpu) {
 }
 
 TEST(GptExample, TwoRanksUnderDdprunEndWithIdenticalParameters) {
+  if (test_device() != "cpu") GTEST_SKIP() << "NCCL refuses two ranks on one GPU";
   // bf16 gradient all-reduce on top: the ranks must still agree bit for bit.
   for (const char* comm : {"fp32", "bf16"}) {
     SCOPED_TRACE(comm);
@@ -105,6 +123,34 @@ TEST(GptExample, KilledRunResumesFromItsCheckpointAndEndsLikeAnUninterruptedOne)
   fs::remove_all(dir);
   fs::remove(summary);
   fs::remove(want_summary);
+}
+
+TEST(GptExample, ACheckpointResumesOnCpuAndLoadsInPython) {
+  // Written on the test device (the GPU under gpu-test.sh), read back on
+  // CPU by the trainer and by PyTorch.
+  const fs::path dir = temp("portable-ckpt");
+  Finished written = ddptest::run(gpt_job(1, {}, {"--steps", "6", "--checkpoint-dir", dir.string()}));
+  ASSERT_EQ(written.exit_code, 0) << written.err;
+  Finished resumed = ddptest::run(gpt_job(1, {}, {"--steps", "8", "--checkpoint-dir", dir.string()}, "cpu"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_TRUE(std::regex_search(resumed.out, std::regex(R"(resumed from \S+ at step 6)"))) << resumed.out;
+  // The newest file is the step-8 one now; any of them is a torch.save file.
+  std::string newest;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() == ".pt" && e.path().string() > newest) newest = e.path().string();
+  }
+  ASSERT_FALSE(newest.empty()) << "no checkpoint in " << dir;
+  const std::string script =
+      "import sys, torch\n"
+      "ck = torch.load(sys.argv[1], map_location='cpu')\n"
+      "m = ck['model']\n"
+      "assert ck['format'] == 'ddprun-checkpoint/1', ck['format']\n"
+      "assert all(t.device.type == 'cpu' for t in m.values())\n"
+      "print('python loaded step', ck['step'], 'with', len(m), 'tensors')\n";
+  Finished py = ddptest::run({python(), "-c", script, newest});
+  EXPECT_EQ(py.exit_code, 0) << py.err;
+  EXPECT_TRUE(contains(py.out, "python loaded step 8")) << py.out;
+  fs::remove_all(dir);
 }
 
 }  // namespace

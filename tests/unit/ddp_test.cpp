@@ -272,6 +272,113 @@ TEST_F(DdpTest, BuffersFollowRankZero) {
   });
 }
 
+// Stands in, on CPU, for a communicator that enqueues on device streams
+// (NCCL): all_reduce_async only records the call, and the reduction happens
+// when its Work is waited for, the way a device stream runs the collective
+// and the caller's stream waits on it. Gradients come out averaged only if
+// the reducer waits for every bucket before backward returns.
+class DeferredComm final : public ddp::Communicator {
+ public:
+  explicit DeferredComm(ddp::Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  Timeout default_timeout() const override { return inner_.default_timeout(); }
+  std::string backend() const override { return "deferred"; }
+  bool enqueues_on_device() const override { return true; }
+  void all_reduce(at::Tensor& t, ddp::ReduceOp op, Timeout timeout) override {
+    ++blocking;
+    inner_.all_reduce(t, op, timeout);
+  }
+  std::unique_ptr<ddp::Work> all_reduce_async(at::Tensor t, ddp::ReduceOp op, Timeout timeout) override {
+    ++started;
+    return std::make_unique<Deferred>(*this, t, op, timeout);
+  }
+  void broadcast(at::Tensor& t, int root, Timeout timeout) override { inner_.broadcast(t, root, timeout); }
+  at::Tensor all_gather(const at::Tensor& in, Timeout timeout) override { return inner_.all_gather(in, timeout); }
+  void barrier(Timeout timeout) override { inner_.barrier(timeout); }
+
+  std::atomic<int> started{0}, waited{0}, blocking{0};
+  std::atomic<bool> fail_waits{false};
+
+ private:
+  class Deferred final : public ddp::Work {
+   public:
+    Deferred(DeferredComm& c, at::Tensor t, ddp::ReduceOp op, Timeout timeout)
+        : c_(c), t_(std::move(t)), op_(op), timeout_(timeout) {}
+    void wait() override {
+      ++c_.waited;
+      if (c_.fail_waits) throw ddp::CollectiveError("ddp: all_reduce timed out (deferred test)");
+      c_.inner_.all_reduce(t_, op_, timeout_);
+    }
+
+   private:
+    DeferredComm& c_;
+    at::Tensor t_;
+    ddp::ReduceOp op_;
+    Timeout timeout_;
+  };
+  ddp::Communicator& inner_;
+};
+
+TEST_F(DdpTest, DeviceEnqueuedBucketsMatchSingleProcessTraining) {
+  // Every case as on Gloo, through the device path (hook-driven strategies)
+  // or the blocking calls (naive, flat); with bf16 on the wire as well.
+  std::vector<TrainCase> cases = ddptest::all_train_cases();
+  for (auto s : {ddp::SyncStrategy::kBucketed, ddp::SyncStrategy::kOverlap}) {
+    TrainCase c;
+    c.options.strategy = s;
+    c.options.comm_dtype = ddp::CommDtype::kBFloat16;
+    c.finalize_by_hand = false;
+    cases.push_back(c);
+  }
+  run_ranks(2, [&](ddp::World& w) {
+    for (const TrainCase& c : cases) {
+      SCOPED_TRACE(ddptest::describe(c));
+      DeferredComm comm(w.cpu());
+      ddptest::TrainResult r = ddptest::train_both(comm, c);
+      const double tol = c.options.comm_dtype == ddp::CommDtype::kBFloat16 ? 2e-3 : 1e-5;
+      EXPECT_TRUE(torch::allclose(r.distributed, r.reference, 1e-4, tol))
+          << "max deviation " << (r.distributed - r.reference).abs().max().item<double>();
+      EXPECT_TRUE(ddptest::identical_on_all_ranks(w.cpu(), r.distributed));
+    }
+  });
+}
+
+TEST_F(DdpTest, DeviceEnqueuedBucketsStartInBackwardAndAreWaitedForBeforeItReturns) {
+  run_ranks(2, [](ddp::World& w) {
+    DeferredComm comm(w.cpu());
+    ddp::DdpOptions o;
+    o.first_bucket_cap_bytes = 1000;
+    o.bucket_cap_bytes = 4000;  // two buckets (see the test above)
+    ddp::DistributedDataParallel<ddptest::Mlp> model(ddptest::seeded_model<ddptest::Mlp>(7), comm, o);
+    const int blocking_before = comm.blocking;
+    auto gen = at::detail::createCPUGenerator(90 + w.rank());
+    model(at::randn({2, 64}, gen)).sum().backward();
+    // Enqueued by the hooks, one per bucket, and ordered before backward
+    // returned; no blocking all_reduce, no communication thread.
+    EXPECT_EQ(comm.started, 2);
+    EXPECT_EQ(comm.waited, 2);
+    EXPECT_EQ(comm.blocking, blocking_before);
+    EXPECT_TRUE(ddptest::identical_on_all_ranks(w.cpu(), model.module()->fc1->weight.grad().clone()));
+    model.finalize();  // a no-op: nothing more is started
+    EXPECT_EQ(comm.started, 2);
+  });
+}
+
+TEST_F(DdpTest, DeviceEnqueuedBucketFailureComesOutOfBackward) {
+  run_ranks(1, [](ddp::World& w) {
+    DeferredComm comm(w.cpu());
+    ddp::DistributedDataParallel<ddptest::Mlp> model(ddptest::seeded_model<ddptest::Mlp>(7), comm);
+    comm.fail_waits = true;
+    EXPECT_THROW(model(at::ones({1, 64})).sum().backward(), ddp::CollectiveError);
+    // The next step runs again from a clean state.
+    comm.fail_waits = false;
+    model.module()->zero_grad();
+    model(at::ones({1, 64})).sum().backward();
+    EXPECT_TRUE(model.module()->fc1->weight.grad().defined());
+  });
+}
+
 TEST(SyncStrategy, ParsesItsNames) {
   for (auto s : {ddp::SyncStrategy::kNaive, ddp::SyncStrategy::kFlat, ddp::SyncStrategy::kOverlap,
                  ddp::SyncStrategy::kBucketed}) {

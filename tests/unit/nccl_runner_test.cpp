@@ -12,6 +12,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "ddp/collective_error.h"
@@ -179,14 +180,14 @@ TEST(NcclRunner, CompletionWakesTheWaiter) {
 TEST(NcclRunner, StreamOrderingAroundTheCollective) {
   FakeNcclBackend fake;
   NcclRunner runner(fake, options());
-  auto done = std::async(std::launch::async, [&] {
-    runner.run("all_reduce", fake.caller,
-               [&](NcclCommHandle, NcclStreamHandle) { fake.set_device(99); /* marks the call */ },
-               60s);
-  });
-  fake.wait_for_host_func();
+  // run() is these three; called one by one, the caller's wait is sure to
+  // come before the stream completes (a done collective needs no wait).
+  auto ticket = runner.enqueue("all_reduce", fake.caller,
+                               [&](NcclCommHandle, NcclStreamHandle) { fake.set_device(99); /* marks the call */ },
+                               60s);
+  runner.order_after(ticket, fake.caller);
   fake.complete();
-  done.get();
+  runner.synchronize(ticket);
   std::vector<std::string> calls = fake.calls();
   auto at = [&](const std::string& c) {
     auto it = std::find(calls.begin(), calls.end(), c);
@@ -259,6 +260,91 @@ TEST(NcclRunner, HeartbeatBeatsWhileWaiting) {
   EXPECT_GT(o.heartbeat->count(), start + 5);
   unlink(path);
   fake.complete();
+}
+
+TEST(NcclRunner, EnqueueReturnsWithoutWaitingAndOrdersOnTheDevice) {
+  FakeNcclBackend fake;
+  NcclRunner runner(fake, options());
+  // Two collectives in flight, neither completed: the host never waited.
+  auto first = runner.enqueue("all_reduce", fake.caller, noop_collective(fake), 60s);
+  auto second = runner.enqueue("all_reduce", fake.caller, noop_collective(fake), 60s);
+  EXPECT_EQ(runner.in_flight(), 2u);
+  EXPECT_FALSE(fake.called("caller waits event2"));
+  // Each has its own end event: ordering after the first waits on the
+  // first's event only, not on the later collective.
+  runner.order_after(first, fake.caller);
+  EXPECT_TRUE(fake.called("record event2 on nccl-stream"));
+  EXPECT_TRUE(fake.called("record event3 on nccl-stream"));
+  EXPECT_TRUE(fake.called("caller waits event2"));
+  EXPECT_FALSE(fake.called("caller waits event3"));
+  fake.complete();
+}
+
+TEST(NcclRunner, OrderingAfterADoneCollectiveWaitsOnNothing) {
+  FakeNcclBackend fake;
+  NcclRunner runner(fake, options());
+  auto t = runner.enqueue("all_reduce", fake.caller, noop_collective(fake), 60s);
+  fake.complete();
+  runner.synchronize(t);
+  runner.order_after(t, fake.caller);
+  EXPECT_FALSE(fake.called("caller waits event2"));
+}
+
+TEST(NcclRunner, EndEventsAndTensorsAreReleasedOnceDone) {
+  FakeNcclBackend fake;
+  NcclRunner runner(fake, options());
+  std::weak_ptr<void> tensor;
+  for (int i = 0; i < 50; ++i) {
+    auto keep = std::make_shared<int>(i);
+    if (i == 49) tensor = keep;
+    auto t = runner.enqueue("all_reduce", fake.caller, noop_collective(fake), 60s, std::move(keep));
+    fake.complete();
+    runner.synchronize(t);
+    // The watchdog reaps asynchronously: wait (bounded) for it.
+    for (int k = 0; k < 5000 && runner.in_flight() > 0; ++k) std::this_thread::sleep_for(1ms);
+    ASSERT_EQ(runner.in_flight(), 0u);
+  }
+  EXPECT_TRUE(tensor.expired()) << "the last collective's tensor is still held";
+  // One end event, made once and reused, not one per call.
+  EXPECT_EQ(runner.events_made(), 1u);
+}
+
+TEST(NcclRunner, WatchdogTimesOutACollectiveNobodyWaitsFor) {
+  FakeNcclBackend fake;
+  NcclRunner runner(fake, options());
+  auto t = runner.enqueue("all_reduce", fake.caller, noop_collective(fake), 30ms);  // never completes
+  // Nobody synchronizes: the watchdog alone notices, and aborts.
+  for (int i = 0; i < 5000 && !runner.aborted(); ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(runner.aborted());
+  EXPECT_TRUE(fake.called("abort comm"));
+  try {
+    runner.order_after(t, fake.caller);
+    FAIL() << "ordering after a timed-out collective did not throw";
+  } catch (const CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("all_reduce timed out"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(runner.enqueue("broadcast", fake.caller, noop_collective(fake), 1s), CollectiveError);
+  fake.complete();
+}
+
+TEST(NcclRunner, DestroyingWithCollectivesInFlightAbortsInsteadOfWaiting) {
+  FakeNcclBackend fake;
+  {
+    NcclRunner runner(fake, options());
+    runner.enqueue("all_reduce", fake.caller, noop_collective(fake), 60s);
+  }
+  EXPECT_TRUE(fake.called("abort comm"));
+  EXPECT_FALSE(fake.called("destroy comm"));
+  fake.complete();  // the host function runs after the runner is gone: harmless
+  FakeNcclBackend quiet;
+  {
+    NcclRunner runner(quiet, options());
+    auto t = runner.enqueue("all_reduce", quiet.caller, noop_collective(quiet), 60s);
+    quiet.complete();
+    runner.synchronize(t);
+  }
+  EXPECT_TRUE(quiet.called("destroy comm"));
+  EXPECT_FALSE(quiet.called("abort comm"));
 }
 
 }  // namespace

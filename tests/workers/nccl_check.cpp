@@ -68,6 +68,34 @@ int main() {
   }
 #endif
 
+  // The asynchronous path DDP's buckets take: enqueued, then wait() orders
+  // the caller's later kernels after it on the device.
+  expect(world->cuda().enqueues_on_device(), "the NCCL communicator enqueues on the device");
+  {
+    at::Tensor a = slow_fill(o, 2.0);
+    auto work = world->cuda().all_reduce_async(a, ddp::ReduceOp::kSum, world->cuda().default_timeout());
+    work->wait();
+    a.mul_(3);
+    expect(at::allclose(a.cpu(), at::full({1 << 22}, 6.0 * ws)), "all_reduce_async, wait(), then a kernel");
+  }
+  // DDP on CUDA through NCCL: backward alone (the reducer finalizes itself
+  // in the engine's final callback) leaves the average in .grad. d(sum of
+  // x W^T)/dW has every row equal to the batch's column sums; every rank
+  // uses the same x, so the average is that too.
+  {
+    torch::manual_seed(0);
+    auto net = torch::nn::Linear(512, 512);
+    net->to(o.device());
+    ddp::DistributedDataParallel<torch::nn::Linear> model(net, *world);
+    at::Tensor x = at::randn({64, 512}, o);
+    for (int step = 0; step < 3; ++step) {
+      net->zero_grad();
+      model(x).sum().backward();
+      expect(at::allclose(net->weight.grad(), x.sum(0).expand({512, 512}), 1e-3, 1e-3),
+             "DDP gradients on CUDA at step " + std::to_string(step));
+    }
+  }
+
   at::Tensor b = at::full({1000}, world->rank() == 0 ? 7.0 : 0.0, o);
   world->cuda().broadcast(b, 0, world->cuda().default_timeout());
   expect(at::allclose(b.cpu(), at::full({1000}, 7.0)), "broadcast");

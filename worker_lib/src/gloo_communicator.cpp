@@ -78,16 +78,6 @@ void check_cpu(const at::Tensor& t, const char* op) {
 
 }  // namespace
 
-std::string to_string(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
-  }
-  return "?";
-}
-
 template <typename Fn>
 void GlooCommunicator::run(const char* op, Timeout timeout, Fn&& fn) {
   if (options_.heartbeat) options_.heartbeat->beat();

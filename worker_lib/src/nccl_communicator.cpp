@@ -72,8 +72,8 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 }
 
 // Collectives on CUDA tensors. The logic (init within our timeout, stream
-// ordering, waiting) is NcclRunner's; this class only turns tensors into
-// NCCL calls.
+// ordering, waiting, the watchdog) is NcclRunner's; this class only turns
+// tensors into NCCL calls.
 class NcclCommunicator final : public Communicator {
  public:
   explicit NcclCommunicator(const NcclOptions& o) : options_(o) {
@@ -109,6 +109,23 @@ class NcclCommunicator final : public Communicator {
     }, timeout);
     if (!work.is_same(t)) t.copy_(work);
   }
+
+  // Enqueued on NCCL's stream after the caller's current stream, and not
+  // waited for: the Work's wait() makes the caller's stream (then current)
+  // wait for it on the device, and the runner's watchdog reports errors and
+  // timeouts. The tensor stays referenced until the collective is done.
+  std::unique_ptr<Work> all_reduce_async(at::Tensor t, ReduceOp op, Timeout timeout) override {
+    check_cuda_tensor(t, "all_reduce");
+    if (!t.is_contiguous()) return Communicator::all_reduce_async(t, op, timeout);  // blocking
+    const ncclDataType_t type = nccl_type(t.scalar_type());
+    auto ticket = runner_->enqueue("all_reduce", caller_stream(), [&](NcclCommHandle c, NcclStreamHandle s) {
+      check_nccl(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), type, nccl_op(op),
+                               static_cast<ncclComm_t>(c), static_cast<cudaStream_t>(s)),
+                 "ncclAllReduce");
+    }, timeout, std::make_shared<at::Tensor>(t));
+    return std::make_unique<NcclWork>(*this, std::move(ticket));
+  }
+  bool enqueues_on_device() const override { return true; }
 
   void broadcast(at::Tensor& t, int root, Timeout timeout) override {
     check_cuda_tensor(t, "broadcast");
@@ -165,6 +182,16 @@ class NcclCommunicator final : public Communicator {
                                   ": the NCCL communicator takes CUDA tensors");
     }
   }
+
+  class NcclWork final : public Work {
+   public:
+    NcclWork(NcclCommunicator& comm, NcclRunner::Ticket ticket) : comm_(comm), ticket_(std::move(ticket)) {}
+    void wait() override { comm_.runner_->order_after(ticket_, comm_.caller_stream()); }
+
+   private:
+    NcclCommunicator& comm_;
+    NcclRunner::Ticket ticket_;
+  };
 
   NcclOptions options_;
   std::unique_ptr<NcclBackend> backend_;

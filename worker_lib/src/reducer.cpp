@@ -91,6 +91,12 @@ Reducer::~Reducer() {
   // Let in-flight work finish before the buckets it writes go away.
   for (auto& b : buckets_) {
     if (b.work.valid()) b.work.wait();
+    if (b.device_work) {
+      try {
+        b.device_work->wait();
+      } catch (...) {  // a failed communicator: nothing is in flight any more
+      }
+    }
   }
   worker_.reset();
 }
@@ -195,7 +201,7 @@ void Reducer::build_buckets() {
   }
   ready_.assign(params_.size(), false);
 
-  worker_ = std::make_unique<SerialWorker>();
+  if (!comm_.enqueues_on_device()) worker_ = std::make_unique<SerialWorker>();
   for (size_t i = 0; i < params_.size(); ++i) {
     // The accumulator must stay alive: the variable holds it weakly, and a
     // new one (without our hook) would be made for the next backward.
@@ -276,10 +282,16 @@ void Reducer::launch_ready_buckets_locked() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready) {
     Bucket& b = buckets_[next_launch_];
     const auto index = static_cast<int64_t>(next_launch_);
-    b.work = worker_->submit([this, &b, index] {
+    if (!worker_) {
+      // On the device: the span covers only the enqueue.
       TraceSpan span(*tracer_, TracePhase::kAllReduce, TraceTrack::kComm, index, b.buffer.nbytes());
-      average_bucket(b);
-    });
+      start_bucket(b);
+    } else {
+      b.work = worker_->submit([this, &b, index] {
+        TraceSpan span(*tracer_, TracePhase::kAllReduce, TraceTrack::kComm, index, b.buffer.nbytes());
+        average_bucket(b);
+      });
+    }
     ++next_launch_;
   }
 }
@@ -288,6 +300,38 @@ void Reducer::launch_ready_buckets_locked() {
 // Gradients that are views of the bucket are then averaged; finalize()
 // deals with the few that are not.
 void Reducer::average_bucket(Bucket& b) { average(b.buffer); }
+
+// On the thread of the hook (inside backward), with the lock held so that
+// buckets are enqueued in layout order on every rank. What enqueueing throws
+// is kept for finalize(), like an error on the communication thread.
+void Reducer::start_bucket(Bucket& b) {
+  try {
+    at::NoGradGuard no_grad;
+    if (options_.comm_dtype == CommDtype::kBFloat16 && b.buffer.scalar_type() != at::kBFloat16) {
+      // Divided first in full precision, as average() does.
+      b.wire = b.buffer.div(static_cast<double>(comm_.size())).to(at::kBFloat16);
+      b.device_work = comm_.all_reduce_async(b.wire, ReduceOp::kSum, comm_.default_timeout());
+    } else {
+      b.device_work = comm_.all_reduce_async(b.buffer, ReduceOp::kAvg, comm_.default_timeout());
+    }
+  } catch (...) {
+    b.error = std::current_exception();
+  }
+}
+
+// In finalize(): the caller's stream (the one optimizer.step() runs on)
+// waits for the bucket's all_reduce on the device.
+void Reducer::finish_bucket(Bucket& b) {
+  std::unique_ptr<Work> work = std::move(b.device_work);
+  at::Tensor wire = std::move(b.wire);
+  if (std::exception_ptr e = std::exchange(b.error, nullptr)) std::rethrow_exception(e);
+  if (!work) return;
+  work->wait();
+  if (wire.defined()) {
+    at::NoGradGuard no_grad;
+    b.buffer.copy_(wire);
+  }
+}
 
 void Reducer::average(at::Tensor& flat) {
   const double ws = comm_.size();
@@ -399,9 +443,9 @@ void Reducer::finalize_hooked() {
   {
     TraceSpan wait(*tracer_, TracePhase::kFinalizeWait);
     for (auto& b : buckets_) {
-      if (!b.work.valid()) continue;
       try {
-        b.work.get();
+        if (b.work.valid()) b.work.get();
+        finish_bucket(b);
       } catch (...) {
         if (!error) error = std::current_exception();
       }

@@ -3,21 +3,39 @@
 // until its timeout passes; a timeout or a lost peer throws CollectiveError,
 // so survivors of a dead rank fail fast instead of hanging. A communicator
 // runs one call at a time: threads that share one must take turns.
+//
+// all_reduce_async is the exception: on a communicator that works on device
+// streams (enqueues_on_device(), NCCL) it returns once the all_reduce is
+// enqueued, and Work::wait() orders the caller's later device work after it
+// without the host waiting. DDP's buckets go this way on the GPU.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 #include "ddp/collective_error.h"
+#include "ddp/reduce_op.h"
 
 namespace ddp {
 
-enum class ReduceOp { kSum, kAvg, kMax, kMin };
 
-std::string to_string(ReduceOp op);
+// A collective started by Communicator::all_reduce_async. Must not outlive
+// its communicator.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Orders what the caller does next after the collective. On a communicator
+  // that enqueues on device streams, kernels the caller enqueues on its
+  // current stream from now on wait for it on the device, and wait() returns
+  // at once; elsewhere the collective is already done. Throws
+  // CollectiveError if the collective (or the communicator) failed or timed
+  // out, as far as is known when it is called.
+  virtual void wait() = 0;
+};
 
 class Communicator {
  public:
@@ -37,6 +55,15 @@ class Communicator {
   void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum) {
     all_reduce(tensor, op, default_timeout());
   }
+
+  // Starts an in-place all_reduce; `tensor` must not be read or written
+  // until the returned Work's wait(). This default runs the blocking
+  // all_reduce before it returns.
+  virtual std::unique_ptr<Work> all_reduce_async(at::Tensor tensor, ReduceOp op, Timeout timeout);
+  // Whether all_reduce_async returns as soon as the collective is enqueued
+  // on a device stream (NCCL), so that its caller needs no thread of its own
+  // to overlap communication with computation.
+  virtual bool enqueues_on_device() const { return false; }
 
   // In place: every rank ends with root's tensor.
   virtual void broadcast(at::Tensor& tensor, int root, Timeout timeout) = 0;

@@ -3,9 +3,12 @@
 // found (DDPRUN_HAVE_NCCL); ddp::nccl_available() says which.
 //
 // Work runs on a stream of the communicator's own, ordered by CUDA events
-// after the caller's current stream and before its later work; every call
-// waits for its work to finish (without spinning), aborting the communicator
-// when the timeout passes. The logic lives in NcclRunner (nccl_runner.h).
+// after the caller's current stream and before its later work; every
+// blocking call waits for its work to finish (without spinning), aborting
+// the communicator when the timeout passes. all_reduce_async does not wait:
+// its Work orders the caller's stream after it on the device, and a
+// watchdog thread aborts the communicator on an NCCL error or a timeout
+// (the next call then throws). The logic lives in NcclRunner (nccl_runner.h).
 #pragma once
 
 #include <memory>

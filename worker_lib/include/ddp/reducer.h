@@ -18,6 +18,13 @@
 // Between backward() and the end of finalize() the communicator belongs to
 // the reducer: run no other collective on it there.
 //
+// On a communicator that enqueues on the device (NCCL, enqueues_on_device()),
+// the hooks enqueue each bucket's all_reduce themselves on NCCL's stream,
+// where it overlaps the rest of backward, and finalize() only makes the
+// caller's stream wait for them on the device: the host never waits for a
+// bucket, and optimizer.step()'s kernels run after the averages. Elsewhere
+// (Gloo) a communication thread runs the buckets' all_reduces in order.
+//
 // With the hook-driven strategies, each .grad becomes a view of its slot in
 // a bucket after the first synchronised step (PyTorch's
 // gradient_as_bucket_view): backward accumulates straight into the buckets
@@ -123,7 +130,13 @@ class Reducer {
     std::vector<at::Tensor> slots;  // views of buffer, one per parameter
     size_t pending = 0;             // gradients not yet copied in
     bool ready = false;
-    std::future<void> work;
+    std::future<void> work;         // on the communication thread (Gloo)
+    // On a communicator that enqueues on the device (NCCL): the all_reduce
+    // enqueued by the hook itself, what enqueueing threw, and the bf16 copy
+    // on the wire.
+    std::unique_ptr<Work> device_work;
+    std::exception_ptr error;
+    at::Tensor wire;
   };
 
   // kOverlap and kBucketed sync during backward, through hooks and buckets.
@@ -138,6 +151,10 @@ class Reducer {
   void mark_ready_locked(Bucket& b);
   void launch_ready_buckets_locked();
   void average_bucket(Bucket& b);
+  // Enqueues the bucket's average on a device communicator; finish_bucket
+  // orders the caller's stream after it (and widens a bf16 wire back).
+  void start_bucket(Bucket& b);
+  void finish_bucket(Bucket& b);
   void run_finalize();
   void finalize_hooked();
   // Averages a flat tensor in place over the ranks, in options_.comm_dtype.

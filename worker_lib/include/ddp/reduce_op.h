@@ -1,0 +1,13 @@
+// How a reduction combines the ranks' values. No LibTorch here: the
+// shared-memory collectives (shm_group.h) use it without ATen.
+#pragma once
+
+#include <string>
+
+namespace ddp {
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+
+std::string to_string(ReduceOp op);
+
+}  // namespace ddp
