@@ -11,6 +11,8 @@
 #include <cstdio>
 
 #include "agent/job_cgroup.h"
+#include "agent/shm_cleanup.h"
+#include "channel/shm_names.h"
 #include "channel/event_log.h"
 
 #include <spdlog/spdlog.h>
@@ -196,8 +198,12 @@ void WorkerGroup::reap() {
     pid_t r = waitpid(w.pid, &status, WNOHANG);
     if (r != w.pid) continue;
     // Whatever it started and left running (in any process group or
-    // session) ends with it.
+    // session) ends with it, and so does a shared-memory segment it made
+    // but died before unlinking.
     kill_cgroup(w.cgroup);
+    if (int n = remove_worker_segments(w.pid, channel::kShmDir); n > 0) {
+      spdlog::debug("removed {} shared-memory segment(s) worker pid {} left in {}", n, w.pid, channel::kShmDir);
+    }
     // Everything the worker wrote is in its pipes now.
     drain(w, /*until_eof=*/true);
     w.output->finish();

@@ -43,6 +43,11 @@ inline constexpr const char* kHeartbeatFile = "DDPRUN_HEARTBEAT_FILE";
 inline constexpr const char* kHeartbeatSlot = "DDPRUN_HEARTBEAT_SLOT";
 inline constexpr const char* kStandbyFd = "DDPRUN_STANDBY_FD";
 inline constexpr const char* kTimeoutS = "DDPRUN_TIMEOUT_S";      // collective timeout
+// CPU tensors' communicator: auto (shared memory when every rank of a group
+// is on one node, else Gloo), shm or gloo.
+inline constexpr const char* kCpuComm = "DDPRUN_CPU_COMM";
+// Shared memory's slot per rank, in KiB (how much of a tensor moves at a time).
+inline constexpr const char* kShmSlotKb = "DDPRUN_SHM_SLOT_KB";
 // --trace: the file this worker records into (channel/trace_format.h), the
 // step window "A:B" (steps A..B-1; either side may be empty), and the most
 // records it keeps.

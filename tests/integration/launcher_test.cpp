@@ -58,6 +58,20 @@ TEST(Launcher, FourWorkersRunTheCollectivesAndAgree) {
   }
 }
 
+TEST(Launcher, SharedMemoryIsTheDefaultOnOneNodeAndMatchesGlooAcrossProcesses) {
+  Finished f = run(ddprun({"--nproc", "3", COLLECTIVE_CHECK_BIN, "--compare-gloo"}));
+  ASSERT_EQ(f.exit_code, 0) << f.out << f.err;
+  for (int r = 0; r < 3; ++r) {
+    const std::string rank = std::to_string(r);
+    EXPECT_TRUE(contains(f.out, "[rank" + rank + "]:collectives ok on rank " + rank + " of 3 (shm)")) << f.out;
+    EXPECT_TRUE(contains(f.out, "[rank" + rank + "]:shm matches gloo on rank " + rank)) << f.out;
+  }
+  // And Gloo when told.
+  Finished g = run(ddprun({"--nproc", "2", COLLECTIVE_CHECK_BIN}), {"DDPRUN_CPU_COMM=gloo"});
+  ASSERT_EQ(g.exit_code, 0) << g.out << g.err;
+  EXPECT_TRUE(contains(g.out, "collectives ok on rank 1 of 2 (gloo)")) << g.out;
+}
+
 TEST(Launcher, WorkersGetTorchrunsEnvironment) {
   Finished f = run(ddprun({"--nproc", "3", "--role", "trainer", "--rdzv-id", "envtest",
                            "--max-restarts", "2", PROBE_BIN, "env"}),

@@ -7,7 +7,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "ddp/gloo_communicator.h"
+#include "ddp/shm_communicator.h"
 #include "ddp/world.h"
+#include "rendezvous/store.h"
 
 namespace ddptest {
 
@@ -62,6 +65,71 @@ inline void check_collectives(ddp::World& world) {
     expect(g[r].eq(static_cast<float>(r)).all().item<bool>(), "all_gather row " + std::to_string(r));
   }
   world.barrier();
+}
+
+// Shared memory against Gloo on the same inputs, between the same ranks:
+// every reduction, odd sizes (0, 1, 7, several chunks), non-contiguous
+// views, bf16, integers. Integer results must be bitwise equal (their sums
+// wrap the same), floating ones close (they add in another order);
+// broadcast and all_gather move bytes and must be equal. Builds one
+// communicator of each kind over the world's store (small shm slots, so
+// that 300k elements span many chunks). Throws naming the first mismatch.
+inline void check_shm_matches_gloo(ddp::World& world) {
+  ddprun::PrefixStore gloo_store("cmp-gloo", world.store()), shm_store("cmp-shm", world.store());
+  ddp::GlooOptions go;
+  go.rank = world.rank();
+  go.size = world.size();
+  go.local_addr = world.info().local_addr;
+  go.timeout = world.timeout();
+  ddp::GlooCommunicator gloo(gloo_store, go);
+  ddp::ShmGroupOptions so;
+  so.rank = world.rank();
+  so.size = world.size();
+  so.timeout = world.timeout();
+  so.slot_bytes = 64 << 10;
+  ddp::ShmCommunicator shm(shm_store, so);
+  auto gen = at::detail::createCPUGenerator(1000 + world.rank());
+  auto describe = [](at::ScalarType t, int64_t n, const std::string& op) {
+    return std::string(c10::toString(t)) + " x" + std::to_string(n) + " " + op;
+  };
+  for (int64_t n : {0, 1, 7, 4099, 300007}) {
+    for (auto type : {at::kFloat, at::kDouble, at::kBFloat16, at::kInt, at::kLong, at::kChar}) {
+      const bool floating = at::isFloatingType(type);
+      at::Tensor base = floating ? at::randn({n}, gen).to(type) : at::randint(-100, 100, {n}, gen).to(type);
+      for (auto op : {ddp::ReduceOp::kSum, ddp::ReduceOp::kAvg, ddp::ReduceOp::kMax, ddp::ReduceOp::kMin}) {
+        if (op == ddp::ReduceOp::kAvg && !floating) continue;
+        at::Tensor a = base.clone(), b = base.clone();
+        gloo.all_reduce(a, op);
+        shm.all_reduce(b, op);
+        const std::string what = "shm all_reduce matches gloo: " + describe(type, n, ddp::to_string(op));
+        if (floating) {
+          const double tol = type == at::kBFloat16 ? 2e-2 : 1e-5;
+          expect(at::allclose(a.to(at::kDouble), b.to(at::kDouble), tol, tol), what);
+        } else {
+          expect(at::equal(a, b), what + " (bitwise)");
+        }
+      }
+    }
+  }
+  // A non-contiguous view: every other column of a matrix.
+  at::Tensor m = at::randn({301, 40}, gen);
+  at::Tensor ga = m.clone(), sa = m.clone();
+  at::Tensor gv = ga.slice(1, 0, 40, 2), sv = sa.slice(1, 0, 40, 2);
+  gloo.all_reduce(gv, ddp::ReduceOp::kSum);
+  shm.all_reduce(sv, ddp::ReduceOp::kSum);
+  expect(at::allclose(ga, sa, 1e-5, 1e-5), "shm all_reduce of a non-contiguous view matches gloo");
+  expect(at::equal(sa.slice(1, 1, 40, 2), m.slice(1, 1, 40, 2)), "shm all_reduce left the other columns alone");
+  // Byte movers: equal.
+  for (int64_t n : {0, 3, 100003}) {
+    at::Tensor x = at::randn({n}, gen), y = x.clone();
+    gloo.broadcast(x, world.size() - 1);
+    shm.broadcast(y, world.size() - 1);
+    expect(at::equal(x, y), "shm broadcast matches gloo, x" + std::to_string(n));
+    at::Tensor in = at::randint(0, 1000, {n, 3}, gen);
+    expect(at::equal(gloo.all_gather(in), shm.all_gather(in)), "shm all_gather matches gloo, x" + std::to_string(n));
+  }
+  shm.barrier();
+  gloo.barrier();
 }
 
 }  // namespace ddptest

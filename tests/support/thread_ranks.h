@@ -14,12 +14,14 @@
 
 namespace ddptest {
 
-// The launch environment of one rank of a single-node job.
-inline ddp::EnvLookup env_for(int rank, int ws) {
+// The launch environment of one rank of a single-node job; cpu_comm, when
+// given, is DDPRUN_CPU_COMM (auto, shm or gloo).
+inline ddp::EnvLookup env_for(int rank, int ws, const std::string& cpu_comm = "") {
   std::map<std::string, std::string> m{{"RANK", std::to_string(rank)},
                                        {"WORLD_SIZE", std::to_string(ws)},
                                        {"LOCAL_RANK", std::to_string(rank)},
                                        {"LOCAL_WORLD_SIZE", std::to_string(ws)}};
+  if (!cpu_comm.empty()) m["DDPRUN_CPU_COMM"] = cpu_comm;
   return [m](const std::string& k) -> std::optional<std::string> {
     auto it = m.find(k);
     if (it == m.end()) return std::nullopt;
@@ -29,13 +31,14 @@ inline ddp::EnvLookup env_for(int rank, int ws) {
 
 // Runs body(world) on ws threads; rethrows the first failure after all end.
 template <typename Body>
-void run_ranks(int ws, Body body, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+void run_ranks(int ws, Body body, std::chrono::milliseconds timeout = std::chrono::seconds(30),
+               const std::string& cpu_comm = "") {
   auto store = std::make_shared<ddprun::MemoryStore>();
   std::vector<std::future<void>> ranks;
   for (int r = 0; r < ws; ++r) {
     ranks.push_back(std::async(std::launch::async, [=] {
       ddp::InitOptions o;
-      o.env = env_for(r, ws);
+      o.env = env_for(r, ws, cpu_comm);
       o.store = store;
       o.timeout = timeout;
       auto world = ddp::init(o);

@@ -41,6 +41,14 @@
 //                      worker's session (setsid), ignores SIGTERM, SIGINT and
 //                      SIGHUP, writes its pid to FILE and sleeps for ever;
 //                      then do MODE... as above
+//   shm-leak           make a shared-memory segment named as a worker's
+//                      (channel/shm_names.h), print "segment NAME" and exit
+//                      without unlinking it, as a rank 0 killed in the
+//                      middle of setting up its group would
+//   shm-peer-exits     ranks join a shared-memory group (ShmGroup) through
+//                      the job's store; rank 1 then exits with 3, rank 0
+//                      ignores SIGTERM and all_reduces (timeout 60 s): it
+//                      prints "shm error after S s: MESSAGE"
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -49,6 +57,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <chrono>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -60,6 +69,8 @@
 #include <time.h>
 
 #include "channel/heartbeat_layout.h"
+#include "channel/shm_names.h"
+#include "ddp/shm_group.h"
 #include "ddp/error_file.h"
 #include "ddp/heartbeat.h"
 #include "ddp/standby.h"
@@ -106,6 +117,35 @@ ddprun::GrpcStore job_store(const char* token = getenv("DDPRUN_RDZV_TOKEN")) {
 // A key of this rendezvous round: a restarted group must not see the last one's.
 std::string round_key(const std::string& key) {
   return "probe/round" + std::string(getenv("DDPRUN_ROUND") ? getenv("DDPRUN_ROUND") : "?") + "/" + key;
+}
+
+// See shm-peer-exits above.
+int shm_peer_exits() {
+  auto store = job_store();
+  ddprun::PrefixStore shm_store(round_key("shm"), store);
+  ddp::ShmGroupOptions o;
+  o.rank = atoi(getenv("RANK"));
+  o.size = atoi(getenv("WORLD_SIZE"));
+  o.timeout = std::chrono::seconds(60);
+  ddp::ShmGroup group(shm_store, o);
+  group.barrier(o.timeout);
+  if (o.rank == 1) _exit(3);
+  if (o.rank != 0) return 0;
+  // The agent stops the group when rank 1 exits: stay to see what the
+  // collective says.
+  signal(SIGTERM, SIG_IGN);
+  float v = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    group.all_reduce(&v, 1, ddp::ShmDtype::kFloat32, ddp::ReduceOp::kSum, o.timeout);
+    say(1, "shm all_reduce returned\n");
+  } catch (const std::exception& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    char took[32];
+    snprintf(took, sizeof took, "%.2f", s);
+    say(1, std::string("shm error after ") + took + " s: " + e.what() + "\n");
+  }
+  return 0;
 }
 
 // Blocks the signals we report, then says "ready" (and, when asked, tells
@@ -368,6 +408,16 @@ int run_mode(int argc, char** argv) {
     if (env_int("TORCHELASTIC_RESTART_COUNT") == 0) return 7;
     argv[1] = argv[0];
     return run_mode(argc - 1, argv + 1);
+  }
+  if (mode == "shm-leak") {
+    const std::string name = ddprun::channel::shm_segment_name(geteuid(), getpid(), 0x5eed);
+    const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 || ftruncate(fd, 4096) != 0) return 4;
+    say(1, "segment " + name.substr(1) + "\n");
+    return 0;
+  }
+  if (mode == "shm-peer-exits") {
+    return shm_peer_exits();
   }
   if (mode == "leave-child" && argc > 3) {
     leave_child(argv[2]);

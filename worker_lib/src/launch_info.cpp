@@ -51,6 +51,24 @@ std::optional<std::string> process_env(const std::string& name) {
 LaunchInfo read_launch_info(const EnvLookup& env) {
   LaunchInfo info;
   read_observability(env, info);
+  if (auto v = env(ch::kCpuComm); v && !v->empty()) {
+    if (*v == "auto") {
+      info.cpu_comm = CpuComm::kAuto;
+    } else if (*v == "shm") {
+      info.cpu_comm = CpuComm::kShm;
+    } else if (*v == "gloo") {
+      info.cpu_comm = CpuComm::kGloo;
+    } else {
+      throw ConfigError("ddp: DDPRUN_CPU_COMM='" + *v + "' is not auto, shm or gloo");
+    }
+  }
+  if (auto v = env(ch::kShmSlotKb); v && !v->empty()) {
+    const auto kb = parse_number<int64_t>(ch::kShmSlotKb, *v);
+    if (kb < 4 || kb > (int64_t{1} << 20)) {
+      throw ConfigError("ddp: DDPRUN_SHM_SLOT_KB=" + *v + " is not in [4, 1048576] KiB");
+    }
+    info.shm_slot_bytes = static_cast<size_t>(kb) * 1024;
+  }
   auto rank = env(ch::kRank);
   auto ws = env(ch::kWorldSize);
   if (!rank && !ws) return info;  // a plain single process

@@ -9,6 +9,7 @@
 #include "ddp/local_addr.h"
 #include "ddp/nccl_communicator.h"
 #include "ddp/standby.h"
+#include "cpu_comm.h"
 #include "env_store.h"
 #include "rendezvous/client.h"
 #include "rendezvous/memory_store.h"
@@ -63,13 +64,8 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
   gloo_store_ = std::make_unique<ddprun::PrefixStore>("gloo", *round_store_);
   group_store_ = std::make_unique<ddprun::PrefixStore>("group", *round_store_);
   user_store_ = std::make_unique<ddprun::PrefixStore>("user", *round_store_);
-  GlooOptions gloo;
-  gloo.rank = info_.rank;
-  gloo.size = info_.world_size;
-  gloo.local_addr = info_.local_addr;
-  gloo.timeout = timeout_;
-  gloo.heartbeat = heartbeat_;
-  cpu_ = std::make_unique<GlooCommunicator>(*gloo_store_, gloo);
+  cpu_ = connect_cpu_communicator(*gloo_store_, info_.rank, info_.world_size, "the world",
+                                  {&info_, timeout_, heartbeat_});
 }
 
 World::~World() = default;
@@ -125,13 +121,8 @@ std::unique_ptr<Communicator> World::connect_group(const std::string& name,
   }
   ddprun::PrefixStore store(name, *group_store_);
   if (device == Device::kCPU) {
-    GlooOptions gloo;
-    gloo.rank = me;
-    gloo.size = static_cast<int>(ranks.size());
-    gloo.local_addr = info_.local_addr;
-    gloo.timeout = timeout_;
-    gloo.heartbeat = heartbeat_;
-    return std::make_unique<GlooCommunicator>(store, gloo);
+    return connect_cpu_communicator(store, me, static_cast<int>(ranks.size()), "group '" + name + "'",
+                                    {&info_, timeout_, heartbeat_});
   }
   // NCCL: the group's first rank makes the id and shares it through the store.
   NcclOptions o;

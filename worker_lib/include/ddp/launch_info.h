@@ -2,6 +2,7 @@
 // No LibTorch here.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -15,6 +16,10 @@ class ConfigError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// Which communicator CPU tensors get (DDPRUN_CPU_COMM): shared memory when
+// every rank of a group is on one node (kAuto), always (kShm), or Gloo.
+enum class CpuComm { kAuto, kShm, kGloo };
 
 struct LaunchInfo {
   int rank = 0;
@@ -51,6 +56,8 @@ struct LaunchInfo {
   int master_port = 0;      // 0 when unset
   bool agent_store = false;
   bool local_addr_given = false;  // DDPRUN_LOCAL_ADDR was set
+  CpuComm cpu_comm = CpuComm::kAuto;
+  size_t shm_slot_bytes = 0;  // DDPRUN_SHM_SLOT_KB x 1024; 0: ShmGroupOptions' default
 
   // Launched by ddprun (so a rendezvous store is reachable).
   bool from_ddprun() const { return !rdzv_address.empty(); }

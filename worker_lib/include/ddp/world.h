@@ -1,5 +1,6 @@
 // A worker's view of its job: who it is (LaunchInfo), the job's key-value
-// store, and communicators for CPU (Gloo) and CUDA (NCCL) tensors.
+// store, and communicators for CPU (shared memory or Gloo) and CUDA (NCCL)
+// tensors.
 //
 // No process-wide state: init() returns a World, and several Worlds can live
 // in one process (tests run ranks as threads, each with its own).
@@ -22,7 +23,7 @@
 
 namespace ddp {
 
-// Where a communicator's tensors live: Gloo serves CPU tensors, NCCL CUDA ones.
+// Where a communicator's tensors live: shared memory or Gloo serve CPU tensors, NCCL CUDA ones.
 enum class Device { kCPU, kCUDA };
 
 struct InitOptions {
@@ -55,7 +56,10 @@ class World {
   int local_size() const { return info_.local_world_size; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
-  // The Gloo communicator over all ranks, connected by init().
+  // The communicator for CPU tensors over all ranks, connected by init():
+  // shared memory when every rank is on this node, Gloo when each node has
+  // one rank, both (shared memory inside nodes, Gloo between them) else
+  // (DDPRUN_CPU_COMM=auto|shm|gloo).
   Communicator& cpu();
   // The NCCL communicator, connected on first use. Throws CollectiveError
   // where NCCL is not built in or no NCCL id was handed out.
@@ -103,8 +107,9 @@ class World {
   // Connects a communicator over a subset of the ranks: `ranks` lists their
   // global ranks (this rank among them) and fixes their order, so rank i of
   // the group is ranks[i]. Every member must call it with the same name,
-  // ranks and device; the name keeps groups apart. Throws
-  // std::invalid_argument for bad ranks, CollectiveError when peers fail.
+  // ranks and device; the name keeps groups apart. CPU groups get their
+  // communicator as cpu() does, by where their members are. Throws std::invalid_argument for bad
+  // ranks, CollectiveError when peers fail.
   std::unique_ptr<Communicator> connect_group(const std::string& name, const std::vector<int>& ranks,
                                               Device device = Device::kCPU);
 
