@@ -11,6 +11,7 @@ packages=(
   zlib1g-dev libopenblas0-openmp python3-torch dataset-fashion-mnist
   procps openssl clang libclang-rt-14-dev
   slurmctld slurmd slurm-client  # tests/slurm: a real Slurm for `srun ddprun`
+  gnuplot-nox                    # bench/ddprun-bench draws its charts
 )
 
 missing=()
