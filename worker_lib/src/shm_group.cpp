@@ -32,14 +32,17 @@ struct ShmGroup::Header {
   std::atomic<uint32_t> claim;  // 1 + the rank that failed first (compare-exchange)
   std::atomic<uint32_t> abort;  // set after why: 1 + that rank
   char why[512];                // its message
+  // Phase arrivals of all ranks (see signal and wait_all), on a line of
+  // their own.
+  alignas(64) std::atomic<uint32_t> arrived;
+  std::atomic<uint32_t> arrived_waiters;
 };
 
-// One per rank, on its own cache lines. seq and waiters are the futex
-// protocol (see signal and wait_for); the rest is written by the rank for
-// its peers to read.
+// One per rank, on its own cache lines: its phase count (see signal and
+// wait_all), and what it writes for its peers to read.
 struct alignas(128) ShmGroup::Line {
   std::atomic<uint32_t> seq;
-  std::atomic<uint32_t> waiters;
+  uint32_t unused;
   int32_t pid;
   std::atomic<uint32_t> left;  // its communicator is gone (destroyed, not crashed)
   uint64_t pid_ns;  // the pid namespace the pid means something in
@@ -241,9 +244,8 @@ ShmGroup::~ShmGroup() {
   // Peers still waiting for this rank would otherwise wait out their
   // timeout: mark this rank gone and wake them.
   if (!header_) return;
-  Line& mine = line(options_.rank);
-  mine.left.store(1, std::memory_order_seq_cst);
-  futex_wake(&mine.seq);
+  line(options_.rank).left.store(1, std::memory_order_seq_cst);
+  futex_wake(&header_->arrived);
 }
 
 ShmGroup::Line& ShmGroup::line(int r) const {
@@ -276,7 +278,7 @@ void ShmGroup::give_up(const std::string& why) {
     header_->abort.store(static_cast<uint32_t>(options_.rank + 1), std::memory_order_release);
   }
   // Wake every sleeper: they see the abort mark and fail at once.
-  for (int r = 0; r < options_.size; ++r) futex_wake(&line(r).seq);
+  futex_wake(&header_->arrived);
   throw CollectiveError(why);
 }
 
@@ -302,63 +304,88 @@ bool ShmGroup::peer_alive(int peer) const {
   return true;
 }
 
+// A phase ends when every rank has bumped its seq to the same number. Every
+// rank also adds one to the segment's `arrived` count per phase, so "every
+// rank reached seq S" is "arrived reached S x size", one word that all
+// waiters sleep on and the last rank to arrive wakes: one sleep and one
+// wake per rank and phase, however many ranks (waiting on each peer's own
+// word in turn costs up to size - 1 of each, which oversubscribed cores
+// pay in context switches).
+//
 // seq_cst on both sides of the waiters count (Dekker): either the waiter
-// sees the new seq before sleeping, or the signaller sees the waiter and
-// wakes it. A futex wait also returns at once if seq already moved.
+// sees the new count before sleeping, or the signaller sees the waiter and
+// wakes it. A futex wait also returns at once if the count already moved.
 void ShmGroup::signal(uint32_t seq) {
-  Line& me = line(options_.rank);
-  me.seq.store(seq, std::memory_order_seq_cst);
-  if (me.waiters.load(std::memory_order_seq_cst) != 0) futex_wake(&me.seq);
+  line(options_.rank).seq.store(seq, std::memory_order_seq_cst);
+  // No rank arrives at phase seq + 1 before all arrived at seq, so the
+  // arrival that makes the count seq x size is the phase's last: only it
+  // wakes anyone (and only if someone sleeps).
+  const uint32_t now = header_->arrived.fetch_add(1, std::memory_order_seq_cst) + 1;
+  if (now == seq * static_cast<uint32_t>(options_.size) &&
+      header_->arrived_waiters.load(std::memory_order_seq_cst) != 0) {
+    futex_wake(&header_->arrived);
+  }
 }
 
-void ShmGroup::wait_for(int peer, uint32_t target, const char* op, Clock::time_point deadline,
+// The first peer whose seq is still short of target (to name in errors),
+// or -1.
+int ShmGroup::first_behind(uint32_t target) const {
+  for (int r = 0; r < options_.size; ++r) {
+    if (r != options_.rank && static_cast<int32_t>(line(r).seq.load(std::memory_order_acquire) - target) < 0) {
+      return r;
+    }
+  }
+  return -1;
+}
+
+void ShmGroup::wait_all(uint32_t target, const char* op, Clock::time_point deadline,
                         std::chrono::milliseconds timeout) {
-  Line& l = line(peer);
-  // Wrap-safe: sequence numbers are 32-bit and may wrap in a long job.
-  auto reached = [target](uint32_t v) { return static_cast<int32_t>(v - target) >= 0; };
-  if (reached(l.seq.load(std::memory_order_acquire))) return;
+  // Wrap-safe: the counts are 32-bit and may wrap in a long job.
+  const uint32_t want = target * static_cast<uint32_t>(options_.size);
+  auto reached = [want](uint32_t v) { return static_cast<int32_t>(v - want) >= 0; };
+  std::atomic<uint32_t>& arrived = header_->arrived;
+  if (reached(arrived.load(std::memory_order_acquire))) return;
   for (int i = 0; i < spin_; ++i) {
     cpu_pause();
-    if (reached(l.seq.load(std::memory_order_acquire))) return;
+    if (reached(arrived.load(std::memory_order_acquire))) return;
   }
-  l.waiters.fetch_add(1, std::memory_order_seq_cst);
+  header_->arrived_waiters.fetch_add(1, std::memory_order_seq_cst);
   struct Leave {
-    Line& l;
-    ~Leave() { l.waiters.fetch_sub(1, std::memory_order_seq_cst); }
-  } leave{l};
+    std::atomic<uint32_t>& waiters;
+    ~Leave() { waiters.fetch_sub(1, std::memory_order_seq_cst); }
+  } leave{header_->arrived_waiters};
   auto last_check = Clock::now();
   while (true) {
-    const uint32_t v = l.seq.load(std::memory_order_seq_cst);
+    const uint32_t v = arrived.load(std::memory_order_seq_cst);
     if (reached(v)) return;
     if (header_->abort.load(std::memory_order_acquire) != 0) peer_failed(op);
-    if (l.left.load(std::memory_order_seq_cst) != 0) {
-      give_up(where(op) + ": peer rank " + std::to_string(peer) +
+    const int behind = first_behind(target);
+    if (behind >= 0 && line(behind).left.load(std::memory_order_seq_cst) != 0) {
+      give_up(where(op) + ": peer rank " + std::to_string(behind) +
               " left the shared-memory group (it dropped its communicator) without joining it");
     }
     const auto now = Clock::now();
     if (now >= deadline) {
       give_up(where(op) + " timed out after " + std::to_string(timeout.count()) + " ms waiting for peer rank " +
-              std::to_string(peer) +
+              std::to_string(behind < 0 ? 0 : behind) +
               " (set by ddp::InitOptions::timeout or DDPRUN_TIMEOUT_S; a peer may be hung, stopped or slower than "
               "that; shared memory)");
     }
     if (now - last_check >= options_.check_every) {
       last_check = now;
       beat();
-      if (!peer_alive(peer)) {
-        give_up(where(op) + ": peer rank " + std::to_string(peer) + " (pid " + std::to_string(l.pid) +
-                ") exited during the collective (it crashed or was killed; shared memory)");
+      for (int r = 0; r < options_.size; ++r) {
+        if (r == options_.rank || static_cast<int32_t>(line(r).seq.load(std::memory_order_acquire) - target) >= 0) {
+          continue;
+        }
+        if (!peer_alive(r)) {
+          give_up(where(op) + ": peer rank " + std::to_string(r) + " (pid " + std::to_string(line(r).pid) +
+                  ") exited during the collective (it crashed or was killed; shared memory)");
+        }
       }
     }
     const auto left = std::min<Clock::duration>(deadline - now, options_.check_every);
-    futex_wait(&l.seq, v, std::chrono::duration_cast<std::chrono::nanoseconds>(left));
-  }
-}
-
-void ShmGroup::wait_all(uint32_t target, const char* op, Clock::time_point deadline,
-                        std::chrono::milliseconds timeout) {
-  for (int r = 0; r < options_.size; ++r) {
-    if (r != options_.rank) wait_for(r, target, op, deadline, timeout);
+    futex_wait(&arrived, v, std::chrono::duration_cast<std::chrono::nanoseconds>(left));
   }
 }
 

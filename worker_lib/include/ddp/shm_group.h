@@ -5,11 +5,11 @@
 // The segment is made by rank 0 and found through the group's store (a
 // fresh name per group and round), mapped by every rank, then unlinked at
 // once. It holds one control line per rank and two buffers of one slot per
-// rank. Ranks move in lock step: each chunk of a collective has two phases,
-// and after each phase a rank bumps its sequence number; a rank waiting for
-// a peer sleeps on the peer's number with futex (after a short spin only
-// where every rank has a core of its own), so waiting never starves the
-// compute of oversubscribed cores. An all_reduce chunk goes:
+// rank. Ranks move in lock step: each chunk of a collective has two phases;
+// after each a rank bumps its sequence number and the segment's arrival
+// count, and waiting ranks sleep on that count with futex (after a short
+// spin only where every rank has a core of its own), so waiting never
+// starves the compute of oversubscribed cores. An all_reduce chunk goes:
 //
 //   1. publish: copy my part of the chunk into my slot       → seq += 1
 //   2. reduce:  once every rank published, reduce my share
@@ -105,9 +105,7 @@ class ShmGroup {
   uint32_t published_seq() const { return static_cast<uint32_t>(2 * chunk_ + 1); }
   uint32_t reduced_seq() const { return static_cast<uint32_t>(2 * chunk_ + 2); }
   void signal(uint32_t seq);
-  // Blocks until rank `peer`'s seq reaches `target`.
-  void wait_for(int peer, uint32_t target, const char* op, Clock::time_point deadline,
-                std::chrono::milliseconds timeout);
+  // Blocks until every rank's seq reaches `target`.
   void wait_all(uint32_t target, const char* op, Clock::time_point deadline, std::chrono::milliseconds timeout);
   void begin(const char* op, const Call& call, Clock::time_point deadline, std::chrono::milliseconds timeout);
   std::string where(const char* op) const;  // "ddp: all_reduce on rank 0 of 4"
@@ -116,6 +114,7 @@ class ShmGroup {
   [[noreturn]] void give_up(const std::string& why);
   [[noreturn]] void peer_failed(const char* op);
   bool peer_alive(int peer) const;
+  int first_behind(uint32_t target) const;
   void beat() {
     if (options_.heartbeat) options_.heartbeat->beat();
   }
