@@ -21,6 +21,7 @@ struct Options {
   std::string sync = "bucketed";
   double bucket_mb = 25;
   double first_bucket_mb = 1;
+  std::string overlap = "auto";
   std::string checkpoint_dir;  // with checkpoint_every > 0: rank 0 checkpoints
   int checkpoint_every = 0;
 };
@@ -38,6 +39,7 @@ Timing run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape
   d.strategy = ddp::parse_sync_strategy(o.sync);
   d.bucket_cap_bytes = static_cast<size_t>(o.bucket_mb * (1 << 20));
   d.first_bucket_cap_bytes = static_cast<size_t>(o.first_bucket_mb * (1 << 20));
+  d.overlap = ddp::parse_overlap(o.overlap);
   ddp::DistributedDataParallel<Net> model(Net(), world, d);
   *param_count = 0;
   for (const auto& p : model.module()->parameters()) *param_count += p.numel();
@@ -113,6 +115,8 @@ int main(int argc, char** argv) {
   app.add_option("--sync", o.sync, "naive, flat, overlap or bucketed");
   app.add_option("--bucket-mb", o.bucket_mb, "Bucket cap in MiB");
   app.add_option("--first-bucket-mb", o.first_bucket_mb, "First bucket cap in MiB");
+  app.add_option("--overlap", o.overlap, "Buckets during backward: auto, on or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "Where rank 0 checkpoints");
   app.add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps (0: never)");
   CLI11_PARSE(app, argc, argv);

@@ -33,6 +33,7 @@ struct Options {
   double bucket_mb = 25;
   double first_bucket_mb = 1;
   std::string sync = "bucketed";
+  std::string overlap = "auto";
   std::string model = "cnn";
   std::string data = examples::kFashionMnistDir;
   int64_t limit = 0;  // use only the first N training images (0: all)
@@ -105,6 +106,7 @@ int run(const Options& opt) {
   ddp_options.strategy = ddp::parse_sync_strategy(opt.sync);
   ddp_options.bucket_cap_bytes = static_cast<size_t>(opt.bucket_mb * (1 << 20));
   ddp_options.first_bucket_cap_bytes = static_cast<size_t>(opt.first_bucket_mb * (1 << 20));
+  ddp_options.overlap = ddp::parse_overlap(opt.overlap);
   ddp::DistributedDataParallel<Net> model(Net(), *world, ddp_options);
   torch::optim::SGD optimizer(model.module()->parameters(),
                               torch::optim::SGDOptions(opt.lr).momentum(0.9));
@@ -118,10 +120,11 @@ int run(const Options& opt) {
   const int64_t micro_batches = sampler.num_batches(opt.batch_size);
   if (rank == 0) {
     std::printf("%s on %lld images: %d ranks x %lld per epoch, batch %d per rank x %d micro-batches, "
-                "sync %s\n",
+                "sync %s over %s%s\n",
                 opt.model.c_str(), static_cast<long long>(train.size()), ws,
                 static_cast<long long>(sampler.num_samples()), opt.batch_size, opt.grad_accum,
-                opt.sync.c_str());
+                opt.sync.c_str(), world->cpu().backend().c_str(),
+                model.reducer().overlaps_backward() ? "" : " (buckets after backward)");
   }
 
   const int64_t steps_per_epoch = (micro_batches + opt.grad_accum - 1) / opt.grad_accum;
@@ -312,6 +315,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--sync", opt.sync, "Gradient sync: naive, flat, overlap or bucketed [bucketed]")
       ->check(CLI::IsMember({"naive", "flat", "overlap", "bucketed"}));
+  app.add_option("--overlap", opt.overlap,
+                 "Bucketed/overlap sync during backward: auto (where it pays), on or off [auto]")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--model", opt.model, "cnn or mlp [cnn]")->check(CLI::IsMember({"cnn", "mlp"}));
   app.add_option("--data", opt.data, "Folder with Fashion-MNIST's .gz files");
   app.add_option("--limit", opt.limit, "Train on the first N images only (0: all)")

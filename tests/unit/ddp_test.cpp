@@ -379,6 +379,30 @@ TEST_F(DdpTest, DeviceEnqueuedBucketFailureComesOutOfBackward) {
   });
 }
 
+TEST_F(DdpTest, BucketsDuringOrAfterBackwardTrainAlike) {
+  // Both ways, on both CPU communicators: the same training, and the
+  // overlap that was asked for (auto: where the communicator says it pays).
+  for (const char* comm : {"shm", "gloo"}) {
+    run_ranks(2, [&](ddp::World& w) {
+      for (auto overlap : {ddp::Overlap::kOn, ddp::Overlap::kOff, ddp::Overlap::kAuto}) {
+        TrainCase c;
+        c.options.overlap = overlap;
+        c.finalize_by_hand = false;
+        c.accumulation = 2;
+        SCOPED_TRACE(std::string(comm) + " overlap " + ddp::to_string(overlap));
+        ddptest::TrainResult r = ddptest::train_both(w.cpu(), c);
+        EXPECT_TRUE(torch::allclose(r.distributed, r.reference, 1e-4, 1e-5));
+        EXPECT_TRUE(ddptest::identical_on_all_ranks(w.cpu(), r.distributed));
+        ddp::DistributedDataParallel<ddptest::Mlp> model(ddptest::seeded_model<ddptest::Mlp>(7), w, c.options);
+        const bool expected = overlap == ddp::Overlap::kOn || (overlap == ddp::Overlap::kAuto && w.cpu().overlap_pays());
+        EXPECT_EQ(model.reducer().overlaps_backward(), expected);
+      }
+    }, std::chrono::seconds(30), comm);
+  }
+  EXPECT_EQ(ddp::parse_overlap("off"), ddp::Overlap::kOff);
+  EXPECT_THROW(ddp::parse_overlap("sometimes"), std::invalid_argument);
+}
+
 TEST(SyncStrategy, ParsesItsNames) {
   for (auto s : {ddp::SyncStrategy::kNaive, ddp::SyncStrategy::kFlat, ddp::SyncStrategy::kOverlap,
                  ddp::SyncStrategy::kBucketed}) {

@@ -72,7 +72,7 @@ class DdpTraceTest : public ::testing::Test {
 
   // Trains a few steps on 2 rank threads, each recording into its file.
   // Under kNaive, backward is marked by the loop (no hooks to time it).
-  void train(ddp::SyncStrategy strategy) {
+  void train(ddp::SyncStrategy strategy, ddp::Overlap overlap = ddp::Overlap::kOn) {
     const int ws = 2;
     auto store = std::make_shared<ddprun::MemoryStore>();
     std::vector<std::future<void>> ranks;
@@ -92,6 +92,7 @@ class DdpTraceTest : public ::testing::Test {
         ddp::DdpOptions d;
         d.strategy = strategy;
         d.first_bucket_cap_bytes = d.bucket_cap_bytes = 300 << 10;  // about one layer a bucket
+        d.overlap = overlap;
         ddp::DistributedDataParallel<Deep> model(ddptest::seeded_model<Deep>(3), *world, d);
         ddp::Tracer& tracer = world->tracer();
         for (int step = 0; step < 6; ++step) {
@@ -149,6 +150,21 @@ TEST_F(DdpTraceTest, BucketedAllReducesOverlapBackward) {
       }
     }
     EXPECT_GE(overlapping, 1) << "no bucket all-reduce ran during backward";
+  }
+}
+
+TEST_F(DdpTraceTest, BucketsWithoutOverlapComeAfterBackwardOnTheTrainingThread) {
+  train(ddp::SyncStrategy::kBucketed, ddp::Overlap::kOff);
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const auto rs = read_records(file(rank));
+    const auto backward = of_phase(rs, ddp::TracePhase::kBackward);
+    const auto buckets = of_phase(rs, ddp::TracePhase::kAllReduce);
+    ASSERT_GE(buckets.size(), 6u * 3);
+    for (const auto& b : buckets) {
+      EXPECT_EQ(b.track, uint8_t(ddp::TraceTrack::kMain));
+      for (const auto& bw : backward) EXPECT_FALSE(overlaps(b, bw));
+    }
   }
 }
 

@@ -38,4 +38,20 @@ CommDtype parse_comm_dtype(const std::string& name) {
                               "' (expected param, fp32 or bf16)");
 }
 
+std::string to_string(Overlap o) {
+  switch (o) {
+    case Overlap::kAuto: return "auto";
+    case Overlap::kOn: return "on";
+    case Overlap::kOff: return "off";
+  }
+  return "?";
+}
+
+Overlap parse_overlap(const std::string& name) {
+  for (auto o : {Overlap::kAuto, Overlap::kOn, Overlap::kOff}) {
+    if (to_string(o) == name) return o;
+  }
+  throw std::invalid_argument("unknown overlap '" + name + "' (expected auto, on or off)");
+}
+
 }  // namespace ddp

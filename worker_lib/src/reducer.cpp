@@ -201,7 +201,11 @@ void Reducer::build_buckets() {
   }
   ready_.assign(params_.size(), false);
 
-  if (!comm_.enqueues_on_device()) worker_ = std::make_unique<SerialWorker>();
+  // Overlap: on the device (NCCL) the hooks enqueue buckets themselves; on
+  // CPU a communication thread runs them, where it pays.
+  overlap_ = options_.overlap == Overlap::kOn ||
+             (options_.overlap == Overlap::kAuto && (comm_.enqueues_on_device() || comm_.overlap_pays()));
+  if (overlap_ && !comm_.enqueues_on_device()) worker_ = std::make_unique<SerialWorker>();
   for (size_t i = 0; i < params_.size(); ++i) {
     // The accumulator must stay alive: the variable holds it weakly, and a
     // new one (without our hook) would be made for the next backward.
@@ -279,6 +283,7 @@ void Reducer::mark_ready_locked(Bucket& b) {
 // Launches buckets strictly in layout order, so that every rank issues the
 // same sequence of all_reduces even when gradients arrive in another order.
 void Reducer::launch_ready_buckets_locked() {
+  if (!overlap_) return;  // finalize runs them, once backward is done
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready) {
     Bucket& b = buckets_[next_launch_];
     const auto index = static_cast<int64_t>(next_launch_);
@@ -293,6 +298,26 @@ void Reducer::launch_ready_buckets_locked() {
       });
     }
     ++next_launch_;
+  }
+}
+
+// Without overlap, in finalize: every bucket, in layout order, on this
+// thread (enqueued, on the device). A failure is kept for the waits below,
+// as one on the communication thread would be.
+void Reducer::run_buckets_after_backward() {
+  for (; next_launch_ < buckets_.size() && buckets_[next_launch_].ready; ++next_launch_) {
+    Bucket& b = buckets_[next_launch_];
+    TraceSpan span(*tracer_, TracePhase::kAllReduce, TraceTrack::kMain, static_cast<int64_t>(next_launch_),
+                   b.buffer.nbytes());
+    if (comm_.enqueues_on_device()) {
+      start_bucket(b);
+      continue;
+    }
+    try {
+      average_bucket(b);
+    } catch (...) {
+      b.error = std::current_exception();
+    }
   }
 }
 
@@ -437,6 +462,7 @@ void Reducer::finalize_hooked() {
       }
     }
   }
+  if (!overlap_) run_buckets_after_backward();
   // Wait for everything launched, in order, before anything else touches the
   // communicator; keep the first error.
   std::exception_ptr error;

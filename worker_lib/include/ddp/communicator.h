@@ -64,6 +64,12 @@ class Communicator {
   // on a device stream (NCCL), so that its caller needs no thread of its own
   // to overlap communication with computation.
   virtual bool enqueues_on_device() const { return false; }
+  // Whether running collectives alongside computation (DDP's buckets during
+  // backward) makes a step faster. False where the collectives are CPU work
+  // of this process and the node has no core to spare for them (shared
+  // memory with every core busy): overlapping then only time-slices the
+  // same cores and thrashes their caches.
+  virtual bool overlap_pays() const { return true; }
 
   // In place: every rank ends with root's tensor.
   virtual void broadcast(at::Tensor& tensor, int root, Timeout timeout) = 0;

@@ -36,6 +36,21 @@ std::string to_string(CommDtype d);
 // "param" (also "fp32") or "bf16"; throws std::invalid_argument listing them.
 CommDtype parse_comm_dtype(const std::string& name);
 
+// Whether the hook-driven strategies (kOverlap, kBucketed) all-reduce
+// buckets during backward, on a communication thread, or once backward is
+// done, on the thread that finishes it (still in buckets, gradients still
+// bucket views):
+//   kAuto  during backward unless the communicator says overlapping costs
+//          compute (Communicator::overlap_pays: shared memory, whose
+//          collectives are CPU work, on a node with no core to spare)
+//   kOn    always during backward
+//   kOff   always after backward
+enum class Overlap { kAuto, kOn, kOff };
+
+std::string to_string(Overlap o);
+// "auto", "on" or "off"; throws std::invalid_argument listing them.
+Overlap parse_overlap(const std::string& name);
+
 enum class InitSync {
   kBroadcast,  // copy rank 0's parameters and buffers to every rank
   kVerify,     // throw, naming the first parameter that differs from rank 0's
@@ -54,6 +69,7 @@ struct DdpOptions {
   // each synchronised step.
   bool broadcast_buffers = true;
   CommDtype comm_dtype = CommDtype::kParam;
+  Overlap overlap = Overlap::kAuto;
   // Where backward, each bucket's all-reduce and the finalize wait are
   // recorded (trace.h); null: nowhere. DistributedDataParallel over a World
   // fills in the World's.

@@ -24,6 +24,10 @@
 // caller's stream wait for them on the device: the host never waits for a
 // bucket, and optimizer.step()'s kernels run after the averages. Elsewhere
 // (Gloo) a communication thread runs the buckets' all_reduces in order.
+// Where overlapping costs more than it hides (shared memory on a node with
+// no core to spare, Communicator::overlap_pays) the buckets run after
+// backward instead, in order, on the thread that finishes it
+// (DdpOptions::overlap).
 //
 // With the hook-driven strategies, each .grad becomes a view of its slot in
 // a bucket after the first synchronised step (PyTorch's
@@ -119,6 +123,9 @@ class Reducer {
   // Parameter indices of each bucket, in launch order (overlap and bucketed).
   const std::vector<std::vector<size_t>>& bucket_layout() const { return layout_; }
   const DdpOptions& options() const { return options_; }
+  // Whether buckets are all-reduced during backward (DdpOptions::overlap,
+  // with kAuto decided by the communicator).
+  bool overlaps_backward() const { return overlap_; }
   Communicator& communicator() { return comm_; }
   // options().tracer, or one that is off.
   Tracer& tracer() { return *tracer_; }
@@ -155,6 +162,7 @@ class Reducer {
   // orders the caller's stream after it (and widens a bf16 wire back).
   void start_bucket(Bucket& b);
   void finish_bucket(Bucket& b);
+  void run_buckets_after_backward();
   void run_finalize();
   void finalize_hooked();
   // Averages a flat tensor in place over the ranks, in options_.comm_dtype.
@@ -188,7 +196,8 @@ class Reducer {
   // The first hook of this backward (0: not recorded), and its step.
   int64_t backward_begin_ns_ = 0;
   int64_t backward_step_ = 0;
-  std::unique_ptr<SerialWorker> worker_;
+  std::unique_ptr<SerialWorker> worker_;  // the communication thread (CPU, with overlap)
+  bool overlap_ = true;                    // buckets start during backward (DdpOptions::overlap)
 };
 
 }  // namespace ddp

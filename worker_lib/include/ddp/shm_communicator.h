@@ -21,6 +21,9 @@ class ShmCommunicator final : public Communicator {
   int size() const override { return group_.size(); }
   Timeout default_timeout() const override { return group_.options().timeout; }
   std::string backend() const override { return "shm"; }
+  // Only with a core per rank for its compute threads and one more for its
+  // collectives.
+  bool overlap_pays() const override;
 
   using Communicator::all_gather;
   using Communicator::all_reduce;
