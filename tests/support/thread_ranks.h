@@ -11,6 +11,7 @@
 
 #include "ddp/world.h"
 #include "rendezvous/memory_store.h"
+#include "support/threads.h"
 
 namespace ddptest {
 
@@ -34,26 +35,14 @@ template <typename Body>
 void run_ranks(int ws, Body body, std::chrono::milliseconds timeout = std::chrono::seconds(30),
                const std::string& cpu_comm = "") {
   auto store = std::make_shared<ddprun::MemoryStore>();
-  std::vector<std::future<void>> ranks;
-  for (int r = 0; r < ws; ++r) {
-    ranks.push_back(std::async(std::launch::async, [=] {
-      ddp::InitOptions o;
-      o.env = env_for(r, ws, cpu_comm);
-      o.store = store;
-      o.timeout = timeout;
-      auto world = ddp::init(o);
-      body(*world);
-    }));
-  }
-  std::exception_ptr first;
-  for (auto& f : ranks) {
-    try {
-      f.get();
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
-  }
-  if (first) std::rethrow_exception(first);
+  run_threads(ws, [&](int r) {
+    ddp::InitOptions o;
+    o.env = env_for(r, ws, cpu_comm);
+    o.store = store;
+    o.timeout = timeout;
+    auto world = ddp::init(o);
+    body(*world);
+  });
 }
 
 }  // namespace ddptest

@@ -21,6 +21,7 @@
 #include "ddp/collective_error.h"
 #include "ddp/shm_group.h"
 #include "rendezvous/memory_store.h"
+#include "support/threads.h"
 
 namespace ddp {
 namespace {
@@ -42,22 +43,10 @@ ShmGroupOptions options(int rank, int size, size_t slot_bytes = 4096,
 void run_group(int size, const std::function<void(ShmGroup&)>& body, size_t slot_bytes = 4096,
                std::chrono::milliseconds timeout = 30s) {
   ddprun::MemoryStore store;
-  std::vector<std::future<void>> ranks;
-  for (int r = 0; r < size; ++r) {
-    ranks.push_back(std::async(std::launch::async, [&, r] {
-      ShmGroup g(store, options(r, size, slot_bytes, timeout));
-      body(g);
-    }));
-  }
-  std::exception_ptr first;
-  for (auto& f : ranks) {
-    try {
-      f.get();
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
-  }
-  if (first) std::rethrow_exception(first);
+  ddptest::run_threads(size, [&](int r) {
+    ShmGroup g(store, options(r, size, slot_bytes, timeout));
+    body(g);
+  });
 }
 
 // This process's segments under /dev/shm.
