@@ -551,8 +551,16 @@ void Reducer::finalize_after_backward() {
   for (const auto& [key, members] : groups) {
     TraceSpan span(*tracer_, TracePhase::kAllReduce, TraceTrack::kMain, group_index++);
     std::vector<at::Tensor> pieces;
-    for (size_t i : members) pieces.push_back(params_[i].tensor.grad().reshape(-1));
-    at::Tensor flat = at::cat(pieces);
+    int64_t numel = 0;
+    for (size_t i : members) {
+      pieces.push_back(params_[i].tensor.grad().reshape(-1));
+      numel += pieces.back().numel();
+    }
+    // The buffer outlives the step; with find_unused_parameters the set of
+    // members (and so its length) may change, and then it is made again.
+    at::Tensor& flat = flat_buffers_[key];
+    if (!flat.defined() || flat.numel() != numel) flat = at::empty({numel}, pieces.front().options());
+    at::cat_out(flat, pieces);
     average(flat);
     int64_t offset = 0;
     for (size_t i : members) {

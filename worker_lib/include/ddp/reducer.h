@@ -40,6 +40,7 @@
 
 #include <atomic>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -198,6 +199,9 @@ class Reducer {
   int64_t backward_step_ = 0;
   std::unique_ptr<SerialWorker> worker_;  // the communication thread (CPU, with overlap)
   bool overlap_ = true;                    // buckets start during backward (DdpOptions::overlap)
+  // kFlat: one buffer per dtype and device, kept between steps (a fresh
+  // allocation of tens of MB each step is fresh pages, faulted in each step).
+  std::map<std::string, at::Tensor> flat_buffers_;
 };
 
 }  // namespace ddp
