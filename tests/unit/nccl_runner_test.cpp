@@ -218,8 +218,11 @@ TEST(NcclRunner, HangTimesOutAbortsAndNamesTheSetting) {
     EXPECT_NE(m.find("all_reduce timed out"), std::string::npos) << m;
     EXPECT_NE(m.find("DDPRUN_TIMEOUT_S"), std::string::npos) << m;
   }
-  EXPECT_TRUE(fake.called("abort comm"));
+  // The waiter hears of the failure before the watchdog aborts (on purpose:
+  // see fail_locked); aborted() takes the lock the watchdog holds from
+  // before the failure is visible until after the abort, so ask it first.
   EXPECT_TRUE(runner.aborted());
+  EXPECT_TRUE(fake.called("abort comm"));
   // The stream finishing after the caller gave up is harmless.
   fake.complete();
   EXPECT_THROW(runner.run("broadcast", fake.caller, noop_collective(fake), 1s), CollectiveError);
@@ -237,6 +240,7 @@ TEST(NcclRunner, AsyncErrorIsReportedAndAborts) {
     EXPECT_NE(m.find("broadcast failed on rank 0"), std::string::npos) << m;
     EXPECT_NE(m.find("network error"), std::string::npos) << m;
   }
+  EXPECT_TRUE(runner.aborted());  // first: it waits for the watchdog's abort (above)
   EXPECT_TRUE(fake.called("abort comm"));
   fake.complete();
 }
