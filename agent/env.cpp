@@ -89,15 +89,10 @@ std::vector<std::string> merge_environment(const std::vector<std::string>& inher
   for (const auto& entry : inherited) {
     const auto eq = entry.find('=');
     const std::string key = entry.substr(0, eq);
+    if (key == "OMP_NUM_THREADS") has_omp = true;
     if (key.rfind("MALLOC_", 0) == 0 || (key == "GLIBC_TUNABLES" && entry.find("glibc.malloc.") != std::string::npos)) {
       user_tunes_malloc = true;
     }
-  }
-  if (!user_tunes_malloc) defaults.insert(malloc_defaults.begin(), malloc_defaults.end());
-  for (const auto& entry : inherited) {
-    const auto eq = entry.find('=');
-    const std::string key = entry.substr(0, eq);
-    if (key == "OMP_NUM_THREADS") has_omp = true;
     defaults.erase(key);
     if (vars.count(key)) {
       // The user's own interface choice wins over the one ddprun found.
@@ -121,6 +116,8 @@ std::vector<std::string> merge_environment(const std::vector<std::string>& inher
   if (!has_omp && !vars.count("OMP_NUM_THREADS") && local_world_size > 1) {
     out.push_back("OMP_NUM_THREADS=1");
   }
+  // None of these is inherited where the user tunes malloc at all.
+  if (!user_tunes_malloc) defaults.insert(malloc_defaults.begin(), malloc_defaults.end());
   for (const auto& [k, val] : defaults) {
     if (!vars.count(k)) out.push_back(k + "=" + val);
   }

@@ -1,7 +1,5 @@
 #include "ddp/shm_communicator.h"
 
-#include <sched.h>
-
 #include <ATen/Parallel.h>
 
 #include <stdexcept>
@@ -76,10 +74,7 @@ at::Tensor ShmCommunicator::all_gather(const at::Tensor& input, Timeout timeout)
 void ShmCommunicator::barrier(Timeout timeout) { group_.barrier(timeout); }
 
 bool ShmCommunicator::overlap_pays() const {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  return cpus >= size() * (at::get_num_threads() + 1);
+  return cpus_available() >= size() * (at::get_num_threads() + 1);
 }
 
 }  // namespace ddp

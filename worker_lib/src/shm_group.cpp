@@ -42,7 +42,6 @@ struct ShmGroup::Header {
 // wait_all), and what it writes for its peers to read.
 struct alignas(128) ShmGroup::Line {
   std::atomic<uint32_t> seq;
-  uint32_t unused;
   int32_t pid;
   std::atomic<uint32_t> left;  // its communicator is gone (destroyed, not crashed)
   uint64_t pid_ns;  // the pid namespace the pid means something in
@@ -98,13 +97,6 @@ uint64_t pid_namespace() {
   return open ? std::strtoull(open + 1, nullptr, 10) : 0;
 }
 
-int cpus_available() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-}
-
 std::string hex(uint64_t v) {
   std::ostringstream s;
   s << std::hex << v;
@@ -127,6 +119,13 @@ const char* call_name(uint32_t kind) {
 }
 
 }  // namespace
+
+int cpus_available() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
 
 ShmGroup::ShmGroup(ddprun::Store& store, const ShmGroupOptions& options) : options_(options) {
   const int size = options_.size, rank = options_.rank;
@@ -327,13 +326,16 @@ void ShmGroup::signal(uint32_t seq) {
   }
 }
 
+// Wrap-safe, like the arrival count.
+bool ShmGroup::behind(int r, uint32_t target) const {
+  return r != options_.rank && static_cast<int32_t>(line(r).seq.load(std::memory_order_acquire) - target) < 0;
+}
+
 // The first peer whose seq is still short of target (to name in errors),
 // or -1.
 int ShmGroup::first_behind(uint32_t target) const {
   for (int r = 0; r < options_.size; ++r) {
-    if (r != options_.rank && static_cast<int32_t>(line(r).seq.load(std::memory_order_acquire) - target) < 0) {
-      return r;
-    }
+    if (behind(r, target)) return r;
   }
   return -1;
 }
@@ -359,15 +361,15 @@ void ShmGroup::wait_all(uint32_t target, const char* op, Clock::time_point deadl
     const uint32_t v = arrived.load(std::memory_order_seq_cst);
     if (reached(v)) return;
     if (header_->abort.load(std::memory_order_acquire) != 0) peer_failed(op);
-    const int behind = first_behind(target);
-    if (behind >= 0 && line(behind).left.load(std::memory_order_seq_cst) != 0) {
-      give_up(where(op) + ": peer rank " + std::to_string(behind) +
+    const int laggard = first_behind(target);
+    if (laggard >= 0 && line(laggard).left.load(std::memory_order_seq_cst) != 0) {
+      give_up(where(op) + ": peer rank " + std::to_string(laggard) +
               " left the shared-memory group (it dropped its communicator) without joining it");
     }
     const auto now = Clock::now();
     if (now >= deadline) {
       give_up(where(op) + " timed out after " + std::to_string(timeout.count()) + " ms waiting for peer rank " +
-              std::to_string(behind < 0 ? 0 : behind) +
+              std::to_string(laggard < 0 ? 0 : laggard) +
               " (set by ddp::InitOptions::timeout or DDPRUN_TIMEOUT_S; a peer may be hung, stopped or slower than "
               "that; shared memory)");
     }
@@ -375,10 +377,7 @@ void ShmGroup::wait_all(uint32_t target, const char* op, Clock::time_point deadl
       last_check = now;
       beat();
       for (int r = 0; r < options_.size; ++r) {
-        if (r == options_.rank || static_cast<int32_t>(line(r).seq.load(std::memory_order_acquire) - target) >= 0) {
-          continue;
-        }
-        if (!peer_alive(r)) {
+        if (behind(r, target) && !peer_alive(r)) {
           give_up(where(op) + ": peer rank " + std::to_string(r) + " (pid " + std::to_string(line(r).pid) +
                   ") exited during the collective (it crashed or was killed; shared memory)");
         }

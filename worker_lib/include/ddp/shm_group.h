@@ -42,6 +42,11 @@
 
 namespace ddp {
 
+// The CPUs this process may run on (its affinity mask; all online ones if
+// that cannot be read): what the spin choice below and
+// ShmCommunicator::overlap_pays weigh the ranks against.
+int cpus_available();
+
 struct ShmGroupOptions {
   int rank = 0;
   int size = 1;
@@ -114,6 +119,8 @@ class ShmGroup {
   [[noreturn]] void give_up(const std::string& why);
   [[noreturn]] void peer_failed(const char* op);
   bool peer_alive(int peer) const;
+  // Whether peer r (never this rank) has not yet reached seq target.
+  bool behind(int r, uint32_t target) const;
   int first_behind(uint32_t target) const;
   void beat() {
     if (options_.heartbeat) options_.heartbeat->beat();
