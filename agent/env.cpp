@@ -74,25 +74,10 @@ std::vector<std::string> merge_environment(const std::vector<std::string>& inher
   // Set unless the user (or vars) set them.
   std::map<std::string, std::string> defaults{{"NCCL_ASYNC_ERROR_HANDLING", "1"},
                                               {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}};
-  // glibc malloc, tuned for a training step that frees and allocates the
-  // same few-MB tensors every step. Its defaults hand freed memory back to
-  // the kernel (trim above 2x the dynamic mmap threshold, a few MB here) and
-  // map tensors above that threshold afresh, so every step faults its pages
-  // in again: the default job ran its first epoch at a quarter of the speed
-  // of its later ones (the evaluation's large batches raised the dynamic
-  // thresholds by chance). Kept: 128 MiB at the top of the heap; mapped:
-  // blocks of 32 MiB and more (glibc's own largest dynamic threshold).
-  // Left alone where the user tunes malloc in any of its ways.
-  const std::map<std::string, std::string> malloc_defaults{{"MALLOC_TRIM_THRESHOLD_", "134217728"},
-                                                           {"MALLOC_MMAP_THRESHOLD_", "33554432"}};
-  bool user_tunes_malloc = false;
   for (const auto& entry : inherited) {
     const auto eq = entry.find('=');
     const std::string key = entry.substr(0, eq);
     if (key == "OMP_NUM_THREADS") has_omp = true;
-    if (key.rfind("MALLOC_", 0) == 0 || (key == "GLIBC_TUNABLES" && entry.find("glibc.malloc.") != std::string::npos)) {
-      user_tunes_malloc = true;
-    }
     defaults.erase(key);
     if (vars.count(key)) {
       // The user's own interface choice wins over the one ddprun found.
@@ -116,8 +101,6 @@ std::vector<std::string> merge_environment(const std::vector<std::string>& inher
   if (!has_omp && !vars.count("OMP_NUM_THREADS") && local_world_size > 1) {
     out.push_back("OMP_NUM_THREADS=1");
   }
-  // None of these is inherited where the user tunes malloc at all.
-  if (!user_tunes_malloc) defaults.insert(malloc_defaults.begin(), malloc_defaults.end());
   for (const auto& [k, val] : defaults) {
     if (!vars.count(k)) out.push_back(k + "=" + val);
   }
