@@ -140,11 +140,21 @@ std::unique_ptr<RendezvousServer> place_rendezvous(LaunchPlan& plan) {
   if (a.local_addr.empty()) a.local_addr = source_address_towards(address);
   a.local_ifname = interface_of(a.local_addr);
   const bool local = is_local_address(address);
+  if (plan.rdzv_listen_port == 0 && (plan.rdzv_host_mode == "off" || !local)) {
+    throw UsageError("--rdzv-endpoint " + with_port(plan.rdzv_listen_host, 0) +
+                     ": port 0 means a free port of the node that hosts the rendezvous, and this "
+                     "node does not host it (" +
+                     (plan.rdzv_host_mode == "off" ? std::string("--rdzv-host off")
+                                                   : address + " is not one of its addresses") +
+                     "); give the port it listens on");
+  }
   if (plan.rdzv_host_mode == "off" || (plan.rdzv_host_mode == "auto" && !local)) return nullptr;
   try {
     auto server = std::make_unique<RendezvousServer>(
         ServerOptions{address, plan.rdzv_listen_port, a.rdzv_auth, plan.rdzv_limits},
         make_nccl_unique_id);
+    // Port 0 asked for a free port: join the one the server got.
+    a.rdzv_address = with_port(address, server->port());
     a.hosts_rendezvous = true;
     spdlog::info("hosting the rendezvous of job {} on {}", a.run_id, server->address());
     return server;

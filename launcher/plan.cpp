@@ -18,6 +18,14 @@
 #include "agent/spawn.h"
 
 namespace ddprun {
+namespace {
+
+// Names that can only mean this machine's loopback interface.
+bool is_loopback_name(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+}  // namespace
 
 int count_gpus(const char* cuda_visible_devices) {
   int devices = 0;
@@ -221,7 +229,12 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   } else {
     a.rdzv_auth = auth;
     plan.warnings.insert(plan.warnings.end(), auth_warnings.begin(), auth_warnings.end());
-    if (auth.token.empty()) {
+    if (auth.token.empty() && o.max_nodes <= 1 && is_loopback_name(o.rdzv_host)) {
+      // One node on a loopback endpoint (torchrun's `--rdzv-endpoint
+      // localhost:0 --nnodes 1`): no other node can join, so it is as
+      // private as ddprun's own and gets a token of its own the same way.
+      a.rdzv_auth.token = random_token();
+    } else if (auth.token.empty()) {
       plan.warnings.push_back(
           "the rendezvous at " + o.rdzv_host + ":" + std::to_string(o.rdzv_port) +
           " takes calls from anyone who reaches it: give every node the same --rdzv-token "

@@ -23,7 +23,7 @@ void validate(const RoundSettings& s) {
   }
 }
 
-std::string quoted(const std::string& id) { return "'" + id + "'"; }
+std::string quote_id(const std::string& id) { return "'" + id + "'"; }
 
 }  // namespace
 
@@ -32,18 +32,18 @@ RoundState::RoundState(RoundSettings settings) : settings_(settings) { validate(
 void RoundState::validate_join(const NodeSpec& node, const RoundSettings& settings) const {
   if (node.node_id.empty()) throw RendezvousError("rendezvous: empty node_id");
   if (!(settings == settings_)) {
-    throw RendezvousError("rendezvous: node " + quoted(node.node_id) + " joined with " +
+    throw RendezvousError("rendezvous: node " + quote_id(node.node_id) + " joined with " +
                           describe(settings) + " but the job uses " + describe(settings_) +
                           "; every node must pass the same --nnodes, --max-restarts and "
                           "--rdzv-conf");
   }
   if (node.local_world_size < 1) {
-    throw RendezvousError("rendezvous: node " + quoted(node.node_id) + " has local_world_size " +
+    throw RendezvousError("rendezvous: node " + quote_id(node.node_id) + " has local_world_size " +
                           std::to_string(node.local_world_size) +
                           "; it must run at least one worker");
   }
   if (node.node_rank_hint >= settings_.max_nodes) {
-    throw RendezvousError("rendezvous: node " + quoted(node.node_id) + " asks for node rank " +
+    throw RendezvousError("rendezvous: node " + quote_id(node.node_id) + " asks for node rank " +
                           std::to_string(node.node_rank_hint) + " but max_nodes is " +
                           std::to_string(settings_.max_nodes));
   }
@@ -61,7 +61,7 @@ void RoundState::join(const NodeSpec& node, const RoundSettings& settings, const
   if (node.node_rank_hint >= 0 && !closed_) {
     for (const auto& m : members_) {
       if (m != id && nodes_.at(m).spec.node_rank_hint == node.node_rank_hint) {
-        throw RendezvousError("rendezvous: nodes " + quoted(m) + " and " + quoted(id) +
+        throw RendezvousError("rendezvous: nodes " + quote_id(m) + " and " + quote_id(id) +
                               " both ask for node rank " + std::to_string(node.node_rank_hint) +
                               " (check --node-rank)");
       }
@@ -78,14 +78,14 @@ void RoundState::join(const NodeSpec& node, const RoundSettings& settings, const
     // restart), or it lost track of the job. Everyone starts again.
     const bool failed_here = intent.workers_failed && intent.last_round == round_;
     supersede(RoundReason::kWorkerFailure,
-              "node " + quoted(id) + (failed_here ? "'s workers failed" : " rejoined"), failed_here,
+              "node " + quote_id(id) + (failed_here ? "'s workers failed" : " rejoined"), failed_here,
               now);
     if (phase_ != JobPhase::kActive) throw JobEnded("rendezvous: " + end_message_);
     add_member(id, now);
   } else if (is_member(id) || waiting) {
     // A repeated join of the open round (or of the waiting list) refreshes it.
   } else if (static_cast<int>(members_.size()) < settings_.max_nodes) {
-    if (closed_) supersede(RoundReason::kAdmit, "admitting node " + quoted(id), false, now);
+    if (closed_) supersede(RoundReason::kAdmit, "admitting node " + quote_id(id), false, now);
     add_member(id, now);
   } else {
     waiting_.push_back(id);  // the round is full: wait for the next one
@@ -214,7 +214,7 @@ void RoundState::drop(const std::string& id, TimePoint now, const std::string& w
   if (!is_member(id) || phase_ != JobPhase::kActive) return;
   if (closed_) {
     supersede(RoundReason::kNodeLost,
-              "node " + quoted(id) + " (" + n.spec.host + ") was lost: " + how, true, now);
+              "node " + quote_id(id) + " (" + n.spec.host + ") was lost: " + how, true, now);
   } else {
     remove_member(id);
   }
@@ -233,16 +233,16 @@ void RoundState::leave(const std::string& id, LeaveKind kind, const std::string&
     case LeaveKind::kSucceeded:
       // Its workers finished: so has the job. The other members finish
       // their own (the round they run stays as it is).
-      end_job(JobPhase::kSucceeded, "job finished: node " + quoted(id) + "'s workers succeeded");
+      end_job(JobPhase::kSucceeded, "job finished: node " + quote_id(id) + "'s workers succeeded");
       return;
     case LeaveKind::kFailed:
-      end_job(JobPhase::kFailed, "job failed on node " + quoted(id) +
+      end_job(JobPhase::kFailed, "job failed on node " + quote_id(id) +
                                      (message.empty() ? "" : ": " + message));
       return;
     case LeaveKind::kStopped:
       if (!is_member(id)) return;
       if (closed_) {
-        supersede(RoundReason::kNodeLeft, "node " + quoted(id) + " left", false, now);
+        supersede(RoundReason::kNodeLeft, "node " + quote_id(id) + " left", false, now);
       } else {
         remove_member(id);
       }
@@ -344,7 +344,7 @@ void RoundState::close_round() {
   const NodeSpec& master = nodes_.at(members_[order[0]]).spec;
   std::vector<std::string> lost;
   for (size_t i = lost_reported_; i < lost_.size(); ++i) {
-    lost.push_back(quoted(lost_[i].node_id) + " (" + lost_[i].host + "): " + lost_[i].why);
+    lost.push_back(quote_id(lost_[i].node_id) + " (" + lost_[i].host + "): " + lost_[i].why);
   }
   lost_reported_ = lost_.size();
   assignments_.clear();

@@ -205,13 +205,15 @@ TEST(FaultTolerance, SigtermTakesAFinalCheckpointAndTheSameCommandResumes) {
   EXPECT_TRUE(contains(stopped.err, "stopped by SIGTERM")) << stopped.err;
   EXPECT_TRUE(contains(stopped.err, "no worker failed on its own")) << stopped.err;
 
-  // The checkpoint is an ordinary torch.save file (checked before resuming
+  // The checkpoint is an ordinary torch.save file that loads with torch.load's
+  // safe default of PyTorch 2.6+, weights_only=True (checked before resuming
   // prunes it).
   const std::string script =
       "import sys, torch\n"
-      "ck = torch.load(sys.argv[1])\n"
+      "ck = torch.load(sys.argv[1], weights_only=True)\n"
       "assert ck['format'] == 'ddprun-checkpoint/1'\n"
       "assert ck['optimizer']['kind'] == 'sgd'\n"
+      "assert isinstance(ck['optimizer']['lr'], list) and isinstance(ck['optimizer']['lr'][0], float)\n"
       "assert len(ck['optimizer']['state']) == 8 and 'momentum_buffer' in ck['optimizer']['state'][0]\n"
       "print('loaded step', ck['step'], 'with', len(ck['model']), 'tensors, fc1.weight', tuple(ck['model']['fc1.weight'].shape))\n";
   Finished py = ddptest::run({PYTHON_BIN, "-c", script, m[2].str()});

@@ -142,7 +142,7 @@ TEST(GptExample, ACheckpointResumesOnCpuAndLoadsInPython) {
   ASSERT_FALSE(newest.empty()) << "no checkpoint in " << dir;
   const std::string script =
       "import sys, torch\n"
-      "ck = torch.load(sys.argv[1], map_location='cpu')\n"
+      "ck = torch.load(sys.argv[1], map_location='cpu', weights_only=True)\n"
       "m = ck['model']\n"
       "assert ck['format'] == 'ddprun-checkpoint/1', ck['format']\n"
       "assert all(t.device.type == 'cpu' for t in m.values())\n"

@@ -371,6 +371,31 @@ TEST(ControlPlane, AOneNodeJobsStoreTakesOnlyItsOwnWorkersToken) {
   EXPECT_FALSE(contains(f.err, "takes calls from anyone")) << f.err;
 }
 
+// torchrun's docs start one node with `--rdzv-backend=c10d --rdzv-endpoint=
+// localhost:0 --nnodes=1`: the agent joins the free port its rendezvous got
+// (not port 0), and the rendezvous, on loopback with nobody else to join,
+// takes only its own token like a private one, without the warning.
+TEST(ControlPlane, ALoopbackEndpointOnPortZeroRunsAtOnceAndPrivately) {
+  for (const std::string endpoint : {"localhost:0", "127.0.0.1:0"}) {
+    Finished f = ddptest::run(node_cmd({"--rdzv-backend=c10d", "--rdzv-endpoint=" + endpoint, "--nnodes=1",
+                                        "--nproc", "1", "--rdzv-conf", "join_timeout=20"},
+                                       {PROBE_BIN, "intrude"}),
+                              {}, 60s);
+    ASSERT_EQ(f.exit_code, 0) << endpoint << "\n" << f.out << f.err;
+    EXPECT_TRUE(contains(f.out, "no-token: refused: ")) << f.out;
+    EXPECT_TRUE(contains(f.out, "job-token: ok")) << f.out;
+    EXPECT_FALSE(contains(f.err, "takes calls from anyone")) << f.err;
+  }
+  // A node that does not host the rendezvous cannot join "any free port".
+  Finished off = ddptest::run(node_cmd({"--rdzv-endpoint=127.0.0.1:0", "--rdzv-host", "off", "--rdzv-id", "j",
+                                        "--nproc", "1"},
+                                       {PROBE_BIN, "env"}),
+                              {}, 60s);
+  EXPECT_EQ(off.exit_code, 2) << off.err;
+  EXPECT_EQ(ddptest::lines(off.err).size(), 1u) << off.err;
+  EXPECT_TRUE(contains(off.err, "--rdzv-endpoint 127.0.0.1:0: port 0")) << off.err;
+}
+
 TEST(ControlPlane, NodesWithTheTokenFormAJobAndAStrangerIsTurnedAway) {
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
   const fs::path token_file = temp("token");

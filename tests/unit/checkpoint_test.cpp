@@ -3,8 +3,10 @@
 #include <signal.h>
 
 #include <ATen/Parallel.h>
+#include <caffe2/serialize/inline_container.h>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "ddp/ddp.h"
 #include "support/ddp_checks.h"
@@ -60,6 +62,68 @@ TEST(TrainingState, RoundTripsModelOptimizerAndProgress) {
     train_a_bit(b, *opt_b, 2, 9);
     EXPECT_TRUE(torch::equal(ddptest::flat_parameters(*a), ddptest::flat_parameters(*b)));
   }
+}
+
+// The pickle inside a checkpoint file (its data.pkl record).
+std::string pickle_of(const std::vector<char>& file) {
+  std::istringstream in(std::string(file.begin(), file.end()));
+  caffe2::serialize::PyTorchStreamReader reader(&in);
+  auto [data, size] = reader.getRecord("data.pkl");
+  return std::string(static_cast<const char*>(data.get()), size);
+}
+
+TEST(TrainingState, TheFileNamesNoGlobalThatTorchLoadsSafeDefaultRefuses) {
+  // torch.load(weights_only=True), the default from PyTorch 2.6, refuses
+  // torch.jit._pickle's type tags and specialised lists.
+  auto net = ddptest::seeded_model<ddptest::Mlp>(1);
+  torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(0.01));
+  train_a_bit(net, adam, 1, 5);
+  const std::string pickle = pickle_of(ddp::encode_state(ddp::capture_state(*net, adam, 1, 0, 0)));
+  EXPECT_EQ(pickle.find("torch.jit"), std::string::npos) << pickle;
+  EXPECT_NE(pickle.find("_rebuild_tensor_v2"), std::string::npos);  // the tensors are there
+}
+
+TEST(TrainingState, FilesWrittenWithTypeTagsStillLoad) {
+  // The form written before: torch::pickle_save, tagged dicts, lr as List<double>.
+  auto net = ddptest::seeded_model<ddptest::Mlp>(1);
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.25).momentum(0.9));
+  train_a_bit(net, sgd, 2, 5);
+  const ddp::TrainingState now = ddp::capture_state(*net, sgd, 7, 2, 64);
+  c10::impl::GenericDict model(c10::StringType::get(), c10::TensorType::get());
+  for (const auto& [k, v] : now.model) model.insert(k, v);
+  c10::impl::GenericList per_param(c10::DictType::create(c10::StringType::get(), c10::TensorType::get()));
+  for (const auto& entry : now.optimizer.params) {
+    c10::impl::GenericDict d(c10::StringType::get(), c10::TensorType::get());
+    for (const auto& [k, v] : entry) d.insert(k, v);
+    per_param.push_back(d);
+  }
+  c10::impl::GenericDict opt(c10::StringType::get(), c10::AnyType::get());
+  opt.insert("kind", now.optimizer.kind);
+  opt.insert("lr", c10::List<double>(now.optimizer.lr));
+  opt.insert("state", per_param);
+  opt.insert("archive", at::empty({0}, at::kByte));
+  c10::impl::GenericDict d(c10::StringType::get(), c10::AnyType::get());
+  d.insert("format", std::string("ddprun-checkpoint/1"));
+  d.insert("step", int64_t{7});
+  d.insert("epoch", int64_t{2});
+  d.insert("sampler_position", int64_t{64});
+  d.insert("model", model);
+  d.insert("optimizer", opt);
+  d.insert("rng", now.rng);
+  const std::vector<char> old_file = torch::pickle_save(d);
+  ASSERT_NE(pickle_of(old_file).find("torch.jit._pickle"), std::string::npos) << "not the tagged form";
+
+  const ddp::TrainingState s = ddp::decode_state(old_file);
+  EXPECT_EQ(s.step, 7);
+  EXPECT_EQ(s.sampler_position, 64);
+  EXPECT_EQ(s.optimizer.lr, std::vector<double>{0.25});
+  auto other = ddptest::seeded_model<ddptest::Mlp>(2);
+  torch::optim::SGD other_sgd(other->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  ddp::apply_state(s, *other, other_sgd);
+  EXPECT_TRUE(torch::equal(ddptest::flat_parameters(*net), ddptest::flat_parameters(*other)));
+  train_a_bit(net, sgd, 1, 9);
+  train_a_bit(other, other_sgd, 1, 9);
+  EXPECT_TRUE(torch::equal(ddptest::flat_parameters(*net), ddptest::flat_parameters(*other)));
 }
 
 TEST(TrainingState, MismatchesAreNamed) {

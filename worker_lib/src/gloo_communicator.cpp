@@ -133,6 +133,10 @@ GlooCommunicator::GlooCommunicator(ddprun::Store& store, const GlooOptions& opti
     throw setup_failed(e.what());
   } catch (const gloo::EnforceNotMet& e) {
     throw setup_failed(e.what());
+  } catch (const std::exception& e) {
+    // Gloo's own parsing lets standard errors through: Gloo of 2023 throws
+    // std::length_error on a peer address it cannot read.
+    throw setup_failed((std::string(e.what()) + " (from Gloo's setup)").c_str());
   }
 }
 

@@ -4,6 +4,9 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 
 #include <cstring>
@@ -47,7 +50,11 @@ template <typename Map>
 typename Map::key_type state_key(const Map&, const at::Tensor& p) {
   using Key = typename Map::key_type;
   if constexpr (std::is_same_v<Key, std::string>) {
-    return c10::guts::to_string(p.unsafeGetTensorImpl());
+    // LibTorch 1.13 printed the pointer into an ostream (c10::guts::to_string,
+    // gone in 2.x): "0x" and hex digits.
+    std::ostringstream key;
+    key << static_cast<const void*>(p.unsafeGetTensorImpl());
+    return key.str();
   } else {
     return reinterpret_cast<Key>(p.unsafeGetTensorImpl());
   }
@@ -189,6 +196,32 @@ at::Tensor bytes_tensor(const std::string& s) {
   return t;
 }
 
+// torch::pickle_save's file (the zip torch.save writes), with the dicts and
+// lists pickled as plain ones. pickle_save tags each with its type through
+// torch.jit._pickle.restore_type_tag, a global that torch.load's safe
+// default (weights_only=True, PyTorch 2.6+) refuses; untagged, the file
+// holds only what that default allows: dicts, lists, strings, numbers and
+// tensors. LibTorch reads both forms.
+std::vector<char> save_untagged(const c10::IValue& value) {
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler([&](const char* buf, size_t n) { pickled.insert(pickled.end(), buf, buf + n); },
+                              /*tensor_table=*/nullptr, /*type_renamer=*/nullptr,
+                              /*memoized_class_types=*/nullptr, /*get_tensor_id=*/nullptr,
+                              /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  std::vector<char> file;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* buf, size_t n) {
+    const char* bytes = static_cast<const char*>(buf);
+    file.insert(file.end(), bytes, bytes + n);
+    return n;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  return file;
+}
+
 }  // namespace
 
 TrainingState capture_state(const torch::nn::Module& model, torch::optim::Optimizer& optimizer,
@@ -242,7 +275,10 @@ void apply_state(const TrainingState& s, torch::nn::Module& model, torch::optim:
 std::vector<char> encode_state(const TrainingState& s) {
   c10::impl::GenericDict opt(c10::StringType::get(), c10::AnyType::get());
   opt.insert("kind", s.optimizer.kind);
-  opt.insert("lr", c10::List<double>(s.optimizer.lr));
+  // A plain list: a List<double> would pickle as torch.jit._pickle.build_doublelist.
+  c10::impl::GenericList lr(c10::AnyType::get());
+  for (double x : s.optimizer.lr) lr.push_back(x);
+  opt.insert("lr", lr);
   c10::impl::GenericList per_param(c10::DictType::create(c10::StringType::get(), c10::TensorType::get()));
   for (const auto& entry : s.optimizer.params) per_param.push_back(tensor_dict(entry));
   opt.insert("state", per_param);
@@ -256,7 +292,7 @@ std::vector<char> encode_state(const TrainingState& s) {
   d.insert("model", tensor_dict(s.model));
   d.insert("optimizer", opt);
   d.insert("rng", s.rng.defined() ? s.rng : at::empty({0}, at::kByte));
-  return torch::pickle_save(d);
+  return save_untagged(d);
 }
 
 TrainingState decode_state(const std::vector<char>& bytes) {
@@ -278,7 +314,8 @@ TrainingState decode_state(const std::vector<char>& bytes) {
   s.model = tensor_map(d.at("model"));
   auto opt = d.at("optimizer").toGenericDict();
   s.optimizer.kind = opt.at("kind").toStringRef();
-  for (double lr : opt.at("lr").toDoubleList()) s.optimizer.lr.push_back(lr);
+  // A plain list; files written before 2026-11 hold a List<double>.
+  for (const auto& lr : opt.at("lr").toList()) s.optimizer.lr.push_back(static_cast<c10::IValue>(lr).toDouble());
   for (const auto& entry : opt.at("state").toList()) s.optimizer.params.push_back(tensor_map(entry));
   at::Tensor archive = opt.at("archive").toTensor().contiguous();
   s.optimizer.archive.assign(static_cast<const char*>(archive.data_ptr()), archive.numel());
