@@ -1,10 +1,12 @@
 # `cmake --install build --prefix P` puts into P:
 #   bin/ddprun, bin/train, bin/gpt the launcher and the examples it finds next to itself
 #   lib/libddp*.a, ...             the worker library and the static parts it needs
+#                                  (libddprun_gloo.a: its private Gloo, with a wheel's LibTorch)
 #   include/ddprun/ddp/*.h         its headers (and rendezvous/store.h and two channel/ headers, which they include)
 #   lib/cmake/ddprun/              ddprunConfig.cmake, its version file and targets
 # so that a project does find_package(ddprun) and links ddprun::worker; the
-# config finds Torch, Gloo, gRPC, protobuf, nlohmann_json and zlib for it.
+# config finds Torch (the same way: DDPRUN_PYTHON's wheel, TorchFromPython.cmake),
+# Gloo, gRPC, protobuf, nlohmann_json and zlib for it.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -13,8 +15,7 @@ set(DDPRUN_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/ddprun)
 
 # Installed programs keep the paths of libraries outside the system's
 # folders (NCCL and the CUDA runtime under /usr/local/cuda).
-set_target_properties(ddprun train gpt PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
-set_target_properties(ddprun PROPERTIES EXPORT_NAME launcher)
+set_target_properties(train gpt PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 set_target_properties(ddp PROPERTIES EXPORT_NAME worker)
 set_target_properties(ddp_base PROPERTIES EXPORT_NAME worker_base)
 set_target_properties(ddprun_store PROPERTIES EXPORT_NAME store)
@@ -24,7 +25,14 @@ set_target_properties(ddprun_rdzv_auth PROPERTIES EXPORT_NAME rdzv_auth)
 set_target_properties(ddprun_proto PROPERTIES EXPORT_NAME proto)
 set_target_properties(ddprun_tcpstore PROPERTIES EXPORT_NAME tcpstore)
 
-install(TARGETS ddprun train EXPORT ddprunTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(DDPRUN_TOOLS_FROM)
+  # The other build's launcher (it links no LibTorch).
+  install(PROGRAMS "${DDPRUN_TOOLS_FROM}/ddprun" DESTINATION ${CMAKE_INSTALL_BINDIR})
+  install(TARGETS train EXPORT ddprunTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+else()
+  set_target_properties(ddprun PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON EXPORT_NAME launcher)
+  install(TARGETS ddprun train EXPORT ddprunTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
 install(TARGETS gpt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS ddp ddp_base ddprun_store ddprun_channel ddprun_rdzv_client ddprun_rdzv_auth ddprun_proto
                 ddprun_tcpstore
@@ -38,6 +46,12 @@ install(FILES ${PROJECT_SOURCE_DIR}/rendezvous/store.h DESTINATION ${DDPRUN_INST
 # slot with its progress block, the trace file format).
 install(FILES ${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h ${PROJECT_SOURCE_DIR}/channel/trace_format.h
         DESTINATION ${DDPRUN_INSTALL_INCLUDEDIR}/channel)
+
+# A private Gloo (cmake/Gloo.cmake) travels with the worker library.
+if(DDPRUN_PRIVATE_GLOO)
+  install(FILES "${DDPRUN_PRIVATE_GLOO_LIBRARY}" DESTINATION ${CMAKE_INSTALL_LIBDIR} RENAME libddprun_gloo.a)
+endif()
+install(FILES ${CMAKE_CURRENT_LIST_DIR}/TorchFromPython.cmake DESTINATION ${DDPRUN_INSTALL_CMAKEDIR})
 
 install(EXPORT ddprunTargets NAMESPACE ddprun:: DESTINATION ${DDPRUN_INSTALL_CMAKEDIR})
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/ddprunConfig.cmake.in

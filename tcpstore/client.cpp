@@ -23,7 +23,6 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr milliseconds kReplyTimeout = std::chrono::minutes(5);
-constexpr milliseconds kForever{-1};
 
 int poll_ms(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();

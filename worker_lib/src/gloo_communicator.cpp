@@ -1,5 +1,37 @@
 #include "ddp/gloo_communicator.h"
 
+// What Gloo's headers include, declared first with the usual visibility.
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+// With a private Gloo (cmake/Gloo.cmake: LibTorch exports a Gloo of another
+// layout), every Gloo name this file uses is hidden: it can only bind to the
+// static Gloo linked into the same program, never to libtorch_cpu's, and a
+// link order that would let it is a link error, not a silent mix.
+#if DDPRUN_PRIVATE_GLOO
+#pragma GCC visibility push(hidden)
+#endif
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -10,9 +42,9 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
-
-#include <sstream>
-#include <stdexcept>
+#if DDPRUN_PRIVATE_GLOO
+#pragma GCC visibility pop
+#endif
 
 #include "ddp/gloo_failure.h"
 #include "ddp/local_addr.h"

@@ -87,7 +87,7 @@ Reducer::Reducer(std::vector<NamedTensor> params, std::vector<NamedTensor> buffe
 }
 
 Reducer::~Reducer() {
-  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_handles_[i]);
+  accumulators_.clear();  // unhooks every accumulator
   // Let in-flight work finish before the buckets it writes go away.
   for (auto& b : buckets_) {
     if (b.work.valid()) b.work.wait();
@@ -210,8 +210,9 @@ void Reducer::build_buckets() {
     // The accumulator must stay alive: the variable holds it weakly, and a
     // new one (without our hook) would be made for the next backward.
     auto acc = torch::autograd::impl::grad_accumulator(params_[i].tensor);
-    hook_handles_.push_back(acc->add_post_hook(std::make_unique<GradReadyHook>([this, i] { on_grad_ready(i); })));
-    accumulators_.push_back(std::move(acc));
+    const uintptr_t hook = acc->add_post_hook(std::make_unique<GradReadyHook>([this, i] { on_grad_ready(i); }));
+    // Dropping the owner takes the hook off again.
+    accumulators_.push_back(std::shared_ptr<void>(acc.get(), [acc, hook](void*) { acc->del_post_hook(hook); }));
   }
 }
 

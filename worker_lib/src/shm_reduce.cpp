@@ -29,8 +29,15 @@ inline Bf16 narrow_bf16(float f) {
   return {static_cast<uint16_t>(b >> 16)};
 }
 
+// IEEE half: _Float16 (GCC 12, clang 15+); clang before 15 has it on x86
+// only as the storage type __fp16, which converts to and from float alike.
+#if defined(__clang__) && __clang_major__ < 15
+using Half = __fp16;
+#else
+using Half = _Float16;
+#endif
 struct Fp16 {
-  _Float16 v;
+  Half v;
 };
 inline float widen(Fp16 v) { return static_cast<float>(v.v); }
 
@@ -51,7 +58,7 @@ template <>
 struct Acc<Fp16> {
   using type = float;
   static float in(Fp16 v) { return widen(v); }
-  static Fp16 out(float v) { return {static_cast<_Float16>(v)}; }
+  static Fp16 out(float v) { return {static_cast<Half>(v)}; }
 };
 
 // Sums of integers wrap (unsigned arithmetic: no undefined overflow).

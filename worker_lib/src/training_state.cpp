@@ -275,10 +275,9 @@ void apply_state(const TrainingState& s, torch::nn::Module& model, torch::optim:
 std::vector<char> encode_state(const TrainingState& s) {
   c10::impl::GenericDict opt(c10::StringType::get(), c10::AnyType::get());
   opt.insert("kind", s.optimizer.kind);
-  // A plain list: a List<double> would pickle as torch.jit._pickle.build_doublelist.
-  c10::impl::GenericList lr(c10::AnyType::get());
-  for (double x : s.optimizer.lr) lr.push_back(x);
-  opt.insert("lr", lr);
+  // A float64 tensor: a List<double> pickles as torch.jit._pickle.build_doublelist,
+  // and a plain list of floats is refused by PyTorch 1.13's weights_only.
+  opt.insert("lr", at::tensor(s.optimizer.lr, at::kDouble));
   c10::impl::GenericList per_param(c10::DictType::create(c10::StringType::get(), c10::TensorType::get()));
   for (const auto& entry : s.optimizer.params) per_param.push_back(tensor_dict(entry));
   opt.insert("state", per_param);
@@ -314,8 +313,14 @@ TrainingState decode_state(const std::vector<char>& bytes) {
   s.model = tensor_map(d.at("model"));
   auto opt = d.at("optimizer").toGenericDict();
   s.optimizer.kind = opt.at("kind").toStringRef();
-  // A plain list; files written before 2026-11 hold a List<double>.
-  for (const auto& lr : opt.at("lr").toList()) s.optimizer.lr.push_back(static_cast<c10::IValue>(lr).toDouble());
+  // A float64 tensor; files written before 2026-11 hold a List<double>.
+  const c10::IValue lr = opt.at("lr");
+  if (lr.isTensor()) {
+    at::Tensor t = lr.toTensor().to(at::kDouble).contiguous();
+    s.optimizer.lr.assign(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+  } else {
+    for (double x : lr.toDoubleList()) s.optimizer.lr.push_back(x);
+  }
   for (const auto& entry : opt.at("state").toList()) s.optimizer.params.push_back(tensor_map(entry));
   at::Tensor archive = opt.at("archive").toTensor().contiguous();
   s.optimizer.archive.assign(static_cast<const char*>(archive.data_ptr()), archive.numel());

@@ -50,10 +50,6 @@
 #include "ddp/ddp_options.h"
 #include "ddp/trace.h"
 
-namespace torch::autograd {
-struct Node;
-}
-
 namespace ddp {
 
 struct NamedTensor {
@@ -187,8 +183,10 @@ class Reducer {
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // parameter → bucket
   std::vector<size_t> slot_of_;    // parameter → slot in its bucket
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
-  std::vector<uintptr_t> hook_handles_;
+  // The parameters' gradient accumulators with our hooks, kept alive (a
+  // shared_ptr in LibTorch 1.13, an intrusive_ptr in 2.x: held here by
+  // type-erased owners, which take the hook off when dropped).
+  std::vector<std::shared_ptr<void>> accumulators_;
   std::mutex mu_;                 // guards the per-step state below
   std::vector<bool> ready_;       // parameter's gradient is in its bucket this step
   size_t next_launch_ = 0;        // buckets are launched in order, on every rank alike

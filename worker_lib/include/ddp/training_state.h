@@ -7,8 +7,11 @@
 // form (encode_state) is a pickle that Python's torch.load reads as a dict:
 //   {"format": "ddprun-checkpoint/1", "step": int, "epoch": int,
 //    "sampler_position": int, "model": {name: tensor},
-//    "optimizer": {"kind": str, "lr": [float], "state": [{name: tensor}],
-//                  "archive": uint8 tensor}, "rng": uint8 tensor}
+//    "optimizer": {"kind": str, "lr": float64 tensor (one per group),
+//                  "state": [{name: tensor}], "archive": uint8 tensor},
+//    "rng": uint8 tensor}
+// It holds only dicts, lists, strings, ints and tensors, so it loads with
+// torch.load's safe default, weights_only=True (PyTorch 2.6+; 1.13 too).
 #pragma once
 
 #include <torch/nn/module.h>
