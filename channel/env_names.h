@@ -22,6 +22,7 @@ inline constexpr const char* kRestartCount = "TORCHELASTIC_RESTART_COUNT";
 inline constexpr const char* kMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
 inline constexpr const char* kRunId = "TORCHELASTIC_RUN_ID";
 inline constexpr const char* kUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
+inline constexpr const char* kSignalsToHandle = "TORCHELASTIC_SIGNALS_TO_HANDLE";  // torchrun 2.x
 // worker_lib without ddprun: the TCPStore protocol to speak (1 or 2), instead
 // of asking the server.
 inline constexpr const char* kTcpStoreProtocol = "DDPRUN_TCPSTORE_PROTOCOL";

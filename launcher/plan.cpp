@@ -201,6 +201,16 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   a.local_addr = o.local_addr;
   a.host = facts.hostname;
   a.base_env = facts.environment;
+  // torchrun 2.x puts its --signals-to-handle into its own environment, and
+  // so into the workers'.
+  std::string signals;
+  for (const auto& name : o.signals_to_handle.empty() ? std::vector<std::string>{"SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"}
+                                                       : o.signals_to_handle) {
+    signals += (signals.empty() ? "" : ",") + name;
+  }
+  const std::string signals_var = std::string(channel::kSignalsToHandle) + "=";
+  std::erase_if(a.base_env, [&](const std::string& e) { return e.rfind(signals_var, 0) == 0; });
+  a.base_env.push_back(signals_var + signals);
 
   if (!o.rdzv_host.empty() && !o.standalone) {
     if (o.master_port != 0 && o.master_port == o.rdzv_port) {

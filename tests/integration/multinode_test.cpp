@@ -60,13 +60,15 @@ std::vector<Finished> run_together(const std::vector<std::vector<std::string>>& 
 // The same training as `nodes` agents of `nproc` workers and as one node of
 // nodes*nproc workers: identical parameters. Both use Gloo throughout:
 // shared memory (inside a node) adds in another order and would end a few
-// bits apart.
+// bits apart. And one thread per worker in both: a node of one worker gets
+// every core (torchrun's OMP_NUM_THREADS=1 is for several per node), and
+// LibTorch 2.x's CPU kernels sum in another order with more threads.
 void expect_same_as_one_node(int nodes, int nproc) {
   const int world = nodes * nproc;
   const fs::path ref = temp("ref-" + std::to_string(world) + ".json");
   Finished one = ddptest::run(node_cmd({"--nproc", std::to_string(world)},
                                        train({"--summary-json", ref.string()})),
-                              {"DDPRUN_CPU_COMM=gloo"});
+                              {"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"});
   ASSERT_EQ(one.exit_code, 0) << one.err;
 
   const fs::path multi = temp("multi-" + std::to_string(world) + ".json");
@@ -77,7 +79,7 @@ void expect_same_as_one_node(int nodes, int nproc) {
                              "--rdzv-endpoint", endpoint, "--rdzv-id", "same-" + std::to_string(world)},
                             train({"--summary-json", multi.string()})));
   }
-  std::vector<Finished> fs_ = run_together(cmds, {"DDPRUN_CPU_COMM=gloo"});
+  std::vector<Finished> fs_ = run_together(cmds, {"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"});
   std::string all;
   for (const auto& f : fs_) {
     EXPECT_EQ(f.exit_code, 0) << f.out << f.err;

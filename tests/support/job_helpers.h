@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -38,6 +39,25 @@ inline int free_port() {
 inline std::vector<std::string> ddprun(std::vector<std::string> args) {
   args.insert(args.begin(), DDPRUN_BIN);
   return args;
+}
+#endif
+
+#if defined(PYTHON_BIN) && defined(TORCHRUN_SCRIPT)
+// PyTorch's own torchrun with args, the reference the compatibility tests
+// compare with; nothing when this lane has none. TORCHRUN_SCRIPT empty:
+// PYTHON_BIN's (python -m torch.distributed.run, the PyTorch 2.x lane);
+// else a script that runs it (1.13's through ../shared/anchors/torchrun-compat.py).
+inline std::optional<std::vector<std::string>> torchrun(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{PYTHON_BIN};
+  if (std::string(TORCHRUN_SCRIPT).empty()) {
+    argv.insert(argv.end(), {"-m", "torch.distributed.run"});
+  } else if (std::filesystem::exists(TORCHRUN_SCRIPT)) {
+    argv.push_back(TORCHRUN_SCRIPT);
+  } else {
+    return std::nullopt;
+  }
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
 }
 #endif
 

@@ -401,61 +401,27 @@ class RawConn {
   int fd_ = -1;
 };
 
-TEST(TcpStoreV2Bytes, ASessionOfPyTorch2xClientBytes) {
+// (What PyTorch 2.x's client sends is tested with the real one:
+// tests/integration/tcpstore_interop_test.cpp in the PyTorch 2.x lane.)
+TEST(TcpStoreV2Bytes, AWrongMagicOrAnUnknownCommandInV2ClosesTheConnection) {
   Logged log;
   auto server = serve(log);
-  RawConn c(server->port());
-  // VALIDATE: 0x00, magic 0x3C85F7CE little-endian; no reply.
-  c.send(hex_bytes({0x00, 0xCE, 0xF7, 0x85, 0x3C}));
-  // PING with nonce 4242 (0x00001092): echoed.
-  c.send(hex_bytes({0x0D, 0x92, 0x10, 0x00, 0x00}));
-  EXPECT_EQ(c.recv(4), hex_bytes({0x92, 0x10, 0x00, 0x00}));
-  // SET "/k" = "v": 0x01, len 2, "/k", len 1, "v"; no reply.
-  c.send(hex_bytes({0x01, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'k', 1, 0, 0, 0, 0, 0, 0, 0, 'v'}));
-  // ADD "/n" += 5: 0x04, len 2, "/n", int64 5 → int64 5.
-  c.send(hex_bytes({0x04, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'n', 5, 0, 0, 0, 0, 0, 0, 0}));
-  EXPECT_EQ(c.recv(8), hex_bytes({5, 0, 0, 0, 0, 0, 0, 0}));
-  // WAIT for ["/k"]: 0x06, count 1, len 2, "/k" → STOP_WAITING (0x00).
-  c.send(hex_bytes({0x06, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'k'}));
-  EXPECT_EQ(c.recv(1), hex_bytes({0x00}));
-  // GET "/k": 0x03, len 2, "/k" → len 1, "v".
-  c.send(hex_bytes({0x03, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'k'}));
-  EXPECT_EQ(c.recv(9), hex_bytes({1, 0, 0, 0, 0, 0, 0, 0, 'v'}));
-  // CHECK ["/x"]: 0x05, count 1, "/x" → NOT_READY (0x01).
-  c.send(hex_bytes({0x05, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'x'}));
-  EXPECT_EQ(c.recv(1), hex_bytes({0x01}));
-  // GETNUMKEYS: 0x07 → int64 2.
-  c.send(hex_bytes({0x07}));
-  EXPECT_EQ(c.recv(8), hex_bytes({2, 0, 0, 0, 0, 0, 0, 0}));
-  // WAIT for "/x" (absent), then CANCEL_WAIT (0x0C) → WAIT_CANCELED (0x01).
-  c.send(hex_bytes({0x06, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'x'}));
-  c.send(hex_bytes({0x0C}));
-  EXPECT_EQ(c.recv(1), hex_bytes({0x01}));
-  // MULTI_SET (count as int64) then MULTI_GET: values back to back.
-  c.send(hex_bytes({0x0B, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'm', 1, 0, 0, 0, 0,
-                    0, 0, 0, 'M'}));
-  c.send(hex_bytes({0x0A, 2, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'm', 2, 0, 0, 0, 0,
-                    0, 0, 0, '/', 'k'}));
-  EXPECT_EQ(c.recv(18), hex_bytes({1, 0, 0, 0, 0, 0, 0, 0, 'M', 1, 0, 0, 0, 0, 0, 0, 0, 'v'}));
-  // DELETE_KEY "/m": 0x08 → int64 1.
-  c.send(hex_bytes({0x08, 2, 0, 0, 0, 0, 0, 0, 0, '/', 'm'}));
-  EXPECT_EQ(c.recv(8), hex_bytes({1, 0, 0, 0, 0, 0, 0, 0}));
-  EXPECT_EQ(log.all(), "");
-}
-
-TEST(TcpStoreV2Bytes, AWrongMagicOrWatchKeyInV2ClosesTheConnection) {
-  Logged log;
-  auto server = serve(log);
+  auto validate = [](uint32_t magic) {
+    Writer w;
+    w.u8(*op_code(Version::kV2, Op::kValidate));
+    w.u32(magic);
+    return w.take();
+  };
   {
     RawConn c(server->port());
-    c.send(hex_bytes({0x00, 0xCE, 0xF7, 0x85, 0x3C}));
-    c.send(hex_bytes({0x00, 1, 2, 3, 4}));  // a second VALIDATE, wrong magic
+    c.send(validate(kValidationMagic));
+    c.send(validate(0x04030201));  // a second VALIDATE, wrong magic
     EXPECT_TRUE(c.closed_by_peer());
   }
   {
     RawConn c(server->port());
-    c.send(hex_bytes({0x00, 0xCE, 0xF7, 0x85, 0x3C}));
-    c.send(hex_bytes({0x0E}));  // past PING: not a command we know
+    c.send(validate(kValidationMagic));
+    c.send(std::string(1, static_cast<char>(0xEE)));  // not a command of any version
     EXPECT_TRUE(c.closed_by_peer());
   }
   EXPECT_NE(log.all().find("wrong magic"), std::string::npos) << log.all();
