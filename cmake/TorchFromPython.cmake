@@ -74,6 +74,16 @@ set(Torch_DIR "${_prefix}/Torch" CACHE PATH "LibTorch's CMake config (from DDPRU
 set(Caffe2_DIR "${_prefix}/Caffe2" CACHE PATH "LibTorch's Caffe2 config (from DDPRUN_PYTHON)" FORCE)
 list(PREPEND CMAKE_PREFIX_PATH "${_prefix}")
 set(DDPRUN_TORCH_FROM_PYTHON "${_version}")
+# Where installed programs find the wheel's libraries (CMake leaves link
+# folders inside the project, such as a venv in the build folder, out of
+# INSTALL_RPATH_USE_LINK_PATH).
+get_filename_component(_torch_lib "${_prefix}/../../lib" ABSOLUTE)
+set(DDPRUN_WHEEL_RPATH "${_torch_lib}")
+foreach(_sub cu13 nccl cuda_runtime)
+  if(EXISTS "${_nvidia}/${_sub}/lib")
+    list(APPEND DDPRUN_WHEEL_RPATH "${_nvidia}/${_sub}/lib")
+  endif()
+endforeach()
 message(STATUS "ddprun: LibTorch ${_version} from ${DDPRUN_PYTHON} (${Torch_DIR})")
 
 if(_cuda STREQUAL "")

@@ -15,7 +15,7 @@ set(DDPRUN_INSTALL_INCLUDEDIR ${CMAKE_INSTALL_INCLUDEDIR}/ddprun)
 
 # Installed programs keep the paths of libraries outside the system's
 # folders (NCCL and the CUDA runtime under /usr/local/cuda).
-set_target_properties(train gpt PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+set_target_properties(train gpt PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON INSTALL_RPATH "${DDPRUN_WHEEL_RPATH}")
 set_target_properties(ddp PROPERTIES EXPORT_NAME worker)
 set_target_properties(ddp_base PROPERTIES EXPORT_NAME worker_base)
 set_target_properties(ddprun_store PROPERTIES EXPORT_NAME store)

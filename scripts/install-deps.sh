@@ -12,6 +12,7 @@ packages=(
   procps openssl clang libclang-rt-14-dev
   slurmctld slurmd slurm-client  # tests/slurm: a real Slurm for `srun ddprun`
   gnuplot-nox                    # bench/ddprun-bench draws its charts
+  python3-venv                   # scripts/setup-torch2.sh: PyTorch 2.x from PyPI in a venv
 )
 
 missing=()

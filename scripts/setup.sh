@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cmake -S . -B build -G Ninja -DDDPRUN_WERROR=ON
+# Debian's LibTorch here, even with a venv active (scripts/setup-torch2.sh builds against PyPI's).
+env -u VIRTUAL_ENV cmake -S . -B build -G Ninja -DDDPRUN_WERROR=ON
 cmake --build build
