@@ -7,8 +7,8 @@ from the kill to the first training step that the survivor (node 0)
 completes after it restored the checkpoint, for
 
   ddprun   --nnodes 1:2 ... examples/train (the multi-node tests' job), and
-  torchrun --nnodes 1:2 --rdzv_backend c10d ... (the anchor, through
-           ../shared/anchors/torchrun-compat.py, --monitor_interval 0.1)
+  torchrun --nnodes 1:2 --rdzv_backend c10d ... (the anchor: torchrun 2.x
+           from build/torch2-venv, bench/anchors.py, --monitor_interval 0.1)
            running the same job as a PyTorch DDP script (node_loss_torch.py).
 
 Both train the same CNN on the first 6000 Fashion-MNIST images for 2
@@ -36,6 +36,8 @@ import sys
 import tempfile
 import threading
 import time
+
+import anchors
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -291,10 +293,12 @@ def ddprun_node(args):
     return cmd
 
 
-def torchrun_node(args):
-    """torchrun's c10d rendezvous, hosted by node 0's agent (its hostname is the endpoint's address)."""
+def torchrun_node(args, launcher=None):
+    """torchrun's c10d rendezvous, hosted by node 0's agent (its hostname is the endpoint's address);
+    launcher: another torchrun-like command (NVRx's ft_launcher)."""
     def cmd(lab, i, ckpt):
-        return [args.python, args.torchrun, "--monitor_interval", "0.1", "--nnodes", "1:2", "--nproc_per_node", "1",
+        return (launcher or anchors.torchrun(args.python)) + [
+                "--monitor_interval", "0.1", "--nnodes", "1:2", "--nproc_per_node", "1",
                 "--rdzv_backend", "c10d", "--rdzv_endpoint", lab.addr[0] + ":29500", "--rdzv_id", "job",
                 "--max_restarts", "3",
                 os.path.join(HERE, "node_loss_torch.py"), "--limit", "6000", "--epochs", "2",
@@ -335,8 +339,7 @@ def main():
     p.add_argument("--kill-at", type=int, default=25, help="kill once the 2-node job has done this many steps")
     p.add_argument("--start-timeout", type=float, default=300, help="seconds allowed to reach --kill-at")
     p.add_argument("--build", default=os.path.join(ROOT, "build", "bin"))
-    p.add_argument("--torchrun", default=os.path.join(ROOT, "..", "shared", "anchors", "torchrun-compat.py"))
-    p.add_argument("--python", default="/usr/bin/python3", help="the Python with torch 1.13 (python3-torch)")
+    p.add_argument("--python", default=None, help="the Python whose torchrun 2.x is the anchor (build/torch2-venv's)")
     p.add_argument("--keep-logs", metavar="DIR", help="keep every node's output under DIR (else a temp dir, removed)")
     args = p.parse_args()
     if os.geteuid() != 0:
@@ -352,10 +355,11 @@ def main():
     try:
         ours = summary(*measure("ddprun", ddprun_node(args), lambda lab, i: None, args))
         anchor_note = None
-        if not os.path.exists(args.torchrun):
-            anchor_note = "ANCHOR DID NOT RUN: %s not found" % args.torchrun
-        elif subprocess.run([args.python, "-c", "import torch"], capture_output=True).returncode != 0:
-            anchor_note = "ANCHOR DID NOT RUN: %s cannot import torch (install python3-torch)" % args.python
+        args.python = anchors.torch2_python(args.python)
+        if not args.python:
+            anchor_note = anchors.missing("torchrun 2.x", "build/torch2-venv is missing (scripts/setup-torch2.sh)")
+        else:
+            args.anchor_label = anchors.torchrun_label(args.python)
         if anchor_note is None:
             reps = argparse.Namespace(**dict(vars(args), repeats=args.torchrun_repeats or args.repeats))
             theirs = summary(*measure("torchrun", torchrun_node(args), torch_env, reps))
@@ -363,6 +367,14 @@ def main():
                 anchor_note = "ANCHOR DID NOT RUN: " + theirs[2]
         else:
             theirs = (None, "-", anchor_note)
+        ft_python, ft_why = anchors.anchors_python() if anchor_note is None else (None, "no PyTorch 2.x")
+        if ft_python:
+            args.nvrx_label = "NVRx %s ft_launcher" % anchors.package_version(ft_python, "nvidia-resiliency-ext")
+            ft = [os.path.join(os.path.dirname(ft_python), "ft_launcher")]
+            quiet_env = lambda lab, i: dict(torch_env(lab, i), PYTHONWARNINGS="ignore")
+            nvrx = summary(*measure("ft_launcher", torchrun_node(args, ft), quiet_env, reps))
+        else:
+            nvrx = (None, "-", anchors.missing("NVRx ft_launcher", ft_why))
     finally:
         if not args.keep_logs:
             shutil.rmtree(args.logs, ignore_errors=True)
@@ -377,7 +389,14 @@ def main():
     if anchor_note:
         print("| **torchrun (anchor)** | **%s** | - | - |" % anchor_note)
     else:
-        print("| torchrun + PyTorch DDP script (anchor) | %s | %s | %s |" % (fmt(theirs[0]), theirs[1], theirs[2]))
+        print("| %s + PyTorch DDP script (anchor) | %s | %s | %s |" % (args.anchor_label, fmt(theirs[0]), theirs[1],
+                                                                     theirs[2]))
+    if ft_python:
+        print("| %s + PyTorch DDP script | %s | %s | %s |" % (args.nvrx_label, fmt(nvrx[0]), nvrx[1], nvrx[2]))
+    else:
+        print("| **NVRx ft_launcher** | **%s** | - | - |" % nvrx[2])
+    print("| **torchft** | **NOT RUN here: its unit of failure is a replica group, which bench/recovery.py "
+          "kills on one host; across these namespace hosts its Lighthouse would need a third host** | - | - |")
     print()
     if ours[0] is None:
         print("ddprun / torchrun: no ratio, ddprun did not recover")

@@ -1,29 +1,52 @@
 #!/usr/bin/env python3
-"""Recovery time: from SIGKILL of one of 4 workers to the first training step
-completed after the restart restored the checkpoint, for ddprun running
+"""Recovery from SIGKILL of one of 4 workers, for ddprun running
 examples/train and the same job as a PyTorch DDP script
 (bench/recovery_torch.py), each with its default standbys and with
---no-standby, and for torchrun (the anchor, --monitor_interval 0.1,
---max_restarts 1) running that script; all checkpoint every 10 steps. Then the
-stall that checkpointing adds to a step (bench worker ddp_step_bench).
+--no-standby, and for the anchors users pick instead (bench/anchors.py),
+all on PyTorch 2.x:
 
-    bench/recovery.py [--repeats 3]
+- torchrun 2.x (--monitor_interval 0.1, --max_restarts 1) running that
+  script, checkpoint every 10 steps like the rest;
+- NVRx's ft_launcher (nvidia-resiliency-ext, --max-restarts 1) running it;
+- torchft: the job as torchft writes it (bench/recovery_torchft.py): every
+  worker a replica group of one under its own torchrun, the Lighthouse
+  deciding quorums, survivors going on without the dead replica, which is
+  restarted and heals from a peer (no checkpoint).
+
+Measured: seconds from the kill to the first training step completed after
+it (restart launchers: after the restart restored the checkpoint; torchft:
+by the survivors), seconds to the dead worker's replacement stepping again,
+and the steps done twice (the last done before the kill, plus the one in
+flight, minus where the job went on from). The kill lands at step 155, mid
+way between checkpoints, so restarts redo what an average failure costs.
+Then the stall that checkpointing adds to a step (bench worker
+ddp_step_bench).
+
+    bench/recovery.py [--repeats 3] [--no-anchors]
 """
 import argparse
 import json
 import os
+import queue
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+
+import anchors
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 STEP = re.compile(r"step (\d+) done at ([0-9.]+)")
+RESUMED = re.compile(r"resumed from \S+ at step (\d+)")
+FT_STEP = re.compile(r"replica (\d+) step (\d+) done at ([0-9.]+)")
+FT_HEALED = re.compile(r"replica (\d+) healed at step (\d+) at ([0-9.]+)")
 
 
 def children(pid):
@@ -64,44 +87,141 @@ def working_children(pid):
     return [c for c in children(pid) if fd_targets(c).get(3) not in held]
 
 
-def recovery_once(cmd, kill_at_step=40):
-    """Seconds from the SIGKILL to the first step done after 'resumed from'."""
-    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
-    killed_at = None
-    resumed = False
+def cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def victim_of(pid, marker):
+    """The last of pid's working children whose command line holds marker
+    (a launcher's other children, such as NVRx's rank monitors, are spared)."""
+    found = [c for c in working_children(pid) if marker in cmdline(c)]
+    if not found:
+        raise RuntimeError("no worker running %s under pid %d" % (marker, pid))
+    return found[-1]
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class Recovery:
+    """One kill's figures: seconds to the job's next completed step, seconds
+    to the replacement stepping, steps done twice."""
+
+    def __init__(self, resumed, replaced, redone):
+        self.resumed, self.replaced, self.redone = resumed, replaced, redone
+
+
+def restart_once(cmd, marker, kill_at_step, env=None):
+    """A launcher that restarts the workers from the newest checkpoint."""
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                           env=env)
+    killed_at, last, resumed_step = None, None, None
     try:
         for line in job.stdout:
+            m = STEP.search(line)
             if killed_at is None:
-                m = STEP.search(line)
-                if m and int(m.group(1)) >= kill_at_step:
-                    victim = working_children(job.pid)[-1]
-                    killed_at = time.time()
-                    os.kill(victim, signal.SIGKILL)
-            elif "resumed from" in line:
-                resumed = True
-            elif resumed:
-                m = STEP.search(line)
                 if m:
-                    return float(m.group(2)) - killed_at
+                    last = int(m.group(1))
+                    if last >= kill_at_step:
+                        victim = victim_of(job.pid, marker)
+                        killed_at = time.time()
+                        os.kill(victim, signal.SIGKILL)
+            elif resumed_step is None:
+                r = RESUMED.search(line)
+                if r:
+                    resumed_step = int(r.group(1))
+            elif m:
+                secs = float(m.group(2)) - killed_at
+                return Recovery(secs, secs, last + 1 - resumed_step)
         raise RuntimeError("the job ended before recovering: " + " ".join(cmd))
     finally:
-        job.send_signal(signal.SIGTERM)
-        try:
-            job.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            job.kill()
-            job.wait()
+        stop(job)
 
 
-def median_recovery(make_cmd, repeats, kill_at_step):
-    times = []
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchft_once(python, kill_at_step, logs, replicas=4, victim=3):
+    """torchft: replicas of one worker each; the last one is killed, its
+    torchrun restarts it and it heals from a peer. Its and the Lighthouse's
+    logs go to the folder logs."""
+    bindir = os.path.dirname(python)
+    port = free_port()
+    lighthouse = subprocess.Popen([os.path.join(bindir, "torchft_lighthouse"), "--bind", "[::]:%d" % port,
+                                   "--min_replicas", "1", "--quorum_tick_ms", "100", "--join_timeout_ms", "10000"],
+                                  stdout=subprocess.DEVNULL, stderr=open(os.path.join(logs, "lighthouse.log"), "w"))
+    env = dict(os.environ, TORCHFT_LIGHTHOUSE="http://localhost:%d" % port, NUM_REPLICA_GROUPS=str(replicas),
+               PYTHONWARNINGS="ignore")
+    script = os.path.join(HERE, "recovery_torchft.py")
+    groups = []
+    lines = queue.Queue()
+
+    def pump(r, proc):
+        for line in proc.stdout:
+            lines.put((r, line, time.time()))
+        lines.put((r, None, time.time()))
+
+    try:
+        for r in range(replicas):
+            proc = subprocess.Popen([python, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--max_restarts",
+                                     "1", "--monitor_interval", "0.1", "--master_port", str(free_port()), script,
+                                     "--steps", str(kill_at_step + 200)],
+                                    stdout=subprocess.PIPE, stderr=open(os.path.join(logs, "replica%d.log" % r), "w"),
+                                    text=True, bufsize=1, env=dict(env, REPLICA_GROUP_ID=str(r)))
+            groups.append(proc)
+            threading.Thread(target=pump, args=(r, proc), daemon=True).start()
+        killed_at, last, resumed, replaced, first_after = None, None, None, None, None
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            r, line, _ = lines.get(timeout=deadline - time.time())
+            if line is None:
+                if r != victim:
+                    raise RuntimeError("torchft replica %d ended before recovering (logs in %s)" % (r, logs))
+                continue
+            m = FT_STEP.search(line)
+            h = FT_HEALED.search(line)
+            if killed_at is None:
+                if m and int(m.group(1)) == 0:
+                    last = int(m.group(2))
+                    if last >= kill_at_step:
+                        os.kill(victim_of(groups[victim].pid, "recovery_torchft.py"), signal.SIGKILL)
+                        killed_at = time.time()
+                continue
+            if m and int(m.group(1)) == 0 and resumed is None:
+                resumed, first_after = float(m.group(3)) - killed_at, int(m.group(2))
+            if h and int(h.group(1)) == victim:
+                replaced = float(h.group(3)) - killed_at
+            if resumed is not None and replaced is not None:
+                return Recovery(resumed, replaced, last + 1 - (first_after - 1))
+        raise RuntimeError("torchft did not recover within 600 s")
+    finally:
+        for proc in groups:
+            stop(proc)
+        stop(lighthouse)
+
+
+def measure(once, repeats):
+    runs = []
     for _ in range(repeats):
         ckpt = tempfile.mkdtemp(prefix="ddprun-recovery-")
         try:
-            times.append(recovery_once(make_cmd(ckpt), kill_at_step))
+            runs.append(once(ckpt))
         finally:
             shutil.rmtree(ckpt, ignore_errors=True)
-    return statistics.median(times), min(times), max(times)
+    return runs
 
 
 def stall(args, model, every, ckpt):
@@ -119,49 +239,79 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--stall-steps", type=int, default=30)
-    p.add_argument("--kill-at-step", type=int, default=150,
-                   help="late enough that Python standbys (3 s after the start) are warm")
+    p.add_argument("--kill-at-step", type=int, default=155,
+                   help="mid way between checkpoints, late enough that Python standbys (3 s after the start) are warm")
     p.add_argument("--no-stall", action="store_true", help="skip the checkpoint-stall table")
+    p.add_argument("--no-anchors", action="store_true", help="ddprun's rows only")
     p.add_argument("--build", default=os.path.join(ROOT, "build", "bin"))
-    p.add_argument("--torchrun", default=os.path.join(ROOT, "..", "shared", "anchors", "torchrun-compat.py"))
-    p.add_argument("--python", default="/usr/bin/python3", help="the Python with torch 1.13 (python3-torch)")
+    p.add_argument("--python", default=None, help="the Python with PyTorch 2.x (build/torch2-venv's)")
     args = p.parse_args()
 
+    python = anchors.torch2_python(args.python)
+    if not python:
+        anchors.missing("PyTorch 2.x", "build/torch2-venv is missing (scripts/setup-torch2.sh); the script rows "
+                        "run on /usr/bin/python3 (1.13) and no anchor runs")
+        python = "/usr/bin/python3"
+    os.environ["DDPRUN_PYTHON"] = python
+    k = args.kill_at_step
     train = lambda ckpt: [os.path.join(args.build, "train"), "--epochs", "3", "--checkpoint-dir", ckpt,
                           "--checkpoint-every", "10", "--print-steps"]
     script = lambda ckpt: [os.path.join(HERE, "recovery_torch.py"), "--checkpoint-dir", ckpt,
                            "--checkpoint-every", "10"]
-    ddprun = lambda flags, job: lambda ckpt: [os.path.join(args.build, "ddprun"), "--nproc", "4",
-                                              "--max-restarts", "1"] + flags + job(ckpt)
-    theirs = lambda ckpt: [args.python, args.torchrun, "--monitor_interval", "0.1", "--max_restarts", "1",
-                           "--nproc_per_node", "4"] + script(ckpt)
-    os.environ["DDPRUN_PYTHON"] = args.python
+    ddprun = lambda flags, job: [os.path.join(args.build, "ddprun"), "--nproc", "4", "--max-restarts", "1"] + flags + job
     # Standbys are on by default with --max-restarts; --no-standby rows show
     # what they save.
-    rows = [("ddprun + train (C++), default (standby)", ddprun([], train)),
-            ("ddprun --no-standby + train (C++)", ddprun(["--no-standby"], train)),
-            ("ddprun + PyTorch DDP script, default (standby)", ddprun([], script)),
-            ("ddprun --no-standby + PyTorch DDP script", ddprun(["--no-standby"], script))]
-    if os.path.exists(args.torchrun):
-        rows.append(("torchrun + PyTorch DDP script (anchor)", theirs))
-    else:
-        print("\n*** ANCHOR MISSING: torchrun not found at %s; no ratios ***\n" % args.torchrun, file=sys.stderr)
-    print("## Recovery: SIGKILL of 1 of 4 workers at step %d -> first step after restore (checkpoint every 10 "
-          "steps), median of %d\n" % (args.kill_at_step, args.repeats))
-    print("| launcher + job | median s | min..max s | vs torchrun |")
-    print("|---|---:|---:|---:|")
-    results = []
-    anchor = None
-    for name, make in reversed(rows):  # the anchor first, so each row can show its ratio
-        med, lo, hi = median_recovery(make, args.repeats, args.kill_at_step)
-        results.append((name, med, lo, hi))
-        if name.startswith("torchrun"):
-            anchor = med
-    for name, med, lo, hi in reversed(results):
-        ratio = "1/%.1f" % (anchor / med) if anchor else "ANCHOR MISSING"
-        print("| %s | %.2f | %.2f..%.2f | %s |" % (name, med, lo, hi, ratio))
+    rows = [("ddprun + train (C++), default (standby)", lambda c: restart_once(ddprun([], train(c)), "train", k)),
+            ("ddprun --no-standby + train (C++)", lambda c: restart_once(ddprun(["--no-standby"], train(c)), "train", k)),
+            ("ddprun + PyTorch DDP script, default (standby)",
+             lambda c: restart_once(ddprun([], script(c)), "recovery_torch.py", k)),
+            ("ddprun --no-standby + PyTorch DDP script",
+             lambda c: restart_once(ddprun(["--no-standby"], script(c)), "recovery_torch.py", k))]
+    notes = []
+    anchor_name = None
+    if not args.no_anchors and python != "/usr/bin/python3":
+        anchor_name = "%s + PyTorch DDP script (anchor)" % anchors.torchrun_label(python)
+        rows.append((anchor_name, lambda c: restart_once(
+            anchors.torchrun(python) + ["--monitor_interval", "0.1", "--max_restarts", "1", "--nproc_per_node", "4"]
+            + script(c), "recovery_torch.py", k)))
+        ft_python, why = anchors.anchors_python()
+        if ft_python:
+            quiet = dict(os.environ, PYTHONWARNINGS="ignore")
+            rows.append(("NVRx %s ft_launcher + PyTorch DDP script" % anchors.package_version(
+                ft_python, "nvidia-resiliency-ext"), lambda c: restart_once(
+                    [os.path.join(os.path.dirname(ft_python), "ft_launcher"), "--monitor-interval", "0.1",
+                     "--max-restarts", "1", "--nproc-per-node", "4"] + script(c), "recovery_torch.py", k, quiet)))
+            rows.append(("torchft %s (Lighthouse, 4 replica groups of 1, healing from a peer)" %
+                         anchors.package_version(ft_python, "torchft"), lambda c: torchft_once(ft_python, k, c)))
+        else:
+            notes.append(anchors.missing("torchft and NVRx", why))
+        notes.append(anchors.missing(
+            "NVRx in-process restart", "it restarts the training function inside processes that are still alive, "
+            "so a SIGKILLed worker is ft_launcher's to replace (the row above); and it needs NCCL (its usage guide: "
+            "PyTorch >= 2.5.1 and NCCL >= 2.26.2), which this machine without a GPU cannot run"))
+    print("## Recovery: SIGKILL of 1 of 4 workers at step %d (checkpoint every 10 steps where one is used), "
+          "median of %d, PyTorch %s\n" % (k, args.repeats, anchors.torch_version(python)))
+    print("| launcher + job | kill -> next step, median s | min..max s | kill -> replacement stepping, s "
+          "| steps done twice | vs torchrun |")
+    print("|---|---:|---:|---:|---:|---:|")
+    results = {}
+    for name, once in rows:
+        runs = measure(once, args.repeats)
+        results[name] = runs
+        print("measured %s: %s" % (name, ", ".join("%.2f" % r.resumed for r in runs)), file=sys.stderr, flush=True)
+    anchor = statistics.median(r.resumed for r in results[anchor_name]) if anchor_name else None
+    for name, _ in rows:
+        runs = results[name]
+        med = statistics.median(r.resumed for r in runs)
+        ratio = ("1/%.1f" % (anchor / med) if med <= anchor else "%.1fx" % (med / anchor)) if anchor else "NO ANCHOR"
+        print("| %s | %.2f | %.2f..%.2f | %.2f | %s | %s |" % (
+            name, med, min(r.resumed for r in runs), max(r.resumed for r in runs),
+            statistics.median(r.replaced for r in runs), "/".join(str(r.redone) for r in runs), ratio))
+    for note in notes:
+        print("\n" + note)
     if anchor:
-        cpp, py = results[-1][1], results[-3][1]
+        cpp = statistics.median(r.resumed for r in results[rows[0][0]])
+        py = statistics.median(r.resumed for r in results[rows[2][0]])
         print("\nC++ default / torchrun = 1/%.1f (goal <= 1/10: %s); PyTorch script default / torchrun = 1/%.1f "
               "(goal <= 1/3: %s)" % (anchor / cpp, "met" if cpp <= anchor / 10 else "NOT met", anchor / py,
                                     "met" if py <= anchor / 3 else "NOT met"))

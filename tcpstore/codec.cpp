@@ -1,5 +1,7 @@
 #include "tcpstore/codec.h"
 
+#include <iterator>
+
 #include <stdexcept>
 
 namespace ddprun::tcpstore {
@@ -151,6 +153,12 @@ ParseResult parse_request(Version v, std::string_view in, const WireLimits& limi
   if (!op) {
     res.status = Parse::kBad;
     res.error = "unknown command " + std::to_string(code) + " for protocol " + version_name(v);
+    // PyTorch 2.x's later commands, which this store does not serve.
+    static const char* const kLater[] = {"QUEUE_PUSH", "QUEUE_POP", "QUEUE_LEN", "LIST_KEYS", "BARRIER"};
+    if (v == Version::kV2 && code >= 14 && code < 14 + std::size(kLater)) {
+      res.error = std::string("command ") + kLater[code - 14] + " (" + std::to_string(code) +
+                  ", PyTorch 2.x) is not served by ddprun's store";
+    }
     return res;
   }
   out = Request{};

@@ -424,7 +424,15 @@ TEST(TcpStoreV2Bytes, AWrongMagicOrAnUnknownCommandInV2ClosesTheConnection) {
     c.send(std::string(1, static_cast<char>(0xEE)));  // not a command of any version
     EXPECT_TRUE(c.closed_by_peer());
   }
+  {
+    // PyTorch 2.x's LIST_KEYS (17): named, so a user knows what to avoid.
+    RawConn c(server->port());
+    c.send(validate(kValidationMagic));
+    c.send(std::string(1, static_cast<char>(17)));
+    EXPECT_TRUE(c.closed_by_peer());
+  }
   EXPECT_NE(log.all().find("wrong magic"), std::string::npos) << log.all();
+  EXPECT_NE(log.all().find("command LIST_KEYS (17, PyTorch 2.x) is not served"), std::string::npos) << log.all();
 }
 
 TEST(TcpStoreV1Bytes, WatchKeyTellsTheCallbackConnection) {
