@@ -118,8 +118,12 @@ TEST(FaultTolerance, APythonScriptRestartsInInterpretersThatAlreadyImportedTorch
   const fs::path script = temp("standby").string() + ".py";
   std::ofstream(script) << R"PY(
 import os, signal, sys, time
-preloaded = "torch" in sys.modules
+loaded = set(sys.modules)
 import torch
+# What a DDP script's start imports: the standby has it already (PyTorch
+# 2.x's DDP constructor imports torch._dynamo, 1.6 s of a restart).
+wanted = ["torch", "torch.distributed", "torch.nn.parallel"] + (["torch._dynamo"] if torch.__version__[0] != "1" else [])
+preloaded = all(m in loaded for m in wanted)
 import torch.distributed as dist
 attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 rank = int(os.environ["RANK"])
