@@ -41,8 +41,6 @@ struct Listener {
   ~Listener() { close(fd); }
 };
 
-int free_port() { return Listener().port; }
-
 const EnvChanges kPython = {"DDPRUN_PYTHON=" PYTHON_BIN};
 
 TEST(AgentStore, PytorchStoreOpsAndInitProcessGroupMeetInTheAgentsStore) {

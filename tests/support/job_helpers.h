@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <random>
 #include <regex>
 #include <string>
 #include <vector>
@@ -21,17 +22,28 @@
 namespace ddptest {
 
 // A loopback port nobody listens on right now (for an explicit
-// --rdzv-endpoint; the tests that need one race nobody but themselves).
+// --rdzv-endpoint, which the test's nodes bind later). It is drawn at random
+// below the kernel's ephemeral range (ip_local_port_range): a port the kernel
+// hands out itself - bind(port 0) or the local end of any outgoing connection
+// of a test running beside this one - would be free here and taken a moment
+// later (CI saw both nodes of a job fail to host their rendezvous so).
 inline int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
+  int ephemeral_low = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
+  const int low = 10000, high = ephemeral_low > low + 1000 ? ephemeral_low : 30000;
+  std::random_device seed;
+  std::uniform_int_distribution<int> pick(low, high - 1);
+  for (;;) {
+    const int port = pick(seed);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    close(fd);
+    if (free) return port;
+  }
 }
 
 #ifdef DDPRUN_BIN
