@@ -123,13 +123,37 @@ class Recovery:
         self.resumed, self.replaced, self.redone = resumed, replaced, redone
 
 
-def restart_once(cmd, marker, kill_at_step, env=None):
-    """A launcher that restarts the workers from the newest checkpoint."""
+def lines_of(proc):
+    """A queue of proc's stdout lines, None at its end (read on a thread, so
+    that a silent, hung job can be given up on)."""
+    q = queue.Queue()
+
+    def pump():
+        for line in proc.stdout:
+            q.put(line)
+        q.put(None)
+    threading.Thread(target=pump, daemon=True).start()
+    return q
+
+
+def restart_once(cmd, marker, kill_at_step, budget, env=None):
+    """A launcher that restarts the workers from the newest checkpoint. None
+    when the job has no step done after the restore within budget seconds of
+    the kill, or ends without one."""
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
                            env=env)
+    lines = lines_of(job)
     killed_at, last, resumed_step = None, None, None
     try:
-        for line in job.stdout:
+        while True:
+            try:
+                line = lines.get(timeout=None if killed_at is None else max(0.0, killed_at + budget - time.time()))
+            except queue.Empty:
+                return None
+            if line is None:
+                if killed_at is None:
+                    raise RuntimeError("the job ended before the kill: " + " ".join(cmd))
+                return None  # it gave up (restarts used up) without a step after the kill
             m = STEP.search(line)
             if killed_at is None:
                 if m:
@@ -145,7 +169,6 @@ def restart_once(cmd, marker, kill_at_step, env=None):
             elif m:
                 secs = float(m.group(2)) - killed_at
                 return Recovery(secs, secs, last + 1 - resumed_step)
-        raise RuntimeError("the job ended before recovering: " + " ".join(cmd))
     finally:
         stop(job)
 
@@ -156,7 +179,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def torchft_once(python, kill_at_step, logs, replicas=4, victim=3):
+def torchft_once(python, kill_at_step, logs, budget, replicas=4, victim=3):
     """torchft: replicas of one worker each; the last one is killed, its
     torchrun restarts it and it heals from a peer. Its and the Lighthouse's
     logs go to the folder logs."""
@@ -188,7 +211,10 @@ def torchft_once(python, kill_at_step, logs, replicas=4, victim=3):
         killed_at, last, resumed, replaced, first_after = None, None, None, None, None
         deadline = time.time() + 600
         while time.time() < deadline:
-            r, line, _ = lines.get(timeout=deadline - time.time())
+            try:
+                r, line, _ = lines.get(timeout=max(0.0, deadline - time.time()))
+            except queue.Empty:
+                return None
             if line is None:
                 if r != victim:
                     raise RuntimeError("torchft replica %d ended before recovering (logs in %s)" % (r, logs))
@@ -201,6 +227,7 @@ def torchft_once(python, kill_at_step, logs, replicas=4, victim=3):
                     if last >= kill_at_step:
                         os.kill(victim_of(groups[victim].pid, "recovery_torchft.py"), signal.SIGKILL)
                         killed_at = time.time()
+                        deadline = killed_at + budget
                 continue
             if m and int(m.group(1)) == 0 and resumed is None:
                 resumed, first_after = float(m.group(3)) - killed_at, int(m.group(2))
@@ -208,7 +235,7 @@ def torchft_once(python, kill_at_step, logs, replicas=4, victim=3):
                 replaced = float(h.group(3)) - killed_at
             if resumed is not None and replaced is not None:
                 return Recovery(resumed, replaced, last + 1 - (first_after - 1))
-        raise RuntimeError("torchft did not recover within 600 s")
+        raise RuntimeError("torchft did not reach the kill within 600 s")
     finally:
         for proc in groups:
             stop(proc)
@@ -245,6 +272,7 @@ def main():
                    help="mid way between checkpoints, late enough that Python standbys (3 s after the start) are warm")
     p.add_argument("--no-stall", action="store_true", help="skip the checkpoint-stall table")
     p.add_argument("--no-anchors", action="store_true", help="ddprun's rows only")
+    p.add_argument("--budget", type=float, default=120, help="seconds after the kill before a run counts as no recovery")
     p.add_argument("--build", default=os.path.join(ROOT, "build", "bin"))
     p.add_argument("--python", default=None, help="the Python with PyTorch 2.x (build/torch2-venv's)")
     args = p.parse_args()
@@ -263,28 +291,30 @@ def main():
     ddprun = lambda flags, job: [os.path.join(args.build, "ddprun"), "--nproc", "4", "--max-restarts", "3"] + flags + job
     # Standbys are on by default with --max-restarts; --no-standby rows show
     # what they save.
-    rows = [("ddprun + train (C++), default (standby)", lambda c: restart_once(ddprun([], train(c)), "train", k)),
-            ("ddprun --no-standby + train (C++)", lambda c: restart_once(ddprun(["--no-standby"], train(c)), "train", k)),
+    b = args.budget
+    rows = [("ddprun + train (C++), default (standby)", lambda c: restart_once(ddprun([], train(c)), "train", k, b)),
+            ("ddprun --no-standby + train (C++)",
+             lambda c: restart_once(ddprun(["--no-standby"], train(c)), "train", k, b)),
             ("ddprun + PyTorch DDP script, default (standby)",
-             lambda c: restart_once(ddprun([], script(c)), "recovery_torch.py", k)),
+             lambda c: restart_once(ddprun([], script(c)), "recovery_torch.py", k, b)),
             ("ddprun --no-standby + PyTorch DDP script",
-             lambda c: restart_once(ddprun(["--no-standby"], script(c)), "recovery_torch.py", k))]
+             lambda c: restart_once(ddprun(["--no-standby"], script(c)), "recovery_torch.py", k, b))]
     notes = []
     anchor_name = None
     if not args.no_anchors and python != "/usr/bin/python3":
         anchor_name = "%s + PyTorch DDP script (anchor)" % anchors.torchrun_label(python)
         rows.append((anchor_name, lambda c: restart_once(
             anchors.torchrun(python) + ["--monitor_interval", "0.1", "--max_restarts", "3", "--nproc_per_node", "4"]
-            + script(c), "recovery_torch.py", k)))
+            + script(c), "recovery_torch.py", k, b)))
         ft_python, why = anchors.anchors_python()
         if ft_python:
             quiet = dict(os.environ, PYTHONWARNINGS="ignore")
             rows.append(("NVRx %s ft_launcher + PyTorch DDP script" % anchors.package_version(
                 ft_python, "nvidia-resiliency-ext"), lambda c: restart_once(
                     [os.path.join(os.path.dirname(ft_python), "ft_launcher"), "--monitor-interval", "0.1",
-                     "--max-restarts", "3", "--nproc-per-node", "4"] + script(c), "recovery_torch.py", k, quiet)))
+                     "--max-restarts", "3", "--nproc-per-node", "4"] + script(c), "recovery_torch.py", k, b, quiet)))
             rows.append(("torchft %s (Lighthouse, 4 replica groups of 1, healing from a peer)" %
-                         anchors.package_version(ft_python, "torchft"), lambda c: torchft_once(ft_python, k, c)))
+                         anchors.package_version(ft_python, "torchft"), lambda c: torchft_once(ft_python, k, c, b)))
         else:
             notes.append(anchors.missing("torchft and NVRx", why))
         notes.append(anchors.missing(
@@ -292,28 +322,43 @@ def main():
             "so a SIGKILLed worker is ft_launcher's to replace (the row above); and it needs NCCL (its usage guide: "
             "PyTorch >= 2.5.1 and NCCL >= 2.26.2), which this machine without a GPU cannot run"))
     print("## Recovery: SIGKILL of 1 of 4 workers at step %d (checkpoint every 10 steps where one is used), "
-          "median of %d, PyTorch %s\n" % (k, args.repeats, anchors.torch_version(python)))
+          "median of %d, PyTorch %s; a run with no step within %d s of the kill counts as none\n"
+          % (k, args.repeats, anchors.torch_version(python), b))
     print("| launcher + job | kill -> next step, median s | min..max s | kill -> replacement stepping, s "
-          "| steps done twice | vs torchrun |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "| steps done twice | recovered | vs torchrun |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     results = {}
     for name, once in rows:
         runs = measure(once, args.repeats)
         results[name] = runs
-        print("measured %s: %s" % (name, ", ".join("%.2f" % r.resumed for r in runs)), file=sys.stderr, flush=True)
-    anchor = statistics.median(r.resumed for r in results[anchor_name]) if anchor_name else None
+        print("measured %s: %s" % (name, ", ".join("none" if r is None else "%.2f" % r.resumed for r in runs)),
+              file=sys.stderr, flush=True)
+
+    def med(runs, field="resumed"):
+        # A run that did not recover counts as the budget's worth (the median
+        # says "none" once half did not).
+        values = [b + 1 if r is None else getattr(r, field) for r in runs]
+        m = statistics.median(values)
+        return None if m > b else m
+
+    anchor = med(results[anchor_name]) if anchor_name else None
     for name, _ in rows:
         runs = results[name]
-        med = statistics.median(r.resumed for r in runs)
-        ratio = ("1/%.1f" % (anchor / med) if med <= anchor else "%.1fx" % (med / anchor)) if anchor else "NO ANCHOR"
-        print("| %s | %.2f | %.2f..%.2f | %.2f | %s | %s |" % (
-            name, med, min(r.resumed for r in runs), max(r.resumed for r in runs),
-            statistics.median(r.replaced for r in runs), "/".join(str(r.redone) for r in runs), ratio))
+        ok = [r for r in runs if r is not None]
+        m = med(runs)
+        if not anchor or m is None:
+            ratio = "NO ANCHOR" if not anchor_name else ("-" if m is None else "torchrun did not recover")
+        else:
+            ratio = "1/%.1f" % (anchor / m) if m <= anchor else "%.1fx" % (m / anchor)
+        fmt = lambda v: "none in %d s" % b if v is None else "%.2f" % v
+        print("| %s | %s | %s | %s | %s | %d of %d | %s |" % (
+            name, fmt(m), "%.2f..%.2f" % (min(r.resumed for r in ok), max(r.resumed for r in ok)) if ok else "-",
+            fmt(med(runs, "replaced")), "/".join("-" if r is None else str(r.redone) for r in runs),
+            len(ok), len(runs), ratio))
     for note in notes:
         print("\n" + note)
-    if anchor:
-        cpp = statistics.median(r.resumed for r in results[rows[0][0]])
-        py = statistics.median(r.resumed for r in results[rows[2][0]])
+    cpp, py = med(results[rows[0][0]]), med(results[rows[2][0]])
+    if anchor and cpp and py:
         print("\nC++ default / torchrun = 1/%.1f (goal <= 1/10: %s); PyTorch script default / torchrun = 1/%.1f "
               "(goal <= 1/3: %s)" % (anchor / cpp, "met" if cpp <= anchor / 10 else "NOT met", anchor / py,
                                     "met" if py <= anchor / 3 else "NOT met"))
