@@ -19,9 +19,10 @@ by the survivors), seconds to the dead worker's replacement stepping again,
 and the steps done twice (the last done before the kill, plus the one in
 flight, minus where the job went on from). The kill lands at step 155, mid
 way between checkpoints, so restarts redo what an average failure costs.
-Every launcher may restart 3 times (torchrun 2.15's first restart of this
-job fails now and then: a rank's Gloo gives up connecting to a peer that
-is not listening yet, after 3 quick retries). Then the stall that
+Every launcher may restart 3 times. A run with no step within --budget
+seconds of the kill, or whose launcher gives up, counts as no recovery
+(torchrun 2.15's restarts of this job failed in every run here: the
+restarted ranks' Gloo connects to the previous attempt's ports). Then the stall that
 checkpointing adds to a step (bench worker ddp_step_bench).
 
     bench/recovery.py [--repeats 3] [--no-anchors]
