@@ -72,8 +72,34 @@ endif()
 # system's folders: Debian's Caffe2 (1.13) would win over the wheel's.
 set(Torch_DIR "${_prefix}/Torch" CACHE PATH "LibTorch's CMake config (from DDPRUN_PYTHON)" FORCE)
 set(Caffe2_DIR "${_prefix}/Caffe2" CACHE PATH "LibTorch's Caffe2 config (from DDPRUN_PYTHON)" FORCE)
-list(PREPEND CMAKE_PREFIX_PATH "${_prefix}")
+# Its libraries likewise: TorchConfig's find_library calls name the wheel's
+# lib/ in PATHS, which come after the system's folders, so Debian's
+# libtorch.so and libc10.so (1.13) were linked while the wheel's were loaded.
+# The wheel's root first on CMAKE_PREFIX_PATH puts its lib/ before them; a
+# cache from before that forgets what it found elsewhere.
+get_filename_component(DDPRUN_TORCH_ROOT "${_prefix}/../.." ABSOLUTE)
+list(PREPEND CMAKE_PREFIX_PATH "${_prefix}" "${DDPRUN_TORCH_ROOT}")
+get_cmake_property(_cached CACHE_VARIABLES)
+foreach(_var IN LISTS _cached)
+  string(FIND "${${_var}}" "${DDPRUN_TORCH_ROOT}/" _at)
+  if(_var MATCHES "^(TORCH|c10|C10_CUDA|CAFFE2_NVRTC|torch_[a-z_]+|c10_[a-z_]+|kineto)_LIBRARY$"
+     AND NOT _at EQUAL 0)
+    unset(${_var} CACHE)
+  endif()
+endforeach()
 set(DDPRUN_TORCH_FROM_PYTHON "${_version}")
+
+# After find_package(Torch): every library it found is the wheel's.
+function(ddprun_check_torch_from_python)
+  foreach(_var TORCH_LIBRARY c10_LIBRARY)
+    string(FIND "${${_var}}" "${DDPRUN_TORCH_ROOT}/" _at)
+    if(DEFINED ${_var} AND NOT _at EQUAL 0)
+      message(FATAL_ERROR "ddprun: ${_var} is ${${_var}}, not the wheel's (${DDPRUN_TORCH_ROOT}/lib): "
+                          "one program would link one LibTorch and load another; remove it from the cache "
+                          "(cmake -U ${_var}) or set it to the wheel's")
+    endif()
+  endforeach()
+endfunction()
 # Where installed programs find the wheel's libraries (CMake leaves link
 # folders inside the project, such as a venv in the build folder, out of
 # INSTALL_RPATH_USE_LINK_PATH).
