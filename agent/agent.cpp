@@ -187,7 +187,8 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
       l.output.console_mask = kNone;
     }
     if (!cfg_.line_prefix_template.empty()) {
-      l.output.console_prefix = expand_line_prefix(cfg_.line_prefix_template, cfg_.role, l.id.rank, lr);
+      l.output.console_prefix =
+          expand_line_prefix(cfg_.line_prefix_template, cfg_.role, l.id.rank, lr, cfg_.host);
     }
     for (int i = 0; i < 2; ++i) {
       l.output.duplicate_filters[i] = cfg_.duplicate_filters[i];

@@ -210,10 +210,10 @@ void WorkerOutput::finish() {
 }
 
 std::string expand_line_prefix(const std::string& tmpl, const std::string& role, int rank,
-                               int local_rank) {
+                               int local_rank, const std::string& hostname) {
   const std::pair<std::string, std::string> keys[] = {
       {"${role_name}", role}, {"${rank}", std::to_string(rank)},
-      {"${local_rank}", std::to_string(local_rank)}};
+      {"${local_rank}", std::to_string(local_rank)}, {"${hostname}", hostname}};
   std::string out;
   for (size_t i = 0; i < tmpl.size();) {
     bool replaced = false;

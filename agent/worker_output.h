@@ -40,10 +40,10 @@ struct OutputOptions {
   int duplicate_fd[2] = {-1, -1};
 };
 
-// A console prefix from torchrun's template: ${role_name}, ${rank} and
-// ${local_rank} replaced, anything else kept as it is.
+// A console prefix from torchrun's template: ${role_name}, ${rank},
+// ${local_rank} and ${hostname} replaced, anything else kept as it is.
 std::string expand_line_prefix(const std::string& tmpl, const std::string& role, int rank,
-                               int local_rank);
+                               int local_rank, const std::string& hostname);
 
 class WorkerOutput {
  public:

@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "launcher/completion.h"
 #include "launcher/flag_matching.h"
 #include "trace/step_window.h"
 
@@ -335,6 +336,10 @@ CliResult parse_canonical(const std::vector<std::string>& args,
       "ddprun"};
   app.set_help_flag("-h,--help", "Print this help and exit");
   app.set_version_flag("--version", "ddprun 0.1.0");
+  std::string completion_shell;
+  app.add_option("--print-completion,--print_completion", completion_shell,
+                 "Print a completion script for SHELL (bash, zsh or tcsh) and exit")
+      ->type_name("SHELL");
   app.prefix_command();
   // A repeated option: the last one wins, as with torchrun's argparse.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -488,6 +493,11 @@ CliResult parse_canonical(const std::vector<std::string>& args,
                  "Send these streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both")
       ->type_name("MASK")
       ->group(g);
+  app.add_option("--log-line-prefix-template,--log_line_prefix_template", o.line_prefix_template,
+                 "Prefix of each console line: ${rank}, ${local_rank}, ${role_name} and ${hostname} "
+                 "are filled in (default [rank${rank}]:)")
+      ->type_name("TEMPLATE")
+      ->group(g);
   app.add_option("--local-ranks-filter,--local_ranks_filter", local_ranks_filter,
                  "Only these local ranks' output reaches the console (log files get all): 0,1,...")
       ->type_name("LR,...")
@@ -532,6 +542,18 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     throw UsageError(msg);
+  }
+
+  if (!completion_shell.empty()) {
+    if (!is_completion_shell(completion_shell)) {
+      throw UsageError("--print-completion: " + quote(completion_shell) +
+                       " is not a shell it knows (bash, zsh, tcsh)");
+    }
+    std::vector<std::string> flags;
+    for (const FlagSpec& f : flag_specs(app)) {
+      for (const auto& name : f.long_names) flags.push_back("--" + name);
+    }
+    return CliResult{CliResult::kCompletion, completion_script(completion_shell, flags), {}};
   }
 
   std::vector<std::string> rest = app.remaining();

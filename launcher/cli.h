@@ -61,6 +61,7 @@ struct CliOptions {
   std::string event_log_handler = "null";  // accepted; ddprun's events go to its own log
   std::string logs_specs;             // accepted: torchrun's Python plugins cannot load here
   std::vector<int> local_ranks_filter;  // local ranks whose output reaches the console; empty: all
+  std::string line_prefix_template;   // --log-line-prefix-template; empty: the environment's or rank's
   std::vector<std::string> duplicate_stdout_filters;  // lines copied to filtered_stdout.log
   std::vector<std::string> duplicate_stderr_filters;
   std::vector<std::string> signals_to_handle;  // as given; ddprun always forwards its six
@@ -73,9 +74,9 @@ struct CliOptions {
 };
 
 struct CliResult {
-  enum Kind { kRun, kHelp, kVersion };
+  enum Kind { kRun, kHelp, kVersion, kCompletion };
   Kind kind = kRun;
-  std::string text;  // help or version text
+  std::string text;  // help or version text, or the completion script
   CliOptions options;
 };
 

@@ -34,6 +34,7 @@ constexpr PetFlag kPetFlags[] = {
     {"PET_LOG_DIR", "--log-dir", false},
     {"PET_REDIRECTS", "--redirects", false},
     {"PET_TEE", "--tee", false},
+    {"PET_LOG_LINE_PREFIX_TEMPLATE", "--log-line-prefix-template", false},
     {"PET_LOCAL_RANKS_FILTER", "--local-ranks-filter", false},
     {"PET_DUPLICATE_STDOUT_FILTERS", "--duplicate-stdout-filters", false},
     {"PET_DUPLICATE_STDERR_FILTERS", "--duplicate-stderr-filters", false},

@@ -181,7 +181,8 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   a.redirects = o.redirects;
   a.role = o.role;
   a.console_local_ranks = o.local_ranks_filter;
-  a.line_prefix_template = facts.line_prefix_template;
+  // The flag wins over TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, as in torchrun 2.x.
+  a.line_prefix_template = o.line_prefix_template.empty() ? facts.line_prefix_template : o.line_prefix_template;
   a.duplicate_filters[0] = o.duplicate_stdout_filters;
   a.duplicate_filters[1] = o.duplicate_stderr_filters;
   a.virtual_local_rank = o.virtual_local_rank;

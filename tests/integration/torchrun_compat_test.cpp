@@ -228,6 +228,39 @@ TEST(TorchrunCompat, LinePrefixTemplate) {
   ASSERT_EQ(f.exit_code, 0) << f.err;
   EXPECT_TRUE(contains(f.out, "<trainer|1|1> hi")) << f.out;
   EXPECT_FALSE(contains(f.out, "[rank1]:")) << f.out;
+  // torchrun 2.x's flag wins over the variable; ${hostname} is the node's name.
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  for (const std::string flag : {"--log-line-prefix-template", "--log_line_prefix_template"}) {
+    Finished g = run(ddprun({flag, "${hostname}/${rank}: ", "--nproc", "2", "/bin/sh", "-c", "echo hi"}),
+                     {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=<${rank}> "});
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    EXPECT_TRUE(contains(g.out, std::string(host) + "/1: hi")) << g.out;
+    EXPECT_FALSE(contains(g.out, "<1>")) << g.out;
+  }
+  Finished pet = run(ddprun({"--nproc", "1", "/bin/sh", "-c", "echo hi"}), {"PET_LOG_LINE_PREFIX_TEMPLATE=pet${rank} "});
+  EXPECT_TRUE(contains(pet.out, "pet0 hi")) << pet.out;
+}
+
+// torchrun 2.x's --print-completion: a script for the shell, made from the
+// flags ddprun parses; an unknown shell is a one-line usage error.
+TEST(TorchrunCompat, PrintCompletionForEachShell) {
+  for (const std::string shell : {"bash", "zsh", "tcsh"}) {
+    Finished f = run(ddprun({"--print-completion", shell}));
+    ASSERT_EQ(f.exit_code, 0) << shell << f.err;
+    EXPECT_TRUE(contains(f.out, "nproc-per-node")) << shell << f.out;
+    EXPECT_TRUE(contains(f.out, "log-line-prefix-template")) << shell << f.out;
+  }
+  // bash runs it: "--max-r" and "--max_r" complete to their own spelling of --max-restarts.
+  Finished b = run({"/bin/bash", "-c",
+                    "eval \"$(" DDPRUN_BIN " --print-completion bash)\"; "
+                    "for w in --max-r --max_r; do COMP_WORDS=(ddprun $w); COMP_CWORD=1; _ddprun; "
+                    "printf '%s\\n' \"${COMPREPLY[@]}\"; done"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(lines(b.out), (std::vector<std::string>{"--max-restarts", "--max_restarts"})) << b.out;
+  Finished bad = run(ddprun({"--print-completion", "fish"}));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err, "ddprun: error: --print-completion: 'fish' is not a shell it knows (bash, zsh, tcsh)\n");
 }
 
 TEST(TorchrunCompat, WorkerEnvironmentExtras) {

@@ -410,7 +410,7 @@ TEST(TorchrunCli, AmbiguousPrefixesListTheCandidates) {
   EXPECT_EQ(error_of({"--master", "h", "p"}),
             "ambiguous option '--master' could match --master-addr, --master-port");
   EXPECT_EQ(error_of({"--log=x", "p"}),
-            "ambiguous option '--log' could match --log-dir, --logs-specs");
+            "ambiguous option '--log' could match --log-dir, --log-line-prefix-template, --logs-specs");
   // Both spellings of one flag are one candidate, not two.
   EXPECT_EQ(parse({"--local_ranks", "0", "p"}).local_ranks_filter, std::vector<int>{0});
 }

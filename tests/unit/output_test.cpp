@@ -338,8 +338,9 @@ TEST(FailureSummary, MissingTorchNamesTheInterpreterAndTheVariables) {
 }
 
 TEST(WorkerOutputPrefix, TorchrunTemplateIsExpanded) {
-  EXPECT_EQ(expand_line_prefix("[${role_name}${rank}|${local_rank}]:", "trainer", 5, 1), "[trainer5|1]:");
-  EXPECT_EQ(expand_line_prefix("${other} $rank", "r", 1, 0), "${other} $rank");
+  EXPECT_EQ(expand_line_prefix("[${role_name}${rank}|${local_rank}]:", "trainer", 5, 1, "h"), "[trainer5|1]:");
+  EXPECT_EQ(expand_line_prefix("${hostname}:${rank}: ", "r", 3, 0, "r12i0n8"), "r12i0n8:3: ");
+  EXPECT_EQ(expand_line_prefix("${other} $rank", "r", 1, 0, "h"), "${other} $rank");
 }
 
 }  // namespace
