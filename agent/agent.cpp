@@ -485,15 +485,20 @@ void Agent::stop_progress_display() {
   progress_on_terminal_ = false;
 }
 
-void Agent::leave(LeaveKind kind, const std::string& message) {
+std::string Agent::leave(LeaveKind kind, const std::string& message, std::optional<int64_t> round) {
   // Before the Leave: the host merges the trace once every node has left.
   write_trace_clock();
   try {
-    rdzv_.leave(cfg_.run_id, node_id_, kind, message, std::chrono::seconds(5));
-  } catch (const std::exception& e) {
+    rdzv_.leave(cfg_.run_id, node_id_, kind, message, std::chrono::seconds(5),
+                kind == LeaveKind::kSucceeded ? round : std::nullopt);
+  } catch (const RendezvousCallError& e) {
+    if (kind == LeaveKind::kSucceeded && e.refused()) return e.what();
     // The rendezvous may be gone (its host finished or died): nothing to tell.
     spdlog::debug("{}", e.what());
+  } catch (const std::exception& e) {
+    spdlog::debug("{}", e.what());
   }
+  return "";
 }
 
 // The node hosting the rendezvous (and a one-node job) is the reference:
@@ -618,7 +623,11 @@ int Agent::run() {
           if (act.leave == LeaveKind::kFailed && cfg_.rdzv.max_nodes > 1) {
             spdlog::error("this node fails the job: {}", act.message);
           }
-          leave(act.leave, act.message);
+          if (const std::string refused = leave(act.leave, act.message, joined ? std::optional(joined->assignment.round) : std::nullopt);
+              !refused.empty()) {
+            act = life.on_success_refused("its workers finished, but the job did not (" + refused + ")");
+            break;
+          }
           act = life.on_left();
           break;
         case Action::kAwaitOthers:
@@ -634,7 +643,7 @@ int Agent::run() {
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     end_detail = e.what();
-    leave(LeaveKind::kFailed, e.what());
+    leave(LeaveKind::kFailed, e.what(), std::nullopt);
     exit_code = kExitWorkerFailed;
   }
 

@@ -69,7 +69,10 @@ class Agent {
   // The lifecycle's actions.
   JoinEnd join_round(const JoinIntent& intent);
   GroupEnd run_workers(int attempt, const JoinResult& joined, Lifecycle& life);
-  void leave(LeaveKind kind, const std::string& message);
+  // Tells the rendezvous this node leaves; a success names the round its
+  // workers ran in. Returns why the rendezvous refused a success ("" when
+  // it took the leave, or could not be reached).
+  std::string leave(LeaveKind kind, const std::string& message, std::optional<int64_t> round);
   // On the monitor's beat while workers run: checkpoints in the event log,
   // rank 0's progress on the console. Never blocks.
   void watch_progress(int attempt, const Assignment& a);

@@ -45,7 +45,9 @@ std::vector<GroupCommand> GroupPolicy::begin_stop(int sig, TimePoint now) {
   stop_started_ = now;
   stop_for_failure_ = stop_signal_ == 0 && round_stop_.empty();
   kill_at_ = now + options_.stop_timeout;
-  return {signal_running(sig)};
+  GroupCommand c = signal_running(sig);
+  c.agent_decided = stop_signal_ == 0;
+  return {c};
 }
 
 WorkerEnd GroupPolicy::on_exit(int w, bool failed, bool on_its_own) {

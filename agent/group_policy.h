@@ -22,6 +22,10 @@ struct GroupCommand {
   enum Kind { kSignalRunning, kKillWorker, kWarmStandbys, kSuspendSelf };
   Kind kind = kSignalRunning;
   int sig = 0;     // kSignalRunning
+  // kSignalRunning of a stop the agent decided itself (a worker failed or
+  // hung, a new round), not one the user's signal to ddprun began: the
+  // workers are told so first (channel::StopReason).
+  bool agent_decided = false;
   int worker = -1;  // kKillWorker (always SIGKILL, the worker's whole process group)
   // kKillWorker of a hung worker: why, and how long it had been silent.
   std::string why;

@@ -44,6 +44,11 @@ bool HeartbeatTable::progress(int slot, channel::Progress* out) const {
   return channel::read_progress(channel::progress_block(map_, slot), out);
 }
 
+void HeartbeatTable::set_stop_reason(int slot, channel::StopReason reason) {
+  // Release: the word is visible before the signal that follows it is.
+  __atomic_store_n(channel::stop_reason_word(map_, slot), static_cast<uint32_t>(reason), __ATOMIC_RELEASE);
+}
+
 void HeartbeatTable::reset() {
   // The whole slot, counter and progress: no worker of the next attempt runs
   // yet (a waiting standby neither beats nor reports).

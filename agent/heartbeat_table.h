@@ -26,6 +26,9 @@ class HeartbeatTable {
   // (try again on the next tick). Nothing reported: flags == 0.
   bool progress(int slot, channel::Progress* out) const;
   void reset();  // every counter back to 0, before a new attempt starts
+  // The stop reason the worker in `slot` reads when the agent's signal
+  // reaches it (channel::StopReason); reset() clears it.
+  void set_stop_reason(int slot, channel::StopReason reason);
 
  private:
   std::string path_;

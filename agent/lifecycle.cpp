@@ -98,6 +98,10 @@ Action Lifecycle::on_left() {
   return on_others_gone();
 }
 
+Action Lifecycle::on_success_refused(const std::string& why) {
+  return leave_then_exit(LeaveKind::kFailed, why, 1);
+}
+
 Action Lifecycle::on_others_gone() {
   state_ = NodeState::kDone;
   Action a;

@@ -60,6 +60,11 @@ class Lifecycle {
   Action on_group_end(const GroupEnd& end);
   // After a kLeave action was carried out (successfully or not).
   Action on_left();
+  // After the rendezvous refused this node's success (its workers finished
+  // in a round that was over, e.g. its node had been paused or cut off past
+  // its lease): the job did not finish; this node leaves it failed, so the
+  // others hear so at once, and exits non-zero.
+  Action on_success_refused(const std::string& why);
   // After kAwaitOthers (the hosting node, after it left: the others may
   // still run, or must hear that the job failed).
   Action on_others_gone();

@@ -104,6 +104,10 @@ void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
           }
         }
         for (size_t i = 0; i < workers_.size(); ++i) {
+          if (!c.agent_decided || !options_.heartbeats || !policy_->alive(static_cast<int>(i))) continue;
+          options_.heartbeats->set_stop_reason(workers_[i]->launch->id.local_rank, channel::kAgentDecided);
+        }
+        for (size_t i = 0; i < workers_.size(); ++i) {
           // The whole process group: the worker and whatever it started.
           if (policy_->alive(static_cast<int>(i))) kill(-workers_[i]->pid, c.sig);
         }

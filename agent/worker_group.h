@@ -51,7 +51,7 @@ struct GroupOptions {
   // Hang detection: with a table and a timeout > 0, a worker whose counter
   // stays still that long (after its first beat) fails. Checked every
   // monitor_interval.
-  const HeartbeatTable* heartbeats = nullptr;
+  HeartbeatTable* heartbeats = nullptr;
   std::chrono::milliseconds hang_timeout{0};
   std::chrono::milliseconds monitor_interval{100};
   // Called once, the first time every worker has beaten (needs heartbeats),

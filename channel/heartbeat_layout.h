@@ -4,10 +4,15 @@
 //
 //   bytes 0..7    beats: a counter the worker increments and the agent reads,
 //                 both with relaxed atomics (hang detection, standby warm-up);
-//   bytes 8..127  progress: what the training loop last reported (step,
+//   bytes 8..79   progress: what the training loop last reported (step,
 //                 epoch, loss, samples, checkpoints), written by the worker
 //                 under a sequence lock and read by the agent for the
-//                 progress line, the event log and `ddprun status`.
+//                 progress line, the event log and `ddprun status`;
+//   bytes 120..123 stop reason: written by the agent just before it signals
+//                 the worker to stop, read by the worker's signal handler
+//                 (worker_lib's StopFlag): whether the stop is the agent's own
+//                 decision (a peer failed, a new round, a hang) or a signal
+//                 the user sent ddprun (preemption, Ctrl-C).
 //
 // The agent zeroes the file before each attempt: a zero progress block means
 // "nothing reported yet".
@@ -64,7 +69,7 @@ struct ProgressBlock {
   uint64_t seq;
   Progress value;
 };
-static_assert(sizeof(ProgressBlock) + 8 <= kHeartbeatSlotBytes);
+static_assert(sizeof(ProgressBlock) + 8 <= 120);  // below the stop reason
 
 inline ProgressBlock* progress_block(void* map, int slot) {
   return reinterpret_cast<ProgressBlock*>(heartbeat_slot(map, slot) + 8);
@@ -100,6 +105,19 @@ inline bool read_progress(const ProgressBlock* block, Progress* out) {
     }
   }
   return false;
+}
+
+// Why the agent stops a worker (the slot's stop-reason word). kForwarded
+// (0, also "not stopping"): a signal the user sent ddprun, which a program
+// may take as preemption (checkpoint, exit 0). kAgentDecided: ddprun's own
+// stop; the attempt is over and nothing the worker does now can finish the
+// job, so a StopFlag lets the signal kill the worker instead.
+enum StopReason : uint32_t { kForwarded = 0, kAgentDecided = 1 };
+
+inline constexpr size_t kStopReasonOffset = 120;
+
+inline uint32_t* stop_reason_word(void* map, int slot) {
+  return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kStopReasonOffset);
 }
 
 }  // namespace ddprun::channel

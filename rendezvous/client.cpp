@@ -42,6 +42,7 @@ std::shared_ptr<grpc::Channel> make_rendezvous_channel(const std::string& target
 
 bool RendezvousCallError::job_ended() const { return code_ == grpc::StatusCode::ABORTED; }
 bool RendezvousCallError::cancelled() const { return code_ == grpc::StatusCode::CANCELLED; }
+bool RendezvousCallError::refused() const { return code_ == grpc::StatusCode::FAILED_PRECONDITION; }
 
 void CallCanceller::cancel() {
   std::lock_guard lock(mu_);
@@ -174,8 +175,10 @@ std::string RendezvousClient::hold(const std::string& job_id, const std::string&
 }
 
 void RendezvousClient::leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
-                             const std::string& message, std::chrono::milliseconds timeout) {
+                             const std::string& message, std::chrono::milliseconds timeout,
+                             std::optional<int64_t> round) {
   v1::LeaveRequest req;
+  if (round) req.set_round(*round);
   req.set_job_id(job_id);
   req.set_node_id(node_id);
   req.set_kind(static_cast<v1::LeaveKind>(kind));

@@ -28,6 +28,7 @@ class RendezvousCallError : public std::runtime_error {
   int code() const { return code_; }  // the gRPC status code
   bool job_ended() const;              // the job finished or failed: nothing to join
   bool cancelled() const;
+  bool refused() const;  // FAILED_PRECONDITION: bad for the job's state (a round that is over)
 
  private:
   int code_;
@@ -77,9 +78,11 @@ class RendezvousClient {
   // on_open runs once the service holds the node.
   std::string hold(const std::string& job_id, const std::string& node_id,
                    CallCanceller* canceller, const std::function<void()>& on_open = nullptr);
-  // Says the node leaves; throws RendezvousCallError.
+  // Says the node leaves; throws RendezvousCallError (FAILED_PRECONDITION:
+  // a success in `round` refused because that round is over).
   void leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
-             const std::string& message, std::chrono::milliseconds timeout);
+             const std::string& message, std::chrono::milliseconds timeout,
+             std::optional<int64_t> round = std::nullopt);
   // Reports the job's training progress (the agent of global rank 0);
   // throws RendezvousCallError.
   void report_progress(const std::string& job_id, const std::string& node_id,

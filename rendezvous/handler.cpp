@@ -300,7 +300,7 @@ Status RendezvousHandler::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest
   if (!v1::LeaveKind_IsValid(req->kind())) return invalid_argument("unknown leave kind");
   return guarded([&] {
     registry_.leave(req->job_id(), req->node_id(), static_cast<LeaveKind>(req->kind()),
-                    req->message().substr(0, 4096));
+                    req->message().substr(0, 4096), round_of(*req));
   });
 }
 

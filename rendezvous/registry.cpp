@@ -288,7 +288,7 @@ NodeView JobRegistry::keep_alive(const std::string& job_id, const std::string& n
 }
 
 void JobRegistry::leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
-                        const std::string& message) {
+                        const std::string& message, std::optional<int64_t> round) {
   std::vector<Completion> completions;
   {
     std::lock_guard lock(mu_);
@@ -296,7 +296,7 @@ void JobRegistry::leave(const std::string& job_id, const std::string& node_id, L
     Job* job = find_locked(job_id);
     if (!job || !job->rounds) return;
     const auto now = Clock::now();
-    job->rounds->leave(node_id, kind, message, now);
+    job->rounds->leave(node_id, kind, message, now, round);
     settle_locked(*job, now, completions);
   }
   wake_timer_.notify_all();

@@ -87,8 +87,10 @@ class JobRegistry {
 
   // A node's sign of life, and what it should know about the job.
   NodeView keep_alive(const std::string& job_id, const std::string& node_id);
+  // round: a success's round (RoundState::leave; throws RendezvousError
+  // when that round is over).
   void leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
-             const std::string& message);
+             const std::string& message, std::optional<int64_t> round = std::nullopt);
   // The node's Hold call ended without a Leave: its agent is gone.
   void connection_lost(const std::string& job_id, const std::string& node_id);
   // Whether the job has this node (for Hold to refuse strangers).

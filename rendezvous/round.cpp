@@ -221,7 +221,17 @@ void RoundState::drop(const std::string& id, TimePoint now, const std::string& w
 }
 
 void RoundState::leave(const std::string& id, LeaveKind kind, const std::string& message,
-                       TimePoint now) {
+                       TimePoint now, std::optional<int64_t> round) {
+  if (kind == LeaveKind::kSucceeded && round && phase_ == JobPhase::kActive &&
+      (!closed_ || *round != round_ || !is_member(id))) {
+    // Workers that ran on in a round that is over (its node was paused past
+    // its lease, or cut off) finished nothing: the job's current round has
+    // other members, or none yet, and they have not trained to the end.
+    throw RendezvousError("node " + quote_id(id) + " finished its workers in round " + std::to_string(*round) +
+                          ", but the job had moved on to round " + std::to_string(round_) +
+                          (nodes_.count(id) ? "" : " without it (its lease ran out)") +
+                          ": their end is not the job's");
+  }
   auto it = nodes_.find(id);
   if (it == nodes_.end()) return;
   nodes_.erase(it);

@@ -64,9 +64,12 @@ class RoundState {
   // now as if its lease had run out. Unknown nodes are ignored.
   void lose(const std::string& node_id, const std::string& why, TimePoint now);
 
-  // A node leaves the job (see LeaveKind). Unknown nodes are ignored.
+  // A node leaves the job (see LeaveKind). Unknown nodes are ignored, except
+  // that a success naming the round it happened in (`round`) counts only
+  // for the running round the node is a member of: otherwise it throws
+  // RendezvousError and changes nothing (the caller leaves another way).
   void leave(const std::string& node_id, LeaveKind kind, const std::string& message,
-             TimePoint now);
+             TimePoint now, std::optional<int64_t> round = std::nullopt);
 
   // The node's assignment in the current round once it has closed with the
   // node in it; nullopt while the node waits for that.

@@ -342,6 +342,38 @@ TEST(NetNodes, ACutLinkIsTreatedLikeALostNode) {
   EXPECT_TRUE(contains(f1.err, "lost contact with the rendezvous")) << f1.err;
 }
 
+// The hosting ddprun stopped (SIGSTOP) past every lease: when it goes on,
+// the round is over and the other node's agent stops its worker for the
+// next one. That stop is ddprun's own, not a preemption: train must not
+// checkpoint, agree to stop and exit 0 (which ended the job as a success
+// with a few percent of its steps done); the job goes on to its end.
+TEST(NetNodes, APausedRendezvousHostCostsARoundNotTheJob) {
+  std::string why;
+  auto lab = lab_or_skip(2, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const fs::path ckpt = temp("paused-ckpt");
+  Process n0(lab_node(*lab, 0, ckpt));
+  Process n1(lab_node(*lab, 1, ckpt));
+  ASSERT_TRUE(reach_step(n0, 25)) << n0.out();
+  n0.signal(SIGSTOP);
+  // Past the 3 s lease, seen from the other node (no sleep would do: the
+  // point is that time passes while the host cannot answer).
+  ASSERT_TRUE(n1.wait_for_err_line(
+                    [](const std::string& l) { return contains(l, "lost contact with the rendezvous"); }, 30s)
+                  .has_value());
+  n0.signal(SIGCONT);
+  Finished f0 = n0.finish(3min);
+  Finished f1 = n1.finish(3min);
+  for (const Finished* f : {&f0, &f1}) {
+    EXPECT_FALSE(contains(f->out, "stopped by signal")) << f->out;
+    EXPECT_EQ(f->exit_code, 0) << f->err;
+  }
+  // Rank 0 trained to the end: both epochs, then the check across ranks.
+  EXPECT_TRUE(contains(f0.out + f1.out, "]:epoch 2/2")) << f0.out << f1.out;
+  EXPECT_TRUE(contains(f0.out + f1.out, "]:parameters identical on all")) << f0.out << f1.out;
+  fs::remove_all(ckpt);
+}
+
 TEST(NetNodes, ALateNodeIsAdmittedAndBothFinishTogether) {
   std::string why;
   auto lab = lab_or_skip(2, &why);

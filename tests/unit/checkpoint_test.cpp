@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "channel/heartbeat_layout.h"
 #include "ddp/ddp.h"
 #include "support/ddp_checks.h"
 #include "support/thread_ranks.h"
@@ -434,6 +435,27 @@ TEST(StopFlag, SignalsSetItAndRanksAgree) {
     EXPECT_TRUE(ddp::stop_agreed(flag, w.cpu()));
   });
   EXPECT_EQ(flag.signal(), SIGTERM);
+}
+
+// ddprun writes in the worker's heartbeat slot why it stops it: a stop it
+// decided itself (a peer failed, a new round) kills the worker as if no
+// StopFlag lived; only a forwarded signal (the user's) sets the flag.
+void stop_with_reason(ddprun::channel::StopReason reason) {
+  const fs::path file = fs::temp_directory_path() / ("ddprun-stopflag-" + std::to_string(getpid()));
+  std::vector<char> slots(ddprun::channel::heartbeat_file_bytes(2), 0);
+  *ddprun::channel::stop_reason_word(slots.data(), 1) = reason;
+  std::ofstream(file, std::ios::binary).write(slots.data(), static_cast<std::streamsize>(slots.size()));
+  setenv("DDPRUN_HEARTBEAT_FILE", file.c_str(), 1);
+  setenv("DDPRUN_HEARTBEAT_SLOT", "1", 1);
+  ddp::StopFlag flag;
+  fs::remove(file);  // the mapping stays
+  raise(SIGTERM);
+  std::exit(flag.signal() == SIGTERM ? 3 : 4);
+}
+
+TEST(StopFlag, ASignalDdprunSendsByItsOwnDecisionKillsTheWorker) {
+  EXPECT_EXIT(stop_with_reason(ddprun::channel::kAgentDecided), testing::KilledBySignal(SIGTERM), "");
+  EXPECT_EXIT(stop_with_reason(ddprun::channel::kForwarded), testing::ExitedWithCode(3), "");
 }
 
 }  // namespace

@@ -51,6 +51,24 @@ TEST(Lifecycle, TheHostWaitsForTheOthersBeforeItExits) {
   EXPECT_EQ(a.exit_code, 0);
 }
 
+// The rendezvous refused the success (the round was over): the node leaves
+// again as failed, so the others hear at once, and exits non-zero.
+TEST(Lifecycle, ARefusedSuccessFailsTheNode) {
+  Lifecycle life({3, true});
+  life.start();
+  life.on_join(joined(0));
+  life.on_group_end({GroupEnd::kSucceeded, 0});
+  Action a = life.on_success_refused("round 0 was over");
+  EXPECT_EQ(a.kind, Action::kLeave);
+  EXPECT_EQ(a.leave, LeaveKind::kFailed);
+  EXPECT_EQ(a.message, "round 0 was over");
+  a = life.on_left();
+  EXPECT_EQ(a.kind, Action::kAwaitOthers);
+  a = life.on_others_gone();
+  EXPECT_EQ(a.kind, Action::kExit);
+  EXPECT_EQ(a.exit_code, 1);
+}
+
 TEST(Lifecycle, AFailureRejoinsSayingWhichRoundFailedWhileRestartsRemain) {
   Lifecycle life({2, false});
   life.start();

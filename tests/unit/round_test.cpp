@@ -307,6 +307,36 @@ TEST(Round, SuccessFinishesTheJobAndLateJoinersAreTold) {
   }
 }
 
+// A node paused past its lease (the whole host, SIGSTOP) wakes with workers
+// that finished a round the job has left behind: their success finishes
+// nothing, and the refusal changes nothing either.
+TEST(Round, ASuccessInARoundThatIsOverIsRefused) {
+  RoundSettings s{2, 2, 0ms, 3};
+  RoundState r = running(s, {"a", "b"}, 2s);
+  ASSERT_EQ(r.current_round(), 0);
+  r.keep_alive("b", t0 + 2500ms);
+  r.advance(t0 + 3s);  // a lost; b must join round 1
+  ASSERT_EQ(r.current_round(), 1);
+  try {
+    r.leave("a", LeaveKind::kSucceeded, "", t0 + 4s, 0);
+    FAIL() << "a success in round 0 was taken";
+  } catch (const RendezvousError& e) {
+    EXPECT_NE(std::string(e.what()).find("finished its workers in round 0, but the job had moved on to round 1"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(r.phase(), JobPhase::kActive);
+  // A member of the running round whose success names an old round: the same.
+  r.join(node("a"), s, JoinIntent{0, false}, 2s, t0 + 4s);
+  r.join(node("b"), s, JoinIntent{0, false}, 2s, t0 + 4s);
+  ASSERT_TRUE(r.closed());
+  EXPECT_THROW(r.leave("b", LeaveKind::kSucceeded, "", t0 + 5s, 0), RendezvousError);
+  EXPECT_EQ(r.phase(), JobPhase::kActive);
+  // Its own round: the job is finished.
+  r.leave("b", LeaveKind::kSucceeded, "", t0 + 5s, 1);
+  EXPECT_EQ(r.phase(), JobPhase::kSucceeded);
+}
+
 TEST(Round, AStoppedNodeLetsTheOthersGoOnWithoutARestart) {
   RoundSettings s{1, 3, 1s, 0};
   RoundState r = running(s, {"a", "b", "c"});

@@ -5,6 +5,11 @@
 //   ddp::StopFlag stop;                          // while it lives, the signals only set the flag
 //   for (...) { step(); if (stop.agreed(world->cpu())) { save; break; } }
 //
+// Only the user's stop is a stop request: when ddprun stops the workers by
+// its own decision (a peer failed, a new round; it says so in the worker's
+// heartbeat slot before signalling), the signal kills the worker as if no
+// StopFlag lived, so a failure is never taken for a preemption.
+//
 // Signal handlers belong to the whole process, so only one StopFlag may live
 // at a time. No LibTorch here.
 #pragma once
