@@ -332,5 +332,13 @@ int main(int argc, char** argv) {
   app.add_option("--keep-checkpoints", opt.keep_checkpoints, "Checkpoints kept [3]")->check(CLI::PositiveNumber);
   app.add_flag("--print-steps", opt.print_steps, "Rank 0 prints a line with the time after every step");
   CLI11_PARSE(app, argc, argv);
-  return opt.model == "cnn" ? run<examples::Cnn>(opt) : run<examples::Mlp>(opt);
+  try {
+    return opt.model == "cnn" ? run<examples::Cnn>(opt) : run<examples::Mlp>(opt);
+  } catch (const std::exception& e) {
+    // A peer died, a setting is wrong, a file is missing: one clear line on
+    // stderr and in the error file ddprun's summary shows, exit code 1 (not
+    // an abort and its core dump).
+    ddp::record_error(e);
+    return 1;
+  }
 }

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <regex>
 #include <set>
@@ -189,6 +190,37 @@ TEST(FaultTolerance, AStoppedWorkerIsFoundHungAndTheJobRecovers) {
   EXPECT_EQ(checksum_in(summary), want);
   fs::remove_all(dir);
   fs::remove(summary);
+}
+
+// Without ddprun (hand-set variables, nobody to send SIGTERM): a peer that
+// dies mid-training makes train exit 1 with the error on one line and in
+// the error file, not abort (SIGABRT, a core dump) with its output lost.
+TEST(FaultTolerance, TrainExitsWithTheErrorWhenAPeerDies) {
+  const std::string port = std::to_string(ddptest::free_port());
+  const fs::path error_file = temp("peer-died.json");
+  auto rank = [&](int r) {
+    ddptest::EnvChanges env{"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "RANK=" + std::to_string(r),
+                            "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=1"};
+    if (r == 0) env.push_back("TORCHELASTIC_ERROR_FILE=" + error_file.string());
+    return std::make_unique<Process>(
+        std::vector<std::string>{TRAIN_BIN, "--limit", "8000", "--epochs", "2", "--print-steps"}, env);
+  };
+  auto r0 = rank(0);
+  auto r1 = rank(1);
+  ASSERT_TRUE(r0->wait_for_line([](const std::string& l) { return contains(l, "step 5 done"); }, 90s))
+      << r0->out();
+  r1->signal(SIGKILL);
+  Finished f = r0->finish(60s);
+  r1->finish(10s);
+  EXPECT_EQ(f.signal, 0) << f.err;
+  EXPECT_EQ(f.exit_code, 1) << f.err;
+  EXPECT_TRUE(contains(f.err, "error: ddp::CollectiveError: ")) << f.err;
+  EXPECT_FALSE(contains(f.err, "terminate called")) << f.err;
+  EXPECT_TRUE(contains(f.out, "cnn on 8000 images")) << f.out;  // its first line is still there
+  std::ifstream in(error_file);
+  const std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(written, "ddp::CollectiveError")) << written;
+  fs::remove(error_file);
 }
 
 TEST(FaultTolerance, SigtermTakesAFinalCheckpointAndTheSameCommandResumes) {

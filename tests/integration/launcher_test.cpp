@@ -143,6 +143,15 @@ TEST(Launcher, AFailingWorkerStopsTheJobWithASummaryNamingIt) {
   EXPECT_TRUE(contains(f.out, "[rank2]:got SIGTERM")) << f.out;
 }
 
+// ddp::init() line-buffers stdout: a worker killed right after printing
+// (by SIGKILL here, a peer's failure in real life) loses no line.
+TEST(Launcher, AWorkerKilledRightAfterPrintingLosesNoLine) {
+  Finished f = run(ddprun({"--nproc", "1", COLLECTIVE_CHECK_BIN, "--then-sigkill"}));
+  EXPECT_EQ(f.exit_code, 1);
+  EXPECT_TRUE(contains(f.err, "killed by SIGKILL")) << f.err;
+  EXPECT_TRUE(contains(f.out, "[rank0]:collectives ok on rank 0 of 1")) << f.out;
+}
+
 TEST(Launcher, AnUncaughtExceptionReachesTheSummaryThroughTheErrorFile) {
   Finished f = run(ddprun({"--nproc", "2", PROBE_BIN, "throw", "the disk is full"}));
   EXPECT_EQ(f.exit_code, 1);

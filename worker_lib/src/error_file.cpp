@@ -22,6 +22,11 @@ std::string demangle(const char* name) {
   return out;
 }
 
+std::string error_file_path() {
+  const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
+  return path ? path : "";
+}
+
 [[noreturn]] void on_terminate() {
   std::string message = "terminate called without an active exception";
   if (auto eptr = std::current_exception()) {
@@ -35,8 +40,8 @@ std::string demangle(const char* name) {
       message = type_name;
     }
   }
-  const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
-  write_error_file(path ? path : "", message);
+  write_error_file(error_file_path(), message);
+  std::fflush(stdout);  // what the program printed before it died
   std::fprintf(stderr, "terminate called after an uncaught exception: %s\n", message.c_str());
   std::fflush(stderr);
   std::abort();
@@ -53,6 +58,15 @@ bool write_error_file(const std::string& path, const std::string& message) {
              message, std::chrono::duration_cast<std::chrono::seconds>(now).count())
       << "\n";
   return static_cast<bool>(out);
+}
+
+std::string record_error(const std::exception& e) {
+  const std::string message = demangle(typeid(e).name()) + ": " + e.what();
+  write_error_file(error_file_path(), message);
+  std::fflush(stdout);
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::fflush(stderr);
+  return message;
 }
 
 void install_error_file_handler() {

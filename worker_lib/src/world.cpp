@@ -1,5 +1,6 @@
 #include "ddp/world.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "channel/env_names.h"
@@ -147,6 +148,11 @@ Communicator& World::for_tensor(const at::Tensor& t) {
 std::shared_ptr<World> init(InitOptions options) {
   const int64_t init_begin = Tracer::now_ns();  // recorded as kInit once the World has its tracer
   install_error_file_handler();
+  // Output reaches ddprun line by line, as Python's does under ddprun's -u:
+  // stdout to a pipe is block-buffered, and a worker that dies (a peer's
+  // failure, SIGKILL) would lose the lines it printed last.
+  std::fflush(stdout);
+  std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
   // A standby worker learns here who it is (its variables arrive now).
   wait_if_standby();
   LaunchInfo info = read_launch_info(options.env);

@@ -136,8 +136,9 @@ class World {
 
 // Waits for its assignment if it is a standby worker (--standby), reads the
 // launch environment, connects to the job's store and its peers,
-// registers the World as this thread's default for get(), and makes an
-// uncaught exception land in the launcher's failure summary.
+// registers the World as this thread's default for get(), makes an uncaught
+// exception land in the launcher's failure summary, and line-buffers stdout
+// (so a worker that dies loses none of the lines it printed).
 // Throws ConfigError, ddprun::StoreError or CollectiveError.
 std::shared_ptr<World> init(InitOptions options = {});
 
