@@ -321,7 +321,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
     spdlog::warn("no NCCL id for round {}: {}", a.round, joined.nccl_id_error);
   }
   for (const auto& lost : a.lost_since_last_round) {
-    spdlog::warn("node {} was lost; the job goes on without it", lost);
+    spdlog::warn("lost node {}; the job goes on without it", lost);  // "'id' (host): why"
   }
   events_.write(ev::kRound, {{"round", a.round}, {"node_rank", a.node_rank}, {"num_nodes", a.num_nodes},
                              {"world_size", a.world_size}, {"restart_count", a.restart_count},
