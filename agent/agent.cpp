@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "channel/event_log.h"
+#include "channel/output_file.h"
 
 namespace ddprun {
 namespace {
@@ -119,9 +120,9 @@ void Agent::prepare_files() {
   for (int i = 0; i < 2; ++i) {
     if (cfg_.duplicate_filters[i].empty()) continue;
     const std::string path = files_dir_ + names[i];
-    duplicate_fd_[i] = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    duplicate_fd_[i] = channel::open_output_file(path, O_APPEND);
     if (duplicate_fd_[i] < 0) {
-      throw std::runtime_error("cannot open " + path + ": " + strerror(errno));
+      throw std::runtime_error("cannot open " + path + ": " + channel::open_error_text(errno));
     }
   }
   if (!cfg_.numa_binding.empty()) {
@@ -141,7 +142,13 @@ void Agent::prepare_files() {
   }
   // Heartbeats: for hang detection (with --hang-timeout), to know when
   // standbys may start, and the workers' progress (always).
-  heartbeats_ = std::make_unique<HeartbeatTable>(files_dir_ + "/heartbeat", cfg_.nproc);
+  try {
+    heartbeats_ = std::make_unique<HeartbeatTable>(files_dir_ + "/heartbeat", cfg_.nproc);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string(e.what()) + (cfg_.log_dir.empty()
+                                                          ? "; make room there or point TMPDIR at another folder"
+                                                          : "; make room there or pick another --log-dir"));
+  }
 }
 
 std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& joined) {
@@ -514,13 +521,11 @@ void Agent::write_trace_clock() {
   }
   const std::string path = trace_node_dir_ + "/clock.json";
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << nlohmann::json{{"offset_ns", clock.offset_ns}, {"rtt_ns", clock.rtt_ns}}.dump() << "\n";
-    if (!f) {
-      spdlog::warn("--trace: cannot write {}", tmp);
-      return;
-    }
+  if (const std::string err = channel::write_output_file(
+          tmp, nlohmann::json{{"offset_ns", clock.offset_ns}, {"rtt_ns", clock.rtt_ns}}.dump() + "\n");
+      !err.empty()) {
+    spdlog::warn("--trace: cannot write {}", err);
+    return;
   }
   // Renamed into place: a merge never reads half a file.
   std::error_code ec;
@@ -585,10 +590,22 @@ void Agent::open_consoles() {
   }
 }
 
+void Agent::remove_temp_files() {
+  if (!files_dir_is_temp_) return;
+  heartbeats_.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(files_dir_, ec);
+}
+
 int Agent::run() {
-  prepare_files();
-  contain_processes();
-  open_consoles();
+  try {
+    prepare_files();
+    contain_processes();
+    open_consoles();
+  } catch (...) {
+    remove_temp_files();  // a full TMPDIR keeps no empty folder of ours
+    throw;
+  }
   start_progress_display();
   events_.write(ev::kJobStart, {{"run_id", cfg_.run_id}, {"nproc", cfg_.nproc}, {"program", cfg_.program}});
   std::string end_detail;
@@ -658,10 +675,7 @@ int Agent::run() {
   dismiss_standbys();
   cgroup_.reset();  // kills whatever is left in the job's cgroup
   heartbeats_.reset();
-  if (files_dir_is_temp_) {
-    std::error_code ec;
-    std::filesystem::remove_all(files_dir_, ec);
-  }
+  remove_temp_files();
   return exit_code;
 }
 

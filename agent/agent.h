@@ -58,6 +58,7 @@ class Agent {
   int pending_stop_signal();
   std::string attempt_dir(int attempt) const;
   void prepare_files();
+  void remove_temp_files();  // the temporary files folder (no --log-dir), if any
   void contain_processes();
   void open_consoles();
   // The workers of one attempt (standbys, if any, are attached by the caller).

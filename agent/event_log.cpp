@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "channel/event_log.h"
+#include "channel/output_file.h"
 
 namespace ddprun {
 
@@ -24,8 +25,8 @@ EventLog::~EventLog() {
 }
 
 void EventLog::add_file(const std::string& path) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot open the event log " + path + ": " + strerror(errno));
+  const int fd = channel::open_output_file(path, O_APPEND);
+  if (fd < 0) throw std::runtime_error("cannot open the event log " + path + ": " + channel::open_error_text(errno));
   fds_.emplace_back(fd, path);
 }
 

@@ -9,18 +9,23 @@
 #include <stdexcept>
 
 #include "channel/heartbeat_layout.h"
+#include "channel/output_file.h"
 
 namespace ddprun {
 
 HeartbeatTable::HeartbeatTable(std::string path, int slots) : path_(std::move(path)), slots_(slots) {
-  int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int fd = channel::open_output_file(path_, O_RDWR | O_TRUNC, 0600);
   if (fd < 0) {
-    throw std::runtime_error("cannot create heartbeat file " + path_ + ": " + std::strerror(errno));
+    throw std::runtime_error("cannot create heartbeat file " + path_ + ": " + channel::open_error_text(errno));
   }
+  // Allocated, not just sized: a store to a page a full file system cannot
+  // give would kill ddprun with SIGBUS.
   const size_t len = channel::heartbeat_file_bytes(slots_);
-  if (::ftruncate(fd, static_cast<off_t>(len)) != 0) {
+  if (const int err = channel::allocate_file(fd, len)) {
     ::close(fd);
-    throw std::runtime_error("cannot size heartbeat file " + path_ + ": " + std::strerror(errno));
+    ::unlink(path_.c_str());
+    throw std::runtime_error("cannot allocate heartbeat file " + path_ + " (" + std::to_string(len) +
+                             " bytes): " + std::strerror(err));
   }
   map_ = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);

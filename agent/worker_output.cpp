@@ -10,6 +10,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "channel/output_file.h"
+
 namespace ddprun {
 
 void write_all(int fd, std::string_view data) {
@@ -26,8 +28,8 @@ void write_all(int fd, std::string_view data) {
 namespace {
 
 int open_log(const std::string& path) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot open log file " + path + ": " + strerror(errno));
+  int fd = channel::open_output_file(path, O_TRUNC);
+  if (fd < 0) throw std::runtime_error("cannot open log file " + path + ": " + channel::open_error_text(errno));
   return fd;
 }
 

@@ -1,5 +1,6 @@
 #include "launcher/cli.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -662,11 +663,30 @@ CliResult parse_canonical(const std::vector<std::string>& args,
 
 }  // namespace
 
-void check_trace_dir(const std::string& dir) {
+void check_output_dir(const std::string& flag, const std::string& dir) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  const bool made = std::filesystem::create_directories(dir, ec);
   if (ec || access(dir.c_str(), W_OK | X_OK) != 0) {
-    throw UsageError("--trace: cannot write to '" + dir + "': " + (ec ? ec.message() : std::strerror(errno)));
+    throw UsageError(flag + ": cannot write to '" + dir + "': " + (ec ? ec.message() : std::strerror(errno)));
+  }
+  // A folder made here is ours alone whatever the umask (002 would leave
+  // it open to the group).
+  if (made) chmod(dir.c_str(), 0755);
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) {
+    throw UsageError(flag + ": cannot write to '" + dir + "': " + std::strerror(errno));
+  }
+  std::string why;
+  if (st.st_uid != geteuid()) {
+    why = "it belongs to uid " + std::to_string(st.st_uid);
+  } else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    why = std::string("other users may write to it (mode ") + mode + ")";
+  }
+  if (!why.empty()) {
+    throw UsageError(flag + ": refusing '" + dir + "': " + why +
+                     ", who could plant links there that ddprun would write through; use a folder of your own");
   }
 }
 

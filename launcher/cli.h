@@ -97,8 +97,10 @@ bool parse_limit_conf(const std::string& key, const std::string& value, ServiceL
 // Parses "3" or "0:1,1:2" for --tee/--redirects (flag names the option).
 StdSelection parse_std_selection(const std::string& flag, const std::string& value);
 
-// Makes --trace DIR and checks that this process can write there; throws
-// UsageError naming the flag otherwise.
-void check_trace_dir(const std::string& dir);
+// Makes an output folder (--trace DIR, --log-dir DIR) and checks that this
+// process can write there and that no other user can: a folder another
+// user owns, or one that others may write to, would let them plant links
+// or files where ddprun writes. Throws UsageError naming the flag.
+void check_output_dir(const std::string& flag, const std::string& dir);
 
 }  // namespace ddprun

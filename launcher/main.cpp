@@ -77,15 +77,8 @@ void check_local_setup(LaunchPlan& plan) {
       a.local_addr = resolved;
     }
   }
-  if (!a.log_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(a.log_dir, ec);
-    if (ec || access(a.log_dir.c_str(), W_OK | X_OK) != 0) {
-      throw UsageError("--log-dir: cannot write to '" + a.log_dir +
-                       "': " + (ec ? ec.message() : std::strerror(errno)));
-    }
-  }
-  if (!a.trace_dir.empty()) check_trace_dir(a.trace_dir);
+  if (!a.log_dir.empty()) check_output_dir("--log-dir", a.log_dir);
+  if (!a.trace_dir.empty()) check_output_dir("--trace", a.trace_dir);
 }
 
 // --trace: the node hosting the rendezvous merges what every node left in

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "channel/event_log.h"
+#include "channel/output_file.h"
 
 namespace ddprun::trace {
 
@@ -159,10 +160,9 @@ MergeResult merge_trace_dir(const std::string& dir, const StepWindow& window, st
                               " node folder(s) of earlier runs (last written before this job started)");
   }
   auto write = [&](const std::string& path, const std::string& text) {
-    std::ofstream f(path, std::ios::trunc);
-    f << text;
-    f.close();
-    if (!f) throw std::runtime_error(path + ": cannot write");
+    if (const std::string err = channel::write_output_file(path, text); !err.empty()) {
+      throw std::runtime_error("cannot write " + err);
+    }
   };
   write(dir + "/trace.json", result.trace.dump());
   write(dir + "/summary.txt", format_summary(result.summary));

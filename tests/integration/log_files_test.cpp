@@ -32,7 +32,7 @@ struct SmallDisk {
   std::string error;  // why it could not be mounted
   SmallDisk() : dir(ddptest::temp_path("logs", "small-disk")) {
     fs::create_directories(dir);
-    if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k") != 0) error = strerror(errno);
+    if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k,mode=0755") != 0) error = strerror(errno);
   }
   ~SmallDisk() {
     if (error.empty()) umount2(dir.c_str(), MNT_DETACH);

@@ -17,7 +17,7 @@ class Tmpfs {
   // Creates the folder `at` and mounts a tmpfs of size_kb KiB on it.
   Tmpfs(const std::filesystem::path& at, int size_kb) : at_(at) {
     std::filesystem::create_directories(at_);
-    const std::string opts = "size=" + std::to_string(size_kb) + "k";
+    const std::string opts = "size=" + std::to_string(size_kb) + "k,mode=0755";  // ours alone, like a folder ddprun accepts
     if (::mount("ddprun-test", at_.c_str(), "tmpfs", 0, opts.c_str()) == 0) {
       mounted_ = true;
     } else {

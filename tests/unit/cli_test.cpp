@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -575,17 +576,53 @@ TEST(Cli, TraceTakesAFolderAndAStepWindow) {
 
 TEST(Cli, TraceFolderMustBeWritable) {
   const std::string dir = "/tmp/ddprun-cli-trace-" + std::to_string(getpid()) + "/a/b";
-  EXPECT_NO_THROW(check_trace_dir(dir));  // made when missing
+  EXPECT_NO_THROW(check_output_dir("--trace", dir));  // made when missing
   EXPECT_EQ(access(dir.c_str(), W_OK), 0);
   std::filesystem::remove_all("/tmp/ddprun-cli-trace-" + std::to_string(getpid()));
   try {
-    check_trace_dir("/proc/ddprun-cannot-write-here");
+    check_output_dir("--trace", "/proc/ddprun-cannot-write-here");
     FAIL() << "no error for /proc";
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()).rfind("--trace: cannot write to '/proc/ddprun-cannot-write-here': ", 0), 0u)
         << e.what();
     EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
   }
+}
+
+// Another user's folder, or one others may write to, could hold links
+// planted where ddprun writes (trace.json -> /etc/...): refused, one line.
+TEST(Cli, OutputFoldersOthersCanWriteToAreRefused) {
+  const std::string base = "/tmp/ddprun-cli-out-" + std::to_string(getpid());
+  std::filesystem::create_directories(base);
+  auto error_of_dir = [](const std::string& flag, const std::string& dir) -> std::string {
+    try {
+      check_output_dir(flag, dir);
+      return "";
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+  };
+  const std::string open_dir = base + "/open";
+  std::filesystem::create_directories(open_dir);
+  chmod(open_dir.c_str(), 01777);  // like /tmp
+  std::string e = error_of_dir("--trace", open_dir);
+  EXPECT_EQ(e.rfind("--trace: refusing '" + open_dir + "': other users may write to it (mode 1777)", 0), 0u) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos);
+  const std::string theirs = base + "/theirs";
+  std::filesystem::create_directories(theirs);
+  if (geteuid() == 0) {
+    ASSERT_EQ(chown(theirs.c_str(), 65534, 65534), 0);
+    e = error_of_dir("--log-dir", theirs);
+    EXPECT_EQ(e.rfind("--log-dir: refusing '" + theirs + "': it belongs to uid 65534", 0), 0u) << e;
+  }
+  // Made here: ours alone, even under umask 002.
+  const mode_t old = umask(002);
+  EXPECT_EQ(error_of_dir("--log-dir", base + "/made/here"), "");
+  umask(old);
+  struct stat st {};
+  ASSERT_EQ(stat((base + "/made/here").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  std::filesystem::remove_all(base);
 }
 
 }  // namespace

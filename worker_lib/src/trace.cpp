@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "channel/output_file.h"
 #include "ddp/launch_info.h"
 
 namespace ddp {
@@ -56,17 +57,20 @@ Tracer::Tracer(const TraceOptions& o)
   const std::filesystem::path path(file_);
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-  const int fd = ::open(file_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ch::open_output_file(file_, O_RDWR | O_TRUNC);
   if (fd < 0) {
     throw std::runtime_error("ddp: cannot create trace file " + file_ + " (DDPRUN_TRACE_FILE): " +
-                             std::strerror(errno));
+                             ch::open_error_text(errno));
   }
-  // Sparse: pages are only allocated as records land on them.
+  // Allocated up front, not sparse: a record landing on a page that a full
+  // file system cannot give would kill the worker with SIGBUS.
   map_len_ = sizeof(ch::TraceHeader) + capacity_ * sizeof(ch::TraceRecord);
-  if (::ftruncate(fd, static_cast<off_t>(map_len_)) != 0) {
-    const int err = errno;
+  if (const int err = ch::allocate_file(fd, map_len_)) {
     ::close(fd);
-    throw std::runtime_error("ddp: cannot size trace file " + file_ + ": " + std::strerror(err));
+    ::unlink(file_.c_str());
+    throw std::runtime_error("ddp: cannot allocate trace file " + file_ + " (" +
+                             std::to_string(map_len_ >> 20) + " MiB, DDPRUN_TRACE_FILE; ddprun --trace names its folder): " +
+                             std::strerror(err));
   }
   map_ = ::mmap(nullptr, map_len_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int err = errno;

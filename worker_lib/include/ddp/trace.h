@@ -33,7 +33,7 @@ struct TraceOptions {
   // records outside any step (init, restore) always are.
   int64_t first_step = 0;
   int64_t end_step = std::numeric_limits<int64_t>::max();
-  uint64_t capacity = uint64_t{1} << 18;  // records (12 MiB, sparse)
+  uint64_t capacity = uint64_t{1} << 18;  // records (12 MiB, allocated when the Tracer starts)
   int rank = 0, local_rank = 0, world_size = 1;
   int attempt = 0;  // the file's folder attempt_<N> wins over this
 };
