@@ -130,6 +130,7 @@ int run(const Options& opt) {
   const int64_t steps_per_epoch = (micro_batches + opt.grad_accum - 1) / opt.grad_accum;
   const int64_t total_steps = steps_per_epoch * opt.epochs;
   int64_t steps = 0;
+  int64_t schedule_step = 0;  // where the learning-rate schedule is, in steps of this world size
   int64_t start_epoch = 0, start_position = 0;
 
   // Checkpoints: rank 0 writes them in the background; at start, the newest
@@ -153,6 +154,14 @@ int run(const Options& opt) {
       // so a job that resumes with more or fewer nodes starts at the same
       // point of the epoch (each rank then reads its share of the rest).
       start_position = (state->sampler_position + ws - 1) / ws;
+      // The schedule goes by the steps of this world size: a checkpoint of a
+      // job that ran on more or fewer ranks counted another number of steps
+      // per epoch (its `step` names files and stays as it is). Taking that
+      // count here would run the learning rate below zero after a job grew
+      // (a node that was alone while another was cut off), and training
+      // would blow up to NaN.
+      const int64_t per_step = opt.batch_size * opt.grad_accum;
+      schedule_step = std::min(total_steps, start_epoch * steps_per_epoch + (start_position + per_step - 1) / per_step);
       if (rank == 0) {
         std::printf("resumed from %s at step %lld (epoch %lld, sample %lld)\n", ckpt->last_path().c_str(),
                     static_cast<long long>(steps), static_cast<long long>(start_epoch + 1),
@@ -214,17 +223,18 @@ int run(const Options& opt) {
       // steps settle instead of bouncing around the minimum.
       {
         ddp::TraceSpan optimizer_span(tracer, ddp::TracePhase::kOptimizer);
-        const double progress = static_cast<double>(steps) / total_steps;
+        const double progress = static_cast<double>(schedule_step) / total_steps;
         for (auto& group : optimizer.param_groups()) {
           static_cast<torch::optim::SGDOptions&>(group.options()).lr(opt.lr * (1 - progress));
         }
         optimizer.step();
       }
       ++steps;
+      ++schedule_step;
       // For the agent's progress line and `ddprun status` (rank 0 prints it
       // itself when run without ddprun): samples of the whole job so far.
       world->report_progress({.step = steps,
-                              .total_steps = total_steps,
+                              .total_steps = total_steps + steps - schedule_step,
                               .epoch = epoch,
                               .loss = step_loss.item<double>(),
                               .samples = (epoch * sampler.num_samples() + sampler.position()) * ws});

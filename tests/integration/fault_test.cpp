@@ -192,6 +192,27 @@ TEST(FaultTolerance, AStoppedWorkerIsFoundHungAndTheJobRecovers) {
   fs::remove(summary);
 }
 
+// A job that grew (a node alone while another was cut off, then both): the
+// checkpoint counted the steps of one rank, twice as many per epoch as two
+// ranks take. The learning-rate schedule must go by the new world's steps:
+// it ran below zero and training ended in NaN ("parameters differ").
+TEST(FaultTolerance, AJobThatResumesOnMoreRanksKeepsItsSchedule) {
+  const fs::path dir = temp("grow-ckpt");
+  Finished alone = ddptest::run({DDPRUN_BIN, "--nproc", "1", TRAIN_BIN, "--limit", "4096", "--epochs", "1",
+                                 "--checkpoint-dir", dir.string(), "--checkpoint-every", "20"});
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  Finished grown = ddptest::run({DDPRUN_BIN, "--nproc", "2", TRAIN_BIN, "--limit", "4096", "--epochs", "2",
+                                 "--checkpoint-dir", dir.string()},
+                                {"DDPRUN_CPU_COMM=gloo"});
+  EXPECT_EQ(grown.exit_code, 0) << grown.err;
+  EXPECT_TRUE(contains(grown.out, "]:resumed from ")) << grown.out;
+  EXPECT_TRUE(contains(grown.out, "]:parameters identical on all 2 ranks")) << grown.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(grown.out, m, std::regex(R"(epoch 2/2: loss (\S+),)"))) << grown.out;
+  EXPECT_LT(std::stod(m[1]), 1.0) << grown.out;  // still learning, not blown up
+  fs::remove_all(dir);
+}
+
 // Without ddprun (hand-set variables, nobody to send SIGTERM): a peer that
 // dies mid-training makes train exit 1 with the error on one line and in
 // the error file, not abort (SIGABRT, a core dump) with its output lost.
