@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/security.h"
 #include "rendezvous/status_proto.h"
@@ -21,6 +23,13 @@ void prepare(grpc::ClientContext& ctx, std::chrono::milliseconds timeout) {
   // Wait for the channel to connect instead of failing at once: workers and
   // agents may call before the service is reachable.
   ctx.set_wait_for_ready(true);
+}
+
+// UNAVAILABLE from the transport (a reset, a refused or lost connection),
+// not the service's own refusal (its messages start "rendezvous: ", like
+// "rendezvous: shutting down", which is final).
+bool is_transport_error(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE && s.error_message().rfind("rendezvous: ", 0) != 0;
 }
 
 std::string describe(const grpc::Status& s) {
@@ -97,14 +106,27 @@ JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
   req.set_workers_failed(a.intent.workers_failed);
   req.set_lease_ms(a.lease.count());
 
-  grpc::ClientContext ctx;
-
-  attach_token(ctx, stub_->token);
-  prepare(ctx, a.timeout + kTripMargin);
+  // A join may wait long (for the other nodes, for a host that went away),
+  // and the connection under it may break meanwhile: a link that was cut
+  // for longer than the host kept it open comes back with a reset. Such a
+  // transport error is no answer: the same join is sent again (the service
+  // takes a node's newer join in place of its older one) until join_timeout
+  // is spent; each new call waits for the channel to reconnect, at gRPC's
+  // reconnect back-off.
+  const auto give_up_at = Clock::now() + a.timeout;
   v1::JoinResponse resp;
-  if (canceller) canceller->attach(&ctx);
-  grpc::Status s = stub_->stub->Join(&ctx, req, &resp);
-  if (canceller) canceller->detach();
+  grpc::Status s;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up_at - Clock::now());
+    req.set_timeout_ms(std::max<int64_t>(1, left.count()));
+    grpc::ClientContext ctx;
+    attach_token(ctx, stub_->token);
+    prepare(ctx, std::max(left, std::chrono::milliseconds(1)) + kTripMargin);
+    if (canceller) canceller->attach(&ctx);
+    s = stub_->stub->Join(&ctx, req, &resp);
+    if (canceller) canceller->detach();
+    if (!is_transport_error(s) || Clock::now() >= give_up_at || (canceller && canceller->cancelled())) break;
+  }
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
       s.error_message() == "Deadline Exceeded") {
     // Our own deadline, not the service's answer: it never answered.

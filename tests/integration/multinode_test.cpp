@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <regex>
+#include <thread>
 
 #include "support/netns.h"
 #include "support/job_helpers.h"
@@ -373,6 +374,46 @@ TEST(NetNodes, APausedRendezvousHostCostsARoundNotTheJob) {
   // Rank 0 trained to the end: both epochs, then the check across ranks.
   EXPECT_TRUE(contains(f0.out + f1.out, "]:epoch 2/2")) << f0.out << f1.out;
   EXPECT_TRUE(contains(f0.out + f1.out, "]:parameters identical on all")) << f0.out << f1.out;
+  fs::remove_all(ckpt);
+}
+
+// A cut long enough for the host to give up the cut-off node's connection:
+// when the link returns, that node's join meets a reset connection. A
+// transport error is retried until join_timeout, so it rejoins the job
+// (admitted into a new round) instead of failing the moment the link is back.
+TEST(NetNodes, ANodeCutOffForHalfAMinuteRejoinsWhenTheLinkReturns) {
+  std::string why;
+  auto lab = lab_or_skip(2, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const fs::path ckpt = temp("long-cut-ckpt");
+  auto node = [&](int i) {
+    std::vector<std::string> flags{"--nnodes", "1:2", "--nproc", "1", "--node-rank", std::to_string(i),
+                                   "--rdzv-endpoint", lab->addr(0) + ":29400", "--rdzv-id", "longcut",
+                                   "--max-restarts", "3", "--stop-timeout", "3", "--rdzv-conf",
+                                   "join_timeout=120"};
+    // Long enough to outlast the cut on node 0 alone (about 5k images/s).
+    std::vector<std::string> prog{TRAIN_BIN, "--epochs", "4", "--print-steps", "--checkpoint-dir",
+                                  ckpt.string(), "--checkpoint-every", "50"};
+    return lab->wrap(i, node_cmd(flags, prog));
+  };
+  Process n0(node(0));
+  Process n1(node(1));
+  ASSERT_TRUE(reach_step(n0, 25)) << n0.out();
+  lab->link_down(1);
+  ASSERT_TRUE(n1.wait_for_err_line(
+                    [](const std::string& l) { return contains(l, "lost contact with the rendezvous"); }, 30s)
+                  .has_value());
+  // Half a minute without a packet either way (no sleep could be replaced
+  // here: the cut's length is the point).
+  std::this_thread::sleep_for(30s);
+  lab->link_up(1);
+  Finished f1 = n1.finish(4min);
+  Finished f0 = n0.finish(4min);
+  EXPECT_EQ(f1.exit_code, 0) << f1.err;
+  EXPECT_FALSE(contains(f1.err, "join failed")) << f1.err;
+  EXPECT_EQ(f0.exit_code, 0) << f0.err;
+  EXPECT_TRUE(contains(f0.err, "admitting node")) << f0.err;
+  EXPECT_TRUE(contains(f0.out, "]:parameters identical on all 2 ranks")) << f0.out;
   fs::remove_all(ckpt);
 }
 
