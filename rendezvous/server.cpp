@@ -43,6 +43,7 @@ RendezvousServer::RendezvousServer(ServerOptions options, JobRegistry::IdSource 
     throw ListenError("rendezvous: cannot listen on " + listen +
                       " (is the port in use, or the address not this host's? change --rdzv-endpoint)");
   }
+  trimmer_ = std::make_unique<MemoryTrimmer>(std::chrono::seconds(10));
 }
 
 RendezvousServer::~RendezvousServer() { shutdown(); }
@@ -53,6 +54,7 @@ std::string RendezvousServer::address() const {
 }
 
 void RendezvousServer::shutdown() {
+  trimmer_.reset();
   if (!server_) return;
   // Wake handlers blocked in joins and store waits first, so that shutting
   // the server down does not wait for their timeouts.

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "rendezvous/limits.h"
+#include "rendezvous/memory_trimmer.h"
 #include "rendezvous/registry.h"
 #include "rendezvous/security.h"
 
@@ -55,6 +56,7 @@ class RendezvousServer {
   JobRegistry registry_;
   std::unique_ptr<RendezvousHandler> handler_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MemoryTrimmer> trimmer_;  // what a connection flood left, back to the system
 };
 
 }  // namespace ddprun
