@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <limits>
+#include <string_view>
+#include <unordered_set>
 
 namespace ddprun::tcpstore {
 namespace {
@@ -114,6 +116,28 @@ void KeySpace::cancel_wait(ConnId conn) {
   waits_.erase(w);
 }
 
+size_t KeySpace::parked_by(ConnId conn) const {
+  size_t n = 0;
+  if (auto w = waits_.find(conn); w != waits_.end()) n += w->second.remaining;
+  if (auto w = watched_.find(conn); w != watched_.end()) n += w->second.size();
+  return n;
+}
+
+// Each connection may park its share (so one client cannot take every
+// restarted worker's room), and all together at most max_parked.
+std::optional<std::string> KeySpace::over_quota(ConnId conn, size_t more, const char* what) const {
+  const size_t mine = parked_by(conn) + more;
+  if (mine > quota_.max_parked_per_conn) {
+    return std::string(what) + " would park " + std::to_string(mine) + " keys for this connection, more than its " +
+           std::to_string(quota_.max_parked_per_conn) + " (max_waits_per_client)";
+  }
+  if (parked() + more > quota_.max_parked) {
+    return std::string(what) + " would park " + std::to_string(parked() + more) +
+           " keys in all, more than " + std::to_string(quota_.max_parked);
+  }
+  return std::nullopt;
+}
+
 void KeySpace::drop_connection(ConnId conn) {
   cancel_wait(conn);
   auto w = watched_.find(conn);
@@ -214,20 +238,15 @@ std::optional<std::string> KeySpace::apply(ConnId conn, Version v, const Request
       // again on the same connection: the new wait replaces the old one.
       cancel_wait(conn);
       Wait w;
+      std::unordered_set<std::string_view> seen;  // a key named twice is waited for once
       for (const auto& k : r.keys) {
-        if (!data_.count(k) &&
-            std::find(w.missing.begin(), w.missing.end(), k) == w.missing.end()) {
-          w.missing.push_back(k);
-        }
+        if (!data_.count(k) && seen.insert(k).second) w.missing.push_back(k);
       }
       if (w.missing.empty()) {
         send_(conn, one_byte(kStopWaiting));
         return std::nullopt;
       }
-      if (parked() + w.missing.size() > quota_.max_parked) {
-        return "WAIT would park " + std::to_string(parked() + w.missing.size()) +
-               " keys, more than " + std::to_string(quota_.max_parked);
-      }
+      if (auto over = over_quota(conn, w.missing.size(), "WAIT")) return over;
       w.remaining = w.missing.size();
       for (const auto& k : w.missing) waiters_[k].push_back(conn);
       parked_keys_ += w.missing.size();
@@ -240,11 +259,9 @@ std::optional<std::string> KeySpace::apply(ConnId conn, Version v, const Request
     case Op::kWatchKey: {
       if (v != Version::kV1) return "WATCH_KEY is not a command of protocol v2";
       auto& mine = watched_[conn];
-      if (mine.insert(r.keys[0]).second) {
-        if (parked() + 1 > quota_.max_parked) {
-          mine.erase(r.keys[0]);
-          return "WATCH_KEY would pass " + std::to_string(quota_.max_parked) + " parked requests";
-        }
+      if (!mine.count(r.keys[0])) {
+        if (auto over = over_quota(conn, 1, "WATCH_KEY")) return over;
+        mine.insert(r.keys[0]);
         watchers_[r.keys[0]].push_back(conn);
         ++watch_count_;
       }

@@ -24,7 +24,8 @@ struct Quota {
   size_t max_value_bytes = size_t{1} << 20;
   size_t max_keys = 100000;
   size_t max_bytes = size_t{64} << 20;
-  size_t max_parked = 16384;  // parked waits and watches together
+  size_t max_parked = 16384;  // parked waits and watches together, over all connections
+  size_t max_parked_per_conn = 1024;  // the same, each connection's share
 };
 
 class KeySpace {
@@ -62,6 +63,8 @@ class KeySpace {
   void changed(const std::string& key, uint8_t event, const std::string& old_value,
                const std::string& new_value);
   void cancel_wait(ConnId conn);
+  size_t parked_by(ConnId conn) const;  // keys its wait misses plus keys it watches
+  std::optional<std::string> over_quota(ConnId conn, size_t more, const char* what) const;
   bool all_present(const std::vector<std::string>& keys) const;
 
   const Quota quota_;

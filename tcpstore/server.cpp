@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <future>
 
@@ -28,9 +29,41 @@ struct Server::Conn {
   bool polling_out = false;
   bool doomed = false;
   std::string doom_reason;
+  std::chrono::steady_clock::time_point opened;      // accepted
+  std::chrono::steady_clock::time_point last_input;  // bytes last arrived
+  bool served = false;                                // a request of it was carried out
 };
 
 namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// A log line with peer bytes in it (keys, refused commands) made safe for a
+// terminal and a log file: control characters and bytes outside ASCII are
+// escaped (\xNN), so no escape sequence or newline of a client's reaches
+// the console (a forged "[ddprun ...]" line), and it is at most 400 chars.
+std::string printable(const std::string& text) {
+  constexpr size_t kMax = 400;
+  std::string out;
+  for (unsigned char ch : text) {
+    if (out.size() >= kMax) {
+      out += "...";
+      break;
+    }
+    if (ch >= 0x20 && ch < 0x7f && ch != '\\') {
+      out += static_cast<char>(ch);
+    } else {
+      char esc[8];
+      std::snprintf(esc, sizeof(esc), "\\x%02x", ch);
+      out += esc;
+    }
+  }
+  return out;
+}
+
+// accept() errors that mean "no file descriptor or memory for it now": the
+// connection stays queued, and calling again at once fails the same way.
+bool out_of_resources(int err) { return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM; }
 
 std::string peer_of(int fd) {
   sockaddr_storage ss{};
@@ -81,6 +114,7 @@ Server::Server(ServerOptions options) : opts_(std::move(options)) {
   q.max_keys = opts_.limits.max_job_keys;
   q.max_bytes = opts_.limits.max_job_bytes;
   q.max_parked = opts_.limits.max_waits;
+  q.max_parked_per_conn = opts_.limits.max_waits_per_client;
   keys_ = std::make_unique<KeySpace>(q, [this](ConnId id, std::string b) { send(id, std::move(b)); });
 
   sockaddr_in addr{};
@@ -136,12 +170,92 @@ Server::~Server() {
   close(wake_fd_);
 }
 
-void Server::log(const std::string& line) {
-  if (opts_.log) {
-    opts_.log(line);
-  } else {
-    std::fprintf(stderr, "ddprun: tcpstore: %s\n", line.c_str());
+void Server::log(const std::string& raw) {
+  // At most kLogBurst lines per window: a client that breaks the rules on
+  // every connection must not flood the console (or spin a core on it).
+  const auto now = SteadyClock::now();
+  std::string line;
+  if (now - log_window_start_ >= kLogWindow) {
+    if (log_left_out_ > 0) {
+      line = std::to_string(log_left_out_) + " more line(s) like these were left out in " +
+             std::to_string(kLogWindow.count()) + " s\n";
+    }
+    log_window_start_ = now;
+    log_window_lines_ = 0;
+    log_left_out_ = 0;
   }
+  if (log_window_lines_ >= kLogBurst) {
+    ++log_left_out_;
+    ++stats_.log_lines_left_out;
+    return;
+  }
+  ++log_window_lines_;
+  ++stats_.log_lines;
+  auto emit = [&](const std::string& text) {
+    if (opts_.log) {
+      opts_.log(text);
+    } else {
+      std::fprintf(stderr, "ddprun: tcpstore: %s\n", text.c_str());
+    }
+  };
+  if (!line.empty()) emit(line.substr(0, line.size() - 1));
+  emit(printable(raw));
+}
+
+size_t Server::max_buffered() const {
+  return opts_.max_buffered_bytes ? opts_.max_buffered_bytes : 2 * opts_.limits.max_job_bytes + (size_t{16} << 20);
+}
+
+ServerStats Server::stats() {
+  std::promise<ServerStats> done;
+  post([&] {
+    ServerStats s = stats_;
+    s.connections = conns_.size();
+    s.buffered_bytes = buffered_;
+    for (const auto& [id, c] : conns_) s.held_bytes += c->in.capacity() + c->out.capacity();
+    done.set_value(s);
+  });
+  return done.get_future().get();
+}
+
+int Server::wait_ms(SteadyClock::time_point now) const {
+  // Wake for the accept pause's end, and for the next sweep while there
+  // are connections.
+  std::optional<SteadyClock::time_point> at = accept_paused_until_;
+  if (!conns_.empty() && (!at || next_sweep_ < *at)) at = next_sweep_;
+  if (!at) return -1;
+  return static_cast<int>(std::max<int64_t>(
+      0, std::chrono::duration_cast<std::chrono::milliseconds>(*at - now).count() + 1));
+}
+
+void Server::sweep(SteadyClock::time_point now) {
+  if (now < next_sweep_) return;
+  next_sweep_ = now + std::chrono::seconds(1);  // once a second is plenty for timeouts of seconds
+  std::vector<std::pair<ConnId, std::string>> late;
+  for (const auto& [id, c] : conns_) {
+    if (c->in.size() > c->in_pos && now - c->last_input >= opts_.stall_timeout) {
+      late.emplace_back(id, "sent part of a request and nothing more for " +
+                                std::to_string(opts_.stall_timeout.count() / 1000) + " s");
+    } else if (!c->served && now - c->opened >= opts_.first_request_timeout) {
+      late.emplace_back(id, "completed no request in " +
+                                std::to_string(opts_.first_request_timeout.count() / 1000) + " s");
+    }
+  }
+  for (const auto& [id, why] : late) close_conn(id, why);
+}
+
+void Server::pause_accepting(int err) {
+  // The pending connection stays in the listen queue; accept() would fail
+  // again at once, so stop watching the socket for 100 ms (the loop's
+  // timeout brings it back) instead of spinning.
+  accept_paused_until_ = SteadyClock::now() + std::chrono::milliseconds(100);
+  ++stats_.accept_pauses;
+  epoll_event ev{};
+  ev.events = 0;
+  ev.data.u64 = 0;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+  log(std::string("cannot accept connections: ") + strerror(err) + " (serving " + std::to_string(conns_.size()) +
+      "; raise the file limit, ulimit -n); trying again in 100 ms");
 }
 
 void Server::post(std::function<void()> fn) {
@@ -183,12 +297,22 @@ void Server::inspect(const std::function<void(const KeySpace&)>& fn) {
 void Server::run() {
   std::vector<epoll_event> events(64);
   while (!stop_) {
-    const int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), -1);
+    const int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()),
+                             wait_ms(SteadyClock::now()));
     if (n < 0) {
       if (errno == EINTR) continue;
       log(std::string("epoll_wait failed: ") + strerror(errno) + "; the store stops serving");
       return;
     }
+    const auto now = SteadyClock::now();
+    if (accept_paused_until_ && now >= *accept_paused_until_) {
+      accept_paused_until_.reset();
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = 0;
+      epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+    }
+    sweep(now);
     // Posted tasks first: whatever a client sent after a task was posted
     // is handled after the task (clear() relies on it).
     for (int i = 0; i < n; ++i) {
@@ -227,14 +351,24 @@ void Server::run() {
 }
 
 void Server::accept_all() {
-  while (true) {
+  while (!accept_paused_until_) {
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (out_of_resources(errno)) {
+        pause_accepting(errno);
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
         log(std::string("accept failed: ") + strerror(errno));
       }
       return;
+    }
+    if (conns_.size() >= opts_.max_connections) {
+      // Taken off the queue and closed: a full queue would keep the rest waiting.
+      ++stats_.turned_away;
+      log("turning away a connection from " + peer_of(fd) + ": the store serves " +
+          std::to_string(conns_.size()) + " connections, its most (max_connections)");
+      close(fd);
+      continue;
     }
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -242,6 +376,7 @@ void Server::accept_all() {
     c->id = next_id_++;
     c->fd = fd;
     c->peer = peer_of(fd);
+    c->opened = c->last_input = SteadyClock::now();
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = c->id;
@@ -256,9 +391,17 @@ void Server::on_readable(Conn& c) {
     const ssize_t n = recv(c.fd, buf, sizeof(buf), 0);
     if (n > 0) {
       c.in.append(buf, static_cast<size_t>(n));
+      buffered_ += static_cast<size_t>(n);
+      c.last_input = SteadyClock::now();
       if (c.in.size() - c.in_pos > buffer_cap(opts_.limits)) {
         close_conn(c.id, "sent a request of more than " +
                              std::to_string(buffer_cap(opts_.limits)) + " bytes");
+        return;
+      }
+      if (buffered_ > max_buffered()) {
+        close_conn(c.id, "the store would buffer " + std::to_string(buffered_) +
+                             " bytes for all its connections, more than its " + std::to_string(max_buffered()) +
+                             " (max_buffered_bytes)");
         return;
       }
       if (static_cast<size_t>(n) < sizeof(buf)) break;
@@ -296,15 +439,19 @@ void Server::handle_input(Conn& c) {
       return;
     }
     c.in_pos += p.used;
+    buffered_ -= p.used;
     if (auto refused = keys_->apply(id, *c.version, r)) {
       close_conn(id, *refused);
       return;
     }
+    c.served = true;
   }
-  // Keep the buffer from growing: drop what has been handled.
+  // Keep the buffer from growing: drop what has been handled, and give back
+  // the room a big request took once it is done.
   if (c.in_pos > 0 && conns_.count(id)) {
     c.in.erase(0, c.in_pos);
     c.in_pos = 0;
+    if (c.in.empty() && c.in.capacity() > (size_t{1} << 20)) std::string().swap(c.in);
   }
 }
 
@@ -312,13 +459,19 @@ void Server::send(ConnId id, std::string bytes) {
   auto it = conns_.find(id);
   if (it == conns_.end() || it->second->doomed) return;
   Conn& c = *it->second;
-  c.out.append(bytes);
-  if (c.out.size() - c.out_pos > buffer_cap(opts_.limits)) {
+  const size_t unread = c.out.size() - c.out_pos;
+  if (unread > kMaxUnreadReplyBytes || buffered_ + bytes.size() > max_buffered()) {
     c.doomed = true;
-    c.doom_reason = "does not read its replies";
+    c.doom_reason = unread > kMaxUnreadReplyBytes
+                        ? "does not read its replies (" + std::to_string(unread) + " bytes unread, at most " +
+                              std::to_string(kMaxUnreadReplyBytes) + " beyond one reply)"
+                        : "a reply would make the store buffer more than its " + std::to_string(max_buffered()) +
+                              " bytes for all connections (max_buffered_bytes)";
     doomed_.push_back(id);
     return;
   }
+  c.out.append(bytes);
+  buffered_ += bytes.size();
   flush(c);
 }
 
@@ -327,6 +480,7 @@ void Server::flush(Conn& c) {
     const ssize_t n = ::send(c.fd, c.out.data() + c.out_pos, c.out.size() - c.out_pos, MSG_NOSIGNAL);
     if (n > 0) {
       c.out_pos += static_cast<size_t>(n);
+      buffered_ -= static_cast<size_t>(n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -339,6 +493,12 @@ void Server::flush(Conn& c) {
   }
   if (c.out_pos == c.out.size()) {
     c.out.clear();
+    c.out_pos = 0;
+    if (c.out.capacity() > (size_t{1} << 20)) std::string().swap(c.out);
+  } else if (c.out_pos >= (size_t{64} << 10) && 2 * c.out_pos >= c.out.size()) {
+    // A slow reader: drop what it has taken as it goes, not only once it
+    // has taken everything (the buffer grew without bound before).
+    c.out.erase(0, c.out_pos);
     c.out_pos = 0;
   }
   const bool want_out = !c.out.empty();
@@ -358,6 +518,7 @@ void Server::close_conn(ConnId id, const std::string& why) {
   if (it == conns_.end()) return;
   Conn& c = *it->second;
   if (!why.empty()) log("closing the connection from " + c.peer + ": " + why);
+  buffered_ -= (c.in.size() - c.in_pos) + (c.out.size() - c.out_pos);
   keys_->drop_connection(id);
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
   close(c.fd);
