@@ -48,129 +48,141 @@ bool Reader::take(uint64_t n, std::string& out) {
 
 namespace {
 
-// Reads one length-prefixed string no longer than max; sets *bad (with a
-// message naming what) when the length passes it.
-class Decoder {
- public:
-  Decoder(std::string_view in, const WireLimits& limits, Op op)
-      : r_(in), limits_(limits), op_(op) {}
+// One field of a request's arguments, in the order they are sent.
+enum class Field { kNumber, kDelta, kCount, kKey, kValue, kEnd };
 
-  bool key(std::string& out) { return string(out, limits_.max_key_bytes, "key", "4096 bytes"); }
-  bool value(std::string& out) {
-    return string(out, limits_.max_value_bytes, "value", "--rdzv-conf max_value_bytes");
-  }
-  bool count(uint64_t& n) {
-    if (!r_.u64(n)) return false;
-    if (n > limits_.max_keys_per_request) {
-      fail(std::string(op_name(op_)) + " names " + std::to_string(n) + " keys, more than " +
-           std::to_string(limits_.max_keys_per_request) + " (--rdzv-conf max_job_keys)");
-      return false;
-    }
-    return true;
-  }
-  Reader& reader() { return r_; }
-  bool bad() const { return !error_.empty(); }
-  const std::string& error() const { return error_; }
-
- private:
-  bool string(std::string& out, uint64_t max, const char* what, const char* setting) {
-    uint64_t n;
-    if (!r_.u64(n)) return false;
-    if (n > max) {
-      fail(std::string(op_name(op_)) + " sends a " + what + " of " + std::to_string(n) +
-           " bytes, more than " + std::to_string(max) + " (" + setting + ")");
-      return false;
-    }
-    return r_.take(n, out);
-  }
-  void fail(std::string e) { error_ = std::move(e); }
-
-  Reader r_;
-  const WireLimits& limits_;
-  Op op_;
-  std::string error_;
-};
-
-// Decodes the arguments of r.op; false when short or bad (see d.bad()).
-bool decode_args(Decoder& d, Request& r) {
-  auto& in = d.reader();
-  switch (r.op) {
+// The field at index f of op's arguments; count: the keys a multi-key op
+// names (its field 0).
+Field field_at(Op op, size_t f, uint64_t count) {
+  switch (op) {
     case Op::kValidate:
     case Op::kPing:
-      return in.u32(r.number);
+      return f == 0 ? Field::kNumber : Field::kEnd;
     case Op::kSet:
     case Op::kAppend:
-      r.keys.resize(1);
-      r.values.resize(1);
-      return d.key(r.keys[0]) && d.value(r.values[0]);
+      return f == 0 ? Field::kKey : f == 1 ? Field::kValue : Field::kEnd;
     case Op::kCompareSet:
-      r.keys.resize(1);
-      r.values.resize(2);
-      return d.key(r.keys[0]) && d.value(r.values[0]) && d.value(r.values[1]);
+      return f == 0 ? Field::kKey : f <= 2 ? Field::kValue : Field::kEnd;
     case Op::kGet:
     case Op::kWatchKey:
     case Op::kDeleteKey:
-      r.keys.resize(1);
-      return d.key(r.keys[0]);
+      return f == 0 ? Field::kKey : Field::kEnd;
     case Op::kAdd:
-      r.keys.resize(1);
-      return d.key(r.keys[0]) && in.i64(r.delta);
+      return f == 0 ? Field::kKey : f == 1 ? Field::kDelta : Field::kEnd;
     case Op::kCheck:
     case Op::kWait:
-    case Op::kMultiGet: {
-      uint64_t n;
-      if (!d.count(n)) return false;
-      r.keys.resize(n);
-      for (auto& k : r.keys) {
-        if (!d.key(k)) return false;
-      }
-      return true;
-    }
-    case Op::kMultiSet: {
-      uint64_t n;
-      if (!d.count(n)) return false;
-      r.keys.resize(n);
-      r.values.resize(n);
-      for (uint64_t i = 0; i < n; ++i) {
-        if (!d.key(r.keys[i]) || !d.value(r.values[i])) return false;
-      }
-      return true;
-    }
+    case Op::kMultiGet:
+      return f == 0 ? Field::kCount : f <= count ? Field::kKey : Field::kEnd;
+    case Op::kMultiSet:
+      if (f == 0) return Field::kCount;
+      if (f > 2 * count) return Field::kEnd;
+      return f % 2 == 1 ? Field::kKey : Field::kValue;
     case Op::kNumKeys:
     case Op::kCancelWait:
+      return Field::kEnd;
+  }
+  return Field::kEnd;
+}
+
+bool multi_key(Op op) {
+  return op == Op::kCheck || op == Op::kWait || op == Op::kMultiGet || op == Op::kMultiSet;
+}
+
+// Reads field f into st.partial; false when its bytes have not all arrived
+// or it breaks a limit (then *error says which).
+bool read_field(Field f, Reader& r, const WireLimits& limits, ParseState& st, std::string* error) {
+  Request& req = st.partial;
+  const char* name = op_name(req.op);
+  switch (f) {
+    case Field::kNumber:
+      return r.u32(req.number);
+    case Field::kDelta:
+      return r.i64(req.delta);
+    case Field::kCount:
+      if (!r.u64(st.count)) return false;
+      if (st.count > limits.max_keys_per_request) {
+        *error = std::string(name) + " names " + std::to_string(st.count) + " keys, more than " +
+                 std::to_string(limits.max_keys_per_request) + " (--rdzv-conf max_job_keys)";
+        return false;
+      }
       return true;
+    case Field::kKey:
+    case Field::kValue: {
+      const bool key = f == Field::kKey;
+      const uint64_t max = key ? limits.max_key_bytes : limits.max_value_bytes;
+      uint64_t n;
+      if (!r.u64(n)) return false;
+      if (n > max) {
+        *error = std::string(name) + " sends a " + (key ? "key" : "value") + " of " + std::to_string(n) +
+                 " bytes, more than " + std::to_string(max) + " (" +
+                 (key ? "4096 bytes" : "--rdzv-conf max_value_bytes") + ")";
+        return false;
+      }
+      if (multi_key(req.op) && st.payload + n > limits.max_request_bytes) {
+        *error = std::string(name) + " sends more than " + std::to_string(limits.max_request_bytes) +
+                 " bytes of keys and values (--rdzv-conf max_job_bytes)";
+        return false;
+      }
+      std::string bytes;
+      if (!r.take(n, bytes)) return false;  // not all there yet
+      st.payload += n;
+      (key ? req.keys : req.values).push_back(std::move(bytes));
+      return true;
+    }
+    case Field::kEnd:
+      break;
   }
   return false;
 }
 
 }  // namespace
 
-ParseResult parse_request(Version v, std::string_view in, const WireLimits& limits, Request& out) {
+ParseResult parse_request(Version v, std::string_view in, const WireLimits& limits, Request& out,
+                          ParseState* state) {
+  ParseState scratch;
+  ParseState& st = state ? *state : scratch;
   ParseResult res;
   if (in.empty()) return res;
-  const uint8_t code = static_cast<uint8_t>(in[0]);
-  auto op = op_from_code(v, code);
-  if (!op) {
-    res.status = Parse::kBad;
-    res.error = "unknown command " + std::to_string(code) + " for protocol " + version_name(v);
-    // PyTorch 2.x's later commands, which this store does not serve.
-    static const char* const kLater[] = {"QUEUE_PUSH", "QUEUE_POP", "QUEUE_LEN", "LIST_KEYS", "BARRIER"};
-    if (v == Version::kV2 && code >= 14 && code < 14 + std::size(kLater)) {
-      res.error = std::string("command ") + kLater[code - 14] + " (" + std::to_string(code) +
-                  ", PyTorch 2.x) is not served by ddprun's store";
+  if (!st.started) {
+    const uint8_t code = static_cast<uint8_t>(in[0]);
+    auto op = op_from_code(v, code);
+    if (!op) {
+      res.status = Parse::kBad;
+      res.error = "unknown command " + std::to_string(code) + " for protocol " + version_name(v);
+      // PyTorch 2.x's later commands, which this store does not serve.
+      static const char* const kLater[] = {"QUEUE_PUSH", "QUEUE_POP", "QUEUE_LEN", "LIST_KEYS", "BARRIER"};
+      if (v == Version::kV2 && code >= 14 && code < 14 + std::size(kLater)) {
+        res.error = std::string("command ") + kLater[code - 14] + " (" + std::to_string(code) +
+                    ", PyTorch 2.x) is not served by ddprun's store";
+      }
+      return res;
     }
-    return res;
+    st = ParseState{};
+    st.started = true;
+    st.partial.op = *op;
+    st.used = 1;
   }
-  out = Request{};
-  out.op = *op;
-  Decoder d(in.substr(1), limits, *op);
-  if (decode_args(d, out)) {
-    res.status = Parse::kDone;
-    res.used = 1 + d.reader().used();
-  } else if (d.bad()) {
-    res.status = Parse::kBad;
-    res.error = d.error();
+  while (true) {
+    const Field f = field_at(st.partial.op, st.fields, st.count);
+    if (f == Field::kEnd) break;
+    Reader r(in, st.used);
+    std::string error;
+    if (!read_field(f, r, limits, st, &error)) {
+      if (!error.empty()) {
+        res.status = Parse::kBad;
+        res.error = std::move(error);
+        st = ParseState{};
+      }
+      return res;
+    }
+    st.used = r.used();
+    ++st.fields;
+    ++res.steps;
   }
+  out = std::move(st.partial);
+  res.status = Parse::kDone;
+  res.used = st.used;
+  st = ParseState{};
   return res;
 }
 

@@ -38,7 +38,8 @@ class Writer {
 // false (and reads nothing) when the bytes are not all there yet.
 class Reader {
  public:
-  explicit Reader(std::string_view in) : in_(in) {}
+  // pos: where reading starts (bytes of in already taken).
+  explicit Reader(std::string_view in, size_t pos = 0) : in_(in), pos_(pos) {}
   bool u8(uint8_t& v);
   bool u32(uint32_t& v);
   bool u64(uint64_t& v);
@@ -67,6 +68,10 @@ struct WireLimits {
   uint64_t max_key_bytes = 4096;
   uint64_t max_value_bytes = uint64_t{1} << 20;
   uint64_t max_keys_per_request = 100000;
+  // The keys and values of one multi-key request (CHECK, WAIT, MULTI_GET,
+  // MULTI_SET) together: more than the store may hold could never be
+  // stored or answered (--rdzv-conf max_job_bytes).
+  uint64_t max_request_bytes = uint64_t{64} << 20;
 };
 
 enum class Parse { kNeedMore, kDone, kBad };
@@ -75,10 +80,28 @@ struct ParseResult {
   Parse status = Parse::kNeedMore;
   size_t used = 0;    // bytes of the request when kDone
   std::string error;  // why, when kBad (names the op and the limit)
+  size_t steps = 0;   // fields decoded by this call (what it cost)
 };
 
-// Decodes the first request of in (bytes a version-v connection sent).
-ParseResult parse_request(Version v, std::string_view in, const WireLimits& limits, Request& out);
+// How far the decoding of a request got when its bytes ran out. Passed again
+// with the same bytes and more, decoding resumes there instead of starting
+// over, so a request that arrives a few bytes at a time costs time linear
+// in its size (decoding it again from the start each time was quadratic: a
+// MULTI_SET of 60 MiB sent a byte at a time copied 60 MiB per byte).
+struct ParseState {
+  bool started = false;
+  Request partial;      // the fields decoded so far
+  size_t used = 0;      // bytes they took, the command byte included
+  size_t fields = 0;    // how many
+  uint64_t count = 0;   // multi-key ops: the keys named, once read
+  uint64_t payload = 0; // multi-key ops: key and value bytes announced so far
+};
+
+// Decodes the first request of in (bytes a version-v connection sent). With
+// state, resumes where the last call with the same state stopped (in must
+// start with the same bytes); the state is reset on kDone and kBad.
+ParseResult parse_request(Version v, std::string_view in, const WireLimits& limits, Request& out,
+                          ParseState* state = nullptr);
 
 // The bytes a client of version v sends for r. Throws std::invalid_argument
 // when v has no such command.

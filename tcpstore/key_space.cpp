@@ -6,6 +6,8 @@
 #include <string_view>
 #include <unordered_set>
 
+#include "tcpstore/peer_text.h"
+
 namespace ddprun::tcpstore {
 namespace {
 
@@ -24,9 +26,8 @@ std::optional<int64_t> parse_int(const std::string& s) {
   return v;
 }
 
-std::string shown(const std::string& key) {
-  return "'" + (key.size() > 80 ? key.substr(0, 80) + "...'" : key + "'");
-}
+// A key in a refusal: it came from a client, so escaped and cut short.
+std::string shown(const std::string& key) { return "'" + peer_text(key) + "'"; }
 
 }  // namespace
 
@@ -133,7 +134,7 @@ std::optional<std::string> KeySpace::over_quota(ConnId conn, size_t more, const 
   }
   if (parked() + more > quota_.max_parked) {
     return std::string(what) + " would park " + std::to_string(parked() + more) +
-           " keys in all, more than " + std::to_string(quota_.max_parked);
+           " keys for all connections, more than the store's " + std::to_string(quota_.max_parked) + " (max_waits)";
   }
   return std::nullopt;
 }
@@ -296,12 +297,21 @@ std::optional<std::string> KeySpace::apply(ConnId conn, Version v, const Request
       return std::nullopt;
     }
     case Op::kMultiGet: {
-      Writer w;
+      // The reply is sized before it is built: a key named 100,000 times
+      // would otherwise make a reply of 100,000 values (gigabytes) from a
+      // request of a megabyte.
+      size_t reply = 0;
       for (const auto& k : r.keys) {
         auto it = data_.find(k);
         if (it == data_.end()) return "MULTI_GET of key " + shown(k) + ", which is not set";
-        w.bytes(it->second);
+        reply += 8 + it->second.size();
       }
+      if (reply > quota_.max_bytes + 8 * r.keys.size()) {
+        return "MULTI_GET would be answered with " + std::to_string(reply) + " bytes, more than the store's " +
+               std::to_string(quota_.max_bytes) + " (--rdzv-conf max_job_bytes)";
+      }
+      Writer w;
+      for (const auto& k : r.keys) w.bytes(data_.find(k)->second);
       send_(conn, w.take());
       return std::nullopt;
     }

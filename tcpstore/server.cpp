@@ -14,61 +14,63 @@
 #include <algorithm>
 #include <cstdio>
 #include <future>
+#include <tuple>
+#include <unordered_map>
+
+#include "tcpstore/peer_text.h"
 
 namespace ddprun::tcpstore {
 
 struct Server::Conn {
   ConnId id = 0;
   int fd = -1;
-  std::string peer;
+  std::string peer;     // address:port
+  std::string host;     // address
   std::optional<Version> version;
   std::string in;       // bytes received and not yet handled, from in_pos
   size_t in_pos = 0;
+  ParseState parse;     // how far the request at in_pos is decoded
   std::string out;      // bytes to send, from out_pos
   size_t out_pos = 0;
   bool polling_out = false;
   bool doomed = false;
   std::string doom_reason;
+  size_t ServerStats::*doom_counter = nullptr;
   std::chrono::steady_clock::time_point opened;      // accepted
   std::chrono::steady_clock::time_point last_input;  // bytes last arrived
+  size_t received = 0;                                // bytes it ever sent
   bool served = false;                                // a request of it was carried out
+  // Silent, kept as the callback connection (see server.h) of a served v1
+  // connection (kServed, which vouches while it lives) or of one the store
+  // cut off (kCut, whose voucher was spent on it).
+  enum class Pair { kNo, kServed, kCut } paired = Pair::kNo;
 };
 
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-// A log line with peer bytes in it (keys, refused commands) made safe for a
-// terminal and a log file: control characters and bytes outside ASCII are
-// escaped (\xNN), so no escape sequence or newline of a client's reaches
-// the console (a forged "[ddprun ...]" line), and it is at most 400 chars.
-std::string printable(const std::string& text) {
-  constexpr size_t kMax = 400;
-  std::string out;
-  for (unsigned char ch : text) {
-    if (out.size() >= kMax) {
-      out += "...";
-      break;
-    }
-    if (ch >= 0x20 && ch < 0x7f && ch != '\\') {
-      out += static_cast<char>(ch);
-    } else {
-      char esc[8];
-      std::snprintf(esc, sizeof(esc), "\\x%02x", ch);
-      out += esc;
-    }
-  }
-  return out;
+// "10 s", "300 ms": a timeout as a log line says it.
+std::string duration_text(std::chrono::milliseconds d) {
+  if (d.count() % 1000 == 0) return std::to_string(d.count() / 1000) + " s";
+  return std::to_string(d.count()) + " ms";
+}
+
+// Gives back what a buffer holds allocated once it holds much less (a
+// drained burst must not keep its peak for the connection's life).
+void shrink(std::string& s) {
+  if (s.capacity() > (size_t{1} << 20) && s.capacity() > 4 * s.size()) s.shrink_to_fit();
 }
 
 // accept() errors that mean "no file descriptor or memory for it now": the
 // connection stays queued, and calling again at once fails the same way.
 bool out_of_resources(int err) { return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM; }
 
-std::string peer_of(int fd) {
+// The peer's address and port, and its address alone.
+std::pair<std::string, std::string> peer_of(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {"?", "?"};
   char host[INET6_ADDRSTRLEN] = "?";
   int port = 0;
   if (ss.ss_family == AF_INET) {
@@ -80,12 +82,19 @@ std::string peer_of(int fd) {
     inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
     port = ntohs(a->sin6_port);
   }
-  return std::string(host) + ":" + std::to_string(port);
+  return {std::string(host) + ":" + std::to_string(port), host};
 }
 
-// Pending bytes a connection may leave with us, in and out: a request is at
-// most a few values, so this bounds what one client can make us buffer.
-size_t buffer_cap(const ServiceLimits& l) { return l.max_job_bytes + (size_t{1} << 20); }
+// The most bytes one request may take on the wire under the limits: a
+// single-key one, a key and two values; a multi-key one, max_job_bytes of
+// keys and values (the codec's max_request_bytes) and 16 bytes of lengths
+// for each of its keys. Pending input past it (plus a read's worth) cannot
+// be a request the store would carry out.
+size_t request_cap(const ServiceLimits& l) {
+  const size_t single = l.max_key_bytes + 2 * l.max_value_bytes + 64;
+  const size_t multi = l.max_job_bytes + 16 * l.max_job_keys + 16;
+  return std::max(single, multi) + 65536;
+}
 
 }  // namespace
 
@@ -108,6 +117,7 @@ Server::Server(ServerOptions options) : opts_(std::move(options)) {
   wire_.max_key_bytes = opts_.limits.max_key_bytes;
   wire_.max_value_bytes = opts_.limits.max_value_bytes;
   wire_.max_keys_per_request = opts_.limits.max_job_keys;
+  wire_.max_request_bytes = opts_.limits.max_job_bytes;
   Quota q;
   q.max_key_bytes = opts_.limits.max_key_bytes;
   q.max_value_bytes = opts_.limits.max_value_bytes;
@@ -170,36 +180,39 @@ Server::~Server() {
   close(wake_fd_);
 }
 
-void Server::log(const std::string& raw) {
-  // At most kLogBurst lines per window: a client that breaks the rules on
-  // every connection must not flood the console (or spin a core on it).
-  const auto now = SteadyClock::now();
-  std::string line;
-  if (now - log_window_start_ >= kLogWindow) {
-    if (log_left_out_ > 0) {
-      line = std::to_string(log_left_out_) + " more line(s) like these were left out in " +
-             std::to_string(kLogWindow.count()) + " s\n";
-    }
-    log_window_start_ = now;
-    log_window_lines_ = 0;
-    log_left_out_ = 0;
+void Server::emit(const std::string& line) {
+  if (opts_.log) {
+    opts_.log(line);
+  } else {
+    std::fprintf(stderr, "ddprun: tcpstore: %s\n", line.c_str());
   }
-  if (log_window_lines_ >= kLogBurst) {
+}
+
+// A new window once the last one is over; what it left out is told then
+// (the loop wakes for it), not with the next line, which may never come.
+void Server::roll_log_window(SteadyClock::time_point now) {
+  if (now - log_window_start_ < opts_.log_window) return;
+  if (log_left_out_ > 0) {
+    emit(std::to_string(log_left_out_) + " more line(s) like these were left out in " +
+         duration_text(opts_.log_window) + " (at most " + std::to_string(opts_.log_burst) + " are shown)");
+  }
+  log_window_start_ = now;
+  log_window_lines_ = 0;
+  log_left_out_ = 0;
+}
+
+void Server::log(const std::string& raw) {
+  // At most log_burst lines per window: a client that breaks the rules on
+  // every connection must not flood the console (or spin a core on it).
+  roll_log_window(SteadyClock::now());
+  if (log_window_lines_ >= opts_.log_burst) {
     ++log_left_out_;
     ++stats_.log_lines_left_out;
     return;
   }
   ++log_window_lines_;
   ++stats_.log_lines;
-  auto emit = [&](const std::string& text) {
-    if (opts_.log) {
-      opts_.log(text);
-    } else {
-      std::fprintf(stderr, "ddprun: tcpstore: %s\n", text.c_str());
-    }
-  };
-  if (!line.empty()) emit(line.substr(0, line.size() - 1));
-  emit(printable(raw));
+  emit(log_safe(raw));
 }
 
 size_t Server::max_buffered() const {
@@ -219,43 +232,105 @@ ServerStats Server::stats() {
 }
 
 int Server::wait_ms(SteadyClock::time_point now) const {
-  // Wake for the accept pause's end, and for the next sweep while there
-  // are connections.
+  // Wake for the accept pause's end, for the next sweep while there are
+  // connections, and for the log window's end while it left lines out.
   std::optional<SteadyClock::time_point> at = accept_paused_until_;
-  if (!conns_.empty() && (!at || next_sweep_ < *at)) at = next_sweep_;
+  auto earliest = [&](SteadyClock::time_point t) {
+    if (!at || t < *at) at = t;
+  };
+  if (!conns_.empty()) earliest(next_sweep_);
+  if (log_left_out_ > 0) earliest(log_window_start_ + opts_.log_window);
   if (!at) return -1;
   return static_cast<int>(std::max<int64_t>(
       0, std::chrono::duration_cast<std::chrono::milliseconds>(*at - now).count() + 1));
 }
 
+std::chrono::milliseconds Server::sweep_interval() const {
+  // Often enough for the shorter timeout (tests make them short), at most
+  // once a second for timeouts of seconds.
+  const auto shortest = std::min(opts_.first_request_timeout, opts_.stall_timeout);
+  return std::clamp<std::chrono::milliseconds>(shortest / 4, std::chrono::milliseconds(10),
+                                               std::chrono::seconds(1));
+}
+
 void Server::sweep(SteadyClock::time_point now) {
   if (now < next_sweep_) return;
-  next_sweep_ = now + std::chrono::seconds(1);  // once a second is plenty for timeouts of seconds
-  std::vector<std::pair<ConnId, std::string>> late;
+  next_sweep_ = now + sweep_interval();
+  // Each served v1 connection vouches for one silent connection of its
+  // host (PyTorch <= 2.1's callback connection, see server.h) while it
+  // lives; pairs made earlier keep theirs. A v1 connection the store cut
+  // off vouches once (its client, and its callback connection, may live on).
+  std::unordered_map<std::string, size_t> vouchers;
+  std::vector<Conn*> oldest_first;
   for (const auto& [id, c] : conns_) {
+    if (c->served && c->version == Version::kV1) ++vouchers[c->host];
+    oldest_first.push_back(c.get());
+  }
+  for (const Conn* c : oldest_first) {
+    if (c->paired == Conn::Pair::kServed && vouchers[c->host] > 0) --vouchers[c->host];
+  }
+  std::sort(oldest_first.begin(), oldest_first.end(), [](const Conn* a, const Conn* b) { return a->id < b->id; });
+  std::vector<std::pair<ConnId, bool>> late;  // true: stalled, false: silent
+  for (Conn* c : oldest_first) {
     if (c->in.size() > c->in_pos && now - c->last_input >= opts_.stall_timeout) {
-      late.emplace_back(id, "sent part of a request and nothing more for " +
-                                std::to_string(opts_.stall_timeout.count() / 1000) + " s");
-    } else if (!c->served && now - c->opened >= opts_.first_request_timeout) {
-      late.emplace_back(id, "completed no request in " +
-                                std::to_string(opts_.first_request_timeout.count() / 1000) + " s");
+      late.emplace_back(c->id, true);
+    } else if (!c->served && c->paired == Conn::Pair::kNo && now - c->opened >= opts_.first_request_timeout) {
+      auto& v = vouchers[c->host];
+      auto cut = c->received == 0 ? cut_v1_.find(c->host) : cut_v1_.end();
+      if (c->received == 0 && v > 0) {
+        --v;
+        c->paired = Conn::Pair::kServed;
+      } else if (cut != cut_v1_.end()) {
+        if (--cut->second == 0) cut_v1_.erase(cut);
+        c->paired = Conn::Pair::kCut;
+      } else {
+        late.emplace_back(c->id, false);
+      }
     }
   }
-  for (const auto& [id, why] : late) close_conn(id, why);
+  for (const auto& [id, stalled] : late) {
+    if (stalled) {
+      close_conn(id, "sent part of a request and nothing more for " + duration_text(opts_.stall_timeout),
+                 &ServerStats::closed_stalled);
+    } else {
+      close_conn(id, "completed no request in " + duration_text(opts_.first_request_timeout),
+                 &ServerStats::closed_silent);
+    }
+  }
 }
 
 void Server::pause_accepting(int err) {
   // The pending connection stays in the listen queue; accept() would fail
-  // again at once, so stop watching the socket for 100 ms (the loop's
-  // timeout brings it back) instead of spinning.
-  accept_paused_until_ = SteadyClock::now() + std::chrono::milliseconds(100);
+  // again at once, so stop watching the socket for accept_pause (the loop's
+  // timeout brings it back) instead of spinning. One line per episode.
+  accept_paused_until_ = SteadyClock::now() + opts_.accept_pause;
   ++stats_.accept_pauses;
   epoll_event ev{};
   ev.events = 0;
   ev.data.u64 = 0;
   epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
-  log(std::string("cannot accept connections: ") + strerror(err) + " (serving " + std::to_string(conns_.size()) +
-      "; raise the file limit, ulimit -n); trying again in 100 ms");
+  if (pauses_in_episode_++ == 0) {
+    log(std::string("cannot accept connections: ") + strerror(err) + " (serving " + std::to_string(conns_.size()) +
+        "; raise the file limit, ulimit -n); accepting pauses " + duration_text(opts_.accept_pause) +
+        " at a time until it can");
+  }
+}
+
+void Server::resume_accepting() {
+  if (pauses_in_episode_ == 0) return;
+  log("accepting connections again after " + std::to_string(pauses_in_episode_) + " pause(s)");
+  pauses_in_episode_ = 0;
+}
+
+void Server::turn_away(int fd) {
+  // Taken off the queue and closed: a full queue would keep the rest
+  // waiting. One line per episode (until a connection is admitted again).
+  ++stats_.turned_away;
+  if (turned_away_in_episode_++ == 0) {
+    log("turning away connections (the first from " + peer_of(fd).first + "): the store serves " +
+        std::to_string(conns_.size()) + " connections, its most (max_connections); more are counted, not told");
+  }
+  close(fd);
 }
 
 void Server::post(std::function<void()> fn) {
@@ -304,7 +379,9 @@ void Server::run() {
       log(std::string("epoll_wait failed: ") + strerror(errno) + "; the store stops serving");
       return;
     }
+    ++stats_.loop_wakeups;
     const auto now = SteadyClock::now();
+    roll_log_window(now);
     if (accept_paused_until_ && now >= *accept_paused_until_) {
       accept_paused_until_.reset();
       epoll_event ev{};
@@ -344,7 +421,7 @@ void Server::run() {
         const ConnId id = doomed_.back();
         doomed_.pop_back();
         auto it = conns_.find(id);
-        if (it != conns_.end()) close_conn(id, it->second->doom_reason);
+        if (it != conns_.end()) close_conn(id, it->second->doom_reason, it->second->doom_counter);
       }
     }
   }
@@ -362,20 +439,22 @@ void Server::accept_all() {
       }
       return;
     }
+    resume_accepting();
     if (conns_.size() >= opts_.max_connections) {
-      // Taken off the queue and closed: a full queue would keep the rest waiting.
-      ++stats_.turned_away;
-      log("turning away a connection from " + peer_of(fd) + ": the store serves " +
-          std::to_string(conns_.size()) + " connections, its most (max_connections)");
-      close(fd);
+      turn_away(fd);
       continue;
+    }
+    if (turned_away_in_episode_ > 0) {
+      log("admitting connections again; " + std::to_string(turned_away_in_episode_) +
+          " were turned away (max_connections " + std::to_string(opts_.max_connections) + ")");
+      turned_away_in_episode_ = 0;
     }
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto c = std::make_unique<Conn>();
     c->id = next_id_++;
     c->fd = fd;
-    c->peer = peer_of(fd);
+    std::tie(c->peer, c->host) = peer_of(fd);
     c->opened = c->last_input = SteadyClock::now();
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -386,39 +465,46 @@ void Server::accept_all() {
 }
 
 void Server::on_readable(Conn& c) {
+  // Each read is handled before the next, so what stays buffered is at most
+  // one request in the making (checked against the limits as it grows).
+  const ConnId id = c.id;
   char buf[65536];
-  while (true) {
+  while (!c.doomed) {
     const ssize_t n = recv(c.fd, buf, sizeof(buf), 0);
     if (n > 0) {
       c.in.append(buf, static_cast<size_t>(n));
       buffered_ += static_cast<size_t>(n);
+      c.received += static_cast<size_t>(n);
       c.last_input = SteadyClock::now();
-      if (c.in.size() - c.in_pos > buffer_cap(opts_.limits)) {
-        close_conn(c.id, "sent a request of more than " +
-                             std::to_string(buffer_cap(opts_.limits)) + " bytes");
+      handle_input(c);
+      if (!conns_.count(id)) return;
+      const size_t pending = c.in.size() - c.in_pos;
+      if (pending > request_cap(opts_.limits)) {
+        close_conn(id,
+                   "sent " + std::to_string(pending) + " bytes of a request, more than any request within the limits (" +
+                       std::to_string(request_cap(opts_.limits)) + " bytes: --rdzv-conf max_job_bytes, max_job_keys, max_value_bytes)",
+                   &ServerStats::closed_big_request);
         return;
       }
       if (buffered_ > max_buffered()) {
-        close_conn(c.id, "the store would buffer " + std::to_string(buffered_) +
-                             " bytes for all its connections, more than its " + std::to_string(max_buffered()) +
-                             " (max_buffered_bytes)");
+        close_conn(id, "the store would buffer " + std::to_string(buffered_) +
+                           " bytes for all its connections, more than its " + std::to_string(max_buffered()) +
+                           " (max_buffered_bytes)",
+                   &ServerStats::closed_over_total);
         return;
       }
-      if (static_cast<size_t>(n) < sizeof(buf)) break;
+      if (static_cast<size_t>(n) < sizeof(buf)) return;
       continue;
     }
     if (n == 0) {
-      // The client closed (normal at its exit): handle what it sent first.
-      handle_input(c);
-      if (conns_.count(c.id)) close_conn(c.id, "");
+      // The client closed (normal at its exit); what it sent is handled.
+      close_conn(id, "");
       return;
     }
     if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    close_conn(c.id, "");
+    if (errno != EAGAIN && errno != EWOULDBLOCK) close_conn(id, "");
     return;
   }
-  handle_input(c);
 }
 
 void Server::handle_input(Conn& c) {
@@ -432,16 +518,17 @@ void Server::handle_input(Conn& c) {
       if (!c.version) break;
     }
     Request r;
-    ParseResult p = parse_request(*c.version, pending, wire_, r);
+    ParseResult p = parse_request(*c.version, pending, wire_, r, &c.parse);
+    stats_.decode_steps += p.steps;
     if (p.status == Parse::kNeedMore) break;
     if (p.status == Parse::kBad) {
-      close_conn(id, p.error);
+      close_conn(id, p.error, &ServerStats::refused_requests);
       return;
     }
     c.in_pos += p.used;
     buffered_ -= p.used;
     if (auto refused = keys_->apply(id, *c.version, r)) {
-      close_conn(id, *refused);
+      close_conn(id, *refused, &ServerStats::refused_requests);
       return;
     }
     c.served = true;
@@ -451,8 +538,16 @@ void Server::handle_input(Conn& c) {
   if (c.in_pos > 0 && conns_.count(id)) {
     c.in.erase(0, c.in_pos);
     c.in_pos = 0;
-    if (c.in.empty() && c.in.capacity() > (size_t{1} << 20)) std::string().swap(c.in);
+    shrink(c.in);
   }
+}
+
+void Server::doom(Conn& c, std::string why, size_t ServerStats::*counter) {
+  if (c.doomed) return;
+  c.doomed = true;
+  c.doom_reason = std::move(why);
+  c.doom_counter = counter;
+  doomed_.push_back(c.id);
 }
 
 void Server::send(ConnId id, std::string bytes) {
@@ -460,14 +555,18 @@ void Server::send(ConnId id, std::string bytes) {
   if (it == conns_.end() || it->second->doomed) return;
   Conn& c = *it->second;
   const size_t unread = c.out.size() - c.out_pos;
-  if (unread > kMaxUnreadReplyBytes || buffered_ + bytes.size() > max_buffered()) {
-    c.doomed = true;
-    c.doom_reason = unread > kMaxUnreadReplyBytes
-                        ? "does not read its replies (" + std::to_string(unread) + " bytes unread, at most " +
-                              std::to_string(kMaxUnreadReplyBytes) + " beyond one reply)"
-                        : "a reply would make the store buffer more than its " + std::to_string(max_buffered()) +
-                              " bytes for all connections (max_buffered_bytes)";
-    doomed_.push_back(id);
+  if (unread > opts_.max_unread_reply_bytes) {
+    doom(c,
+         "does not read its replies (" + std::to_string(unread) + " bytes unread, at most " +
+             std::to_string(opts_.max_unread_reply_bytes) + " beyond one reply: max_unread_reply_bytes)",
+         &ServerStats::closed_unread);
+    return;
+  }
+  if (buffered_ + bytes.size() > max_buffered()) {
+    doom(c,
+         "a reply of " + std::to_string(bytes.size()) + " bytes would make the store buffer more than its " +
+             std::to_string(max_buffered()) + " bytes for all connections (max_buffered_bytes)",
+         &ServerStats::closed_over_total);
     return;
   }
   c.out.append(bytes);
@@ -486,21 +585,19 @@ void Server::flush(Conn& c) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     // The peer is gone; close it after the request being handled.
-    c.doomed = true;
-    c.doom_reason = "";
-    doomed_.push_back(c.id);
+    doom(c, "", nullptr);
     return;
   }
   if (c.out_pos == c.out.size()) {
     c.out.clear();
     c.out_pos = 0;
-    if (c.out.capacity() > (size_t{1} << 20)) std::string().swap(c.out);
   } else if (c.out_pos >= (size_t{64} << 10) && 2 * c.out_pos >= c.out.size()) {
     // A slow reader: drop what it has taken as it goes, not only once it
     // has taken everything (the buffer grew without bound before).
     c.out.erase(0, c.out_pos);
     c.out_pos = 0;
   }
+  shrink(c.out);
   const bool want_out = !c.out.empty();
   if (want_out != c.polling_out) {
     epoll_event ev{};
@@ -513,11 +610,18 @@ void Server::flush(Conn& c) {
 
 void Server::on_writable(Conn& c) { flush(c); }
 
-void Server::close_conn(ConnId id, const std::string& why) {
+void Server::close_conn(ConnId id, const std::string& why, size_t ServerStats::*counter) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
   Conn& c = *it->second;
+  if (counter) ++(stats_.*counter);
   if (!why.empty()) log("closing the connection from " + c.peer + ": " + why);
+  // Vouches for one silent connection of its host (see sweep). Bounded: an
+  // entry per host while there are few hosts, at most max_connections each.
+  if (!why.empty() && c.version == Version::kV1 && (cut_v1_.size() < 4096 || cut_v1_.count(c.host))) {
+    auto& n = cut_v1_[c.host];
+    n = std::min(n + 1, opts_.max_connections);
+  }
   buffered_ -= (c.in.size() - c.in_pos) + (c.out.size() - c.out_pos);
   keys_->drop_connection(id);
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);

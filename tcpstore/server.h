@@ -9,16 +9,30 @@
 // request is stored.
 //
 // Anyone who reaches the port can connect, so what connections cost is
-// bounded: at most max_connections at once (more are accepted and closed at
-// once); a connection that completes no request within first_request_timeout,
-// or leaves a request half-sent for stall_timeout, is closed (a client that
-// has been served may stay idle forever: PyTorch's keeps one connection for
-// the whole job); replies a client does not read may pile up to
-// kMaxUnreadReplyBytes beyond the one being sent, and everything buffered for
-// all connections together to max_buffered_bytes. When the process runs out
-// of file descriptors, accepting pauses for 100 ms instead of spinning. Log
-// lines carry no raw peer bytes (control characters are escaped) and come at
-// most kLogBurst per kLogWindow, then one line says how many were left out.
+// bounded (each limit is an option below, named in the line that reports it):
+//  * at most max_connections at once: more are accepted and closed at once;
+//  * a connection that completes no request within first_request_timeout is
+//    closed, and one that leaves a request half-sent for stall_timeout. A
+//    connection that was served may then stay idle forever: PyTorch keeps
+//    one for the whole job. And PyTorch <= 2.1 (protocol v1) opens a second
+//    one, for watchKey callbacks, that never sends anything: a silent
+//    connection is kept past the timeout when its host has a served v1
+//    connection not yet paired with another silent one, or had a v1
+//    connection the store closed (its client's callback connection lives
+//    on); closing it makes the client's callback thread spin on the closed
+//    socket for the rest of the job;
+//  * a request may be as big as the limits let it be (a multi-key request:
+//    max_job_bytes of keys and values), replies a client leaves unread
+//    max_unread_reply_bytes beyond the one being sent, and everything
+//    buffered for all connections together max_buffered_bytes: the
+//    connection that would pass a limit is closed;
+//  * a request that arrives a few bytes at a time is decoded where it
+//    stopped, not from its start each time (linear, not quadratic);
+//  * out of file descriptors (or memory), accepting pauses for accept_pause
+//    instead of spinning on accept(), with one line per episode.
+// Log lines carry no raw peer bytes (keys are escaped and cut short, the
+// whole line is escaped again) and come at most log_burst per log_window;
+// at the window's end one line says how many were left out.
 #pragma once
 
 #include <atomic>
@@ -30,6 +44,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "rendezvous/limits.h"
@@ -52,27 +67,35 @@ struct ServerOptions {
   int port = 0;                  // 0: the kernel picks a free one
   ServiceLimits limits;  // keys and values; max_waits_per_client is each connection's share of parked keys
   size_t max_connections = 4096;
-  std::chrono::milliseconds first_request_timeout{std::chrono::seconds(60)};
+  std::chrono::milliseconds first_request_timeout{std::chrono::seconds(10)};  // v1 callback connections excepted (above)
   std::chrono::milliseconds stall_timeout{std::chrono::seconds(30)};
+  size_t max_unread_reply_bytes = size_t{4} << 20;  // beyond the reply being sent
   size_t max_buffered_bytes = 0;  // 0: twice limits.max_job_bytes plus 16 MiB
+  std::chrono::milliseconds accept_pause{100};  // out of descriptors: how long accepting rests
+  int log_burst = 20;                            // lines per log_window, then one line saying how many more
+  std::chrono::milliseconds log_window{std::chrono::seconds(10)};
   // Where refusals and errors are told (one line each); stderr when empty.
   std::function<void(const std::string&)> log;
 };
 
-// Beyond the reply being sent, what a client may leave unread.
-inline constexpr size_t kMaxUnreadReplyBytes = size_t{4} << 20;
-inline constexpr int kLogBurst = 20;
-inline constexpr std::chrono::seconds kLogWindow{10};
-
-// What the server holds now (for tests and `inspect`-like checks).
+// What the server holds and did (for tests and `inspect`-like checks).
 struct ServerStats {
   size_t connections = 0;
-  size_t buffered_bytes = 0;   // requests not yet handled plus replies not yet sent
-  size_t held_bytes = 0;       // what the connections' buffers hold allocated
-  size_t turned_away = 0;      // connections closed at accept: max_connections reached
-  size_t accept_pauses = 0;    // times accepting paused (out of file descriptors)
-  size_t log_lines = 0;        // lines logged
+  size_t buffered_bytes = 0;  // requests not yet handled plus replies not yet sent
+  size_t held_bytes = 0;      // what the connections' buffers hold allocated
+  size_t loop_wakeups = 0;    // returns of epoll_wait (a spinning loop shows here)
+  size_t decode_steps = 0;    // request fields decoded, counting resumed partial requests
+  size_t accept_pauses = 0;   // times accepting paused (out of file descriptors)
+  size_t log_lines = 0;       // lines logged (not counting "left out" summaries)
   size_t log_lines_left_out = 0;
+  // Connections closed, by the limit they hit.
+  size_t turned_away = 0;         // max_connections (closed at accept)
+  size_t closed_silent = 0;       // first_request_timeout
+  size_t closed_stalled = 0;      // stall_timeout
+  size_t closed_big_request = 0;  // a request bigger than the limits allow
+  size_t closed_unread = 0;       // max_unread_reply_bytes
+  size_t closed_over_total = 0;   // max_buffered_bytes
+  size_t refused_requests = 0;    // broke a key-space or wire limit (keys, values, quotas, parked waits)
 };
 
 class Server {
@@ -111,10 +134,17 @@ class Server {
   void handle_input(Conn& c);
   void send(ConnId id, std::string bytes);
   void flush(Conn& c);
-  void close_conn(ConnId id, const std::string& why);
+  // Closes at once; why (empty: the peer left) is logged, counter counted.
+  void close_conn(ConnId id, const std::string& why, size_t ServerStats::*counter = nullptr);
+  void doom(Conn& c, std::string why, size_t ServerStats::*counter);  // close after the request being handled
   void log(const std::string& line);  // escaped and rate-limited
+  void emit(const std::string& line);
+  void roll_log_window(std::chrono::steady_clock::time_point now);
   void pause_accepting(int err);
+  void resume_accepting();
+  void turn_away(int fd);
   void sweep(std::chrono::steady_clock::time_point now);  // closes connections past their timeouts
+  std::chrono::milliseconds sweep_interval() const;
   int wait_ms(std::chrono::steady_clock::time_point now) const;  // epoll_wait's timeout
   size_t max_buffered() const;
 
@@ -132,6 +162,9 @@ class Server {
   size_t buffered_ = 0;  // over every connection: pending input plus unsent output
   ServerStats stats_;
   std::optional<std::chrono::steady_clock::time_point> accept_paused_until_;
+  size_t pauses_in_episode_ = 0;       // accept pauses since accepting last worked
+  size_t turned_away_in_episode_ = 0;  // connections turned away since one was last admitted
+  std::unordered_map<std::string, size_t> cut_v1_;  // host → v1 connections the store closed, unspent (see sweep)
   std::chrono::steady_clock::time_point log_window_start_{};
   int log_window_lines_ = 0;
   size_t log_left_out_ = 0;  // lines not shown in the current window
