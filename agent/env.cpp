@@ -57,6 +57,7 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id, co
     v[ch::kHeartbeatSlot] = s(id.local_rank);
   }
   if (job.progress_by_agent && id.rank == 0) v[ch::kProgressByAgent] = "1";
+  if (job.heals) v[ch::kHeals] = "1";
   if (!job.trace_node_dir.empty()) {
     v[ch::kTraceFile] = ch::trace_rank_file(job.trace_node_dir, job.attempt, id.rank);
     if (!job.trace_steps.empty()) v[ch::kTraceSteps] = job.trace_steps;
@@ -74,6 +75,26 @@ std::vector<std::string> merge_environment(const std::vector<std::string>& inher
   // Set unless the user (or vars) set them.
   std::map<std::string, std::string> defaults{{"NCCL_ASYNC_ERROR_HANDLING", "1"},
                                               {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}};
+  // glibc malloc, tuned for a training step that frees and allocates the
+  // same few-MB tensors every step. Its defaults hand freed memory back to
+  // the kernel (trim above 2x the dynamic mmap threshold, a few MB here) and
+  // map tensors above that threshold afresh, so every step faults its pages
+  // in again: the default job ran its first epoch at a quarter of the speed
+  // of its later ones (the evaluation's large batches raised the dynamic
+  // thresholds by chance). Kept: 128 MiB at the top of the heap; mapped:
+  // blocks of 32 MiB and more (glibc's own largest dynamic threshold).
+  // Left alone where the user tunes malloc in any of its ways.
+  const std::map<std::string, std::string> malloc_defaults{{"MALLOC_TRIM_THRESHOLD_", "134217728"},
+                                                           {"MALLOC_MMAP_THRESHOLD_", "33554432"}};
+  bool user_tunes_malloc = false;
+  for (const auto& entry : inherited) {
+    const auto eq = entry.find('=');
+    const std::string key = entry.substr(0, eq);
+    if (key.rfind("MALLOC_", 0) == 0 || (key == "GLIBC_TUNABLES" && entry.find("glibc.malloc.") != std::string::npos)) {
+      user_tunes_malloc = true;
+    }
+  }
+  if (!user_tunes_malloc) defaults.insert(malloc_defaults.begin(), malloc_defaults.end());
   for (const auto& entry : inherited) {
     const auto eq = entry.find('=');
     const std::string key = entry.substr(0, eq);

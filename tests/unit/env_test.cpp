@@ -86,6 +86,30 @@ TEST(WorkerEnv, MergeOverridesInheritedAndSetsOmpOnlyWhenUnset) {
             0);
 }
 
+TEST(WorkerEnv, MallocKeepsFreedMemoryUnlessTheUserTunesIt) {
+  auto count = [](const std::vector<std::string>& env, const std::string& prefix) {
+    return std::count_if(env.begin(), env.end(), [&](const std::string& e) { return e.rfind(prefix, 0) == 0; });
+  };
+  auto has = [](const std::vector<std::string>& env, const std::string& e) {
+    return std::find(env.begin(), env.end(), e) != env.end();
+  };
+  auto plain = merge_environment({"PATH=/bin"}, {}, 1);
+  EXPECT_TRUE(has(plain, "MALLOC_TRIM_THRESHOLD_=134217728"));
+  EXPECT_TRUE(has(plain, "MALLOC_MMAP_THRESHOLD_=33554432"));
+  // Any malloc setting of the user's own: none of ours, theirs as they were.
+  for (std::string own : {"MALLOC_ARENA_MAX=2", "MALLOC_TRIM_THRESHOLD_=0",
+                          "GLIBC_TUNABLES=glibc.malloc.trim_threshold=4096"}) {
+    SCOPED_TRACE(own);
+    auto env = merge_environment({own}, {}, 2);
+    EXPECT_TRUE(has(env, own));
+    EXPECT_EQ(count(env, "MALLOC_TRIM_THRESHOLD_="), own.rfind("MALLOC_TRIM", 0) == 0 ? 1 : 0);
+    EXPECT_EQ(count(env, "MALLOC_MMAP_THRESHOLD_="), 0);
+  }
+  // Tunables for something else leave malloc to us.
+  auto other = merge_environment({"GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX2"}, {}, 1);
+  EXPECT_TRUE(has(other, "MALLOC_MMAP_THRESHOLD_=33554432"));
+}
+
 TEST(WorkerEnv, NcclAsyncErrorHandlingIsOnUnlessTheUserSetIt) {
   auto env = merge_environment({"PATH=/bin"}, {}, 1);
   auto has = [&](const std::string& e) { return std::find(env.begin(), env.end(), e) != env.end(); };
