@@ -170,6 +170,7 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
   job.local_ifname = cfg_.local_ifname;
   job.heartbeat_file = heartbeats_ ? heartbeats_->path() : "";
   job.agent_store = static_cast<bool>(fresh_key_space_);
+  job.heals = heals_in(a);
   job.progress_by_agent = a.first_global_rank == 0 &&
                           (progress_on_terminal_ || cfg_.progress_interval.count() > 0);
   if (!trace_node_dir_.empty()) {
@@ -360,6 +361,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   logged_step_ = -1;
   last_progress_log_ = std::chrono::steady_clock::now();
   go.on_monitor = [this, attempt, &a] { watch_progress(attempt, a); };
+  go.max_heals = heals_in(a) ? cfg_.max_heals : 0;
   if (cfg_.standby && life.can_restart()) {
     // Once every worker is past its start (it beats), warm up the next set.
     go.on_all_beating = [this, attempt, &joined] { spawn_standbys(attempt + 1, joined); };
@@ -383,6 +385,10 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   if (status_) status_->watch(a.round, 0, a.first_global_rank);  // local rank 0's global rank
   WorkerGroup group(std::move(launches), signals_, go);
   GroupResult result = group.run();
+  if (!result.healed.empty()) {
+    spdlog::info("{} failed worker(s) were replaced while the others went on (heal generation {}; no restart)",
+                 result.healed.size(), result.heal_generation);
+  }
   // A checkpoint saved just before the end, since the last tick.
   watch_progress(attempt, a);
   if (console_err_) console_err_->clear_status();

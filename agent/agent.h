@@ -63,6 +63,10 @@ class Agent {
   void open_consoles();
   // The workers of one attempt (standbys, if any, are attached by the caller).
   std::vector<WorkerLaunch> make_launches(int attempt, const JoinResult& joined);
+  // Whether a failed worker of this round may be replaced while the others
+  // go on: one node (the agent owns every rank), heartbeats to announce it,
+  // and --max-heals above 0. Across nodes a failure still ends the round.
+  bool heals_in(const Assignment& a) const { return a.num_nodes == 1 && cfg_.max_heals > 0 && heartbeats_ != nullptr; }
   // Starts the standby set for attempt (their variables come at release).
   void spawn_standbys(int attempt, const JoinResult& guess);
   void dismiss_standbys();

@@ -65,6 +65,11 @@ struct AgentConfig {
   bool standby = false;
   std::vector<std::string> standby_argv;  // empty: argv
   std::chrono::milliseconds standby_warmup{0};
+  // Checkpointless recovery: in a one-node job, a failed worker of a
+  // program that can heal (ddp::Healer) is replaced while the others keep
+  // running, at most this many times per rank; 0: every failure restarts
+  // the group (rdzv.max_restarts).
+  int max_heals = 3;
 
   // Output.
   std::string log_dir;  // per-rank log files when set

@@ -36,6 +36,9 @@ struct JobEnv {
   // The agent shows rank 0's progress (DDPRUN_PROGRESS_BY_AGENT=1 to the
   // worker of global rank 0 only).
   bool progress_by_agent = false;
+  // The agent replaces a failed worker of a program that can heal
+  // (DDPRUN_HEALS=1, channel/env_names.h).
+  bool heals = false;
   bool agent_store = false;    // the launcher hosts the c10d store on MASTER_PORT
   // --trace: this node's folder in the trace folder (empty: no tracing); each
   // worker records into channel::trace_rank_file(trace_node_dir, attempt, rank).

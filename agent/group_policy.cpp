@@ -16,7 +16,25 @@ GroupPolicy::GroupPolicy(int workers, GroupPolicyOptions options, TimePoint star
       hung_(workers, false),
       beats_(workers, 0),
       beat_changed_(workers, started),
-      started_(started) {}
+      started_(started),
+      heal_ready_(workers, false),
+      joining_(workers, false),
+      heals_(workers, 0) {}
+
+// A failed (or hung) worker is replaced only while the group runs on its
+// own (no stop under way, no failure that stops it, nobody finished) and
+// every worker still running, and the failed one itself, said it can heal
+// or is a replacement still joining (a failure during a heal begins the
+// next generation: the joining replacement connects in that one too).
+bool GroupPolicy::heal_allowed(int w) const {
+  if (options_.max_heals <= 0 || stopping_ || any_failed_ || any_succeeded_) return false;
+  if (!(heal_ready_[w] || joining_[w]) || heals_[w] >= options_.max_heals) return false;
+  for (size_t o = 0; o < alive_.size(); ++o) {
+    if (static_cast<int>(o) == w || !alive_[o]) continue;
+    if (!(heal_ready_[o] || joining_[o]) || hung_[o]) return false;
+  }
+  return true;
+}
 
 bool GroupPolicy::any_alive() const {
   return std::find(alive_.begin(), alive_.end(), true) != alive_.end();
@@ -51,6 +69,16 @@ std::vector<GroupCommand> GroupPolicy::begin_stop(int sig, TimePoint now) {
 }
 
 WorkerEnd GroupPolicy::on_exit(int w, bool failed, bool on_its_own) {
+  if (std::find(to_replace_.begin(), to_replace_.end(), w) != to_replace_.end()) {
+    // A hung worker killed to be replaced: its replacement comes after the exits.
+    alive_[w] = false;
+    return WorkerEnd::kHealed;
+  }
+  if (!hung_[w] && failed && heal_allowed(w)) {
+    alive_[w] = false;
+    to_replace_.push_back(w);
+    return WorkerEnd::kHealed;
+  }
   alive_[w] = false;
   if (hung_[w]) return WorkerEnd::kHung;  // its failure was recorded when it was found hung
   if (term_sent_[w] && failed && on_its_own && stop_for_failure_ && stop_signal_ == 0) {
@@ -61,13 +89,47 @@ WorkerEnd GroupPolicy::on_exit(int w, bool failed, bool on_its_own) {
     ++stopped_count_;
     return WorkerEnd::kStopped;
   }
-  if (!failed) return WorkerEnd::kSucceeded;
+  if (!failed) {
+    any_succeeded_ = true;
+    return WorkerEnd::kSucceeded;
+  }
   any_failed_ = true;
   return WorkerEnd::kFailed;
 }
 
 std::vector<GroupCommand> GroupPolicy::after_exits(TimePoint now) {
-  if (stopping_ || !any_failed_) return {};
+  std::vector<GroupCommand> out;
+  // Replacements, unless another worker's failure in the same batch stops
+  // the group (then the ones to replace count as failed too).
+  std::vector<int> replace;
+  for (int w : to_replace_) {
+    if (!alive_[w]) replace.push_back(w);  // a hung one not reaped yet waits for its exit
+  }
+  if (!replace.empty() && !stopping_ && !any_failed_) {
+    ++generation_;
+    for (int w : replace) {
+      alive_[w] = true;
+      term_sent_[w] = false;
+      hung_[w] = false;
+      heal_ready_[w] = false;  // the replacement says so itself
+      joining_[w] = true;
+      beats_[w] = 0;
+      beat_changed_[w] = now;
+      ++heals_[w];
+      ++heal_count_;
+      GroupCommand c;
+      c.kind = GroupCommand::kReplaceWorker;
+      c.worker = w;
+      c.generation = generation_;
+      out.push_back(c);
+    }
+    to_replace_.erase(std::remove_if(to_replace_.begin(), to_replace_.end(),
+                                     [&](int w) { return std::find(replace.begin(), replace.end(), w) != replace.end(); }),
+                      to_replace_.end());
+    return out;
+  }
+  if (!replace.empty()) any_failed_ = true;
+  if (stopping_ || !any_failed_) return out;
   return begin_stop(SIGTERM, now);
 }
 
@@ -104,9 +166,25 @@ std::vector<GroupCommand> GroupPolicy::on_signal(int sig, TimePoint now) {
 std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& counts, TimePoint now) {
   std::vector<GroupCommand> out;
   if (!options_.heartbeats || stopping_) return out;
+  // While a replacement starts and takes the state, the others wait for it
+  // without beating: nobody's silence counts until it says it can heal.
+  bool joining = false;
+  for (size_t w = 0; w < alive_.size(); ++w) {
+    if (joining_[w] && heal_ready_[w]) joining_[w] = false;
+    if (joining_[w] && alive_[w]) joining = true;
+  }
+  if (joining) {
+    for (size_t w = 0; w < alive_.size() && w < counts.size(); ++w) {
+      beats_[w] = counts[w];
+      beat_changed_[w] = now;
+    }
+    return out;
+  }
   bool all_beating = true;
   for (size_t w = 0; w < alive_.size() && w < counts.size(); ++w) {
     if (!alive_[w]) continue;
+    // Killed to be replaced: silent until it is reaped, and no longer judged.
+    if (std::find(to_replace_.begin(), to_replace_.end(), static_cast<int>(w)) != to_replace_.end()) continue;
     if (counts[w] == 0) all_beating = false;
     if (counts[w] != beats_[w]) {
       beats_[w] = counts[w];
@@ -123,10 +201,16 @@ std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& cou
     kill.worker = static_cast<int>(w);
     kill.why = why;
     kill.silent = silent;
-    hung_[w] = true;
+    kill.heal = heal_allowed(static_cast<int>(w));
+    if (kill.heal) {
+      to_replace_.push_back(static_cast<int>(w));  // replaced once its exit is seen
+    } else {
+      hung_[w] = true;
+    }
     out.push_back(kill);
   }
-  if (!out.empty()) {
+  const bool stop = std::any_of(out.begin(), out.end(), [](const GroupCommand& c) { return !c.heal; });
+  if (stop) {
     for (auto& c : begin_stop(SIGTERM, now)) out.push_back(c);
     return out;
   }

@@ -15,18 +15,24 @@
 namespace ddprun {
 
 // How a worker's exit counts.
-enum class WorkerEnd { kSucceeded, kFailed, kStopped, kHung };
+// kHealed: it failed (or hung and was killed) and is replaced while the
+// others keep running (see GroupPolicyOptions::max_heals).
+enum class WorkerEnd { kSucceeded, kFailed, kStopped, kHung, kHealed };
 
 struct GroupCommand {
   // kSuspendSelf: stop ddprun itself (after its workers, Ctrl-Z).
-  enum Kind { kSignalRunning, kKillWorker, kWarmStandbys, kSuspendSelf };
+  // kReplaceWorker: start a replacement for `worker` (which failed) and tell
+  // every running worker to heal in `generation`.
+  enum Kind { kSignalRunning, kKillWorker, kWarmStandbys, kSuspendSelf, kReplaceWorker };
   Kind kind = kSignalRunning;
   int sig = 0;     // kSignalRunning
   // kSignalRunning of a stop the agent decided itself (a worker failed or
   // hung, a new round), not one the user's signal to ddprun began: the
   // workers are told so first (channel::StopReason).
   bool agent_decided = false;
-  int worker = -1;  // kKillWorker (always SIGKILL, the worker's whole process group)
+  int worker = -1;  // kKillWorker (always SIGKILL, the worker's whole process group), kReplaceWorker
+  uint32_t generation = 0;  // kReplaceWorker
+  bool heal = false;        // kKillWorker: the hung worker will be replaced, the others go on
   // kKillWorker of a hung worker: why, and how long it had been silent.
   std::string why;
   std::chrono::milliseconds silent{0};
@@ -42,6 +48,11 @@ struct GroupPolicyOptions {
   // after the start instead, once the workers are past their imports. 0:
   // wait for the beats.
   std::chrono::milliseconds standby_warmup{0};
+  // Checkpointless recovery: a worker that fails while every worker says
+  // it can heal (set_heal_ready) is replaced and the others keep running,
+  // at most this many times per worker (a rank that fails again and again,
+  // a bad device, then stops the group as before). 0: never.
+  int max_heals = 0;
 };
 
 class GroupPolicy {
@@ -62,6 +73,12 @@ class GroupPolicy {
   // within kTogether of the stop, or an error file written before it); it counts only when a worker failure began the
   // stop (not a signal to ddprun, not the rendezvous).
   WorkerEnd on_exit(int w, bool failed, bool on_its_own = false);
+  // Whether worker w says it can heal around a failed peer (its heartbeat
+  // slot); read before exits are reported.
+  void set_heal_ready(int w, bool ready) {
+    heal_ready_[w] = ready;
+    if (ready) joining_[w] = false;  // a replacement that has the state
+  }
   // After the exits seen together: the first failure stops the others (only
   // now, so that workers that failed together all count as failures).
   std::vector<GroupCommand> after_exits(TimePoint now);
@@ -92,12 +109,16 @@ class GroupPolicy {
   int stop_signal() const { return stop_signal_; }
   const std::string& stop_reason() const { return round_stop_; }
   int stopped_count() const { return stopped_count_; }
+  // Heals so far, and the generation of the last one (0: none).
+  int heal_count() const { return heal_count_; }
+  uint32_t generation() const { return generation_; }
 
  private:
   std::vector<GroupCommand> begin_stop(int sig, TimePoint now);
   GroupCommand signal_running(int sig);
   GroupCommand warm_standbys();
   bool standbys_by_clock() const;
+  bool heal_allowed(int w) const;
 
   GroupPolicyOptions options_;
   std::vector<bool> alive_;      // not reaped yet
@@ -116,6 +137,16 @@ class GroupPolicy {
   bool stop_for_failure_ = false;  // a worker's failure began the stop
   std::optional<TimePoint> paused_at_;  // when SIGTSTP stopped the workers
   int stopped_count_ = 0;
+  // Heals: which workers can, how often each was replaced, the ones to
+  // replace after the exits being reported, any clean exit (then the group
+  // is finishing and cannot heal).
+  std::vector<bool> heal_ready_;
+  std::vector<bool> joining_;  // a replacement that has not said it can heal yet
+  std::vector<int> heals_;
+  std::vector<int> to_replace_;
+  bool any_succeeded_ = false;
+  int heal_count_ = 0;
+  uint32_t generation_ = 0;
 };
 
 }  // namespace ddprun

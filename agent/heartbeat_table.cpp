@@ -1,6 +1,8 @@
 #include "agent/heartbeat_table.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -52,6 +54,23 @@ bool HeartbeatTable::progress(int slot, channel::Progress* out) const {
 void HeartbeatTable::set_stop_reason(int slot, channel::StopReason reason) {
   // Release: the word is visible before the signal that follows it is.
   __atomic_store_n(channel::stop_reason_word(map_, slot), static_cast<uint32_t>(reason), __ATOMIC_RELEASE);
+}
+
+bool HeartbeatTable::heal_ready(int slot) const {
+  return __atomic_load_n(channel::heal_ready_word(map_, slot), __ATOMIC_ACQUIRE) == 1;
+}
+
+void HeartbeatTable::set_heal_generation(int slot, uint32_t generation) {
+  uint32_t* word = channel::heal_generation_word(map_, slot);
+  __atomic_store_n(word, generation, __ATOMIC_RELEASE);
+  // Not FUTEX_PRIVATE: the worker sleeps on its own mapping of the file.
+  syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+void HeartbeatTable::reset_slot(int slot, uint32_t generation) {
+  char* s = channel::heartbeat_slot(map_, slot);
+  std::memset(s, 0, channel::kHeartbeatSlotBytes);
+  __atomic_store_n(channel::heal_generation_word(map_, slot), generation, __ATOMIC_RELEASE);
 }
 
 void HeartbeatTable::reset() {

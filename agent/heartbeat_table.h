@@ -29,6 +29,14 @@ class HeartbeatTable {
   // The stop reason the worker in `slot` reads when the agent's signal
   // reaches it (channel::StopReason); reset() clears it.
   void set_stop_reason(int slot, channel::StopReason reason);
+  // Whether the worker in `slot` says it can heal around a failed peer.
+  bool heal_ready(int slot) const;
+  // Tells the worker in `slot` to heal in `generation` (and wakes it if it
+  // sleeps on the word).
+  void set_heal_generation(int slot, uint32_t generation);
+  // A replacement's slot: counter, progress and heal-ready cleared, the
+  // generation it starts in set (the other workers' slots are untouched).
+  void reset_slot(int slot, uint32_t generation);
 
  private:
   std::string path_;

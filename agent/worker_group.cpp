@@ -12,6 +12,7 @@
 
 #include "agent/job_cgroup.h"
 #include "agent/shm_cleanup.h"
+#include "channel/env_names.h"
 #include "channel/shm_names.h"
 #include "channel/event_log.h"
 
@@ -52,40 +53,90 @@ WorkerGroup::~WorkerGroup() {
 }
 
 void WorkerGroup::start_all() {
-  for (auto& launch : launches_) {
-    auto w = std::make_unique<Worker>();
-    w->launch = &launch;
-    unlink(launch.error_file.c_str());  // a stale one would be mistaken for this run's
-    w->output = std::make_unique<WorkerOutput>(launch.id.rank, launch.output);
-    // A standby is already running, waiting in ddp::init(): tell it who it
-    // is and take over its process. One that died meanwhile is replaced.
-    SpawnedProcess p;
-    bool from_standby = false;
-    if (launch.standby) {
-      try {
-        release_standby(*launch.standby, launch.vars);
-        p = launch.standby->process;
-        launch.standby->process = SpawnedProcess{};
-        from_standby = true;
-      } catch (const SpawnError& e) {
-        spdlog::warn("{}; starting a fresh worker instead", e.what());
-        dismiss_standby(*launch.standby);
-      }
-      launch.standby.reset();
-    }
-    if (p.pid < 0) p = spawn_process(launch.spawn);
-    w->pid = p.pid;
-    w->fds[0] = p.stdout_fd;
-    w->fds[1] = p.stderr_fd;
-    w->cgroup = p.cgroup;
-    if (options_.events) {
-      options_.events->write(channel::events::kSpawn,
-                             {{"attempt", options_.attempt}, {"rank", launch.id.rank},
-                              {"local_rank", launch.id.local_rank}, {"pid", p.pid},
-                              {"standby", from_standby}});
-    }
-    workers_.push_back(std::move(w));
+  workers_.clear();
+  for (size_t i = 0; i < launches_.size(); ++i) {
+    workers_.push_back(std::make_unique<Worker>());
+    workers_.back()->launch = &launches_[i];
+    start(i, /*append_logs=*/false, {});
   }
+}
+
+void WorkerGroup::start(size_t i, bool append_logs, const std::map<std::string, std::string>& extra_vars) {
+  Worker& w = *workers_[i];
+  WorkerLaunch& launch = launches_[i];
+  unlink(launch.error_file.c_str());  // a stale one would be mistaken for this run's
+  w.output = std::make_unique<WorkerOutput>(launch.id.rank, launch.output, append_logs);
+  std::map<std::string, std::string> vars = launch.vars;
+  SpawnRequest spawn = launch.spawn;
+  for (const auto& [k, v] : extra_vars) {
+    vars[k] = v;
+    spawn.env.push_back(k + "=" + v);
+  }
+  // A standby is already running, waiting in ddp::init(): tell it who it
+  // is and take over its process. One that died meanwhile is replaced.
+  SpawnedProcess p;
+  bool from_standby = false;
+  if (launch.standby) {
+    try {
+      release_standby(*launch.standby, vars);
+      p = launch.standby->process;
+      launch.standby->process = SpawnedProcess{};
+      from_standby = true;
+    } catch (const SpawnError& e) {
+      spdlog::warn("{}; starting a fresh worker instead", e.what());
+      dismiss_standby(*launch.standby);
+    }
+    launch.standby.reset();
+  }
+  if (p.pid < 0) p = spawn_process(spawn);
+  w.pid = p.pid;
+  w.fds[0] = p.stdout_fd;
+  w.fds[1] = p.stderr_fd;
+  w.cgroup = p.cgroup;
+  w.exited_before_stop = false;
+  if (options_.events) {
+    nlohmann::json f = {{"attempt", options_.attempt}, {"rank", launch.id.rank},
+                        {"local_rank", launch.id.local_rank}, {"pid", p.pid}, {"standby", from_standby}};
+    if (!extra_vars.empty()) f["heal_generation"] = policy_->generation();
+    options_.events->write(channel::events::kSpawn, std::move(f));
+  }
+}
+
+void WorkerGroup::read_heal_ready() {
+  if (!options_.heartbeats || options_.max_heals <= 0) return;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (policy_->alive(static_cast<int>(i))) {
+      policy_->set_heal_ready(static_cast<int>(i), options_.heartbeats->heal_ready(workers_[i]->launch->id.local_rank));
+    }
+  }
+}
+
+// Checkpointless recovery: the others are told the generation to heal in
+// first (they connect afresh while the replacement starts), then the
+// replacement starts with its slot cleared and the generation in its
+// environment. Its log files continue the failed worker's.
+void WorkerGroup::replace(int i, uint32_t generation) {
+  Worker& w = *workers_[i];
+  for (auto& loss : w.output->log_losses()) result_.log_losses.push_back(std::move(loss));
+  for (int& fd : w.fds) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  const int local_rank = w.launch->id.local_rank;
+  options_.heartbeats->reset_slot(local_rank, generation);
+  for (size_t o = 0; o < workers_.size(); ++o) {
+    if (static_cast<int>(o) != i && policy_->alive(static_cast<int>(o))) {
+      options_.heartbeats->set_heal_generation(workers_[o]->launch->id.local_rank, generation);
+    }
+  }
+  start(static_cast<size_t>(i), /*append_logs=*/true,
+        {{channel::kHeals, "1"}, {channel::kHealGeneration, std::to_string(generation)}});
+  if (options_.events) {
+    options_.events->write(channel::events::kHeal, {{"attempt", options_.attempt}, {"rank", w.launch->id.rank},
+                                                    {"local_rank", local_rank}, {"pid", w.pid},
+                                                    {"generation", generation}, {"heals", policy_->heal_count()}});
+  }
+  result_.heal_generation = generation;
 }
 
 void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
@@ -116,6 +167,9 @@ void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
         record_hung(c);
         kill(-workers_[c.worker]->pid, SIGKILL);
         break;
+      case GroupCommand::kReplaceWorker:
+        replace(c.worker, c.generation);
+        break;
       case GroupCommand::kSuspendSelf:
         suspend_self();
         break;
@@ -141,11 +195,16 @@ void WorkerGroup::record_hung(const GroupCommand& kill) {
   e.time = std::chrono::system_clock::now() -
            std::chrono::duration_cast<std::chrono::system_clock::duration>(kill.silent);
   e.reason = kill.why;
-  spdlog::warn("rank {} (pid {}) {}; killing it and stopping the other workers", e.rank, e.pid, e.reason);
+  spdlog::warn("rank {} (pid {}) {}; killing it and {}", e.rank, e.pid, e.reason,
+               kill.heal ? "replacing it while the others go on" : "stopping the other workers");
   if (options_.events) {
     options_.events->write(channel::events::kHang,
                            {{"attempt", options_.attempt}, {"rank", e.rank}, {"local_rank", e.local_rank},
                             {"silent_s", kill.silent.count() / 1000.0}});
+  }
+  if (kill.heal) {
+    killed_hung_[kill.worker] = kill.why;  // its exit is a heal's, told when it is reaped
+    return;
   }
   result_.failures.push_back(std::move(e));
 }
@@ -195,6 +254,7 @@ bool WorkerGroup::failed_on_its_own(const Worker& w, const WorkerExit& e) const 
 }
 
 void WorkerGroup::reap() {
+  read_heal_ready();  // as the workers said it last, before any exit counts
   for (size_t i = 0; i < workers_.size(); ++i) {
     Worker& w = *workers_[i];
     if (!policy_->alive(static_cast<int>(i))) continue;
@@ -234,24 +294,49 @@ void WorkerGroup::reap() {
       options_.events->write(channel::events::kExit, std::move(f));
     }
     const bool was_stopping = policy_->stopping();
-    if (policy_->on_exit(static_cast<int>(i), e.failed(), failed_on_its_own(w, e)) !=
-        WorkerEnd::kFailed) {
-      continue;
+    if (auto hung = killed_hung_.find(static_cast<int>(i)); hung != killed_hung_.end()) {
+      e.reason = hung->second;
+      killed_hung_.erase(hung);
     }
+    const WorkerEnd end = policy_->on_exit(static_cast<int>(i), e.failed(), failed_on_its_own(w, e));
+    if (end != WorkerEnd::kFailed && end != WorkerEnd::kHealed) continue;
     e.error_message = read_error_file(w.launch->error_file);
     const auto& tail = w.output->stderr_tail();
     e.stderr_tail.assign(tail.begin(), tail.end());
+    if (end == WorkerEnd::kHealed) {
+      heal_pending_.emplace_back(static_cast<int>(i), std::move(e));
+      continue;
+    }
     if (!was_stopping) {
       spdlog::warn("rank {} (pid {}) failed ({}); stopping the other workers", e.rank, e.pid,
                    describe_exit(e));
     }
     result_.failures.push_back(std::move(e));
   }
-  execute(policy_->after_exits(std::chrono::steady_clock::now()));
+  const auto commands = policy_->after_exits(std::chrono::steady_clock::now());
+  // The heals the policy agreed to are told; the others became failures.
+  for (auto& [i, e] : heal_pending_) {
+    const bool replaced = std::any_of(commands.begin(), commands.end(), [i = i](const GroupCommand& c) {
+      return c.kind == GroupCommand::kReplaceWorker && c.worker == i;
+    });
+    if (replaced) {
+      spdlog::warn("rank {} (pid {}) failed ({}); replacing it while the other workers go on (heal {} of the "
+                   "job; --max-heals {} per rank)",
+                   e.rank, e.pid, e.reason.empty() ? describe_exit(e) : e.reason, policy_->heal_count(),
+                   options_.max_heals);
+      result_.healed.push_back(std::move(e));
+    } else {
+      spdlog::warn("rank {} (pid {}) failed ({}); stopping the other workers", e.rank, e.pid, describe_exit(e));
+      result_.failures.push_back(std::move(e));
+    }
+  }
+  heal_pending_.clear();
+  execute(commands);
 }
 
 void WorkerGroup::check_heartbeats() {
   if (!options_.heartbeats) return;
+  read_heal_ready();
   std::vector<uint64_t> counts(workers_.size(), 0);
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (policy_->alive(static_cast<int>(i))) counts[i] = options_.heartbeats->read(workers_[i]->launch->id.local_rank);
@@ -326,6 +411,7 @@ GroupResult WorkerGroup::run() {
   po.heartbeats = options_.heartbeats != nullptr;
   po.wants_standbys = static_cast<bool>(options_.on_all_beating);
   po.standby_warmup = options_.standby_warmup;
+  po.max_heals = options_.heartbeats ? options_.max_heals : 0;
   policy_ = std::make_unique<GroupPolicy>(static_cast<int>(launches_.size()), po,
                                           std::chrono::steady_clock::now());
   start_all();  // on a failure to start, the destructor kills those started

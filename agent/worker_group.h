@@ -40,6 +40,8 @@ struct GroupResult {
   Outcome outcome = kSucceeded;
   int signal = 0;                   // for kStoppedBySignal
   std::vector<WorkerExit> failures;  // workers that failed on their own
+  std::vector<WorkerExit> healed;    // workers that failed and were replaced while the others went on
+  uint32_t heal_generation = 0;      // the last heal's (0: none)
   int stopped_count = 0;             // workers the group stopped
   std::string stop_reason;           // for kStoppedForRound
   std::vector<LogLoss> log_losses;   // log files that did not get everything
@@ -70,6 +72,10 @@ struct GroupOptions {
   // Called about every monitor_interval while the workers run (the agent
   // reads their progress); must not block.
   std::function<void()> on_monitor;
+  // Checkpointless recovery (GroupPolicyOptions::max_heals): with
+  // heartbeats, a failed worker of a program that can heal is replaced
+  // while the others go on, at most this many times per worker. 0: never.
+  int max_heals = 0;
 };
 
 class WorkerGroup {
@@ -96,6 +102,12 @@ class WorkerGroup {
   // Carries the policy's commands out.
   void execute(const std::vector<GroupCommand>& commands);
   void record_hung(const GroupCommand& kill);
+  // Starts a replacement for worker i in `generation` and tells the
+  // others to heal in it.
+  void replace(int i, uint32_t generation);
+  void read_heal_ready();
+  // Starts worker i's process (from its standby if it has one).
+  void start(size_t i, bool append_logs, const std::map<std::string, std::string>& extra_vars);
 
   std::vector<WorkerLaunch> launches_;
   SignalChannel& signals_;
@@ -104,6 +116,10 @@ class WorkerGroup {
   std::unique_ptr<GroupPolicy> policy_;  // made when the workers start
   GroupResult result_;
   std::chrono::steady_clock::time_point next_monitor_{};
+  // Exits the policy called kHealed, until after_exits says whether they
+  // are replaced (else they are failures); why hung workers were killed.
+  std::vector<std::pair<int, WorkerExit>> heal_pending_;
+  std::map<int, std::string> killed_hung_;
 };
 
 }  // namespace ddprun

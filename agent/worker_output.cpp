@@ -27,15 +27,15 @@ void write_all(int fd, std::string_view data) {
 
 namespace {
 
-int open_log(const std::string& path) {
-  int fd = channel::open_output_file(path, O_TRUNC);
+int open_log(const std::string& path, bool append) {
+  int fd = channel::open_output_file(path, append ? O_APPEND : O_TRUNC);
   if (fd < 0) throw std::runtime_error("cannot open log file " + path + ": " + channel::open_error_text(errno));
   return fd;
 }
 
 }  // namespace
 
-WorkerOutput::WorkerOutput(int global_rank, OutputOptions options)
+WorkerOutput::WorkerOutput(int global_rank, OutputOptions options, bool append)
     : rank_(global_rank),
       prefix_(options.console_prefix.empty() ? "[rank" + std::to_string(global_rank) + "]:"
                                              : options.console_prefix),
@@ -46,7 +46,7 @@ WorkerOutput::WorkerOutput(int global_rank, OutputOptions options)
   for (int i = 0; i < 2; ++i) {
     if (options_.console_mask & masks[i]) streams_[i].console = console[i];
     if (options_.file_mask & masks[i]) {
-      streams_[i].file_fd = open_log(*paths[i]);
+      streams_[i].file_fd = open_log(*paths[i], append);
       streams_[i].file_path = *paths[i];
     }
   }

@@ -51,7 +51,9 @@ class WorkerOutput {
   static constexpr size_t kConsoleBacklog = 1 << 20;
 
   // Throws std::runtime_error naming the file when a log file cannot be opened.
-  WorkerOutput(int global_rank, OutputOptions options);
+  // append: log files keep what they hold (a replacement's output follows
+  // the failed worker's) instead of starting empty.
+  WorkerOutput(int global_rank, OutputOptions options, bool append = false);
   ~WorkerOutput();
   WorkerOutput(const WorkerOutput&) = delete;
   WorkerOutput& operator=(const WorkerOutput&) = delete;

@@ -174,6 +174,46 @@ def restart_once(cmd, marker, kill_at_step, budget, env=None):
         stop(job)
 
 
+def heal_once(cmd, marker, kill_at_step, budget, env=None):
+    """ddprun healing a program that can (ddp::Healer): the survivors keep
+    their processes and go on once the replacement has the state from a
+    peer. Rank 0's step lines go on; the step in flight is done again. The
+    replacement steps together with the survivors (every step is a
+    collective), so both times are the same. None when no step comes within
+    budget seconds of the kill, or the job ends without one."""
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                           env=env)
+    lines = lines_of(job)
+    killed_at, last = None, None
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=None if killed_at is None else max(0.0, killed_at + budget - time.time()))
+            except queue.Empty:
+                return None
+            if line is None:
+                if killed_at is None:
+                    raise RuntimeError("the job ended before the kill: " + " ".join(cmd))
+                return None
+            m = STEP.search(line)
+            if not m:
+                continue
+            if killed_at is None:
+                last = int(m.group(1))
+                if last >= kill_at_step:
+                    victim = victim_of(job.pid, marker)
+                    killed_at = time.time()
+                    os.kill(victim, signal.SIGKILL)
+            else:
+                first = int(m.group(1))
+                secs = float(m.group(2)) - killed_at
+                # Went on from step first - 1: the steps after it that were
+                # done before the kill are done again, and the one in flight.
+                return Recovery(secs, secs, last + 1 - (first - 1))
+    finally:
+        stop(job)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -293,9 +333,13 @@ def main():
     # Standbys are on by default with --max-restarts; --no-standby rows show
     # what they save.
     b = args.budget
-    rows = [("ddprun + train (C++), default (standby)", lambda c: restart_once(ddprun([], train(c)), "train", k, b)),
-            ("ddprun --no-standby + train (C++)",
-             lambda c: restart_once(ddprun(["--no-standby"], train(c)), "train", k, b)),
+    # train heals by default (ddp::Healer): its restart rows turn heals off.
+    rows = [("ddprun + train (C++), default (heals: the survivors go on, a replacement takes the state from a peer)",
+             lambda c: heal_once(ddprun([], train(c)), "train", k, b)),
+            ("ddprun --max-heals 0 + train (C++), restart from checkpoint (standby)",
+             lambda c: restart_once(ddprun(["--max-heals", "0"], train(c)), "train", k, b)),
+            ("ddprun --max-heals 0 --no-standby + train (C++)",
+             lambda c: restart_once(ddprun(["--max-heals", "0", "--no-standby"], train(c)), "train", k, b)),
             ("ddprun + PyTorch DDP script, default (standby)",
              lambda c: restart_once(ddprun([], script(c)), "recovery_torch.py", k, b)),
             ("ddprun --no-standby + PyTorch DDP script",

@@ -10,6 +10,13 @@ the job finished and the checksums match.
     bench/reliability.py                 # 3 faults, small job (what ctest runs)
     bench/reliability.py --faults 100    # the long run
     bench/reliability.py --seed 7        # replay one sequence of faults
+    bench/reliability.py --restart       # no heals: every fault restarts the group
+
+By default train heals (ddp::Healer): a killed or hung worker is replaced
+while the others keep running, and the replacement takes the state from a
+peer; a fault outside a step (the evaluation at an epoch's end) still
+restarts the group from its checkpoint. --double-fraction of the faults
+kill two workers at once. --restart turns heals off (--max-heals 0).
 
 A fault is armed only once the job has recovered from the previous one (a
 "resumed from" line, or a step number that went back), so that every fault
@@ -50,6 +57,10 @@ def job(args, summary, ckpt=None):
     cmd = [os.path.join(args.build, "ddprun"), "--nproc", str(args.nproc)]
     if ckpt:
         cmd += ["--max-restarts", str(args.faults + 10), "--hang-timeout", str(args.hang_timeout)]
+        if args.restart:
+            cmd += ["--max-heals", "0"]
+        else:
+            cmd += ["--max-heals", str(args.faults + 10)]
     cmd += [os.path.join(args.build, "train"), "--limit", str(args.limit), "--epochs", str(args.epochs),
             "--print-steps", "--summary-json", summary]
     if ckpt:
@@ -59,7 +70,7 @@ def job(args, summary, ckpt=None):
 
 def run_with_faults(args, cmd, total_steps, rng):
     """Runs cmd, injecting args.faults faults; returns (exit code, tally, stderr)."""
-    tally = {"SIGKILL": 0, "SIGSTOP": 0}
+    tally = {"SIGKILL": 0, "SIGSTOP": 0, "double": 0}
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     sel = selectors.DefaultSelector()
     sel.register(p.stdout, selectors.EVENT_READ, "out")
@@ -96,7 +107,8 @@ def run_with_faults(args, cmd, total_steps, rng):
                         print("  out| " + line, flush=True)
                     m = STEP.search(line)
                     step = int(m.group(1)) if m else None
-                    if not armed and ("resumed from" in line or (step is not None and step <= last_step)):
+                    recovered = "resumed from" in line or "joined at step" in line
+                    if not armed and (recovered or (step is not None and step <= last_step)):
                         armed = True  # recovered: the next fault may come
                     if step is None:
                         continue
@@ -114,15 +126,19 @@ def run_with_faults(args, cmd, total_steps, rng):
                     if not workers:
                         continue
                     kind = signal.SIGSTOP if rng.random() < args.stop_fraction else signal.SIGKILL
-                    victim = rng.choice(workers)
+                    victims = [rng.choice(workers)]
+                    if kind == signal.SIGKILL and len(workers) > 2 and rng.random() < args.double_fraction:
+                        victims = rng.sample(workers, 2)  # two at once (one heal, two replacements)
                     try:
-                        os.kill(victim, kind)
+                        for victim in victims:
+                            os.kill(victim, kind)
                     except ProcessLookupError:
                         continue
                     injected += 1
                     tally[kind.name] += 1
-                    print("fault %d/%d: %s to worker %d at step %d" % (injected, args.faults, kind.name, victim, step),
-                          flush=True)
+                    tally["double"] += len(victims) == 2
+                    print("fault %d/%d: %s to worker(s) %s at step %d" % (
+                        injected, args.faults, kind.name, ", ".join(map(str, victims)), step), flush=True)
                     armed = False
                     target = None
         code = p.wait(timeout=max(1, deadline - time.monotonic())) if open_streams == 0 else -1
@@ -146,6 +162,9 @@ def main():
     p.add_argument("--checkpoint-every", type=int, default=5)
     p.add_argument("--hang-timeout", type=float, default=3, help="ddprun --hang-timeout: finds SIGSTOPped workers")
     p.add_argument("--stop-fraction", type=float, default=0.3, help="share of faults that are SIGSTOP")
+    p.add_argument("--double-fraction", type=float, default=0.2,
+                   help="share of SIGKILL faults that hit two workers at once (with more than 2)")
+    p.add_argument("--restart", action="store_true", help="no heals (--max-heals 0): every fault restarts the group")
     p.add_argument("--seed", type=int, default=None, help="random seed (default: random, printed)")
     p.add_argument("--budget", type=float, default=None,
                    help="seconds the faulty run may take before it counts as hung [60 + 30 per fault]")
@@ -177,6 +196,7 @@ def main():
         took = time.monotonic() - started
         got = checksum(summary)
         restarts = err.count("restarting the workers")
+        heals = err.count("replacing it while the other workers go on")
         # One hang can flag several workers (its peers wait in a collective,
         # not beating either): count the attempts that ended in a hang.
         hangs = sum(1 for attempt in err.split("restarting the workers") if "hung: no heartbeat" in attempt)
@@ -184,10 +204,12 @@ def main():
         if not ok:
             print("\n".join(err.splitlines()[-40:]))
         print()
-        print("| seed | faults (SIGKILL + SIGSTOP) | restarts | hangs detected | exit | checksum | outcome | seconds |")
-        print("|---|---|---|---|---|---|---|---|")
-        print("| %d | %d (%d + %d) | %d | %d | %d | %s %s %s | %s | %.0f |" % (
-            seed, tally["SIGKILL"] + tally["SIGSTOP"], tally["SIGKILL"], tally["SIGSTOP"], restarts, hangs, code,
+        print("| seed | faults (SIGKILL + SIGSTOP; two at once) | workers replaced (heals) | restarts | hangs detected "
+              "| exit | checksum | outcome | seconds |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        print("| %d | %d (%d + %d; %d) | %d | %d | %d | %d | %s %s %s | %s | %.0f |" % (
+            seed, tally["SIGKILL"] + tally["SIGSTOP"], tally["SIGKILL"], tally["SIGSTOP"], tally["double"], heals,
+            restarts, hangs, code,
             got or "none", "==" if got == want else "!=", want, "bitwise equal" if ok else ("HUNG" if tally.get("timed out") else "FAILED"), took))
         injected = tally["SIGKILL"] + tally["SIGSTOP"]
         if injected != args.faults:

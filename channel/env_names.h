@@ -58,6 +58,13 @@ inline constexpr const char* kTraceCapacity = "DDPRUN_TRACE_CAPACITY";
 // Progress (heartbeat_layout.h): set when ddprun shows rank 0's progress
 // itself, so worker_lib's own progress printer stays quiet.
 inline constexpr const char* kProgressByAgent = "DDPRUN_PROGRESS_BY_AGENT";
+// Checkpointless recovery (heartbeat_layout.h, the heal words): set to 1
+// when the agent replaces a failed worker of a program that can heal
+// (ddp::Healer) instead of restarting them all; its absence means a failed
+// peer ends the attempt as before. A replacement also gets the heal
+// generation it joins (its communicators' store keys are that generation's).
+inline constexpr const char* kHeals = "DDPRUN_HEALS";
+inline constexpr const char* kHealGeneration = "DDPRUN_HEAL_GENERATION";
 
 // Which interface PyTorch's Gloo and NCCL bind to (multi-node jobs).
 inline constexpr const char* kGlooSocketIfname = "GLOO_SOCKET_IFNAME";
@@ -66,6 +73,7 @@ inline constexpr const char* kNcclSocketIfname = "NCCL_SOCKET_IFNAME";
 // Per-job variables an outer ddprun may have left in the environment; a
 // job never inherits them.
 inline constexpr const char* kNeverInherited[] = {kNcclId,    kHeartbeatFile, kHeartbeatSlot, kStandbyFd,
-                                                  kTraceFile, kTraceSteps,    kProgressByAgent};
+                                                  kTraceFile, kTraceSteps,    kProgressByAgent, kHeals,
+                                                  kHealGeneration};
 
 }  // namespace ddprun::channel

@@ -8,6 +8,12 @@
 //                 epoch, loss, samples, checkpoints), written by the worker
 //                 under a sequence lock and read by the agent for the
 //                 progress line, the event log and `ddprun status`;
+//   bytes 80..83  heal ready: 1 while the worker can heal around a failed
+//                 peer (a ddp::Healer lives), written by the worker;
+//   bytes 84..87  heal generation: written by the agent when it replaces
+//                 failed workers (then a futex wake); the survivors wait
+//                 for it to pass the one they run in, then connect their
+//                 communicators afresh under that generation's keys;
 //   bytes 120..123 stop reason: written by the agent just before it signals
 //                 the worker to stop, read by the worker's signal handler
 //                 (worker_lib's StopFlag): whether the stop is the agent's own
@@ -105,6 +111,19 @@ inline bool read_progress(const ProgressBlock* block, Progress* out) {
     }
   }
   return false;
+}
+
+// The heal words (see the top of this file): 32-bit, so that a worker can
+// sleep on the generation with a futex (the file is a shared mapping).
+inline constexpr size_t kHealReadyOffset = 80;
+inline constexpr size_t kHealGenerationOffset = 84;
+static_assert(8 + sizeof(ProgressBlock) <= kHealReadyOffset);
+
+inline uint32_t* heal_ready_word(void* map, int slot) {
+  return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kHealReadyOffset);
+}
+inline uint32_t* heal_generation_word(void* map, int slot) {
+  return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kHealGenerationOffset);
 }
 
 // Why the agent stops a worker (the slot's stop-reason word). kForwarded

@@ -349,7 +349,7 @@ CliResult parse_canonical(const std::vector<std::string>& args,
 
   CliOptions o;
   std::string nnodes = "1", node_rank, endpoint, rdzv_conf, tee, redirects, rdzv_host;
-  std::string max_restarts = "0", monitor = "0.1", stop_timeout = "10", hang_timeout = "0", master_port = "0";
+  std::string max_restarts = "0", max_heals = "3", monitor = "0.1", stop_timeout = "10", hang_timeout = "0", master_port = "0";
   std::string progress_interval = "10";
   std::string shutdown_timeout, local_ranks_filter, dup_stdout, dup_stderr, signals;
 
@@ -435,6 +435,12 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   g = "Supervision";
   app.add_option("--max-restarts,--max_restarts", max_restarts,
                  "Restarts of the worker group after a failure [default: 0]")->type_name("N")->group(g);
+  app.add_option("--max-heals,--max_heals", max_heals,
+                 "One node: replace a failed worker of a program that can heal (ddp::Healer) while the "
+                 "others keep running, at most N times per rank; 0: every failure stops the group "
+                 "[default: 3]")
+      ->type_name("N")
+      ->group(g);
   app.add_option("--monitor-interval,--monitor_interval", monitor,
                  "Seconds between health checks; exits are seen at once [default: 0.1]")
       ->type_name("SECONDS")->group(g);
@@ -622,6 +628,7 @@ CliResult parse_canonical(const std::vector<std::string>& args,
     if (o.trace_dir.empty()) throw UsageError("--trace-steps: needs --trace DIR");
   }
   o.max_restarts = parse_int("--max-restarts", max_restarts, 0, 1000000);
+  o.max_heals = parse_int("--max-heals", max_heals, 0, 1000000);
   o.monitor_interval_s = parse_seconds("--monitor-interval", monitor, false, 0.01, 3600);
   o.stop_timeout_s = parse_seconds("--stop-timeout", stop_timeout, true);
   // --shutdown-timeout (torchrun's name) wins over --stop-timeout, unless

@@ -177,11 +177,31 @@ int run(const Options& opt) {
                epoch_done ? 0 : sampler.position() * ws);
   };
 
+  // Checkpointless recovery: when a peer dies inside a step, the survivors
+  // keep running, ddprun starts a replacement, and the replacement gets
+  // this state from a survivor (here, in its constructor) instead of anyone
+  // reading a checkpoint. The epoch and the schedule's step travel with it.
+  int64_t epoch = start_epoch;
+  ddp::Healer healer(*world, {.module = model.module().get(),
+                              .optimizer = &optimizer,
+                              .sampler = &sampler,
+                              .step = &steps,
+                              .counters = {&epoch, &schedule_step}});
+  if (healer.joined()) {
+    start_epoch = epoch;
+    start_position = sampler.position();
+    std::printf("rank %d joined at step %lld (epoch %lld, sample %lld) with the state of its peers\n", rank,
+                static_cast<long long>(steps), static_cast<long long>(epoch + 1),
+                static_cast<long long>(start_position));
+    std::fflush(stdout);
+  }
+
   const auto start = std::chrono::steady_clock::now();
   double last_loss = 0, accuracy = 0;
   ddp::Tracer& tracer = world->tracer();
   torch::Tensor step_loss = torch::zeros({});
-  for (int epoch = static_cast<int>(start_epoch); epoch < opt.epochs; ++epoch) {
+  bool stopped = false;
+  for (epoch = start_epoch; epoch < opt.epochs && !stopped; ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
     sampler.set_epoch(epoch);
     if (epoch == start_epoch) sampler.set_position(start_position);
@@ -190,72 +210,85 @@ int run(const Options& opt) {
     int64_t loss_count = 0;
     // One optimizer step per grad_accum micro-batches; the last, short group
     // of an epoch still steps. Every rank has as many micro-batches.
-    while (sampler.position() < sampler.num_samples()) {
-      // Step boundaries and the data and optimizer phases for --trace (DDP
-      // records forward, backward and the all-reduces itself).
-      tracer.step(steps);
-      optimizer.zero_grad();
-      const int64_t left = (sampler.num_samples() - sampler.position() + opt.batch_size - 1) / opt.batch_size;
-      const int64_t group = std::min<int64_t>(opt.grad_accum, left);
-      for (int64_t j = 0; j < group; ++j) {
-        ddp::TraceSpan data(tracer, ddp::TracePhase::kData);
-        auto idx_vec = *sampler.next_batch(opt.batch_size);
-        torch::Tensor idx = torch::tensor(idx_vec, torch::kInt64);
-        torch::Tensor x = train.batch(idx);
-        torch::Tensor y = train.labels.index_select(0, idx);
-        data.finish();
-        torch::Tensor loss = torch::nn::functional::cross_entropy(model(x), y);
-        loss_sum += loss.detach().to(torch::kFloat64);
-        step_loss = loss.detach();
-        ++loss_count;
-        if (j + 1 < group) {
-          auto no_sync = model.no_sync();  // accumulate locally
-          (loss / group).backward();
-        } else {
-          // With bucketed or overlap sync, gradients are averaged over the
-          // ranks by the time backward returns; naive and flat sync happen
-          // here, in finalize() (a no-op for the others).
-          (loss / group).backward();
-          model.finalize();
+    while (sampler.position() < sampler.num_samples() && !stopped) {
+      // One step; if a peer dies inside, it is healed around and the step
+      // runs again (ddp::Healer), so the loss adds up only once it is done.
+      torch::Tensor step_loss_sum = torch::zeros({1}, torch::kFloat64);
+      int64_t step_loss_count = 0;
+      healer.step([&] {
+        step_loss_sum.zero_();
+        step_loss_count = 0;
+        // Step boundaries and the data and optimizer phases for --trace (DDP
+        // records forward, backward and the all-reduces itself).
+        tracer.step(steps);
+        optimizer.zero_grad();
+        const int64_t left = (sampler.num_samples() - sampler.position() + opt.batch_size - 1) / opt.batch_size;
+        const int64_t group = std::min<int64_t>(opt.grad_accum, left);
+        for (int64_t j = 0; j < group; ++j) {
+          ddp::TraceSpan data(tracer, ddp::TracePhase::kData);
+          auto idx_vec = *sampler.next_batch(opt.batch_size);
+          torch::Tensor idx = torch::tensor(idx_vec, torch::kInt64);
+          torch::Tensor x = train.batch(idx);
+          torch::Tensor y = train.labels.index_select(0, idx);
+          data.finish();
+          torch::Tensor loss = torch::nn::functional::cross_entropy(model(x), y);
+          step_loss_sum += loss.detach().to(torch::kFloat64);
+          step_loss = loss.detach();
+          ++step_loss_count;
+          if (j + 1 < group) {
+            auto no_sync = model.no_sync();  // accumulate locally
+            (loss / group).backward();
+          } else {
+            // With bucketed or overlap sync, gradients are averaged over the
+            // ranks by the time backward returns; naive and flat sync happen
+            // here, in finalize() (a no-op for the others).
+            (loss / group).backward();
+            model.finalize();
+          }
         }
-      }
-      // The learning rate falls linearly to zero over the run: the last
-      // steps settle instead of bouncing around the minimum.
-      {
-        ddp::TraceSpan optimizer_span(tracer, ddp::TracePhase::kOptimizer);
-        const double progress = static_cast<double>(schedule_step) / total_steps;
-        for (auto& group : optimizer.param_groups()) {
-          static_cast<torch::optim::SGDOptions&>(group.options()).lr(opt.lr * (1 - progress));
+        // The learning rate falls linearly to zero over the run: the last
+        // steps settle instead of bouncing around the minimum.
+        {
+          ddp::TraceSpan optimizer_span(tracer, ddp::TracePhase::kOptimizer);
+          const double progress = static_cast<double>(schedule_step) / total_steps;
+          for (auto& group : optimizer.param_groups()) {
+            static_cast<torch::optim::SGDOptions&>(group.options()).lr(opt.lr * (1 - progress));
+          }
+          optimizer.step();
         }
-        optimizer.step();
-      }
-      ++steps;
-      ++schedule_step;
-      // For the agent's progress line and `ddprun status` (rank 0 prints it
-      // itself when run without ddprun): samples of the whole job so far.
-      world->report_progress({.step = steps,
-                              .total_steps = total_steps + steps - schedule_step,
-                              .epoch = epoch,
-                              .loss = step_loss.item<double>(),
-                              .samples = (epoch * sampler.num_samples() + sampler.position()) * ws});
-      if (opt.print_steps && rank == 0) {
-        const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-        std::printf("step %lld done at %.3f\n", static_cast<long long>(steps), now);
-        std::fflush(stdout);
-      }
-      if (ckpt && ckpt->due(steps)) save(epoch);
-      if (stop && ddp::stop_agreed(*stop, world->cpu())) {
-        // Asked to stop (preemption): every rank agreed at this step; rank 0
-        // writes a final checkpoint, and running the command again resumes.
-        if (ckpt->last_saved_step() != steps) save(epoch);
-        const ddp::CheckpointReport saved = ckpt->finish();
-        if (rank == 0) {
-          std::printf("stopped by signal after step %lld; checkpoint %s\n", static_cast<long long>(steps),
-                      ckpt->last_path().c_str());
-          print_checkpoint_report(saved);
+        ++steps;  // the commit (ddp::Healer): from here on the step is done
+        ++schedule_step;
+        // For the agent's progress line and `ddprun status` (rank 0 prints it
+        // itself when run without ddprun): samples of the whole job so far.
+        world->report_progress({.step = steps,
+                                .total_steps = total_steps + steps - schedule_step,
+                                .epoch = static_cast<int32_t>(epoch),
+                                .loss = step_loss.item<double>(),
+                                .samples = (epoch * sampler.num_samples() + sampler.position()) * ws});
+        if (opt.print_steps && rank == 0) {
+          const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+          std::printf("step %lld done at %.3f\n", static_cast<long long>(steps), now);
+          std::fflush(stdout);
         }
-        return 0;
+        if (ckpt && ckpt->due(steps)) save(epoch);
+        if (stop && ddp::stop_agreed(*stop, world->cpu())) {
+          // Asked to stop (preemption): every rank agreed at this step; rank 0
+          // writes a final checkpoint, and running the command again resumes.
+          stopped = true;
+        }
+      });
+      loss_sum += step_loss_sum;
+      loss_count += step_loss_count;
+    }
+    if (stopped) {
+      if (ckpt->last_saved_step() != steps) save(epoch);
+      const ddp::CheckpointReport saved = ckpt->finish();
+      if (rank == 0) {
+        std::printf("stopped by signal after step %lld; checkpoint %s\n", static_cast<long long>(steps),
+                    ckpt->last_path().c_str());
+        print_checkpoint_report(saved);
       }
+      return 0;
     }
     // The epoch's evaluation is no part of its last step.
     tracer.end_step();
@@ -267,7 +300,7 @@ int run(const Options& opt) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
     accuracy = test_accuracy(*world, model.module(), test);
     if (rank == 0) {
-      std::printf("epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f samples/s\n", epoch + 1,
+      std::printf("epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f samples/s\n", static_cast<int>(epoch + 1),
                   opt.epochs, last_loss, 100 * accuracy,
                   (sampler.num_samples() - first_sample) * ws / secs);
       std::fflush(stdout);

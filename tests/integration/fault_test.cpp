@@ -63,8 +63,9 @@ TEST(FaultTolerance, WorkersKilledAtRandomStepsStillEndBitwiseLikeAnUninterrupte
                           std::uniform_int_distribution<>(150, 200)(gen)};
   SCOPED_TRACE("kills at steps " + std::to_string(targets[0]) + ", " + std::to_string(targets[1]) + ", " +
                std::to_string(targets[2]));
-  // Workers only (standbys have a test of their own): every kill is a failure.
-  Process p(train_job({"--max-restarts", "5", "--no-standby"}, {"--checkpoint-dir", dir.string(), "--checkpoint-every", "7",
+  // Workers only (standbys have a test of their own): every kill is a
+  // failure that restarts the group (heals have tests of their own).
+  Process p(train_job({"--max-restarts", "5", "--no-standby", "--max-heals", "0"}, {"--checkpoint-dir", dir.string(), "--checkpoint-every", "7",
                                                "--summary-json", summary.string()}));
   for (int target : targets) {
     ASSERT_TRUE(reach_step(p, target)) << p.out();
@@ -84,7 +85,7 @@ TEST(FaultTolerance, WorkersKilledAtRandomStepsStillEndBitwiseLikeAnUninterrupte
 TEST(FaultTolerance, StandbyWorkersTakeOverAfterAKillAndNoneIsLeft) {
   const std::string want = reference_checksum();
   const fs::path dir = temp("standby-ckpt"), summary = temp("standby.json");
-  Process p(train_job({"--max-restarts", "2", "--standby"},
+  Process p(train_job({"--max-restarts", "2", "--standby", "--max-heals", "0"},
                       {"--checkpoint-dir", dir.string(), "--checkpoint-every", "10", "--summary-json",
                        summary.string()}));
   std::set<pid_t> seen;
@@ -175,7 +176,7 @@ TEST(FaultTolerance, AStoppedWorkerIsFoundHungAndTheJobRecovers) {
   const std::string want = reference_checksum();
   const fs::path dir = temp("stop-ckpt"), summary = temp("stop.json");
   // Generous limits: a loaded CI machine must not make a healthy worker look hung.
-  Process p(train_job({"--max-restarts", "2", "--hang-timeout", "5", "--no-standby"},
+  Process p(train_job({"--max-restarts", "2", "--hang-timeout", "5", "--no-standby", "--max-heals", "0"},
                       {"--checkpoint-dir", dir.string(), "--checkpoint-every", "10", "--summary-json",
                        summary.string()}));
   ASSERT_TRUE(reach_step(p, 40)) << p.out();

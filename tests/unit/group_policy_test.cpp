@@ -193,5 +193,138 @@ TEST(GroupPolicy, APauseDuringAStopDoesNotShortenTheStopTimeout) {
   EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kStopped);  // SIGSTOP/SIGCONT stopped nothing
 }
 
+// Checkpointless recovery: workers that all say they can heal.
+GroupPolicyOptions healing(int max_heals, std::chrono::milliseconds hang = 0ms) {
+  GroupPolicyOptions o = opts(hang);
+  o.heartbeats = true;
+  o.max_heals = max_heals;
+  return o;
+}
+
+void all_ready(GroupPolicy& p, int n) {
+  for (int w = 0; w < n; ++w) p.set_heal_ready(w, true);
+}
+
+std::vector<GroupCommand> replacements(const std::vector<GroupCommand>& cs) {
+  std::vector<GroupCommand> out;
+  for (const auto& c : cs) {
+    if (c.kind == GroupCommand::kReplaceWorker) out.push_back(c);
+  }
+  return out;
+}
+
+TEST(GroupPolicy, AFailedWorkerIsReplacedWhileTheOthersGoOnWhenAllCanHeal) {
+  GroupPolicy p(4, healing(3), t0);
+  all_ready(p, 4);
+  EXPECT_EQ(p.on_exit(2, true), WorkerEnd::kHealed);
+  const auto cs = p.after_exits(t0);
+  EXPECT_FALSE(signals(cs, SIGTERM));
+  ASSERT_EQ(replacements(cs).size(), 1u);
+  EXPECT_EQ(replacements(cs)[0].worker, 2);
+  EXPECT_EQ(replacements(cs)[0].generation, 1u);
+  EXPECT_TRUE(p.alive(2));  // the replacement runs
+  EXPECT_FALSE(p.stopping());
+  for (int w = 0; w < 4; ++w) EXPECT_EQ(p.on_exit(w, false), WorkerEnd::kSucceeded);
+  EXPECT_EQ(p.outcome(), GroupPolicy::kSucceeded);
+  EXPECT_EQ(p.heal_count(), 1);
+}
+
+TEST(GroupPolicy, NoHealUnlessEveryRunningWorkerSaysItCan) {
+  GroupPolicy p(3, healing(3), t0);
+  p.set_heal_ready(0, true);
+  p.set_heal_ready(1, true);  // worker 2 (a script, or not in its loop yet) cannot
+  EXPECT_EQ(p.on_exit(0, true), WorkerEnd::kFailed);
+  const auto cs = p.after_exits(t0);
+  EXPECT_TRUE(signals(cs, SIGTERM));
+  EXPECT_TRUE(replacements(cs).empty());
+}
+
+TEST(GroupPolicy, ARankThatKeepsFailingStopsTheGroupAfterItsHeals) {
+  GroupPolicy p(2, healing(2), t0);
+  for (uint32_t g = 1; g <= 2; ++g) {
+    all_ready(p, 2);
+    EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kHealed);
+    const auto cs = replacements(p.after_exits(t0));
+    ASSERT_EQ(cs.size(), 1u);
+    EXPECT_EQ(cs[0].generation, g);
+  }
+  all_ready(p, 2);
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kFailed);  // the third time: a bad device, say
+  EXPECT_TRUE(signals(p.after_exits(t0), SIGTERM));
+  EXPECT_EQ(p.outcome(), GroupPolicy::kWorkerFailed);
+}
+
+TEST(GroupPolicy, TwoWorkersFailingTogetherAreReplacedInOneGeneration) {
+  GroupPolicy p(4, healing(3), t0);
+  all_ready(p, 4);
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kHealed);
+  EXPECT_EQ(p.on_exit(3, true), WorkerEnd::kHealed);
+  const auto cs = replacements(p.after_exits(t0));
+  ASSERT_EQ(cs.size(), 2u);
+  EXPECT_EQ(cs[0].generation, cs[1].generation);
+}
+
+TEST(GroupPolicy, NoHealOnceAWorkerHasFinished) {
+  GroupPolicy p(2, healing(3), t0);
+  all_ready(p, 2);
+  EXPECT_EQ(p.on_exit(0, false), WorkerEnd::kSucceeded);
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kFailed);
+  EXPECT_TRUE(replacements(p.after_exits(t0)).empty());
+  EXPECT_EQ(p.outcome(), GroupPolicy::kWorkerFailed);
+}
+
+TEST(GroupPolicy, AHungWorkerIsKilledAndReplacedWhileTheOthersGoOn) {
+  GroupPolicy p(2, healing(3, 1s), t0);
+  all_ready(p, 2);
+  EXPECT_TRUE(p.on_beats({1, 1}, t0).empty());
+  EXPECT_TRUE(p.on_beats({2, 1}, t0 + 500ms).empty());
+  const auto kill = p.on_beats({3, 1}, t0 + 1100ms);
+  ASSERT_EQ(kill.size(), 1u);  // the kill, no stop
+  EXPECT_EQ(kill[0].kind, GroupCommand::kKillWorker);
+  EXPECT_EQ(kill[0].worker, 1);
+  EXPECT_TRUE(kill[0].heal);
+  EXPECT_TRUE(p.on_beats({4, 1}, t0 + 1200ms).empty());  // not judged again while it dies
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kHealed);
+  const auto cs = replacements(p.after_exits(t0 + 1300ms));
+  ASSERT_EQ(cs.size(), 1u);
+  // The replacement's silence counts from its start.
+  EXPECT_TRUE(p.on_beats({5, 0}, t0 + 2200ms).empty());
+  EXPECT_FALSE(p.stopping());
+}
+
+// A second failure while a replacement still joins (two kills a few
+// milliseconds apart, or the sender dying mid-heal): the next generation,
+// and the joining replacement counts as one that can heal.
+TEST(GroupPolicy, AFailureDuringAHealBeginsTheNextGeneration) {
+  GroupPolicy p(3, healing(3), t0);
+  all_ready(p, 3);
+  EXPECT_EQ(p.on_exit(0, true), WorkerEnd::kHealed);
+  ASSERT_EQ(replacements(p.after_exits(t0)).size(), 1u);
+  p.set_heal_ready(0, false);  // worker 0's replacement has not said it can heal yet
+  EXPECT_EQ(p.on_exit(2, true), WorkerEnd::kHealed);
+  auto cs = replacements(p.after_exits(t0 + 10ms));
+  ASSERT_EQ(cs.size(), 1u);
+  EXPECT_EQ(cs[0].generation, 2u);
+  // And the joining replacement itself failing is healed too.
+  EXPECT_EQ(p.on_exit(0, true), WorkerEnd::kHealed);
+  cs = replacements(p.after_exits(t0 + 20ms));
+  ASSERT_EQ(cs.size(), 1u);
+  EXPECT_EQ(cs[0].generation, 3u);
+  all_ready(p, 3);
+  for (int w = 0; w < 3; ++w) EXPECT_EQ(p.on_exit(w, false), WorkerEnd::kSucceeded);
+  EXPECT_EQ(p.outcome(), GroupPolicy::kSucceeded);
+}
+
+TEST(GroupPolicy, ASignalToDdprunDuringAHealStopsEveryoneAsBefore) {
+  GroupPolicy p(2, healing(3), t0);
+  all_ready(p, 2);
+  EXPECT_EQ(p.on_exit(0, true), WorkerEnd::kHealed);
+  EXPECT_EQ(replacements(p.after_exits(t0)).size(), 1u);
+  EXPECT_TRUE(signals(p.on_signal(SIGTERM, t0), SIGTERM));
+  EXPECT_EQ(p.on_exit(0, true), WorkerEnd::kStopped);
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kStopped);
+  EXPECT_EQ(p.outcome(), GroupPolicy::kStoppedBySignal);
+}
+
 }  // namespace
 }  // namespace ddprun

@@ -53,7 +53,9 @@ CheckpointOptions with_world(CheckpointOptions o, World& world) {
 }  // namespace
 
 Checkpointer::Checkpointer(World& world, CheckpointOptions options)
-    : Checkpointer(world.cpu(), with_world(std::move(options), world)) {}
+    : Checkpointer(world.cpu(), with_world(std::move(options), world)) {
+  joins_heal_ = world.replacement();
+}
 
 Checkpointer::~Checkpointer() {
   if (in_flight_.valid()) in_flight_.wait();
@@ -68,6 +70,9 @@ Checkpointer::~Checkpointer() {
 }
 
 std::optional<TrainingState> Checkpointer::restore() {
+  // A replacement in a heal: its peers restored long ago and run no
+  // matching broadcast; the heal brings a state newer than any file.
+  if (joins_heal_) return std::nullopt;
   TraceSpan span(*tracer_, TracePhase::kRestore);
   std::optional<TrainingState> state = restore_broadcast();
   if (state && options_.progress) options_.progress->restored(state->step);

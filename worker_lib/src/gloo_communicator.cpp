@@ -48,6 +48,7 @@
 
 #include "ddp/gloo_failure.h"
 #include "ddp/local_addr.h"
+#include "watched_store.h"
 
 namespace ddp {
 namespace {
@@ -157,6 +158,8 @@ GlooCommunicator::GlooCommunicator(ddprun::Store& store, const GlooOptions& opti
     opts.setTimeout(options.timeout);
     gloo::barrier(opts);
     learn_peer_endpoints(store);
+  } catch (const GenerationSuperseded&) {
+    throw;  // a heal's: connect again in the newer generation
   } catch (const ddprun::StoreTimeout& e) {
     throw CollectiveError("ddp: rank " + std::to_string(options.rank) + " of " +
                           std::to_string(options.size) + " could not connect to its peers within " +

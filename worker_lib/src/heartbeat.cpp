@@ -1,6 +1,9 @@
 #include "ddp/heartbeat.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -37,6 +40,33 @@ Heartbeat::Heartbeat(const std::string& path, int slot) {
   // The whole slot is mapped: the counter and the progress block after it.
   counter_ = ddprun::channel::heartbeat_counter(map_, slot);
   progress_ = ddprun::channel::progress_block(map_, slot);
+  heal_ready_ = ddprun::channel::heal_ready_word(map_, slot);
+  heal_generation_ = ddprun::channel::heal_generation_word(map_, slot);
+}
+
+void Heartbeat::set_heal_ready(bool ready) {
+  if (heal_ready_) __atomic_store_n(heal_ready_, ready ? 1u : 0u, __ATOMIC_RELEASE);
+}
+
+uint32_t Heartbeat::heal_generation() const {
+  return heal_generation_ ? __atomic_load_n(heal_generation_, __ATOMIC_ACQUIRE) : 0;
+}
+
+uint32_t Heartbeat::wait_heal_generation(uint32_t seen, std::chrono::milliseconds timeout) const {
+  if (!heal_generation_) return seen;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const uint32_t now = heal_generation();
+    if (now != seen) return now;
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::nanoseconds(0)) return now;
+    // The agent stores the word, then wakes every sleeper on it (a shared
+    // futex: the file is mapped by both). If it changed before we sleep,
+    // FUTEX_WAIT returns at once; a wake-up for nothing loops.
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    syscall(SYS_futex, heal_generation_, FUTEX_WAIT, seen, &ts, nullptr, 0);
+  }
 }
 
 Heartbeat::~Heartbeat() {

@@ -38,6 +38,12 @@ void read_observability(const EnvLookup& env, LaunchInfo& info) {
     info.trace_capacity = static_cast<uint64_t>(n);
   }
   if (auto v = env(ch::kProgressByAgent); v && !v->empty() && *v != "0") info.progress_by_agent = true;
+  if (auto v = env(ch::kHeals); v && !v->empty() && *v != "0") info.heals = true;
+  if (auto v = env(ch::kHealGeneration); v && !v->empty()) {
+    const auto g = parse_number<int64_t>(ch::kHealGeneration, *v);
+    if (g < 0 || g > INT32_MAX) throw ConfigError("ddp: DDPRUN_HEAL_GENERATION=" + *v + " is not a heal generation");
+    info.heal_generation = static_cast<uint32_t>(g);
+  }
 }
 
 }  // namespace

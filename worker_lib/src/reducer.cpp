@@ -74,13 +74,15 @@ Reducer::Reducer(std::vector<NamedTensor> params, std::vector<NamedTensor> buffe
                                   "parameters");
     }
   }
-  check_same_model();
-  if (options_.init_sync == InitSync::kVerify) {
-    verify_params();
-  } else {
-    broadcast_state(params_);
+  if (options_.init_sync != InitSync::kNone) {
+    check_same_model();
+    if (options_.init_sync == InitSync::kVerify) {
+      verify_params();
+    } else {
+      broadcast_state(params_);
+    }
+    broadcast_state(buffers_);
   }
-  broadcast_state(buffers_);
   if (hook_driven()) {
     build_buckets();
   }

@@ -11,6 +11,8 @@
 #include "ddp/nccl_communicator.h"
 #include "ddp/standby.h"
 #include "cpu_comm.h"
+#include "swappable_communicator.h"
+#include "watched_store.h"
 #include "env_store.h"
 #include "rendezvous/client.h"
 #include "rendezvous/memory_store.h"
@@ -62,32 +64,78 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
   progress_ = std::make_unique<ProgressReporter>(heartbeat_->progress_block(), print);
   // Every round gets fresh keys: a restarted group never reads a dead one's.
   round_store_ = std::make_unique<ddprun::PrefixStore>(ddprun::round_key_prefix(info_.round), *store_);
-  gloo_store_ = std::make_unique<ddprun::PrefixStore>("gloo", *round_store_);
   group_store_ = std::make_unique<ddprun::PrefixStore>("group", *round_store_);
   user_store_ = std::make_unique<ddprun::PrefixStore>("user", *round_store_);
-  cpu_ = connect_cpu_communicator(*gloo_store_, info_.rank, info_.world_size, "the world",
-                                  {&info_, timeout_, heartbeat_});
+  // A replacement connects straight into the generation it was started
+  // for, or a newer one if a peer failed while it connected.
+  uint32_t generation = info_.heal_generation;
+  while (true) {
+    try {
+      cpu_ = std::make_unique<SwappableCommunicator>(connect_generation(generation));
+      break;
+    } catch (const GenerationSuperseded&) {
+      generation = heartbeat_->heal_generation();
+    }
+  }
 }
 
 World::~World() = default;
 
 Communicator& World::cpu() { return *cpu_; }
 
+// The world's CPU communicator of `generation`: its keys are the round's
+// "gloo/" at the start and "heal<g>/gloo/" after heal g, so that no rank
+// ever meets a key a connection of another generation left.
+std::unique_ptr<Communicator> World::connect_generation(uint32_t generation) {
+  generation_ = generation;
+  watched_store_.reset();
+  gloo_store_.reset();
+  generation_store_.reset();
+  ddprun::Store* base = round_store_.get();
+  if (generation > 0) {
+    generation_store_ = std::make_unique<ddprun::PrefixStore>("heal" + std::to_string(generation), *round_store_);
+    base = generation_store_.get();
+  }
+  gloo_store_ = std::make_unique<ddprun::PrefixStore>("gloo", *base);
+  ddprun::Store* connect_store = gloo_store_.get();
+  watched_store_.reset();
+  if (info_.heals) {
+    // Waits for peers give up once the agent begins a newer generation.
+    watched_store_ = std::make_unique<WatchedStore>(
+        *gloo_store_, [hb = heartbeat_, generation] { return hb->heal_generation() > generation; });
+    connect_store = watched_store_.get();
+  }
+  return connect_cpu_communicator(*connect_store, info_.rank, info_.world_size, "the world",
+                                  {&info_, timeout_, heartbeat_});
+}
+
+void World::disconnect() {
+  cpu_->close();
+  std::lock_guard lock(cuda_mu_);
+  cuda_.reset();  // NCCL: destroyed (aborted) here, a fresh id on next use
+}
+
+void World::reconnect(uint32_t generation) {
+  disconnect();  // first: peers blocked on this rank fail now, not at their timeout
+  cpu_->replace(connect_generation(generation));
+}
+
 Communicator& World::cuda() {
   std::lock_guard lock(cuda_mu_);
   if (!cuda_) {
     NcclOptions o;
-    o.unique_id = info_.nccl_id;
+    if (generation_ == 0) o.unique_id = info_.nccl_id;  // the round's id serves its first generation only
     if (o.unique_id.empty()) {
       // The launcher makes no id (see launcher/plan.cpp; nor does torchrun):
       // rank 0 makes it here, when a CUDA collective first needs it, and
       // shares it through the round's store. NCCL's bootstrap root then
       // lives in rank 0, a member of the group that dies with it.
+      ddprun::Store& ids = generation_store_ ? *generation_store_ : *round_store_;
       if (rank() == 0) {
         o.unique_id = nccl_unique_id();
-        round_store_->set("nccl_id", o.unique_id);
+        ids.set("nccl_id", o.unique_id);
       } else {
-        o.unique_id = round_store_->get("nccl_id", timeout_);
+        o.unique_id = ids.get("nccl_id", timeout_);
       }
     }
     o.rank = info_.rank;

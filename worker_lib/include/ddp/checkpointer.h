@@ -79,7 +79,9 @@ class Checkpointer {
   // Collective: rank 0 reads the newest checkpoint whose checksum and
   // contents are sound (warning on stderr about each one it skips) and
   // broadcasts it; every rank gets the same state, or nullopt on all when
-  // there is none.
+  // there is none. In a replacement that joins a heal (World::replacement())
+  // nullopt at once: its peers are past their restore, and the heal brings
+  // the current state.
   std::optional<TrainingState> restore();
 
   // Whether a checkpoint is due after `step` (every_steps, or every_seconds
@@ -136,6 +138,7 @@ class Checkpointer {
   std::future<void> in_flight_;
   int64_t failed_before_in_flight_ = 0;  // report_.failed when it was submitted
   std::shared_ptr<TrainingState> recycled_;  // the last state written, for its buffers
+  bool joins_heal_ = false;                  // made by a replacement (World::replacement())
   std::unique_ptr<SerialWorker> writer_;
 };
 

@@ -14,6 +14,7 @@
 #include "ddp/error_file.h"
 #include "ddp/get.h"
 #include "ddp/gloo_communicator.h"
+#include "ddp/healer.h"
 #include "ddp/heartbeat.h"
 #include "ddp/launch_info.h"
 #include "ddp/mesh.h"

@@ -54,6 +54,10 @@ Overlap parse_overlap(const std::string& name);
 enum class InitSync {
   kBroadcast,  // copy rank 0's parameters and buffers to every rank
   kVerify,     // throw, naming the first parameter that differs from rank 0's
+  // Nothing at construction: a replacement joining a heal (World::
+  // replacement()) gets the state from the heal, and its peers, long past
+  // their construction, run no matching collectives.
+  kNone,
 };
 
 struct DdpOptions {

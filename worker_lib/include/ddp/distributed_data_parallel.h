@@ -69,6 +69,7 @@ class DistributedDataParallel {
  private:
   static DdpOptions with_tracer(DdpOptions o, World& world) {
     if (!o.tracer) o.tracer = &world.tracer();
+    if (world.replacement()) o.init_sync = InitSync::kNone;  // the heal brings the state
     return o;
   }
   static Communicator& communicator_for(World& world, const torch::nn::Module& m) {

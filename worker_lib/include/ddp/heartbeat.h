@@ -4,6 +4,7 @@
 // --hang-timeout is treated as failed. No LibTorch here.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,11 +33,22 @@ class Heartbeat {
   // One writer at a time: ddp::ProgressReporter serialises them.
   ddprun::channel::ProgressBlock* progress_block() const { return progress_; }
 
+  // Checkpointless recovery (the slot's heal words): tells the agent this
+  // worker can heal around a failed peer, or no longer can.
+  void set_heal_ready(bool ready);
+  // The heal generation the agent last told this worker (0: none, or no file).
+  uint32_t heal_generation() const;
+  // Sleeps until the generation differs from `seen` or `timeout` passes;
+  // returns the generation then. Without a file, returns `seen` at once.
+  uint32_t wait_heal_generation(uint32_t seen, std::chrono::milliseconds timeout) const;
+
  private:
   void* map_ = nullptr;
   size_t map_len_ = 0;
   uint64_t* counter_ = nullptr;
   ddprun::channel::ProgressBlock* progress_ = nullptr;
+  uint32_t* heal_ready_ = nullptr;
+  uint32_t* heal_generation_ = nullptr;
 };
 
 }  // namespace ddp

@@ -49,6 +49,11 @@ struct LaunchInfo {
   // DDPRUN_PROGRESS_BY_AGENT: the agent shows rank 0's progress, so the
   // worker does not print it.
   bool progress_by_agent = false;
+  // DDPRUN_HEALS: the agent replaces a failed worker while the others go on
+  // (ddp::Healer); DDPRUN_HEAL_GENERATION: the heal this process is the
+  // replacement in (0: it started with the job).
+  bool heals = false;
+  uint32_t heal_generation = 0;
   // What any torchrun-like launcher sets: where the c10d store is, and
   // whether the launcher hosts it (TORCHELASTIC_USE_AGENT_STORE=True) or
   // rank 0 must, as PyTorch's env:// rendezvous does.

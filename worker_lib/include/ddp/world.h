@@ -42,6 +42,7 @@ struct InitOptions {
 };
 
 using Collective = ddprun::channel::CollectiveKind;
+class SwappableCommunicator;
 
 class World {
  public:
@@ -113,11 +114,29 @@ class World {
   std::unique_ptr<Communicator> connect_group(const std::string& name, const std::vector<int>& ranks,
                                               Device device = Device::kCPU);
 
+  // Checkpointless recovery (ddp::Healer). The heal generation this World's
+  // communicators belong to (0: the job's start), and whether this process
+  // joined the job as a replacement for a failed rank: its start-up
+  // collectives (DDP's parameter broadcast, a Checkpointer's restore) are
+  // then skipped, since the heal brings the state.
+  uint32_t generation() const { return generation_; }
+  bool replacement() const { return info_.heal_generation > 0; }
+  // Closes cpu() and the NCCL communicator: peers blocked on this rank fail
+  // now instead of at their timeout; collectives throw until reconnect().
+  void disconnect();
+  // Collective over the ranks of `generation`: connects cpu() afresh under
+  // that generation's store keys (closing it first if it is open); the NCCL
+  // communicator connects again on first use, with a fresh id. Groups from
+  // connect_group() are not reconnected. Throws CollectiveError.
+  void reconnect(uint32_t generation);
+
   // Numbers the meshes built on this World (0, 1, ...): every rank builds
   // them in the same order, so the n-th mesh names its groups alike.
   int next_mesh_id() { return mesh_count_++; }
 
  private:
+  std::unique_ptr<Communicator> connect_generation(uint32_t generation);
+
   LaunchInfo info_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<Heartbeat> heartbeat_;
@@ -125,10 +144,13 @@ class World {
   std::unique_ptr<ProgressReporter> progress_;
   std::shared_ptr<ddprun::Store> store_;
   std::unique_ptr<ddprun::Store> round_store_;
+  uint32_t generation_ = 0;
+  std::unique_ptr<ddprun::Store> generation_store_;  // round_store_ below heal<g>/ (g > 0)
   std::unique_ptr<ddprun::Store> gloo_store_;
+  std::unique_ptr<ddprun::Store> watched_store_;  // gloo_store_, giving up on a newer generation (heals)
   std::unique_ptr<ddprun::Store> group_store_;
   std::unique_ptr<ddprun::Store> user_store_;
-  std::unique_ptr<Communicator> cpu_;
+  std::unique_ptr<SwappableCommunicator> cpu_;
   std::mutex cuda_mu_;
   std::unique_ptr<Communicator> cuda_;
   std::atomic<int> mesh_count_{0};

@@ -1,0 +1,148 @@
+// Checkpointless recovery end to end: the default job (train, which heals
+// through ddp::Healer) on one node, a worker killed or stopped mid-run. The
+// survivors' processes stay, one replacement starts, it takes the state
+// from a peer, and the job ends with exactly the parameters of a run that
+// nothing interrupted.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+#include <set>
+
+#include "support/job_helpers.h"
+#include "support/process.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using ddptest::Finished;
+using ddptest::Process;
+using ddptest::checksum_in;
+using ddptest::contains;
+using ddptest::reach_step;
+
+fs::path temp(const std::string& name) { return ddptest::temp_path("heal", name); }
+
+// train on 8000 images, 2 epochs: 4 ranks take 63 steps an epoch, 2 ranks 125.
+std::vector<std::string> train_job(int nproc, const std::vector<std::string>& launcher_flags,
+                                   const std::vector<std::string>& train_flags) {
+  std::vector<std::string> argv{DDPRUN_BIN, "--nproc", std::to_string(nproc)};
+  argv.insert(argv.end(), launcher_flags.begin(), launcher_flags.end());
+  for (const char* a : {TRAIN_BIN, "--limit", "8000", "--epochs", "2", "--print-steps"}) argv.push_back(a);
+  argv.insert(argv.end(), train_flags.begin(), train_flags.end());
+  return argv;
+}
+
+// The checksum of an uninterrupted run on nproc ranks over `comm`.
+std::string reference(int nproc, const std::string& comm) {
+  const fs::path summary = temp("reference-" + std::to_string(nproc) + comm + ".json");
+  Process p(train_job(nproc, {}, {"--summary-json", summary.string()}), {"DDPRUN_CPU_COMM=" + comm});
+  Finished f = p.finish();
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  return checksum_in(summary);
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Kills (SIGKILL) the worker of local rank `victim` at rank 0's step
+// `at_step`, checks that the others are the same processes at the end, and
+// returns how the job finished.
+struct HealRun {
+  Finished f;
+  std::string checksum;
+  bool survivors_kept = false;
+};
+
+HealRun kill_one(int nproc, const std::string& comm, int victim, int at_step, const std::vector<std::string>& flags = {}) {
+  HealRun r;
+  const fs::path summary = temp("healed-" + std::to_string(nproc) + comm + ".json");
+  Process p(train_job(nproc, flags, {"--summary-json", summary.string()}), {"DDPRUN_CPU_COMM=" + comm});
+  EXPECT_TRUE(reach_step(p, at_step)) << p.out();
+  std::vector<pid_t> workers = ddptest::children_of(p.pid());
+  EXPECT_EQ(static_cast<int>(workers.size()), nproc);
+  std::sort(workers.begin(), workers.end());  // spawned in local-rank order: pids rise
+  if (static_cast<int>(workers.size()) != nproc) return r;
+  const pid_t dead = workers[static_cast<size_t>(victim)];
+  kill(dead, SIGKILL);
+  // Once the replacement runs its steps, the survivors are still the same processes.
+  EXPECT_TRUE(reach_step(p, at_step + 10)) << p.out();
+  std::vector<pid_t> now = ddptest::children_of(p.pid());
+  std::set<pid_t> alive(now.begin(), now.end());
+  r.survivors_kept = static_cast<int>(now.size()) == nproc && !alive.count(dead);
+  for (pid_t w : workers) {
+    if (w != dead && !alive.count(w)) r.survivors_kept = false;
+  }
+  r.f = p.finish();
+  r.checksum = checksum_in(summary);
+  return r;
+}
+
+void expect_healed(const HealRun& r, const std::string& want) {
+  ASSERT_EQ(r.f.exit_code, 0) << r.f.err;
+  EXPECT_TRUE(r.survivors_kept) << "a survivor was restarted";
+  EXPECT_EQ(count(r.f.err, "replacing it while the other workers go on"), 1) << r.f.err;
+  EXPECT_FALSE(contains(r.f.err, "restarting the workers")) << r.f.err;
+  EXPECT_TRUE(contains(r.f.out, "joined at step")) << r.f.out;
+  EXPECT_EQ(r.checksum, want) << "the healed run's parameters differ from an uninterrupted run's";
+}
+
+TEST(Heal, AKilledRankOfFourIsReplacedOnSharedMemoryAndTheJobEndsBitwiseEqual) {
+  const std::string want = reference(4, "shm");
+  ASSERT_FALSE(want.empty());
+  std::mt19937 gen(std::random_device{}());
+  const int victim = std::uniform_int_distribution<>(1, 3)(gen);
+  const int step = std::uniform_int_distribution<>(15, 50)(gen);  // inside epoch 1 (63 steps): its evaluation is no step
+  SCOPED_TRACE("local rank " + std::to_string(victim) + " killed at step " + std::to_string(step));
+  expect_healed(kill_one(4, "shm", victim, step), want);
+}
+
+TEST(Heal, RankZeroKilledOnGlooIsReplacedAndTheJobEndsBitwiseEqual) {
+  const std::string want = reference(2, "gloo");
+  ASSERT_FALSE(want.empty());
+  // Rank 0 prints the step lines and is the usual source of the state: a
+  // peer sends it instead.
+  expect_healed(kill_one(2, "gloo", 0, 40), want);
+}
+
+TEST(Heal, AStoppedWorkerIsFoundHungKilledAndHealedAround) {
+  const std::string want = reference(2, "shm");
+  ASSERT_FALSE(want.empty());
+  const fs::path summary = temp("hung.json");
+  Process p(train_job(2, {"--hang-timeout", "2"}, {"--summary-json", summary.string()}), {"DDPRUN_CPU_COMM=shm"});
+  ASSERT_TRUE(reach_step(p, 30)) << p.out();
+  std::vector<pid_t> workers = ddptest::children_of(p.pid());
+  ASSERT_EQ(workers.size(), 2u);
+  std::sort(workers.begin(), workers.end());
+  kill(workers[1], SIGSTOP);
+  Finished f = p.finish();
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "hung: no heartbeat")) << f.err;
+  EXPECT_TRUE(contains(f.err, "killing it and replacing it while the others go on")) << f.err;
+  EXPECT_EQ(count(f.err, "replacing it while the other workers go on"), 1) << f.err;
+  EXPECT_FALSE(contains(f.err, "restarting the workers")) << f.err;
+  EXPECT_EQ(checksum_in(summary), want);
+}
+
+TEST(Heal, MaxHealsZeroRestartsTheGroupAsBefore) {
+  const fs::path summary = temp("no-heal.json"), dir = temp("no-heal-ckpt");
+  Process p(train_job(2, {"--max-heals", "0", "--max-restarts", "1", "--no-standby"},
+                      {"--summary-json", summary.string(), "--checkpoint-dir", dir.string(), "--checkpoint-every", "5"}));
+  ASSERT_TRUE(reach_step(p, 20)) << p.out();
+  std::vector<pid_t> workers = ddptest::children_of(p.pid());
+  ASSERT_EQ(workers.size(), 2u);
+  kill(workers[1], SIGKILL);
+  Finished f = p.finish();
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "restarting the workers")) << f.err;
+  EXPECT_FALSE(contains(f.err, "replacing it")) << f.err;
+  fs::remove_all(dir);
+}
+
+}  // namespace

@@ -1,0 +1,135 @@
+// Checkpointless recovery: when a peer dies, the ranks that survive keep
+// their processes, a replacement takes the dead rank's place, and it gets
+// the training state from a survivor, over the communicator, instead of
+// everyone restarting from the last checkpoint. In data parallelism every
+// rank holds the whole model and optimizer state: a peer is a checkpoint
+// that is always current.
+//
+//   ddp::Healer healer(*world, {.module = model.module().get(), .optimizer = &optimizer,
+//                               .sampler = &sampler, .step = &step, .counters = {&epoch}});
+//   while (sampler.position() < sampler.num_samples()) {
+//     healer.step([&] {
+//       optimizer.zero_grad();
+//       auto [x, y] = next_batch(sampler);
+//       loss_fn(model(x), y).backward();  // DDP averages the gradients
+//       optimizer.step();
+//       ++step;                            // the commit: this step is done
+//     });
+//   }
+//
+// What happens when a peer dies inside step() (ddprun runs the job on one
+// node, DDPRUN_HEALS=1):
+//   1. the collective in flight fails with CollectiveError on the
+//      survivors (a dead peer is seen at once on shared memory and Gloo);
+//      step() catches it, closes its communicator so that peers still
+//      blocked on it fail too, and puts back what the step had changed:
+//      the sampler's position, the random generator, the module's buffers
+//      and the counters;
+//   2. it waits for the agent, which has started a replacement, to name
+//      the heal generation (a futex in the heartbeat slot), then connects a
+//      fresh communicator with every rank of that generation;
+//   3. the ranks agree on the newest state: each tells its step, and the
+//      lowest rank with the highest step sends its state (module, optimizer,
+//      step, sampler, generator, counters) to all. A rank that saw the
+//      step's last collective complete took the optimizer step already:
+//      all such ranks did it with the same averaged gradients, so they hold
+//      the same state, and every rank behind them takes it;
+//   4. step() runs the step again, unless it was done: this rank had
+//      committed (++step) before its failure (a collective in the rest of
+//      the step failed), or the heal brought the step done.
+// The replacement runs the program from its start: ddp::init() connects it
+// into the heal's generation, DistributedDataParallel and Checkpointer skip
+// their start-up collectives (World::replacement()), and this constructor
+// receives the state. The program then enters its loop where the state says.
+//
+// Only failures inside step() heal; a collective outside it (an evaluation)
+// that fails throws as before, and the agent restarts the group
+// (--max-restarts). Programs without a Healer are never healed around.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ddp/sampler.h"
+#include "ddp/world.h"
+
+namespace ddp {
+
+// What a heal carries to a replacement: everything the loop needs to go
+// on exactly as the dead rank would have.
+struct Healable {
+  torch::nn::Module* module = nullptr;           // parameters and buffers (required)
+  torch::optim::Optimizer* optimizer = nullptr;  // its state (required)
+  DistributedSampler* sampler = nullptr;         // epoch and position (optional)
+  int64_t* step = nullptr;  // optimizer steps completed (required): which rank is newest
+  // The program's own counters (an epoch, a learning-rate schedule's step):
+  // put back when a step is abandoned, sent to whoever heals.
+  std::vector<int64_t*> counters;
+};
+
+// What the heals of this process cost (each one: this rank's view).
+struct HealReport {
+  int heals = 0;               // heals this process took part in
+  int steps_redone = 0;        // steps it ran again after a heal
+  int64_t bytes = 0;           // state bytes sent to (or received from) peers, the last heal
+  double wait_seconds = 0;     // from the failure to the agent's generation, the last heal
+  double connect_seconds = 0;  // connecting the new generation's communicator
+  double transfer_seconds = 0; // agreeing on the newest state and sending it
+  uint32_t generation = 0;
+};
+
+struct HealOptions {
+  // How long a survivor waits for the agent to start a replacement before
+  // the step's error is thrown after all. Zero: the World's timeout.
+  std::chrono::milliseconds wait_timeout{0};
+};
+
+class Healer {
+ public:
+  // Says the process can heal (in its heartbeat slot; the agent heals only
+  // when every worker does). In a replacement (World::replacement()) this
+  // is collective with the survivors' heal: it receives the state. Throws
+  // std::invalid_argument when a required field is missing, CollectiveError
+  // when the heal fails.
+  Healer(World& world, Healable state, HealOptions options = {});
+  // Says the process can no longer heal: what runs after is not a step.
+  ~Healer();
+  Healer(const Healer&) = delete;
+  Healer& operator=(const Healer&) = delete;
+
+  // One training step: body() runs forward and backward, the optimizer
+  // step, then ++step (the commit), and whatever else a step does (a
+  // progress report, a checkpoint, collectives). A CollectiveError inside
+  // heals the group and, when it came before the commit, runs body() again
+  // (see above); without ddprun's heals, or when no replacement comes, it
+  // is thrown. Everything a step changes before its commit must be in
+  // Healable (the sampler, counters) or be redone by body() itself.
+  void step(const std::function<void()>& body);
+
+  // Whether this process replaced a failed rank (its state came from a peer).
+  bool joined() const { return joined_; }
+  const HealReport& report() const { return report_; }
+
+ private:
+  struct Snapshot;
+  void take_snapshot(Snapshot& s);
+  void put_back(const Snapshot& s);
+  // Steps 2 and 3 above; `why` is the failure that began it.
+  void heal(const std::string& why);
+  void next_generation(const std::string& why);
+  void sync_state(bool have_state);
+
+  World& world_;
+  Healable state_;
+  HealOptions options_;
+  bool joined_ = false;
+  HealReport report_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,63 @@
+// The communicator World::cpu() hands out: a stable object whose
+// connection can be replaced underneath. DDP's Reducer, a Checkpointer and
+// the user's code keep a Communicator& for the whole run; when a peer dies
+// and the group heals (ddp::Healer), World::reconnect() swaps in a
+// communicator of the new generation and every holder uses it at once.
+//
+// Not thread-safe against a swap: a swap happens between steps, on the
+// training thread, while nothing else runs a collective (the Reducer's
+// communication thread is idle once a step has failed and was waited for).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "ddp/communicator.h"
+
+namespace ddp {
+
+class SwappableCommunicator final : public Communicator {
+ public:
+  explicit SwappableCommunicator(std::unique_ptr<Communicator> inner) { replace(std::move(inner)); }
+
+  // The old connection is closed first (its peers see it go), then the new
+  // one takes its place.
+  void replace(std::unique_ptr<Communicator> next) {
+    inner_.reset();
+    inner_ = std::move(next);
+    rank_ = inner_->rank();
+    size_ = inner_->size();
+    timeout_ = inner_->default_timeout();
+    backend_ = inner_->backend();
+  }
+  // Closes the connection without a new one: collectives throw until replace().
+  void close() { inner_.reset(); }
+
+  // Known while closed too: a heal keeps the ranks.
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Timeout default_timeout() const override { return timeout_; }
+  std::string backend() const override { return backend_; }
+  void all_reduce(at::Tensor& tensor, ReduceOp op, Timeout timeout) override { get().all_reduce(tensor, op, timeout); }
+  std::unique_ptr<Work> all_reduce_async(at::Tensor tensor, ReduceOp op, Timeout timeout) override {
+    return get().all_reduce_async(std::move(tensor), op, timeout);
+  }
+  bool enqueues_on_device() const override { return get().enqueues_on_device(); }
+  bool overlap_pays() const override { return get().overlap_pays(); }
+  void broadcast(at::Tensor& tensor, int root, Timeout timeout) override { get().broadcast(tensor, root, timeout); }
+  at::Tensor all_gather(const at::Tensor& input, Timeout timeout) override { return get().all_gather(input, timeout); }
+  void barrier(Timeout timeout) override { get().barrier(timeout); }
+
+ private:
+  Communicator& get() const {
+    if (!inner_) throw CollectiveError("ddp: the communicator is closed while the group heals (a peer failed)");
+    return *inner_;
+  }
+  std::unique_ptr<Communicator> inner_;
+  int rank_ = 0, size_ = 1;
+  Timeout timeout_{0};
+  std::string backend_;
+};
+
+}  // namespace ddp
