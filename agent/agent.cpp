@@ -225,8 +225,9 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
 // Standbys start with the environment the next attempt will most likely
 // have (what libraries read at load time, like OMP_NUM_THREADS, must be
 // there from the start); the exact variables follow at release.
-void Agent::spawn_standbys(int attempt, const JoinResult& guess) {
+void Agent::spawn_standbys(int attempt, const JoinResult& guess, int count) {
   std::vector<WorkerLaunch> next = make_launches(attempt, guess);
+  if (count >= 0 && count < static_cast<int>(next.size())) next.resize(static_cast<size_t>(count));
   for (auto& l : next) {
     if (!cfg_.standby_argv.empty()) l.spawn.argv = cfg_.standby_argv;
     try {
@@ -342,11 +343,11 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
               a.num_nodes, a.first_global_rank, a.first_global_rank + cfg_.nproc - 1, a.world_size);
 
   std::vector<WorkerLaunch> launches = make_launches(attempt, joined);
-  if (standbys_.size() == launches.size()) {
-    for (size_t i = 0; i < launches.size(); ++i) launches[i].standby = std::move(standbys_[i]);
-    standbys_.clear();
-  }
-  dismiss_standbys();  // a set of the wrong size is of no use
+  // As many workers as there are standbys start from one (a heal may have
+  // used some), the rest fresh.
+  for (size_t i = 0; i < launches.size() && i < standbys_.size(); ++i) launches[i].standby = std::move(standbys_[i]);
+  standbys_.erase(standbys_.begin(), standbys_.begin() + static_cast<std::ptrdiff_t>(std::min(launches.size(), standbys_.size())));
+  dismiss_standbys();  // any beyond this attempt's workers
 
   GroupOptions go;
   go.host = cfg_.host;
@@ -362,10 +363,26 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   last_progress_log_ = std::chrono::steady_clock::now();
   go.on_monitor = [this, attempt, &a] { watch_progress(attempt, a); };
   go.max_heals = heals_in(a) ? cfg_.max_heals : 0;
-  if (cfg_.standby && life.can_restart()) {
-    // Once every worker is past its start (it beats), warm up the next set.
-    go.on_all_beating = [this, attempt, &joined] { spawn_standbys(attempt + 1, joined); };
+  const bool restart_standbys = cfg_.standby && life.can_restart();
+  const bool heal_standby = heals_in(a) && cfg_.heal_standby;
+  if (restart_standbys || heal_standby) {
+    // Once every worker is past its start (it beats), warm up the next set
+    // (for a restart), or one (for a heal's replacement).
+    go.on_all_beating = [this, attempt, &joined, restart_standbys] {
+      spawn_standbys(attempt + 1, joined, restart_standbys ? cfg_.nproc : 1);
+    };
     go.standby_warmup = cfg_.standby_warmup;
+  }
+  if (heal_standby) {
+    // A heal's replacement starts from a warm standby, and another is warmed
+    // for the next heal.
+    go.take_standby = [this, attempt, &joined]() -> std::optional<Standby> {
+      if (standbys_.empty()) return std::nullopt;
+      Standby s = std::move(standbys_.back());
+      standbys_.pop_back();
+      spawn_standbys(attempt + 1, joined, 1);
+      return s;
+    };
   }
   if (lease_) {
     go.control_fd = lease_->fd();

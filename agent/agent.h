@@ -68,7 +68,8 @@ class Agent {
   // and --max-heals above 0. Across nodes a failure still ends the round.
   bool heals_in(const Assignment& a) const { return a.num_nodes == 1 && cfg_.max_heals > 0 && heartbeats_ != nullptr; }
   // Starts the standby set for attempt (their variables come at release).
-  void spawn_standbys(int attempt, const JoinResult& guess);
+  // count: how many (-1: one per local worker).
+  void spawn_standbys(int attempt, const JoinResult& guess, int count = -1);
   void dismiss_standbys();
 
   // The lifecycle's actions.

@@ -70,6 +70,8 @@ struct AgentConfig {
   // running, at most this many times per rank; 0: every failure restarts
   // the group (rdzv.max_restarts).
   int max_heals = 3;
+  // Keep one warm standby for a heal's replacement (off with --no-standby).
+  bool heal_standby = true;
 
   // Output.
   std::string log_dir;  // per-rank log files when set

@@ -129,6 +129,9 @@ void WorkerGroup::replace(int i, uint32_t generation) {
       options_.heartbeats->set_heal_generation(workers_[o]->launch->id.local_rank, generation);
     }
   }
+  if (options_.take_standby) {
+    if (auto standby = options_.take_standby()) launches_[static_cast<size_t>(i)].standby = std::move(*standby);
+  }
   start(static_cast<size_t>(i), /*append_logs=*/true,
         {{channel::kHeals, "1"}, {channel::kHealGeneration, std::to_string(generation)}});
   if (options_.events) {

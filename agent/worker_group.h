@@ -76,6 +76,9 @@ struct GroupOptions {
   // heartbeats, a failed worker of a program that can heal is replaced
   // while the others go on, at most this many times per worker. 0: never.
   int max_heals = 0;
+  // Where a replacement's process comes from: a warm standby when this
+  // gives one, else a fresh spawn.
+  std::function<std::optional<Standby>()> take_standby;
 };
 
 class WorkerGroup {

@@ -163,6 +163,7 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   a.stop_timeout = from_seconds(o.stop_timeout_s);
   a.hang_timeout = from_seconds(o.hang_timeout_s);
   a.max_heals = o.max_heals;
+  a.heal_standby = !o.no_standby;
   a.progress_interval = from_seconds(o.progress_interval_s);
   // Restarts are wanted fast: with any, standbys are on unless --no-standby.
   a.standby = !o.no_standby && o.max_restarts > 0;

@@ -91,15 +91,17 @@ double test_accuracy(ddp::World& world, Net& net, const examples::Dataset& test)
 
 template <typename Net>
 int run(const Options& opt) {
-  auto world = ddp::init();
-  const int rank = ddp::get("rank"), ws = ddp::get("ws");
-
+  // The data first: a standby worker (waiting in ddp::init() for a restart
+  // or a heal) then has it loaded by the time it is called.
   examples::Dataset train = examples::load_fashion_mnist(opt.data, "train");
   examples::Dataset test = examples::load_fashion_mnist(opt.data, "t10k");
   if (opt.limit > 0 && opt.limit < train.size()) {
     train.images = train.images.narrow(0, 0, opt.limit);
     train.labels = train.labels.narrow(0, 0, opt.limit);
   }
+
+  auto world = ddp::init();
+  const int rank = ddp::get("rank"), ws = ddp::get("ws");
 
   torch::manual_seed(opt.seed);  // the same on every rank; DDP also broadcasts rank 0's
   ddp::DdpOptions ddp_options;

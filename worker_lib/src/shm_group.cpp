@@ -356,7 +356,11 @@ void ShmGroup::wait_all(uint32_t target, const char* op, Clock::time_point deadl
     std::atomic<uint32_t>& waiters;
     ~Leave() { waiters.fetch_sub(1, std::memory_order_seq_cst); }
   } leave{header_->arrived_waiters};
+  // Peers' liveness is checked 2 ms into a wait, then at doubling
+  // intervals up to check_every: a dead peer is seen within milliseconds
+  // (a heal waits on it), and a long wait costs a handful of checks.
   auto last_check = Clock::now();
+  std::chrono::milliseconds interval = std::min(options_.check_every, std::chrono::milliseconds(2));
   while (true) {
     const uint32_t v = arrived.load(std::memory_order_seq_cst);
     if (reached(v)) return;
@@ -373,8 +377,9 @@ void ShmGroup::wait_all(uint32_t target, const char* op, Clock::time_point deadl
               " (set by ddp::InitOptions::timeout or DDPRUN_TIMEOUT_S; a peer may be hung, stopped or slower than "
               "that; shared memory)");
     }
-    if (now - last_check >= options_.check_every) {
+    if (now - last_check >= interval) {
       last_check = now;
+      interval = std::min(interval * 2, options_.check_every);
       beat();
       for (int r = 0; r < options_.size; ++r) {
         if (behind(r, target) && !peer_alive(r)) {
@@ -383,8 +388,9 @@ void ShmGroup::wait_all(uint32_t target, const char* op, Clock::time_point deadl
         }
       }
     }
-    const auto left = std::min<Clock::duration>(deadline - now, options_.check_every);
-    futex_wait(&arrived, v, std::chrono::duration_cast<std::chrono::nanoseconds>(left));
+    const auto left = std::min<Clock::duration>(deadline - now, last_check + interval - now);
+    futex_wait(&arrived, v, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::max<Clock::duration>(left, std::chrono::microseconds(100))));
   }
 }
 

@@ -9,6 +9,7 @@
 // communication thread is idle once a step has failed and was waited for).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -20,6 +21,12 @@ namespace ddp {
 class SwappableCommunicator final : public Communicator {
  public:
   explicit SwappableCommunicator(std::unique_ptr<Communicator> inner) { replace(std::move(inner)); }
+  // With `reopen`: a closed communicator connects again on its next use
+  // (NCCL's, which World makes only when a CUDA collective needs it).
+  SwappableCommunicator(std::unique_ptr<Communicator> inner, std::function<std::unique_ptr<Communicator>()> reopen)
+      : reopen_(std::move(reopen)) {
+    replace(std::move(inner));
+  }
 
   // The old connection is closed first (its peers see it go), then the new
   // one takes its place.
@@ -50,11 +57,14 @@ class SwappableCommunicator final : public Communicator {
   void barrier(Timeout timeout) override { get().barrier(timeout); }
 
  private:
-  Communicator& get() const {
+  Communicator& get() {
+    if (!inner_ && reopen_) replace(reopen_());
     if (!inner_) throw CollectiveError("ddp: the communicator is closed while the group heals (a peer failed)");
     return *inner_;
   }
+  Communicator& get() const { return const_cast<SwappableCommunicator*>(this)->get(); }
   std::unique_ptr<Communicator> inner_;
+  std::function<std::unique_ptr<Communicator>()> reopen_;
   int rank_ = 0, size_ = 1;
   Timeout timeout_{0};
   std::string backend_;

@@ -112,7 +112,9 @@ std::unique_ptr<Communicator> World::connect_generation(uint32_t generation) {
 void World::disconnect() {
   cpu_->close();
   std::lock_guard lock(cuda_mu_);
-  cuda_.reset();  // NCCL: destroyed (aborted) here, a fresh id on next use
+  // NCCL: destroyed (aborted) here; its next use connects again, with a
+  // fresh id in the generation's store (the Reducer keeps its reference).
+  if (cuda_) cuda_->close();
 }
 
 void World::reconnect(uint32_t generation) {
@@ -122,30 +124,34 @@ void World::reconnect(uint32_t generation) {
 
 Communicator& World::cuda() {
   std::lock_guard lock(cuda_mu_);
-  if (!cuda_) {
-    NcclOptions o;
-    if (generation_ == 0) o.unique_id = info_.nccl_id;  // the round's id serves its first generation only
-    if (o.unique_id.empty()) {
-      // The launcher makes no id (see launcher/plan.cpp; nor does torchrun):
-      // rank 0 makes it here, when a CUDA collective first needs it, and
-      // shares it through the round's store. NCCL's bootstrap root then
-      // lives in rank 0, a member of the group that dies with it.
-      ddprun::Store& ids = generation_store_ ? *generation_store_ : *round_store_;
-      if (rank() == 0) {
-        o.unique_id = nccl_unique_id();
-        ids.set("nccl_id", o.unique_id);
-      } else {
-        o.unique_id = ids.get("nccl_id", timeout_);
-      }
-    }
-    o.rank = info_.rank;
-    o.size = info_.world_size;
-    o.device = info_.local_rank;
-    o.timeout = timeout_;
-    o.heartbeat = heartbeat_;
-    cuda_ = make_nccl_communicator(o);
-  }
+  if (!cuda_) cuda_ = std::make_unique<SwappableCommunicator>(connect_nccl(), [this] { return connect_nccl(); });
   return *cuda_;
+}
+
+// The world's NCCL communicator in this generation.
+std::unique_ptr<Communicator> World::connect_nccl() {
+  NcclOptions o;
+  if (generation_ == 0) o.unique_id = info_.nccl_id;  // the round's id serves its first generation only
+  if (o.unique_id.empty()) {
+    // The launcher makes no id (see launcher/plan.cpp; nor does torchrun):
+    // rank 0 makes it here, when a CUDA collective first needs it, and
+    // shares it through the round's (or the heal generation's) store.
+    // NCCL's bootstrap root then lives in rank 0, a member of the group
+    // that dies with it.
+    ddprun::Store& ids = generation_store_ ? *generation_store_ : *round_store_;
+    if (rank() == 0) {
+      o.unique_id = nccl_unique_id();
+      ids.set("nccl_id", o.unique_id);
+    } else {
+      o.unique_id = ids.get("nccl_id", timeout_);
+    }
+  }
+  o.rank = info_.rank;
+  o.size = info_.world_size;
+  o.device = info_.local_rank;
+  o.timeout = timeout_;
+  o.heartbeat = heartbeat_;
+  return make_nccl_communicator(o);
 }
 
 std::unique_ptr<Communicator> World::connect_group(const std::string& name,

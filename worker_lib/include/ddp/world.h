@@ -136,6 +136,7 @@ class World {
 
  private:
   std::unique_ptr<Communicator> connect_generation(uint32_t generation);
+  std::unique_ptr<Communicator> connect_nccl();
 
   LaunchInfo info_;
   std::chrono::milliseconds timeout_;
@@ -152,7 +153,7 @@ class World {
   std::unique_ptr<ddprun::Store> user_store_;
   std::unique_ptr<SwappableCommunicator> cpu_;
   std::mutex cuda_mu_;
-  std::unique_ptr<Communicator> cuda_;
+  std::unique_ptr<SwappableCommunicator> cuda_;
   std::atomic<int> mesh_count_{0};
 };
 
