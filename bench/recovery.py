@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Recovery from SIGKILL of one of 4 workers, for ddprun running
-examples/train and the same job as a PyTorch DDP script
+examples/train (healing, its default: the survivors keep running and a
+replacement takes the state from a peer; and restarting from a checkpoint,
+--max-heals 0) and the same job as a PyTorch DDP script
 (bench/recovery_torch.py), each with its default standbys and with
 --no-standby, and for the anchors users pick instead (bench/anchors.py),
 all on PyTorch 2.x:
@@ -137,6 +139,18 @@ def lines_of(proc):
     return q
 
 
+def next_line(lines, killed_at, budget, cmd):
+    """The job's next stdout line, or None: no line within budget seconds of
+    the kill, or the job ended after it (before it: an error)."""
+    try:
+        line = lines.get(timeout=None if killed_at is None else max(0.0, killed_at + budget - time.time()))
+    except queue.Empty:
+        return None
+    if line is None and killed_at is None:
+        raise RuntimeError("the job ended before the kill: " + " ".join(cmd))
+    return line
+
+
 def restart_once(cmd, marker, kill_at_step, budget, env=None):
     """A launcher that restarts the workers from the newest checkpoint. None
     when the job has no step done after the restore within budget seconds of
@@ -147,14 +161,9 @@ def restart_once(cmd, marker, kill_at_step, budget, env=None):
     killed_at, last, resumed_step = None, None, None
     try:
         while True:
-            try:
-                line = lines.get(timeout=None if killed_at is None else max(0.0, killed_at + budget - time.time()))
-            except queue.Empty:
-                return None
+            line = next_line(lines, killed_at, budget, cmd)
             if line is None:
-                if killed_at is None:
-                    raise RuntimeError("the job ended before the kill: " + " ".join(cmd))
-                return None  # it gave up (restarts used up) without a step after the kill
+                return None  # no step after the kill in time, or it gave up (restarts used up)
             m = STEP.search(line)
             if killed_at is None:
                 if m:
@@ -187,13 +196,8 @@ def heal_once(cmd, marker, kill_at_step, budget, env=None):
     killed_at, last = None, None
     try:
         while True:
-            try:
-                line = lines.get(timeout=None if killed_at is None else max(0.0, killed_at + budget - time.time()))
-            except queue.Empty:
-                return None
+            line = next_line(lines, killed_at, budget, cmd)
             if line is None:
-                if killed_at is None:
-                    raise RuntimeError("the job ended before the kill: " + " ".join(cmd))
                 return None
             m = STEP.search(line)
             if not m:

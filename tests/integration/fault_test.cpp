@@ -22,6 +22,7 @@ using ddptest::Finished;
 using ddptest::Process;
 using ddptest::checksum_in;
 using ddptest::contains;
+using ddptest::occurrences;
 using ddptest::reach_step;
 
 fs::path temp(const std::string& name) { return ddptest::temp_path("fault", name); }
@@ -47,12 +48,6 @@ const std::string& reference_checksum() {
   return sum;
 }
 
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
 TEST(FaultTolerance, WorkersKilledAtRandomStepsStillEndBitwiseLikeAnUninterruptedRun) {
   const std::string want = reference_checksum();
   ASSERT_FALSE(want.empty());
@@ -75,8 +70,8 @@ TEST(FaultTolerance, WorkersKilledAtRandomStepsStillEndBitwiseLikeAnUninterrupte
   }
   Finished f = p.finish();
   ASSERT_EQ(f.exit_code, 0) << f.err;
-  EXPECT_EQ(count(f.err, "restarting the workers"), 3) << f.err;
-  EXPECT_EQ(count(f.out, "resumed from"), 3) << f.out;
+  EXPECT_EQ(occurrences(f.err, "restarting the workers"), 3) << f.err;
+  EXPECT_EQ(occurrences(f.out, "resumed from"), 3) << f.out;
   EXPECT_EQ(checksum_in(summary), want);
   fs::remove_all(dir);
   fs::remove(summary);
@@ -320,7 +315,7 @@ TEST(FaultTolerance, ExhaustedRestartsLeaveASummaryAndNoOrphans) {
   Process p({DDPRUN_BIN, "--nproc", "3", "--max-restarts", "2", PROBE_BIN, "fail-rank", "1", "9"});
   Finished f = p.finish();
   EXPECT_EQ(f.exit_code, 1);
-  EXPECT_EQ(count(f.err, "root cause (earliest failure): rank 1"), 3) << f.err;
+  EXPECT_EQ(occurrences(f.err, "root cause (earliest failure): rank 1"), 3) << f.err;
   EXPECT_TRUE(contains(f.err, "failed on attempt 3 of 3")) << f.err;
   // Every worker of every attempt said "ready PID"; none may be left.
   std::regex ready(R"(\]:ready (\d+))");

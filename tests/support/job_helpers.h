@@ -73,6 +73,13 @@ inline std::optional<std::vector<std::string>> torchrun(const std::vector<std::s
 }
 #endif
 
+// How many times what occurs in text (overlapping or not).
+inline int occurrences(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 inline bool contains(const std::string& hay, const std::string& needle) {
   return hay.find(needle) != std::string::npos;
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 
 #include "ddp/collective_error.h"
@@ -180,8 +181,50 @@ void Healer::heal(const std::string& why) {
   }
 }
 
+namespace {
+
+// The big tensors of a state, in an order both sides derive from its
+// structure alone: the model's by name, then each optimizer parameter's by
+// key (std::map orders both). The generator stays in the skeleton.
+std::vector<at::Tensor*> tensors_of(TrainingState& s) {
+  std::vector<at::Tensor*> out;
+  for (auto& [name, t] : s.model) out.push_back(&t);
+  for (auto& per_param : s.optimizer.params) {
+    for (auto& [key, t] : per_param) out.push_back(&t);
+  }
+  return out;
+}
+
+// [dtype, ndim, sizes...] for each tensor, in order.
+at::Tensor shapes_of(const std::vector<at::Tensor*>& tensors) {
+  std::vector<int64_t> v;
+  for (const at::Tensor* t : tensors) {
+    v.push_back(static_cast<int64_t>(t->scalar_type()));
+    v.push_back(t->dim());
+    for (int64_t d : t->sizes()) v.push_back(d);
+  }
+  return at::tensor(v, at::kLong);
+}
+
+// Broadcasts a byte string from root (its length first).
+std::vector<char> broadcast_bytes(Communicator& comm, std::vector<char> bytes, int root) {
+  at::Tensor size = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
+  comm.broadcast(size, root);
+  at::Tensor payload = at::empty({size.item<int64_t>()}, at::kByte);
+  if (comm.rank() == root) std::memcpy(payload.data_ptr(), bytes.data(), bytes.size());
+  comm.broadcast(payload, root);
+  const auto* data = static_cast<const char*>(payload.data_ptr());
+  return std::vector<char>(data, data + payload.numel());
+}
+
+}  // namespace
+
 // Every rank tells its step; a replacement has none (-1). The lowest rank
-// with the highest step sends its state; every rank behind takes it.
+// with the highest step sends its state; every rank behind takes it. The
+// state goes as a skeleton (the checkpoint format with every big tensor
+// left empty: it carries optimizer state a replacement has not made yet,
+// and the generator) and the shapes, then each tensor by its own
+// broadcast, straight into the receiver's memory: no pickling of the bulk.
 void Healer::sync_state(bool have_state) {
   Communicator& comm = world_.cpu();
   const int64_t mine = have_state ? *state_.step : -1;
@@ -193,30 +236,81 @@ void Healer::sync_state(bool have_state) {
     report_.bytes = 0;
     return;  // every rank has the newest state (a failure before anyone stepped, no replacement)
   }
-  // The state as bytes (the checkpoint format: it carries optimizer state
-  // that a replacement has not made yet), then the counters.
-  std::vector<char> bytes;
-  at::Tensor counters;
-  if (comm.rank() == source) {
-    bytes = encode_state(capture_state(*state_.module, *state_.optimizer, *state_.step,
-                                       state_.sampler ? state_.sampler->epoch() : 0,
-                                       state_.sampler ? state_.sampler->position() : 0));
+  const bool sending = comm.rank() == source;
+  TrainingState state;
+  std::vector<char> skeleton_bytes;
+  at::Tensor counters, shapes;
+  if (sending) {
+    // The live tensors, no copies: nothing trains while the heal runs.
+    state = capture_state(*state_.module, *state_.optimizer, *state_.step,
+                          state_.sampler ? state_.sampler->epoch() : 0,
+                          state_.sampler ? state_.sampler->position() : 0, nullptr, StateTensors::kShare);
+    TrainingState skeleton = state;
+    for (at::Tensor* t : tensors_of(skeleton)) *t = at::empty({0}, t->scalar_type());
+    skeleton_bytes = encode_state(skeleton);
+    shapes = shapes_of(tensors_of(state));
     counters = pack_counters(state_);
-  } else {
-    counters = at::empty({static_cast<int64_t>(2 + state_.counters.size())}, at::kLong);
   }
-  at::Tensor size = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
-  comm.broadcast(size, source);
-  at::Tensor payload = at::empty({size.item<int64_t>()}, at::kByte);
-  if (comm.rank() == source) std::memcpy(payload.data_ptr(), bytes.data(), bytes.size());
-  comm.broadcast(payload, source);
+  skeleton_bytes = broadcast_bytes(comm, std::move(skeleton_bytes), source);
+  at::Tensor shape_count = at::full({1}, sending ? shapes.numel() : 0, at::kLong);
+  comm.broadcast(shape_count, source);
+  if (!sending) shapes = at::empty({shape_count.item<int64_t>()}, at::kLong);
+  comm.broadcast(shapes, source);
+  bool have_room = false;
+  if (!sending && mine == newest) {
+    // A rank with the newest state already holds these very bytes: it
+    // receives them into its own tensors (the broadcasts are collective)
+    // and allocates nothing.
+    state = capture_state(*state_.module, *state_.optimizer, *state_.step, 0, 0, nullptr, StateTensors::kShare);
+    have_room = shapes_of(tensors_of(state)).equal(shapes);
+  }
+  if (!sending) counters = at::empty({static_cast<int64_t>(2 + state_.counters.size())}, at::kLong);
+  if (!sending && !have_room) {
+    // A rank behind makes room from the shapes.
+    state = decode_state(skeleton_bytes);
+    // A replacement receives the module's tensors straight into its own
+    // (they have their shapes; they hold nothing worth keeping); the
+    // optimizer's, which it has not made yet, into new ones the optimizer
+    // then adopts. A survivor behind receives into new memory only: if the
+    // heal fails half-way, it still holds its own state, whole.
+    std::map<std::string, at::Tensor> own;
+    if (mine < 0) {
+      for (const auto& p : state_.module->named_parameters(true)) own[p.key()] = p.value();
+      for (const auto& b : state_.module->named_buffers(true)) own[b.key()] = b.value();
+    }
+    const auto* v = shapes.data_ptr<int64_t>();
+    int64_t at_ = 0;
+    std::map<const at::Tensor*, std::string> names;
+    for (auto& [name, t] : state.model) names[&t] = name;
+    for (at::Tensor* t : tensors_of(state)) {
+      const auto dtype = static_cast<at::ScalarType>(v[at_]);
+      const int64_t ndim = v[at_ + 1];
+      std::vector<int64_t> sizes(v + at_ + 2, v + at_ + 2 + ndim);
+      at_ += 2 + ndim;
+      auto name = names.find(t);
+      auto mine_t = name == names.end() ? own.end() : own.find(name->second);
+      if (mine_t != own.end() && mine_t->second.sizes().vec() == sizes && mine_t->second.scalar_type() == dtype &&
+          mine_t->second.is_contiguous() && mine_t->second.device().is_cpu()) {
+        *t = mine_t->second.detach();
+      } else {
+        *t = at::empty(sizes, dtype);
+      }
+    }
+  }
   comm.broadcast(counters, source);
-  report_.bytes = payload.numel();
+  int64_t bytes = static_cast<int64_t>(skeleton_bytes.size());
+  {
+    at::NoGradGuard no_grad;  // parameters are written in place
+    for (at::Tensor* t : tensors_of(state)) {
+      at::Tensor flat = t->reshape({-1});  // a view: every tensor here is contiguous
+      if (flat.numel() > 0) comm.broadcast(flat, source);
+      bytes += static_cast<int64_t>(t->nbytes());
+    }
+  }
+  report_.bytes = bytes;
   if (mine == newest) return;
-  bytes.assign(static_cast<const char*>(payload.data_ptr()), static_cast<const char*>(payload.data_ptr()) + payload.numel());
-  const TrainingState received = decode_state(bytes);
-  apply_state(received, *state_.module, *state_.optimizer);
-  *state_.step = received.step;
+  apply_state(state, *state_.module, *state_.optimizer, StateTensors::kShare);
+  *state_.step = state.step;
   unpack_counters(counters, state_);
 }
 

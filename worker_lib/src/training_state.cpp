@@ -26,9 +26,11 @@ at::Tensor host_copy(const at::Tensor& t) {
 }
 
 // Copies t into `into` when that is a host tensor of the same shape and
-// dtype (no allocation, no page faults), else makes a new copy.
-at::Tensor host_copy_into(const at::Tensor& t, at::Tensor into) {
+// dtype (no allocation, no page faults), else makes a new copy. Shared: a
+// contiguous host tensor is itself.
+at::Tensor host_copy_into(const at::Tensor& t, at::Tensor into, StateTensors mode = StateTensors::kCopy) {
   if (!t.defined()) return t;
+  if (mode == StateTensors::kShare && t.device().is_cpu() && t.is_contiguous()) return t.detach();
   if (into.defined() && into.device().is_cpu() && into.sizes() == t.sizes() &&
       into.scalar_type() == t.scalar_type() && into.is_contiguous()) {
     into.copy_(t.detach());
@@ -70,23 +72,30 @@ std::vector<at::Tensor> optimizer_params(torch::optim::Optimizer& opt) {
 
 template <typename AdamState>
 void capture_adam(const AdamState& s, std::map<std::string, at::Tensor>& out,
-                  std::map<std::string, at::Tensor>* reuse) {
+                  std::map<std::string, at::Tensor>* reuse, StateTensors mode) {
   out["step"] = at::tensor(s.step(), at::kLong);
-  out["exp_avg"] = host_copy_into(s.exp_avg(), take(reuse, "exp_avg"));
-  out["exp_avg_sq"] = host_copy_into(s.exp_avg_sq(), take(reuse, "exp_avg_sq"));
+  out["exp_avg"] = host_copy_into(s.exp_avg(), take(reuse, "exp_avg"), mode);
+  out["exp_avg_sq"] = host_copy_into(s.exp_avg_sq(), take(reuse, "exp_avg_sq"), mode);
   if (s.max_exp_avg_sq().defined()) {
-    out["max_exp_avg_sq"] = host_copy_into(s.max_exp_avg_sq(), take(reuse, "max_exp_avg_sq"));
+    out["max_exp_avg_sq"] = host_copy_into(s.max_exp_avg_sq(), take(reuse, "max_exp_avg_sq"), mode);
   }
+}
+
+// The optimizer's own copy of a state tensor on p's device; shared: the
+// tensor itself where it is there already.
+at::Tensor adopt(const at::Tensor& t, const at::Tensor& p, StateTensors mode) {
+  if (mode == StateTensors::kShare && t.device() == p.device()) return t;
+  return t.to(p.device()).clone();
 }
 
 template <typename AdamState>
 std::unique_ptr<AdamState> restore_adam(const std::map<std::string, at::Tensor>& in,
-                                        const at::Tensor& p) {
+                                        const at::Tensor& p, StateTensors mode) {
   auto s = std::make_unique<AdamState>();
   s->step(in.at("step").template item<int64_t>());
-  s->exp_avg(in.at("exp_avg").to(p.device()).clone());
-  s->exp_avg_sq(in.at("exp_avg_sq").to(p.device()).clone());
-  if (in.count("max_exp_avg_sq")) s->max_exp_avg_sq(in.at("max_exp_avg_sq").to(p.device()).clone());
+  s->exp_avg(adopt(in.at("exp_avg"), p, mode));
+  s->exp_avg_sq(adopt(in.at("exp_avg_sq"), p, mode));
+  if (in.count("max_exp_avg_sq")) s->max_exp_avg_sq(adopt(in.at("max_exp_avg_sq"), p, mode));
   return s;
 }
 
@@ -97,7 +106,7 @@ std::string kind_of(torch::optim::Optimizer& opt) {
   return "archive";
 }
 
-OptimizerState capture_optimizer(torch::optim::Optimizer& opt, OptimizerState* reuse) {
+OptimizerState capture_optimizer(torch::optim::Optimizer& opt, OptimizerState* reuse, StateTensors mode) {
   OptimizerState o;
   o.kind = kind_of(opt);
   for (auto& g : opt.param_groups()) o.lr.push_back(g.options().get_lr());
@@ -121,12 +130,12 @@ OptimizerState capture_optimizer(torch::optim::Optimizer& opt, OptimizerState* r
       if (o.kind == "sgd") {
         const auto& s = static_cast<const torch::optim::SGDParamState&>(*it->second);
         if (s.momentum_buffer().defined()) {
-          entry["momentum_buffer"] = host_copy_into(s.momentum_buffer(), take(old, "momentum_buffer"));
+          entry["momentum_buffer"] = host_copy_into(s.momentum_buffer(), take(old, "momentum_buffer"), mode);
         }
       } else if (o.kind == "adamw") {
-        capture_adam(static_cast<const torch::optim::AdamWParamState&>(*it->second), entry, old);
+        capture_adam(static_cast<const torch::optim::AdamWParamState&>(*it->second), entry, old, mode);
       } else {
-        capture_adam(static_cast<const torch::optim::AdamParamState&>(*it->second), entry, old);
+        capture_adam(static_cast<const torch::optim::AdamParamState&>(*it->second), entry, old, mode);
       }
     }
     o.params.push_back(std::move(entry));
@@ -134,7 +143,7 @@ OptimizerState capture_optimizer(torch::optim::Optimizer& opt, OptimizerState* r
   return o;
 }
 
-void apply_optimizer(const OptimizerState& o, torch::optim::Optimizer& opt) {
+void apply_optimizer(const OptimizerState& o, torch::optim::Optimizer& opt, StateTensors mode) {
   const std::string kind = kind_of(opt);
   if (kind != o.kind) {
     throw std::runtime_error("ddp: the checkpoint holds " + o.kind + " optimizer state but this run uses " +
@@ -168,12 +177,12 @@ void apply_optimizer(const OptimizerState& o, torch::optim::Optimizer& opt) {
     }
     if (kind == "sgd") {
       auto s = std::make_unique<torch::optim::SGDParamState>();
-      s->momentum_buffer(entry.at("momentum_buffer").to(params[i].device()).clone());
+      s->momentum_buffer(adopt(entry.at("momentum_buffer"), params[i], mode));
       state[key] = std::move(s);
     } else if (kind == "adamw") {
-      state[key] = restore_adam<torch::optim::AdamWParamState>(entry, params[i]);
+      state[key] = restore_adam<torch::optim::AdamWParamState>(entry, params[i], mode);
     } else {
-      state[key] = restore_adam<torch::optim::AdamParamState>(entry, params[i]);
+      state[key] = restore_adam<torch::optim::AdamParamState>(entry, params[i], mode);
     }
   }
 }
@@ -225,7 +234,8 @@ std::vector<char> save_untagged(const c10::IValue& value) {
 }  // namespace
 
 TrainingState capture_state(const torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                            int64_t step, int64_t epoch, int64_t sampler_position, TrainingState* reuse) {
+                            int64_t step, int64_t epoch, int64_t sampler_position, TrainingState* reuse,
+                            StateTensors tensors) {
   at::NoGradGuard no_grad;
   TrainingState s;
   s.step = step;
@@ -233,12 +243,12 @@ TrainingState capture_state(const torch::nn::Module& model, torch::optim::Optimi
   s.sampler_position = sampler_position;
   auto* old_model = reuse ? &reuse->model : nullptr;
   for (const auto& p : model.named_parameters(true)) {
-    s.model[p.key()] = host_copy_into(p.value(), take(old_model, p.key()));
+    s.model[p.key()] = host_copy_into(p.value(), take(old_model, p.key()), tensors);
   }
   for (const auto& b : model.named_buffers(true)) {
-    s.model[b.key()] = host_copy_into(b.value(), take(old_model, b.key()));
+    s.model[b.key()] = host_copy_into(b.value(), take(old_model, b.key()), tensors);
   }
-  s.optimizer = capture_optimizer(optimizer, reuse ? &reuse->optimizer : nullptr);
+  s.optimizer = capture_optimizer(optimizer, reuse ? &reuse->optimizer : nullptr, tensors);
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   {
     std::lock_guard<std::mutex> lock(gen.mutex());
@@ -247,7 +257,8 @@ TrainingState capture_state(const torch::nn::Module& model, torch::optim::Optimi
   return s;
 }
 
-void apply_state(const TrainingState& s, torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
+void apply_state(const TrainingState& s, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                 StateTensors tensors) {
   at::NoGradGuard no_grad;
   auto put = [&](const std::string& name, at::Tensor& target) {
     auto it = s.model.find(name);
@@ -260,11 +271,12 @@ void apply_state(const TrainingState& s, torch::nn::Module& model, torch::optim:
           << ", the model's has " << target.sizes();
       throw std::runtime_error(msg.str());
     }
+    if (target.data_ptr() == it->second.data_ptr()) return;  // the module's own (a heal received it in place)
     target.copy_(it->second);
   };
   for (auto& p : model.named_parameters(true)) put(p.key(), p.value());
   for (auto& b : model.named_buffers(true)) put(b.key(), b.value());
-  apply_optimizer(s.optimizer, optimizer);
+  apply_optimizer(s.optimizer, optimizer, tensors);
   if (s.rng.defined()) {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());

@@ -43,17 +43,25 @@ struct TrainingState {
   at::Tensor rng;  // the default CPU generator's state
 };
 
+// How capture_state and apply_state treat tensors already in host memory.
+// kCopy: copies (the state lives on while training changes the model).
+// kShare: the live tensors themselves (capture) and the state's tensors
+// adopted by the optimizer (apply): for handing a state over at once while
+// training waits, as a heal does (ddp::Healer), without a copy of gigabytes.
+enum class StateTensors { kCopy, kShare };
+
 // With `reuse` (an earlier capture of the same model, no longer needed), its
 // host tensors are filled in place instead of allocated: copying into memory
 // that is already mapped is about 3x faster than cloning.
 TrainingState capture_state(const torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                             int64_t step, int64_t epoch, int64_t sampler_position,
-                            TrainingState* reuse = nullptr);
+                            TrainingState* reuse = nullptr, StateTensors tensors = StateTensors::kCopy);
 
 // Throws std::runtime_error naming the first parameter that is missing or
-// has another shape, or an optimizer of another kind.
+// has another shape, or an optimizer of another kind. A model tensor of the
+// state that is the module's own (the same memory) is left as it is.
 void apply_state(const TrainingState& state, torch::nn::Module& model,
-                 torch::optim::Optimizer& optimizer);
+                 torch::optim::Optimizer& optimizer, StateTensors tensors = StateTensors::kCopy);
 
 std::vector<char> encode_state(const TrainingState& state);
 // Throws std::runtime_error when the bytes are not a ddprun checkpoint.
