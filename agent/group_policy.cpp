@@ -25,15 +25,19 @@ GroupPolicy::GroupPolicy(int workers, GroupPolicyOptions options, TimePoint star
 // own (no stop under way, no failure that stops it, nobody finished) and
 // every worker still running, and the failed one itself, said it can heal
 // or is a replacement still joining (a failure during a heal begins the
-// next generation: the joining replacement connects in that one too).
+// next generation: the joining replacement connects in that one too); and
+// at least one running worker must hold the state to heal from (a lone
+// worker, or one whose every peer is new, restarts instead).
 bool GroupPolicy::heal_allowed(int w) const {
   if (options_.max_heals <= 0 || stopping_ || any_failed_ || any_succeeded_) return false;
   if (!(heal_ready_[w] || joining_[w]) || heals_[w] >= options_.max_heals) return false;
+  bool state_survives = false;  // a running worker that holds the training state (not one still joining)
   for (size_t o = 0; o < alive_.size(); ++o) {
     if (static_cast<int>(o) == w || !alive_[o]) continue;
     if (!(heal_ready_[o] || joining_[o]) || hung_[o]) return false;
+    if (heal_ready_[o] && !joining_[o]) state_survives = true;
   }
-  return true;
+  return state_survives;
 }
 
 bool GroupPolicy::any_alive() const {

@@ -231,46 +231,61 @@ int run(Options opt) {
   // backward and the all-reduces). CPU times: on a GPU they end when the
   // work is queued, not done.
   ddp::Tracer& tracer = world->tracer();
+  // Checkpointless recovery: a peer that dies inside a step is healed
+  // around (a replacement takes this state from a survivor) and the step
+  // runs again; the epoch travels with the sampler.
+  ddp::Healer healer(*world, {.module = net.get(),
+                              .optimizer = optimizer.get(),
+                              .sampler = &sampler,
+                              .step = &step,
+                              .counters = {&epoch}});
+  if (healer.joined()) {
+    std::printf("rank %d joined at step %lld with the state of its peers\n", rank, static_cast<long long>(step));
+  }
   while (step < opt.steps) {
-    tracer.step(step);
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = lr_at(opt, step, warmup);
-    for (auto& group : optimizer->param_groups()) {
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    }
-    // Zero the gradients in place: after the first step each .grad is a view
-    // of its DDP bucket, and keeping it so spares a copy per parameter per
-    // step. (LibTorch 2.x's zero_grad() sets them to none by default; 1.13's
-    // zeroes in place and takes no argument.)
+    double norm = 0;
+    torch::Tensor loss_sum;
+    healer.step([&] {
+      tracer.step(step);
+      for (auto& group : optimizer->param_groups()) {
+        static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+      }
+      // Zero the gradients in place: after the first step each .grad is a view
+      // of its DDP bucket, and keeping it so spares a copy per parameter per
+      // step. (LibTorch 2.x's zero_grad() sets them to none by default; 1.13's
+      // zeroes in place and takes no argument.)
 #if TORCH_VERSION_MAJOR >= 2
-    optimizer->zero_grad(/*set_to_none=*/false);
+      optimizer->zero_grad(/*set_to_none=*/false);
 #else
-    optimizer->zero_grad();
+      optimizer->zero_grad();
 #endif
-    torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
-    for (int j = 0; j < opt.grad_accum; ++j) {
-      ddp::TraceSpan data(tracer, ddp::TracePhase::kData);
-      auto [x, y] = next_batch();
-      data.finish();
-      torch::Tensor loss;
-      {
-        gpt::AutocastGuard autocast(device.type(), torch::kBFloat16, bf16);
-        torch::Tensor logits = model(x);
-        loss = torch::nn::functional::cross_entropy(logits.view({-1, cfg.vocab}), y.view({-1}));
+      loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
+      for (int j = 0; j < opt.grad_accum; ++j) {
+        ddp::TraceSpan data(tracer, ddp::TracePhase::kData);
+        auto [x, y] = next_batch();
+        data.finish();
+        torch::Tensor loss;
+        {
+          gpt::AutocastGuard autocast(device.type(), torch::kBFloat16, bf16);
+          torch::Tensor logits = model(x);
+          loss = torch::nn::functional::cross_entropy(logits.view({-1, cfg.vocab}), y.view({-1}));
+        }
+        loss_sum += loss.detach();
+        if (j + 1 < opt.grad_accum) {
+          auto no_sync = model.no_sync();  // accumulate locally
+          (loss / opt.grad_accum).backward();
+        } else {
+          (loss / opt.grad_accum).backward();  // returns with gradients averaged over the ranks
+        }
       }
-      loss_sum += loss.detach();
-      if (j + 1 < opt.grad_accum) {
-        auto no_sync = model.no_sync();  // accumulate locally
-        (loss / opt.grad_accum).backward();
-      } else {
-        (loss / opt.grad_accum).backward();  // returns with gradients averaged over the ranks
-      }
-    }
-    ddp::TraceSpan optimizer_span(tracer, ddp::TracePhase::kOptimizer);
-    const double norm = torch::nn::utils::clip_grad_norm_(net->parameters(), opt.clip);
-    optimizer->step();
-    optimizer_span.finish();
-    ++step;
+      ddp::TraceSpan optimizer_span(tracer, ddp::TracePhase::kOptimizer);
+      norm = torch::nn::utils::clip_grad_norm_(net->parameters(), opt.clip);
+      optimizer->step();
+      optimizer_span.finish();
+      ++step;  // the commit (ddp::Healer)
+    });
     // Reading the loss waits for the GPU: the step's time is then real.
     const double loss = loss_sum.item<double>() / opt.grad_accum;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

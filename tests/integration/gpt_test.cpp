@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -121,6 +122,42 @@ TEST(GptExample, KilledRunResumesFromItsCheckpointAndEndsLikeAnUninterruptedOne)
   EXPECT_EQ(std::stoi(m[1]) % 10, 0);
   EXPECT_EQ(checksum_in(summary), want) << "the resumed run ended elsewhere than the uninterrupted one";
   fs::remove_all(dir);
+  fs::remove(summary);
+  fs::remove(want_summary);
+}
+
+// Two ranks (Gloo, as on a GPU machine with NCCL's one rank per GPU the
+// test skips): rank 1 killed mid-run is replaced while rank 0 keeps going,
+// and the job ends bitwise like an uninterrupted one - AdamW's state healed
+// from rank 0, no checkpoint.
+TEST(GptExample, AKilledRankIsHealedAndTheRunEndsLikeAnUninterruptedOne) {
+  if (test_device() != "cpu") GTEST_SKIP() << "two ranks need two GPUs";
+  const std::vector<std::string> flags{"--steps", "150", "--log-every", "1000", "--print-steps"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> all = flags;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return all;
+  };
+  const fs::path want_summary = temp("heal-straight.json"), summary = temp("healed.json");
+  Finished straight = ddptest::run(gpt_job(2, {}, with({"--summary-json", want_summary.string()})));
+  ASSERT_EQ(straight.exit_code, 0) << straight.err;
+  const std::string want = checksum_in(want_summary);
+  ASSERT_FALSE(want.empty());
+
+  Process p(gpt_job(2, {}, with({"--summary-json", summary.string()})));
+  ASSERT_TRUE(ddptest::reach_step(p, 40)) << p.out();
+  std::vector<pid_t> workers;
+  for (pid_t c : ddptest::children_of(p.pid())) {
+    if (!ddptest::started_as_standby(c)) workers.push_back(c);  // not the warm standby
+  }
+  ASSERT_EQ(workers.size(), 2u);
+  kill(*std::max_element(workers.begin(), workers.end()), SIGKILL);  // rank 1: spawned second
+  Finished f = p.finish();
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "replacing it while the other workers go on")) << f.err;
+  EXPECT_TRUE(contains(f.out, "rank 1 joined at step")) << f.out;
+  EXPECT_FALSE(contains(f.err, "restarting the workers")) << f.err;
+  EXPECT_EQ(checksum_in(summary), want) << "the healed run ended elsewhere than the uninterrupted one";
   fs::remove(summary);
   fs::remove(want_summary);
 }

@@ -315,6 +315,14 @@ TEST(GroupPolicy, AFailureDuringAHealBeginsTheNextGeneration) {
   EXPECT_EQ(p.outcome(), GroupPolicy::kSucceeded);
 }
 
+TEST(GroupPolicy, ALoneWorkerIsNeverHealedNobodyWouldHoldItsState) {
+  GroupPolicy p(1, healing(3), t0);
+  all_ready(p, 1);
+  EXPECT_EQ(p.on_exit(0, true), WorkerEnd::kFailed);
+  EXPECT_TRUE(replacements(p.after_exits(t0)).empty());
+  EXPECT_EQ(p.outcome(), GroupPolicy::kWorkerFailed);
+}
+
 TEST(GroupPolicy, ASignalToDdprunDuringAHealStopsEveryoneAsBefore) {
   GroupPolicy p(2, healing(3), t0);
   all_ready(p, 2);

@@ -230,7 +230,10 @@ void Healer::sync_state(bool have_state) {
   const int64_t mine = have_state ? *state_.step : -1;
   at::Tensor steps = comm.all_gather(at::full({1}, mine, at::kLong)).reshape({-1});
   const int64_t newest = steps.max().item<int64_t>();
-  if (newest < 0) throw CollectiveError("ddp: heal: no rank holds the training state (every rank is new)");
+  if (newest < 0) {
+    // Not a peer's failure to heal around: nobody can send the state.
+    throw std::runtime_error("ddp: heal: no rank holds the training state (every rank is new)");
+  }
   const int source = static_cast<int>(steps.eq(newest).nonzero()[0][0].item<int64_t>());
   if (steps.eq(newest).all().item<bool>()) {
     report_.bytes = 0;
