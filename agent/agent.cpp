@@ -360,8 +360,17 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   seen_.assign(cfg_.nproc, channel::Progress{});
   meter_.reset();
   logged_step_ = -1;
+  refill_standby_ = false;
   last_progress_log_ = std::chrono::steady_clock::now();
-  go.on_monitor = [this, attempt, &a] { watch_progress(attempt, a); };
+  go.on_monitor = [this, attempt, &a, &joined] {
+    watch_progress(attempt, a);
+    if (refill_standby_) {
+      // After a heal took the warm standby (off the heal's path: the
+      // replacement was released first).
+      refill_standby_ = false;
+      spawn_standbys(attempt + 1, joined, 1);
+    }
+  };
   go.max_heals = heals_in(a) ? cfg_.max_heals : 0;
   const bool restart_standbys = cfg_.standby && life.can_restart();
   const bool heal_standby = heals_in(a) && cfg_.heal_standby;
@@ -375,12 +384,12 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   }
   if (heal_standby) {
     // A heal's replacement starts from a warm standby, and another is warmed
-    // for the next heal.
-    go.take_standby = [this, attempt, &joined]() -> std::optional<Standby> {
+    // for the next heal on the monitor's next beat.
+    go.take_standby = [this]() -> std::optional<Standby> {
       if (standbys_.empty()) return std::nullopt;
       Standby s = std::move(standbys_.back());
       standbys_.pop_back();
-      spawn_standbys(attempt + 1, joined, 1);
+      refill_standby_ = true;
       return s;
     };
   }

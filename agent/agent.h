@@ -106,6 +106,7 @@ class Agent {
   std::unique_ptr<LeaseKeeper> lease_;
   std::unique_ptr<StatusReporter> status_;  // with heartbeats: rank 0's progress for `ddprun status`
   std::vector<Standby> standbys_;  // for the next attempt
+  bool refill_standby_ = false;     // a heal took one: warm another
   int nodes_waiting_ = 0;          // late nodes last reported waiting
   std::vector<LogLoss> log_losses_;  // of every attempt, told at the end
   int duplicate_fd_[2] = {-1, -1};   // filtered_std{out,err}.log (--duplicate-*-filters)

@@ -138,7 +138,7 @@ TEST(Heal, MaxHealsZeroRestartsTheGroupAsBefore) {
   Process p(train_job(2, {"--max-heals", "0", "--max-restarts", "1", "--no-standby"},
                       {"--summary-json", summary.string(), "--checkpoint-dir", dir.string(), "--checkpoint-every", "5"}));
   ASSERT_TRUE(reach_step(p, 20)) << p.out();
-  std::vector<pid_t> workers = ddptest::children_of(p.pid());
+  std::vector<pid_t> workers = workers_of(p.pid());
   ASSERT_EQ(workers.size(), 2u);
   kill(workers[1], SIGKILL);
   Finished f = p.finish();

@@ -206,15 +206,14 @@ at::Tensor shapes_of(const std::vector<at::Tensor*>& tensors) {
   return at::tensor(v, at::kLong);
 }
 
-// Broadcasts a byte string from root (its length first).
-std::vector<char> broadcast_bytes(Communicator& comm, std::vector<char> bytes, int root) {
-  at::Tensor size = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
+// Broadcasts root's 1-d tensor `t` (its length first: the others do not
+// know it); returns it on every rank.
+at::Tensor broadcast_sized(Communicator& comm, at::Tensor t, at::ScalarType dtype, int root) {
+  at::Tensor size = at::full({1}, comm.rank() == root ? t.numel() : 0, at::kLong);
   comm.broadcast(size, root);
-  at::Tensor payload = at::empty({size.item<int64_t>()}, at::kByte);
-  if (comm.rank() == root) std::memcpy(payload.data_ptr(), bytes.data(), bytes.size());
-  comm.broadcast(payload, root);
-  const auto* data = static_cast<const char*>(payload.data_ptr());
-  return std::vector<char>(data, data + payload.numel());
+  if (comm.rank() != root) t = at::empty({size.item<int64_t>()}, dtype);
+  comm.broadcast(t, root);
+  return t;
 }
 
 }  // namespace
@@ -241,8 +240,7 @@ void Healer::sync_state(bool have_state) {
   }
   const bool sending = comm.rank() == source;
   TrainingState state;
-  std::vector<char> skeleton_bytes;
-  at::Tensor counters, shapes;
+  at::Tensor skeleton_bytes, counters, shapes;
   if (sending) {
     // The live tensors, no copies: nothing trains while the heal runs.
     state = capture_state(*state_.module, *state_.optimizer, *state_.step,
@@ -250,15 +248,14 @@ void Healer::sync_state(bool have_state) {
                           state_.sampler ? state_.sampler->position() : 0, nullptr, StateTensors::kShare);
     TrainingState skeleton = state;
     for (at::Tensor* t : tensors_of(skeleton)) *t = at::empty({0}, t->scalar_type());
-    skeleton_bytes = encode_state(skeleton);
+    const std::vector<char> encoded = encode_state(skeleton);
+    skeleton_bytes = at::empty({static_cast<int64_t>(encoded.size())}, at::kByte);
+    std::memcpy(skeleton_bytes.data_ptr(), encoded.data(), encoded.size());
     shapes = shapes_of(tensors_of(state));
     counters = pack_counters(state_);
   }
-  skeleton_bytes = broadcast_bytes(comm, std::move(skeleton_bytes), source);
-  at::Tensor shape_count = at::full({1}, sending ? shapes.numel() : 0, at::kLong);
-  comm.broadcast(shape_count, source);
-  if (!sending) shapes = at::empty({shape_count.item<int64_t>()}, at::kLong);
-  comm.broadcast(shapes, source);
+  skeleton_bytes = broadcast_sized(comm, skeleton_bytes, at::kByte, source);
+  shapes = broadcast_sized(comm, shapes, at::kLong, source);
   bool have_room = false;
   if (!sending && mine == newest) {
     // A rank with the newest state already holds these very bytes: it
@@ -270,7 +267,8 @@ void Healer::sync_state(bool have_state) {
   if (!sending) counters = at::empty({static_cast<int64_t>(2 + state_.counters.size())}, at::kLong);
   if (!sending && !have_room) {
     // A rank behind makes room from the shapes.
-    state = decode_state(skeleton_bytes);
+    const auto* data = static_cast<const char*>(skeleton_bytes.data_ptr());
+    state = decode_state(std::vector<char>(data, data + skeleton_bytes.numel()));
     // A replacement receives the module's tensors straight into its own
     // (they have their shapes; they hold nothing worth keeping); the
     // optimizer's, which it has not made yet, into new ones the optimizer
@@ -301,7 +299,7 @@ void Healer::sync_state(bool have_state) {
     }
   }
   comm.broadcast(counters, source);
-  int64_t bytes = static_cast<int64_t>(skeleton_bytes.size());
+  int64_t bytes = skeleton_bytes.numel();
   {
     at::NoGradGuard no_grad;  // parameters are written in place
     for (at::Tensor* t : tensors_of(state)) {

@@ -36,6 +36,29 @@ std::chrono::milliseconds default_timeout(const EnvLookup& env) {
 
 namespace {
 
+// NCCL among `size` members (this one `me`, on GPU LOCAL_RANK): with the
+// given id, or one member 0 makes and shares through `ids`.
+std::unique_ptr<Communicator> connect_nccl_over(ddprun::Store& ids, int me, int size, std::string id,
+                                                const LaunchInfo& info, std::chrono::milliseconds timeout,
+                                                std::shared_ptr<Heartbeat> heartbeat) {
+  NcclOptions o;
+  o.unique_id = std::move(id);
+  if (o.unique_id.empty()) {
+    if (me == 0) {
+      o.unique_id = nccl_unique_id();
+      ids.set("nccl_id", o.unique_id);
+    } else {
+      o.unique_id = ids.get("nccl_id", timeout);
+    }
+  }
+  o.rank = me;
+  o.size = size;
+  o.device = info.local_rank;
+  o.timeout = timeout;
+  o.heartbeat = std::move(heartbeat);
+  return make_nccl_communicator(o);
+}
+
 TraceOptions trace_options(const LaunchInfo& info) {
   TraceOptions o;
   o.file = info.trace_file;
@@ -98,7 +121,6 @@ std::unique_ptr<Communicator> World::connect_generation(uint32_t generation) {
   }
   gloo_store_ = std::make_unique<ddprun::PrefixStore>("gloo", *base);
   ddprun::Store* connect_store = gloo_store_.get();
-  watched_store_.reset();
   if (info_.heals) {
     // Waits for peers give up once the agent begins a newer generation.
     watched_store_ = std::make_unique<WatchedStore>(
@@ -128,30 +150,16 @@ Communicator& World::cuda() {
   return *cuda_;
 }
 
-// The world's NCCL communicator in this generation.
+// The world's NCCL communicator in this generation. The launcher makes no
+// id (see launcher/plan.cpp; nor does torchrun): rank 0 makes it here, when
+// a CUDA collective first needs it, and shares it through the round's (or
+// the heal generation's) store. NCCL's bootstrap root then lives in rank 0,
+// a member of the group that dies with it. A round's id handed out by a
+// rendezvous serves its first generation only.
 std::unique_ptr<Communicator> World::connect_nccl() {
-  NcclOptions o;
-  if (generation_ == 0) o.unique_id = info_.nccl_id;  // the round's id serves its first generation only
-  if (o.unique_id.empty()) {
-    // The launcher makes no id (see launcher/plan.cpp; nor does torchrun):
-    // rank 0 makes it here, when a CUDA collective first needs it, and
-    // shares it through the round's (or the heal generation's) store.
-    // NCCL's bootstrap root then lives in rank 0, a member of the group
-    // that dies with it.
-    ddprun::Store& ids = generation_store_ ? *generation_store_ : *round_store_;
-    if (rank() == 0) {
-      o.unique_id = nccl_unique_id();
-      ids.set("nccl_id", o.unique_id);
-    } else {
-      o.unique_id = ids.get("nccl_id", timeout_);
-    }
-  }
-  o.rank = info_.rank;
-  o.size = info_.world_size;
-  o.device = info_.local_rank;
-  o.timeout = timeout_;
-  o.heartbeat = heartbeat_;
-  return make_nccl_communicator(o);
+  ddprun::Store& ids = generation_store_ ? *generation_store_ : *round_store_;
+  return connect_nccl_over(ids, info_.rank, info_.world_size, generation_ == 0 ? info_.nccl_id : "", info_,
+                           timeout_, heartbeat_);
 }
 
 std::unique_ptr<Communicator> World::connect_group(const std::string& name,
@@ -180,19 +188,7 @@ std::unique_ptr<Communicator> World::connect_group(const std::string& name,
                                     {&info_, timeout_, heartbeat_});
   }
   // NCCL: the group's first rank makes the id and shares it through the store.
-  NcclOptions o;
-  if (me == 0) {
-    o.unique_id = nccl_unique_id();
-    store.set("nccl_id", o.unique_id);
-  } else {
-    o.unique_id = store.get("nccl_id", timeout_);
-  }
-  o.rank = me;
-  o.size = static_cast<int>(ranks.size());
-  o.device = info_.local_rank;
-  o.timeout = timeout_;
-  o.heartbeat = heartbeat_;
-  return make_nccl_communicator(o);
+  return connect_nccl_over(store, me, static_cast<int>(ranks.size()), "", info_, timeout_, heartbeat_);
 }
 
 Communicator& World::for_tensor(const at::Tensor& t) {
