@@ -170,7 +170,8 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
   job.local_ifname = cfg_.local_ifname;
   job.heartbeat_file = heartbeats_ ? heartbeats_->path() : "";
   job.agent_store = static_cast<bool>(fresh_key_space_);
-  job.heals = heals_in(a);
+  job.heals = heals_in(a) || heals_across(a);
+  job.heal_generation = a.heal_generation;
   job.progress_by_agent = a.first_global_rank == 0 &&
                           (progress_on_terminal_ || cfg_.progress_interval.count() > 0);
   if (!trace_node_dir_.empty()) {
@@ -248,7 +249,20 @@ void Agent::dismiss_standbys() {
 
 // Joins the next round. The join runs on a thread of its own so that this
 // loop keeps reading signals: a stop signal cancels the join at once.
-JoinEnd Agent::join_round(const JoinIntent& intent) {
+void Agent::warm_up_spare(int attempt, const NodeView& view) {
+  if (!view.known || !view.takeover_ready || !takes_over() || !cfg_.heal_standby || !standbys_.empty()) return;
+  // The members' workers heal: they run a program that waits in ddp::init()
+  // as a standby (the same program as this node's). Where they will run is
+  // a guess; the variables that matter come at release.
+  JoinResult guess;
+  guess.assignment.round = view.round;
+  guess.assignment.num_nodes = cfg_.rdzv.max_nodes;
+  guess.assignment.world_size = cfg_.rdzv.max_nodes * cfg_.nproc;
+  spawn_standbys(attempt, guess);
+  if (!standbys_.empty()) spdlog::info("warmed up {} worker(s) to take over a lost node's ranks", standbys_.size());
+}
+
+JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
   JoinEnd end;
   if (int sig = pending_stop_signal()) {
     end.signal = sig;
@@ -257,7 +271,7 @@ JoinEnd Agent::join_round(const JoinIntent& intent) {
   JoinArgs args;
   args.job_id = cfg_.run_id;
   args.node = NodeSpec{node_id_,         cfg_.host,          cfg_.nproc,       cfg_.local_addr,
-                       cfg_.node_rank,   cfg_.wants_nccl_id, cfg_.master_port};
+                       cfg_.node_rank,   cfg_.wants_nccl_id, cfg_.master_port, takes_over()};
   args.settings = cfg_.rdzv;
   args.intent = intent;
   args.lease = cfg_.lease_timeout;
@@ -299,7 +313,11 @@ JoinEnd Agent::join_round(const JoinIntent& intent) {
     pollfd fds[3] = {{signals_.fd(), POLLIN, 0}, {done_fd, POLLIN, 0},
                      {lease_ ? lease_->fd() : -1, POLLIN, 0}};
     if (poll(fds, 3, -1) < 0 && errno != EINTR) break;
-    if (fds[2].revents & POLLIN) tell_lost(lease_->take());
+    if (fds[2].revents & POLLIN) {
+      const LeaseStatus st = lease_->take();
+      tell_lost(st);
+      if (st.view) warm_up_spare(attempt, *st.view);
+    }
     if (fds[0].revents & POLLIN) {
       while (auto sig = signals_.next()) {
         if (*sig == SIGTSTP) suspend_self();  // no workers to stop first
@@ -330,13 +348,23 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
     spdlog::warn("no NCCL id for round {}: {}", a.round, joined.nccl_id_error);
   }
   for (const auto& lost : a.lost_since_last_round) {
-    spdlog::warn("lost node {}; the job goes on without it", lost);  // "'id' (host): why"
+    if (a.heal_generation > 0) {
+      spdlog::warn("taking over node rank {} (ranks {}..{}) of lost node {}: the workers start as "
+                   "replacements and heal from the others (heal generation {})",
+                   a.node_rank, a.first_global_rank, a.first_global_rank + cfg_.nproc - 1, lost, a.heal_generation);
+    } else {
+      spdlog::warn("lost node {}; the job goes on without it", lost);  // "'id' (host): why"
+    }
   }
   events_.write(ev::kRound, {{"round", a.round}, {"node_rank", a.node_rank}, {"num_nodes", a.num_nodes},
                              {"world_size", a.world_size}, {"restart_count", a.restart_count},
                              {"lost_nodes", a.lost_since_last_round}});
   if (!a.lost_since_last_round.empty()) {
     events_.write(ev::kNodeLost, {{"nodes", a.lost_since_last_round}});
+  }
+  if (a.heal_generation > 0) {
+    events_.write(ev::kTakeover, {{"attempt", attempt}, {"generation", a.heal_generation}, {"node_rank", a.node_rank},
+                                  {"detail", "this node took over the ranks of lost node(s)"}});
   }
   auto log = cfg_.rdzv.max_nodes > 1 ? spdlog::level::info : spdlog::level::debug;
   spdlog::log(log, "round {}: node rank {} of {}, ranks {}..{} of {}", a.round, a.node_rank,
@@ -362,8 +390,10 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   logged_step_ = -1;
   refill_standby_ = false;
   last_progress_log_ = std::chrono::steady_clock::now();
+  heal_generation_ = a.heal_generation;
   go.on_monitor = [this, attempt, &a, &joined] {
     watch_progress(attempt, a);
+    report_workers_heal(a);
     if (refill_standby_) {
       // After a heal took the warm standby (off the heal's path: the
       // replacement was released first).
@@ -395,7 +425,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   }
   if (lease_) {
     go.control_fd = lease_->fd();
-    go.on_control = [this, &life]() -> std::optional<std::string> {
+    go.on_control = [this, &life, &a, attempt]() -> std::optional<std::string> {
       LeaseStatus st = lease_->take();
       if (st.contact_lost) return life.on_contact_lost() + " (" + st.error + ")";
       if (!st.view) return std::nullopt;
@@ -404,13 +434,22 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
                      st.view->nodes_waiting, cfg_.rdzv.max_nodes);
       }
       nodes_waiting_ = st.view->nodes_waiting;
+      if (st.view->round == a.round && st.view->heal_generation > heal_generation_) {
+        heal_with_newcomer(attempt, *st.view);
+      }
       return life.on_view(*st.view);
     };
   }
-  if (heartbeats_) heartbeats_->reset();
+  if (heartbeats_) {
+    heartbeats_->reset();
+    // A takeover's workers are replacements: their slots name the generation
+    // they heal in (they wait for a newer one only after a later failure).
+    for (int lr = 0; lr < cfg_.nproc && a.heal_generation > 0; ++lr) heartbeats_->set_heal_generation(lr, a.heal_generation);
+  }
   if (status_) status_->watch(a.round, 0, a.first_global_rank);  // local rank 0's global rank
   WorkerGroup group(std::move(launches), signals_, go);
   GroupResult result = group.run();
+  if (lease_) lease_->set_workers_heal_round(-1);  // none of them runs any more
   if (!result.healed.empty()) {
     spdlog::info("{} failed worker(s) were replaced while the others went on (heal generation {}; no restart)",
                  result.healed.size(), result.heal_generation);
@@ -463,6 +502,23 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
                                  {"reason", "worker failure"}});
   }
   return end;
+}
+
+void Agent::report_workers_heal(const Assignment& a) {
+  if (!lease_ || !heals_across(a)) return;
+  bool all = true;
+  for (int lr = 0; lr < cfg_.nproc && all; ++lr) all = heartbeats_->heal_ready(lr);
+  lease_->set_workers_heal_round(all ? a.round : -1);
+}
+
+void Agent::heal_with_newcomer(int attempt, const NodeView& view) {
+  heal_generation_ = view.heal_generation;
+  spdlog::warn("{}; the workers heal with its new workers in generation {} (no restart)", view.detail,
+               heal_generation_);
+  events_.write(ev::kTakeover, {{"attempt", attempt}, {"generation", heal_generation_}, {"detail", view.detail}});
+  // Workers blocked on the lost ranks have failed, or will at their next
+  // collective; either way they heal in this generation.
+  for (int lr = 0; lr < cfg_.nproc; ++lr) heartbeats_->set_heal_generation(lr, heal_generation_);
 }
 
 void Agent::watch_progress(int attempt, const Assignment& a) {
@@ -658,7 +714,7 @@ int Agent::run() {
     while (act.kind != Action::kExit) {
       switch (act.kind) {
         case Action::kJoin: {
-          JoinEnd end = join_round(act.intent);
+          JoinEnd end = join_round(act.intent, attempt);
           if (end.joined) joined = end.joined;
           if (!end.joined && end.signal == 0) spdlog::error("{}", end.error);
           act = life.on_join(end);

@@ -65,15 +65,31 @@ class Agent {
   std::vector<WorkerLaunch> make_launches(int attempt, const JoinResult& joined);
   // Whether a failed worker of this round may be replaced while the others
   // go on: one node (the agent owns every rank), heartbeats to announce it,
-  // and --max-heals above 0. Across nodes a failure still ends the round.
+  // and --max-heals above 0. Across nodes a worker's failure still ends the
+  // round, but a lost node may be taken over (heals_across).
   bool heals_in(const Assignment& a) const { return a.num_nodes == 1 && cfg_.max_heals > 0 && heartbeats_ != nullptr; }
+  // Whether this node may take over a lost node's ranks, or be healed with
+  // by one that does (RoundState's takeover): --max-heals above 0,
+  // heartbeats and a lease (keep-alives carry the news both ways).
+  bool takes_over() const { return cfg_.max_heals > 0 && heartbeats_ != nullptr && cfg_.lease_timeout.count() > 0; }
+  bool heals_across(const Assignment& a) const { return a.num_nodes > 1 && takes_over(); }
+  // On the monitor's beat: tells the rendezvous whether all local workers
+  // heal in place in this round (a takeover needs every member's).
+  void report_workers_heal(const Assignment& a);
+  // A view of the running round with a newer heal generation (a waiting
+  // node took over a lost one's ranks): the local workers heal in it.
+  void heal_with_newcomer(int attempt, const NodeView& view);
   // Starts the standby set for attempt (their variables come at release).
   // count: how many (-1: one per local worker).
   void spawn_standbys(int attempt, const JoinResult& guess, int count = -1);
   void dismiss_standbys();
 
   // The lifecycle's actions.
-  JoinEnd join_round(const JoinIntent& intent);
+  // attempt: the one the round's workers will be (a spare warms them up).
+  JoinEnd join_round(const JoinIntent& intent, int attempt);
+  // While this node waits for a place and the running round's members all
+  // heal (a takeover would start its workers): warm them up as standbys.
+  void warm_up_spare(int attempt, const NodeView& view);
   GroupEnd run_workers(int attempt, const JoinResult& joined, Lifecycle& life);
   // Tells the rendezvous this node leaves; a success names the round its
   // workers ran in. Returns why the rendezvous refused a success ("" when
@@ -108,6 +124,7 @@ class Agent {
   std::vector<Standby> standbys_;  // for the next attempt
   bool refill_standby_ = false;     // a heal took one: warm another
   int nodes_waiting_ = 0;          // late nodes last reported waiting
+  uint32_t heal_generation_ = 0;   // the running round's, as told to the workers
   std::vector<LogLoss> log_losses_;  // of every attempt, told at the end
   int duplicate_fd_[2] = {-1, -1};   // filtered_std{out,err}.log (--duplicate-*-filters)
   std::vector<NumaPlacement> numa_;  // per local rank (--numa-binding)

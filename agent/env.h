@@ -39,6 +39,9 @@ struct JobEnv {
   // The agent replaces a failed worker of a program that can heal
   // (DDPRUN_HEALS=1, channel/env_names.h).
   bool heals = false;
+  // > 0: the workers start as replacements in this heal generation (their
+  // node took over a lost one's ranks; DDPRUN_HEAL_GENERATION).
+  uint32_t heal_generation = 0;
   bool agent_store = false;    // the launcher hosts the c10d store on MASTER_PORT
   // --trace: this node's folder in the trace folder (empty: no tracing); each
   // worker records into channel::trace_rank_file(trace_node_dir, attempt, rank).

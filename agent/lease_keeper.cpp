@@ -12,7 +12,8 @@ namespace {
 // Whether b tells the agent something that a did not.
 bool news(const std::optional<NodeView>& a, const NodeView& b) {
   return !a || a->known != b.known || a->round != b.round || a->phase != b.phase ||
-         a->nodes_waiting != b.nodes_waiting;
+         a->nodes_waiting != b.nodes_waiting || a->heal_generation != b.heal_generation ||
+         a->takeover_ready != b.takeover_ready;
 }
 
 int64_t mono_ns() {
@@ -114,7 +115,8 @@ void LeaseKeeper::loop() {
     std::string error;
     const int64_t send_ns = mono_ns();
     try {
-      view = client_.keep_alive(options_.job_id, options_.node_id, options_.interval * 2);
+      view = client_.keep_alive(options_.job_id, options_.node_id, options_.interval * 2,
+                                workers_heal_round_.load());
     } catch (const std::exception& e) {
       error = e.what();
     }

@@ -5,6 +5,7 @@
 // whole lease; it never blocks on the network itself.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <condition_variable>
@@ -62,6 +63,9 @@ class LeaseKeeper {
   // keep-alives sent before it are dropped, so a view from before the join
   // ("not in the job yet") is never taken for news about the new round.
   void reset();
+  // The round in which all of this node's workers heal in place (-1: none),
+  // sent with every keep-alive from now on.
+  void set_workers_heal_round(int64_t round) { workers_heal_round_.store(round); }
   // The clock offset estimated so far; nullopt before the first answer
   // stamped with the service's clock.
   std::optional<ClockEstimate> clock() const;
@@ -81,6 +85,7 @@ class LeaseKeeper {
   LeaseStatus status_;
   std::optional<ClockEstimate> clock_;  // kept across reset(): the clocks do not change
   bool hold_wanted_ = false;
+  std::atomic<int64_t> workers_heal_round_{-1};
   CallCanceller hold_cancel_;
   std::thread thread_;
   std::thread hold_thread_;

@@ -11,6 +11,11 @@ completes after it restored the checkpoint, for
            from build/torch2-venv, bench/anchors.py, --monitor_interval 0.1)
            running the same job as a PyTorch DDP script (node_loss_torch.py).
 
+and, when a third node waits as a hot spare (ddprun only: --nnodes 2 is full,
+the spare takes over the lost node's ranks in the running round and its
+workers heal from node 0's; no restart, no checkpoint read), seconds from
+the kill to node 0's first step after the heal.
+
 Both train the same CNN on the first 6000 Fashion-MNIST images for 2
 epochs, checkpoint every 10 steps to a directory both hosts share, and may
 restart 3 times. A launcher that has not completed a step after the restore
@@ -47,6 +52,10 @@ STEP = re.compile(r"step (\d+) done at ([0-9.]+)")
 # examples/train says "... on 6000 images: 2 ranks x ..."; node_loss_torch.py says "world 2".
 WORLD = re.compile(r"(?:\b(\d+) ranks x|^(?:\[rank\d+\]:)?world (\d+)$)")
 RESUMED = re.compile(r"resumed from (\S+) at step (\d+)")
+HEALED = re.compile(r"healed in generation (\d+)")
+WAITS = "node(s) wait to join"
+WARMED = "warmed up"
+
 
 
 # ---- The lab: hosts made of network namespaces ----------------------------
@@ -187,9 +196,10 @@ def last_words(tail):
     return "(nothing)"
 
 
-def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout):
-    """One run on a fresh lab. Returns (seconds or None, what happened, {milestone: seconds after the kill})."""
-    lab = Lab(2)
+def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spare=False):
+    """One run on a fresh lab. Returns (seconds or None, what happened, {milestone: seconds after the kill}).
+    spare: a third node joins before the kill and waits; node 0 heals instead of restoring."""
+    lab = Lab(3 if spare else 2)
     ckpt = tempfile.mkdtemp(prefix="ddprun-node-loss-")
     lines = queue.Queue()
     try:
@@ -225,6 +235,21 @@ def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout):
             elif s and world == 2:
                 step = int(s.group(1))
 
+        # 1b. The spare joins, waits for a place, and warms its worker up.
+        if spare:
+            procs.append(lab.spawn(2, node_cmd(lab, 2, ckpt), env_for(lab, 2)))
+            threading.Thread(target=watch, args=(2, procs[2], os.path.join(logs, "node2.log"), lines),
+                             daemon=True).start()
+            deadline, waits, warmed = time.time() + start_timeout, False, False
+            while not (waits and warmed):
+                got = next_line(deadline)
+                if got is None or got[2] is None:
+                    return None, "SETUP FAILED: the spare did not wait and warm up (node %s ended)" % (
+                        got[0] if got else "none"), {}
+                node, _, line = got
+                waits = waits or (node == 0 and WAITS in line)
+                warmed = warmed or (node == 2 and WARMED in line)
+
         # 2. Node 1's host dies.
         killed_at = lab.kill_host(1, procs[1].pid)
 
@@ -256,7 +281,13 @@ def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout):
             if r:
                 resumed = r.group(2)
                 marks["resumed"] = at - killed_at
+            h = HEALED.search(line)
+            if h:
+                resumed = "heal"
+                marks["healed"] = at - killed_at
             s = STEP.search(line)
+            if s and resumed == "heal":
+                return float(s.group(2)) - killed_at, "recovered: healed with the spare's worker, no restart", marks
             if s and resumed:
                 return float(s.group(2)) - killed_at, "recovered: resumed from step %s's checkpoint, world %d" % (
                     resumed, world), marks
@@ -271,7 +302,8 @@ def measure(name, node_cmd, env_for, args):
     for r in range(args.repeats):
         logs = os.path.join(args.logs, "%s-%d" % (name, r))
         os.makedirs(logs, exist_ok=True)
-        t, what, m = node_loss_once(node_cmd, env_for, logs, args.budget, args.kill_at, args.start_timeout)
+        t, what, m = node_loss_once(node_cmd, env_for, logs, args.budget, args.kill_at, args.start_timeout,
+                                    spare=name.endswith("spare"))
         print("  %s run %d: %s  %s  %s" % (name, r + 1, "-" if t is None else "%.2f s" % t, what,
                                            " ".join("%s +%.2f" % kv for kv in m.items())), file=sys.stderr, flush=True)
         times.append(t)
@@ -283,9 +315,11 @@ def measure(name, node_cmd, env_for, args):
 # ---- The two launchers ----------------------------------------------------
 
 def ddprun_node(args):
-    """The multi-node tests' NetNodes job (tests/integration/multinode_test.cpp)."""
+    """The multi-node tests' NetNodes job (tests/integration/multinode_test.cpp);
+    node 2, when there is one, is the spare (no --node-rank: it takes the lost one's)."""
     def cmd(lab, i, ckpt):
-        return [os.path.join(args.build, "ddprun"), "--nnodes", "1:2", "--nproc", "1", "--node-rank", str(i),
+        pin = ["--node-rank", str(i)] if i < 2 else []
+        return [os.path.join(args.build, "ddprun"), "--nnodes", "1:2", "--nproc", "1"] + pin + [
                 "--rdzv-endpoint", lab.addr[0] + ":29400", "--rdzv-id", "lab", "--max-restarts", "3",
                 "--stop-timeout", "3",
                 os.path.join(args.build, "train"), "--limit", "6000", "--epochs", "2", "--print-steps",
@@ -312,7 +346,7 @@ def torch_env(lab, i):
 
 
 MILESTONES = [("noticed", "survivor's worker failed"), ("world", "new workers up alone"),
-              ("resumed", "checkpoint loaded")]
+              ("resumed", "checkpoint loaded"), ("healed", "healed with the spare")]
 
 
 def summary(times, outcomes, marks):
@@ -354,6 +388,7 @@ def main():
 
     try:
         ours = summary(*measure("ddprun", ddprun_node(args), lambda lab, i: None, args))
+        spared = summary(*measure("ddprun-spare", ddprun_node(args), lambda lab, i: None, args))
         anchor_note = None
         args.python = anchors.torch2_python(args.python)
         if not args.python:
@@ -386,6 +421,8 @@ def main():
     print("|---|---:|---:|---|")
     fmt = lambda med: "> %d (no recovery)" % args.budget if med is None else "%.2f" % med
     print("| ddprun + train (C++) | %s | %s | %s |" % (fmt(ours[0]), ours[1], ours[2]))
+    print("| ddprun + train (C++), a spare node waiting: it takes over, node 0 heals (first step after the heal) "
+          "| %s | %s | %s |" % (fmt(spared[0]), spared[1], spared[2]))
     if anchor_note:
         print("| **torchrun (anchor)** | **%s** | - | - |" % anchor_note)
     else:

@@ -120,6 +120,11 @@ std::string format_status(const std::string& job_id, const std::string& endpoint
   std::snprintf(line, sizeof(line), "  restarts    %d of %d\n", s.restart_count,
                 s.settings.max_restarts);
   out += line;
+  if (s.heal_generation > 0) {
+    std::snprintf(line, sizeof(line), "  takeovers   %u in this round (spare nodes healed in for lost ones)\n",
+                  s.heal_generation);
+    out += line;
+  }
   int members = 0;
   for (const auto& n : s.nodes) members += n.waiting ? 0 : 1;
   std::snprintf(line, sizeof(line), "  world size  %d (%d node%s, --nnodes %d:%d)%s\n",
@@ -189,6 +194,7 @@ std::string format_status_json(const std::string& job_id, const std::string& end
   j["min_nodes"] = s.settings.min_nodes;
   j["max_nodes"] = s.settings.max_nodes;
   j["nodes_waiting"] = s.nodes_waiting;
+  j["takeovers"] = s.heal_generation;
   j["nodes"] = json::array();
   for (const auto& n : s.nodes) {
     json jn{{"node_id", n.node_id},

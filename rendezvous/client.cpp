@@ -97,6 +97,7 @@ JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
   n->set_node_rank_hint(a.node.node_rank_hint);
   n->set_wants_nccl_id(a.node.wants_nccl_id);
   n->set_master_port(a.node.master_port);
+  n->set_heals(a.node.heals);
   req.set_min_nodes(a.settings.min_nodes);
   req.set_max_nodes(a.settings.max_nodes);
   req.set_last_call_ms(a.settings.last_call.count());
@@ -144,17 +145,19 @@ JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
   r.assignment = Assignment{resp.round(),       resp.node_rank(),         resp.num_nodes(),
                             resp.world_size(),  resp.first_global_rank(), resp.master_addr(),
                             resp.master_port(), resp.restart_count(),
-                            {resp.lost_nodes().begin(), resp.lost_nodes().end()}};
+                            {resp.lost_nodes().begin(), resp.lost_nodes().end()},
+                            resp.heal_generation()};
   r.nccl_id = resp.nccl_id();
   r.nccl_id_error = resp.nccl_id_error();
   return r;
 }
 
 NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::string& node_id,
-                                      std::chrono::milliseconds timeout) {
+                                      std::chrono::milliseconds timeout, int64_t workers_heal_round) {
   v1::KeepAliveRequest req;
   req.set_job_id(job_id);
   req.set_node_id(node_id);
+  req.set_workers_heal_round(workers_heal_round);
   v1::KeepAliveResponse resp;
   grpc::ClientContext ctx;
   attach_token(ctx, stub_->token);
@@ -174,6 +177,8 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
   v.nodes_waiting = resp.nodes_waiting();
   v.restart_count = resp.restart_count();
   v.server_mono_ns = resp.server_mono_ns();
+  v.heal_generation = resp.heal_generation();
+  v.takeover_ready = resp.takeover_ready();
   return v;
 }
 

@@ -71,8 +71,10 @@ class RendezvousClient {
   // Blocks until the round closes; throws RendezvousCallError.
   JoinResult join(const JoinArgs& args, CallCanceller* canceller = nullptr);
   // Renews the node's lease; throws RendezvousCallError.
+  // workers_heal_round: the round in which all of this node's workers heal
+  // in place (-1: none).
   NodeView keep_alive(const std::string& job_id, const std::string& node_id,
-                      std::chrono::milliseconds timeout);
+                      std::chrono::milliseconds timeout, int64_t workers_heal_round = -1);
   // Holds the node's place: opens a Hold call and blocks until the service
   // ends it or canceller cancels it; returns how it ended, in words.
   // on_open runs once the service holds the node.

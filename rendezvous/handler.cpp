@@ -73,6 +73,7 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
     resp->set_master_port(a.master_port);
     resp->set_restart_count(a.restart_count);
     for (const auto& l : a.lost_since_last_round) resp->add_lost_nodes(l);
+    resp->set_heal_generation(a.heal_generation);
     resp->set_nccl_id(o.result->nccl_id);
     resp->set_nccl_id_error(o.result->nccl_id_error);
     Finish(Status::OK);
@@ -260,7 +261,7 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
   JoinCall call;
   call.job_id = req->job_id();
   call.node = NodeSpec{n.node_id(),       n.host(),          n.local_world_size(), n.local_addr(),
-                       n.node_rank_hint(), n.wants_nccl_id(), n.master_port()};
+                       n.node_rank_hint(), n.wants_nccl_id(), n.master_port(), n.heals()};
   call.settings = RoundSettings{req->min_nodes(), req->max_nodes(),
                                 std::chrono::milliseconds(req->last_call_ms()), req->max_restarts()};
   call.intent = JoinIntent{req->last_round(), req->workers_failed()};
@@ -277,7 +278,7 @@ Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliv
   if (auto bad = check_job(req->job_id())) return *bad;
   if (req->node_id().empty()) return invalid_argument("node_id is empty");
   return guarded([&] {
-    NodeView v = registry_.keep_alive(req->job_id(), req->node_id());
+    NodeView v = registry_.keep_alive(req->job_id(), req->node_id(), req->workers_heal_round());
     resp->set_known(v.known);
     resp->set_round(v.round);
     resp->set_round_closed(v.closed);
@@ -286,6 +287,8 @@ Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliv
     resp->set_detail(v.detail);
     resp->set_nodes_waiting(v.nodes_waiting);
     resp->set_restart_count(v.restart_count);
+    resp->set_heal_generation(v.heal_generation);
+    resp->set_takeover_ready(v.takeover_ready);
     resp->set_server_mono_ns(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
             .count());

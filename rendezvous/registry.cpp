@@ -268,7 +268,8 @@ JoinResult JobRegistry::join(JoinCall call) {
   return std::move(*o.result);
 }
 
-NodeView JobRegistry::keep_alive(const std::string& job_id, const std::string& node_id) {
+NodeView JobRegistry::keep_alive(const std::string& job_id, const std::string& node_id,
+                                 int64_t workers_heal_round) {
   std::vector<Completion> completions;
   NodeView v;
   {
@@ -281,7 +282,7 @@ NodeView JobRegistry::keep_alive(const std::string& job_id, const std::string& n
     }
     const auto now = Clock::now();
     settle_locked(*job, now, completions);  // expire others' leases first
-    v = job->rounds->keep_alive(node_id, now);
+    v = job->rounds->keep_alive(node_id, now, workers_heal_round);
   }
   run(completions);
   return v;

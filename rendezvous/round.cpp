@@ -135,6 +135,7 @@ void RoundState::open_next_round(RoundReason reason, std::string detail, TimePoi
     }
   }
   closed_ = false;
+  heal_generation_ = 0;
   reason_ = reason;
   detail_ = std::move(detail);
   members_.clear();
@@ -213,11 +214,59 @@ void RoundState::drop(const std::string& id, TimePoint now, const std::string& w
   ++generation_;
   if (!is_member(id) || phase_ != JobPhase::kActive) return;
   if (closed_) {
+    if (take_over(id, n, how)) return;
     supersede(RoundReason::kNodeLost,
               "node " + quote_id(id) + " (" + n.spec.host + ") was lost: " + how, true, now);
   } else {
     remove_member(id);
   }
+}
+
+bool RoundState::members_heal(const std::string& except) const {
+  return std::all_of(members_.begin(), members_.end(), [&](const std::string& m) {
+    if (m == except) return true;
+    auto it = nodes_.find(m);
+    return it != nodes_.end() && it->second.workers_heal_round == round_;
+  });
+}
+
+bool RoundState::take_over(const std::string& lost, const Node& gone, const std::string& how) {
+  auto held = assignments_.find(lost);
+  if (held == assignments_.end()) return false;
+  // Someone must hold the state, and every holder must be able to heal.
+  if (members_.size() < 2 || !members_heal(lost)) return false;
+  // The first waiting node that heals, runs as many workers and does not
+  // insist on another node rank.
+  auto spare = std::find_if(waiting_.begin(), waiting_.end(), [&](const std::string& w) {
+    auto it = nodes_.find(w);
+    if (it == nodes_.end()) return false;
+    const NodeSpec& s = it->second.spec;
+    return s.heals && s.local_world_size == gone.spec.local_world_size &&
+           (s.node_rank_hint < 0 || s.node_rank_hint == held->second.node_rank);
+  });
+  if (spare == waiting_.end()) return false;
+  const std::string id = *spare;
+  waiting_.erase(spare);
+
+  // The newcomer holds the lost member's ranks, in the next heal generation.
+  Assignment a = held->second;
+  assignments_.erase(held);
+  a.heal_generation = ++heal_generation_;
+  a.lost_since_last_round.clear();
+  for (size_t i = lost_reported_; i < lost_.size(); ++i) {
+    a.lost_since_last_round.push_back(quote_id(lost_[i].node_id) + " (" + lost_[i].host + "): " + lost_[i].why);
+  }
+  lost_reported_ = lost_.size();
+  assignments_[id] = a;
+  std::replace(members_.begin(), members_.end(), lost, id);
+  member_set_.erase(lost);
+  member_set_.insert(id);
+  last_ranks_.erase(lost);
+  last_ranks_[id] = a.node_rank;
+  detail_ = "node " + quote_id(id) + " (" + nodes_.at(id).spec.host + ") took over node rank " +
+            std::to_string(a.node_rank) + " from node " + quote_id(lost) + " (" + gone.spec.host +
+            "), lost: " + how;
+  return true;
 }
 
 void RoundState::leave(const std::string& id, LeaveKind kind, const std::string& message,
@@ -260,9 +309,12 @@ void RoundState::leave(const std::string& id, LeaveKind kind, const std::string&
   }
 }
 
-NodeView RoundState::keep_alive(const std::string& node_id, TimePoint now) {
+NodeView RoundState::keep_alive(const std::string& node_id, TimePoint now, int64_t workers_heal_round) {
   auto it = nodes_.find(node_id);
-  if (it != nodes_.end()) it->second.last_seen = now;
+  if (it != nodes_.end()) {
+    it->second.last_seen = now;
+    it->second.workers_heal_round = workers_heal_round;
+  }
   return view(node_id);
 }
 
@@ -276,6 +328,8 @@ NodeView RoundState::view(const std::string& node_id) const {
   v.detail = phase_ == JobPhase::kActive ? detail_ : end_message_;
   v.nodes_waiting = static_cast<int>(waiting_.size());
   v.restart_count = restarts_;
+  v.heal_generation = heal_generation_;
+  v.takeover_ready = closed_ && members_.size() >= 2 && members_heal();
   return v;
 }
 
@@ -289,6 +343,7 @@ JobStatus RoundState::status(TimePoint now) const {
   s.restart_count = restarts_;
   s.settings = settings_;
   s.nodes_waiting = static_cast<int>(waiting_.size());
+  s.heal_generation = heal_generation_;
   auto node_status = [&](const std::string& id) {
     const Node& n = nodes_.at(id);
     NodeStatus ns;

@@ -19,6 +19,15 @@
 // Every member must then join the new round. A node that arrives while the
 // running round is full waits, and is taken into the next round that opens.
 //
+// Takeover (checkpointless recovery across nodes): when a member of the
+// running round is lost, every other member's workers heal in place (their
+// keep-alives say so for this round) and a waiting node that heals has the
+// same number of workers, the waiting node takes the lost member's place in
+// the running round: same node rank, same global ranks, the round's heal
+// generation one higher. No new round opens and no restart is spent; the
+// members' workers keep running and heal with the newcomer's in that
+// generation. Otherwise a lost member supersedes the round as above.
+//
 // Node ranks stay where they were when the same nodes return, so node 0
 // keeps rank 0 while it lives. Once a node reports success the job is
 // finished; once restarts are used up it has failed; either way nothing more
@@ -55,7 +64,10 @@ class RoundState {
   bool advance(TimePoint now);
 
   // A sign of life from a node; what it should know about the job.
-  NodeView keep_alive(const std::string& node_id, TimePoint now);
+  // workers_heal_round: the round in which all of the node's workers heal in
+  // place (-1: none); a member may be taken over from only while this is the
+  // current round.
+  NodeView keep_alive(const std::string& node_id, TimePoint now, int64_t workers_heal_round = -1);
   NodeView view(const std::string& node_id) const;
   // The whole job as `ddprun status` shows it (progress is the registry's).
   JobStatus status(TimePoint now) const;
@@ -99,12 +111,15 @@ class RoundState {
   const std::vector<LostNode>& lost() const { return lost_; }
   const RoundSettings& settings() const { return settings_; }
   RoundReason reason() const { return reason_; }
+  // Takeovers in the running round so far (its heal generation).
+  uint32_t heal_generation() const { return heal_generation_; }
 
  private:
   struct Node {
     NodeSpec spec;
     Duration lease{0};
     TimePoint last_seen;
+    int64_t workers_heal_round = -1;  // see keep_alive
   };
   void validate_join(const NodeSpec& node, const RoundSettings& settings) const;
   void add_member(const std::string& id, TimePoint now);
@@ -116,6 +131,11 @@ class RoundState {
   void supersede(RoundReason reason, std::string detail, bool costs_restart, TimePoint now);
   // Drops a node that is gone; why: how we know ("" for a lease that ran out).
   void drop(const std::string& id, TimePoint now, const std::string& why = "");
+  // A waiting node takes the place of `lost` (a member of the running round,
+  // already out of nodes_) if the takeover rules hold; false if not.
+  bool take_over(const std::string& lost, const Node& gone, const std::string& how);
+  // Whether every member but `except` said its workers heal in the current round.
+  bool members_heal(const std::string& except = "") const;
   bool is_member(const std::string& id) const { return member_set_.count(id) > 0; }
 
   RoundSettings settings_;
@@ -127,6 +147,7 @@ class RoundState {
   uint64_t generation_ = 0;
   RoundReason reason_ = RoundReason::kFirst;
   std::string detail_;
+  uint32_t heal_generation_ = 0;  // takeovers in the current round
 
   std::unordered_map<std::string, Node> nodes_;  // every node in the job
   std::vector<std::string> members_;             // of the current round, join order

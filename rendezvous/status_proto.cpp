@@ -45,6 +45,7 @@ JobStatus from_proto(const v1::StatusResponse& r) {
   s.settings.max_nodes = r.max_nodes();
   s.world_size = r.world_size();
   s.nodes_waiting = r.nodes_waiting();
+  s.heal_generation = r.heal_generation();
   for (const auto& n : r.nodes()) {
     s.nodes.push_back(NodeStatus{n.node_id(), n.host(), n.node_rank(), n.local_world_size(),
                                  n.first_global_rank(), n.waiting(),
@@ -67,6 +68,7 @@ void to_proto(const std::string& job_id, const JobStatus& s, v1::StatusResponse*
   r->set_min_nodes(s.settings.min_nodes);
   r->set_max_nodes(s.settings.max_nodes);
   r->set_nodes_waiting(s.nodes_waiting);
+  r->set_heal_generation(s.heal_generation);
   for (const NodeStatus& n : s.nodes) {
     v1::NodeStatus* out = r->add_nodes();
     out->set_node_id(n.node_id);

@@ -31,6 +31,9 @@ struct NodeSpec {
   bool wants_nccl_id = false;
   // The port this node's rank 0 would serve MASTER_PORT on, were it node 0.
   int master_port = 0;
+  // Its workers heal in place: it may take over a lost member's ranks in a
+  // running round (RoundState::drop), and be taken over from.
+  bool heals = false;
 };
 
 // Why a round was opened; followers of a round change learn it.
@@ -52,6 +55,9 @@ struct Assignment {
   int restart_count = 0;
   // Nodes lost since the previous round closed, as "'node id' (host): why".
   std::vector<std::string> lost_since_last_round;
+  // > 0: this node took over a lost member's ranks in the running round; its
+  // workers start as replacements in this heal generation.
+  uint32_t heal_generation = 0;
 };
 
 struct JoinResult {
@@ -91,6 +97,12 @@ struct NodeView {
   // The rendezvous host's CLOCK_MONOTONIC (ns) when it answered a keep-alive;
   // 0 when unknown (an older service).
   int64_t server_mono_ns = 0;
+  // The running round's heal generation (0: no takeover yet): members tell
+  // their workers to heal in it.
+  uint32_t heal_generation = 0;
+  // Every member's workers heal in place in the running round: a waiting
+  // node would take over a lost one's ranks (and warms its workers up).
+  bool takeover_ready = false;
 };
 
 // Training progress as the agent of global rank 0 reports it (from the
@@ -132,6 +144,7 @@ struct JobStatus {
   int world_size = 0;
   std::vector<NodeStatus> nodes;  // members by node rank, then the others
   int nodes_waiting = 0;
+  uint32_t heal_generation = 0;  // takeovers in the running round
   std::optional<ProgressInfo> progress;
 };
 

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -416,6 +417,68 @@ TEST(NetNodes, ANodeCutOffForHalfAMinuteRejoinsWhenTheLinkReturns) {
   EXPECT_TRUE(contains(f0.err, "admitting node")) << f0.err;
   EXPECT_TRUE(contains(f0.out, "]:parameters identical on all 2 ranks")) << f0.out;
   fs::remove_all(ckpt);
+}
+
+// Checkpointless recovery across hosts: a third node waits while the job
+// runs at its --nnodes 2. When node 1 dies with its worker, the spare takes
+// over its node rank in the same round: node 0's worker is the same process
+// throughout, the spare's worker receives the state from it, and the job
+// ends with exactly the parameters of a run that nothing interrupted.
+TEST(NetNodes, ASpareNodeTakesOverAKilledNodesRanksAndTheJobEndsBitwiseEqual) {
+  std::string why;
+  auto lab = lab_or_skip(3, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
+  auto prog = [](const fs::path& summary) {
+    return std::vector<std::string>{TRAIN_BIN, "--limit", "8000", "--epochs", "2", "--print-steps",
+                                    "--summary-json", summary.string()};
+  };
+  const fs::path ref = temp("spare-ref.json");
+  Finished one = ddptest::run(node_cmd({"--nproc", "2"}, prog(ref)), env);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const std::string want = checksum_in(ref);
+  ASSERT_FALSE(want.empty());
+
+  const fs::path summary = temp("spare.json");
+  auto node = [&](int i) {
+    std::vector<std::string> flags{"--nnodes", "2", "--nproc", "1", "--rdzv-endpoint", lab->addr(0) + ":29400",
+                                   "--rdzv-id", "spare", "--max-restarts", "3", "--stop-timeout", "3",
+                                   "--rdzv-conf", "join_timeout=120"};
+    if (i < 2) flags.insert(flags.end(), {"--node-rank", std::to_string(i)});
+    return lab->wrap(i, node_cmd(flags, prog(summary)));
+  };
+  Process n0(node(0), env);
+  Process n1(node(1), env);
+  ASSERT_TRUE(reach_step(n0, 10)) << n0.out() << n0.err();
+  Process spare(node(2), env);
+  ASSERT_TRUE(n0.wait_for_err_line([](const std::string& l) { return contains(l, "node(s) wait to join"); }, 60s)
+                  .has_value())
+      << n0.err();
+  auto worker_of_n0 = [&] {
+    for (pid_t c : ddptest::children_of(n0.pid())) {
+      if (!ddptest::started_as_standby(c)) return c;
+    }
+    return pid_t{0};
+  };
+  const pid_t before = worker_of_n0();
+  ASSERT_TRUE(reach_step(n0, 40)) << n0.out();
+  n1.signal(SIGKILL);  // the whole node: its agent, and its worker with it
+  n1.finish(10s);
+  ASSERT_TRUE(reach_step(n0, 70)) << n0.out() << n0.err();
+  const pid_t after = worker_of_n0();
+  Finished f0 = n0.finish(4min);
+  Finished f2 = spare.finish(4min);
+  EXPECT_EQ(f0.exit_code, 0) << f0.err;
+  EXPECT_EQ(f2.exit_code, 0) << f2.err;
+  EXPECT_TRUE(contains(f0.err, "took over node rank 1")) << f0.err;
+  EXPECT_TRUE(contains(f2.err, "taking over node rank 1 (ranks 1..1)")) << f2.err;
+  EXPECT_FALSE(contains(f0.err, "restarting the workers")) << f0.err;
+  EXPECT_FALSE(contains(f0.err, "superseded")) << f0.err;
+  // Node 0's worker lived throughout.
+  EXPECT_NE(before, 0);
+  EXPECT_EQ(after, before) << "node 0's worker was restarted";
+  EXPECT_TRUE(contains(f2.out, "joined at step")) << f2.out;
+  EXPECT_EQ(checksum_in(summary), want) << "the healed run's parameters differ from an uninterrupted run's";
 }
 
 TEST(NetNodes, ALateNodeIsAdmittedAndBothFinishTogether) {

@@ -49,6 +49,7 @@ class Process {
   Finished finish(std::chrono::milliseconds timeout = std::chrono::minutes(2));
 
   const std::string& out() const { return out_; }
+  const std::string& err() const { return err_; }  // the stderr read so far
 
  private:
   bool pump(std::chrono::milliseconds timeout);  // one poll round; false at EOF of both

@@ -393,5 +393,110 @@ TEST(Round, GenerationMovesOnlyWhenWaitersHaveSomethingToLearn) {
   EXPECT_GT(r.generation(), g0);
 }
 
+// Takeover: a waiting node that heals takes a lost member's place in the
+// running round when every other member's workers heal in place.
+NodeSpec healing(const std::string& id, int nproc = 2, int hint = -1) {
+  NodeSpec n = node(id, nproc, hint);
+  n.heals = true;
+  return n;
+}
+
+// a, b, c of 2 workers each run round 0 and say their workers heal in it.
+RoundState running_healers(const RoundSettings& s) {
+  RoundState r(s);
+  for (const char* id : {"a", "b", "c"}) r.join(healing(id), s, kFirst, 0ms, t0);
+  r.advance(t0 + s.last_call);
+  EXPECT_TRUE(r.closed());
+  for (const char* id : {"a", "b", "c"}) r.keep_alive(id, t0, 0);
+  return r;
+}
+
+TEST(Round, AWaitingNodeTakesOverALostMembersRanksInTheRunningRound) {
+  RoundSettings s{3, 3, 0ms, 5};
+  RoundState r = running_healers(s);
+  const Assignment b = *r.assignment("b");
+  r.join(healing("d"), s, kFirst, 0ms, t0 + 1s);
+  EXPECT_EQ(r.num_waiting(), 1u);
+  EXPECT_TRUE(r.keep_alive("d", t0 + 1s).takeover_ready);  // d warms its workers up
+  const uint64_t g0 = r.generation();
+  r.lose("b", "its agent's connection closed", t0 + 2s);
+  EXPECT_GT(r.generation(), g0);  // the parked join of d learns it
+  EXPECT_EQ(r.current_round(), 0);
+  EXPECT_TRUE(r.closed());
+  EXPECT_EQ(r.restart_count(), 0);
+  EXPECT_EQ(r.num_waiting(), 0u);
+  EXPECT_FALSE(r.assignment("b"));
+  auto d = r.assignment("d");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->node_rank, b.node_rank);
+  EXPECT_EQ(d->first_global_rank, b.first_global_rank);
+  EXPECT_EQ(d->world_size, 6);
+  EXPECT_EQ(d->heal_generation, 1u);
+  EXPECT_EQ(d->lost_since_last_round,
+            std::vector<std::string>{"'b' (b-host): its agent's connection closed"});
+  // The members keep their places and learn the generation to heal in.
+  EXPECT_EQ(r.assignment("a")->heal_generation, 0u);
+  NodeView v = r.keep_alive("a", t0 + 2s, 0);
+  EXPECT_EQ(v.round, 0);
+  EXPECT_EQ(v.heal_generation, 1u);
+  EXPECT_NE(v.detail.find("took over node rank 1 from node 'b'"), std::string::npos) << v.detail;
+  EXPECT_EQ(r.status(t0 + 2s).heal_generation, 1u);
+  // A second loss with no node left waiting: a new round, one restart.
+  r.keep_alive("d", t0 + 2s, 0);
+  r.lose("c", "gone", t0 + 3s);
+  EXPECT_EQ(r.current_round(), 1);
+  EXPECT_EQ(r.restart_count(), 1);
+  EXPECT_EQ(r.keep_alive("a", t0 + 3s).heal_generation, 0u);  // the new round starts at 0
+}
+
+TEST(Round, NoTakeoverUnlessEveryOtherMembersWorkersHealInTheRunningRound) {
+  RoundSettings s{3, 3, 0ms, 5};
+  RoundState r = running_healers(s);
+  r.keep_alive("c", t0 + 1s, -1);  // c's workers stopped saying so
+  r.join(healing("d"), s, kFirst, 0ms, t0 + 1s);
+  EXPECT_FALSE(r.keep_alive("d", t0 + 1s).takeover_ready);
+  r.lose("b", "gone", t0 + 2s);
+  EXPECT_EQ(r.current_round(), 1);
+  EXPECT_EQ(r.restart_count(), 1);
+  EXPECT_EQ(r.reason(), RoundReason::kNodeLost);
+}
+
+TEST(Round, NoTakeoverByANodeThatDoesNotHealOrDoesNotFit) {
+  RoundSettings s{3, 3, 0ms, 5};
+  for (const NodeSpec& spare : {node("d"), healing("d", 3), healing("d", 2, 2)}) {
+    RoundState r = running_healers(s);
+    r.join(spare, s, kFirst, 0ms, t0 + 1s);
+    r.lose("b", "gone", t0 + 2s);  // b held node rank 1
+    EXPECT_EQ(r.current_round(), 1) << "spare with " << spare.local_world_size << " workers, hint "
+                                    << spare.node_rank_hint << ", heals " << spare.heals;
+  }
+}
+
+TEST(Round, AWorkersHealRoundOfAnEarlierRoundDoesNotCount) {
+  RoundSettings s{2, 2, 0ms, 5};
+  RoundState r(s);
+  r.join(healing("a"), s, kFirst, 0ms, t0);
+  r.join(healing("b"), s, kFirst, 0ms, t0);
+  r.keep_alive("a", t0, 0);
+  r.keep_alive("b", t0, 0);
+  r.join(healing("b"), s, JoinIntent{0, true}, 0ms, t0 + 1s);  // b's workers failed: round 1
+  r.join(healing("a"), s, JoinIntent{0, false}, 0ms, t0 + 1s);
+  ASSERT_TRUE(r.closed());
+  ASSERT_EQ(r.current_round(), 1);
+  r.join(healing("c"), s, kFirst, 0ms, t0 + 2s);
+  r.lose("b", "gone", t0 + 3s);  // a said so for round 0 only
+  EXPECT_EQ(r.current_round(), 2);
+}
+
+TEST(Round, ALoneMemberIsNeverTakenOver) {
+  RoundSettings s{1, 1, 0ms, 5};
+  RoundState r(s);
+  r.join(healing("a"), s, kFirst, 0ms, t0);
+  r.keep_alive("a", t0, 0);
+  r.join(healing("b"), s, kFirst, 0ms, t0);
+  r.lose("a", "gone", t0 + 1s);  // nobody holds its state
+  EXPECT_EQ(r.current_round(), 1);
+}
+
 }  // namespace
 }  // namespace ddprun
