@@ -52,12 +52,13 @@ uint32_t Heartbeat::heal_generation() const {
   return heal_generation_ ? __atomic_load_n(heal_generation_, __ATOMIC_ACQUIRE) : 0;
 }
 
-uint32_t Heartbeat::wait_heal_generation(uint32_t seen, std::chrono::milliseconds timeout) const {
+uint32_t Heartbeat::wait_heal_generation(uint32_t seen, std::chrono::milliseconds timeout,
+                                         const std::atomic<bool>* cancel) const {
   if (!heal_generation_) return seen;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     const uint32_t now = heal_generation();
-    if (now != seen) return now;
+    if (now != seen || (cancel && cancel->load(std::memory_order_acquire))) return now;
     const auto left = deadline - std::chrono::steady_clock::now();
     if (left <= std::chrono::nanoseconds(0)) return now;
     // The agent stores the word, then wakes every sleeper on it (a shared
@@ -67,6 +68,10 @@ uint32_t Heartbeat::wait_heal_generation(uint32_t seen, std::chrono::millisecond
     timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
     syscall(SYS_futex, heal_generation_, FUTEX_WAIT, seen, &ts, nullptr, 0);
   }
+}
+
+void Heartbeat::wake_heal_waiters() const {
+  if (heal_generation_) syscall(SYS_futex, heal_generation_, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
 Heartbeat::~Heartbeat() {

@@ -270,7 +270,8 @@ void ShmGroup::check_usable(const char* op) const {
   }
 }
 
-void ShmGroup::give_up(const std::string& why) {
+void ShmGroup::abort(const std::string& why) {
+  if (!header_) return;
   uint32_t none = 0;
   if (header_->claim.compare_exchange_strong(none, static_cast<uint32_t>(options_.rank + 1))) {
     std::strncpy(header_->why, why.c_str(), sizeof(header_->why) - 1);
@@ -278,6 +279,10 @@ void ShmGroup::give_up(const std::string& why) {
   }
   // Wake every sleeper: they see the abort mark and fail at once.
   futex_wake(&header_->arrived);
+}
+
+void ShmGroup::give_up(const std::string& why) {
+  abort(why);
   throw CollectiveError(why);
 }
 

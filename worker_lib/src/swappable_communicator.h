@@ -7,10 +7,14 @@
 // Not thread-safe against a swap: a swap happens between steps, on the
 // training thread, while nothing else runs a collective (the Reducer's
 // communication thread is idle once a step has failed and was waited for).
+// abort_older_than() is the exception: any thread may call it (the heal
+// watcher does), and it never aborts a connection of the generation it names.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -20,7 +24,9 @@ namespace ddp {
 
 class SwappableCommunicator final : public Communicator {
  public:
-  explicit SwappableCommunicator(std::unique_ptr<Communicator> inner) { replace(std::move(inner)); }
+  explicit SwappableCommunicator(std::unique_ptr<Communicator> inner, uint32_t generation = 0) {
+    replace(std::move(inner), generation);
+  }
   // With `reopen`: a closed communicator connects again on its next use
   // (NCCL's, which World makes only when a CUDA collective needs it).
   SwappableCommunicator(std::unique_ptr<Communicator> inner, std::function<std::unique_ptr<Communicator>()> reopen)
@@ -29,17 +35,31 @@ class SwappableCommunicator final : public Communicator {
   }
 
   // The old connection is closed first (its peers see it go), then the new
-  // one takes its place.
-  void replace(std::unique_ptr<Communicator> next) {
-    inner_.reset();
+  // one (of heal generation `generation`) takes its place.
+  void replace(std::unique_ptr<Communicator> next, uint32_t generation = 0) {
+    close();
+    std::lock_guard lock(mu_);
     inner_ = std::move(next);
+    generation_ = generation;
     rank_ = inner_->rank();
     size_ = inner_->size();
     timeout_ = inner_->default_timeout();
     backend_ = inner_->backend();
   }
   // Closes the connection without a new one: collectives throw until replace().
-  void close() { inner_.reset(); }
+  void close() {
+    std::unique_ptr<Communicator> old;
+    {
+      std::lock_guard lock(mu_);
+      old = std::move(inner_);
+    }
+  }
+  // A newer heal generation began: a connection of an older one fails its
+  // collectives now (Communicator::abort), waiting for no timeout.
+  void abort_older_than(uint32_t generation, const std::string& why) {
+    std::lock_guard lock(mu_);
+    if (inner_ && generation_ < generation) inner_->abort(why);
+  }
 
   // Known while closed too: a heal keeps the ranks.
   int rank() const override { return rank_; }
@@ -55,6 +75,10 @@ class SwappableCommunicator final : public Communicator {
   void broadcast(at::Tensor& tensor, int root, Timeout timeout) override { get().broadcast(tensor, root, timeout); }
   at::Tensor all_gather(const at::Tensor& input, Timeout timeout) override { return get().all_gather(input, timeout); }
   void barrier(Timeout timeout) override { get().barrier(timeout); }
+  void abort(const std::string& why) override {
+    std::lock_guard lock(mu_);
+    if (inner_) inner_->abort(why);
+  }
 
  private:
   Communicator& get() {
@@ -63,7 +87,9 @@ class SwappableCommunicator final : public Communicator {
     return *inner_;
   }
   Communicator& get() const { return const_cast<SwappableCommunicator*>(this)->get(); }
+  std::mutex mu_;  // inner_ and generation_ against abort_older_than()
   std::unique_ptr<Communicator> inner_;
+  uint32_t generation_ = 0;
   std::function<std::unique_ptr<Communicator>()> reopen_;
   int rank_ = 0, size_ = 1;
   Timeout timeout_{0};

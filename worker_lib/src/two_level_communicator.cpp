@@ -9,6 +9,12 @@ TwoLevelCommunicator::TwoLevelCommunicator(std::unique_ptr<Communicator> local, 
                                            std::unique_ptr<Communicator> flat)
     : local_(std::move(local)), leaders_(std::move(leaders)), flat_(std::move(flat)) {}
 
+void TwoLevelCommunicator::abort(const std::string& why) {
+  local_->abort(why);
+  if (leaders_) leaders_->abort(why);
+  flat_->abort(why);
+}
+
 void TwoLevelCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op, Timeout timeout) {
   if (op == ReduceOp::kAvg && !at::isFloatingType(tensor.scalar_type())) {
     throw std::invalid_argument("ddp: all_reduce avg needs a floating-point tensor, got " +

@@ -11,6 +11,7 @@
 #include "ddp/nccl_communicator.h"
 #include "ddp/standby.h"
 #include "cpu_comm.h"
+#include "heal_watcher.h"
 #include "swappable_communicator.h"
 #include "watched_store.h"
 #include "env_store.h"
@@ -94,11 +95,19 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
   uint32_t generation = info_.heal_generation;
   while (true) {
     try {
-      cpu_ = std::make_unique<SwappableCommunicator>(connect_generation(generation));
+      cpu_ = std::make_unique<SwappableCommunicator>(connect_generation(generation), generation);
       break;
     } catch (const GenerationSuperseded&) {
       generation = heartbeat_->heal_generation();
     }
+  }
+  if (info_.heals && heartbeat_->has_slot()) {
+    // A collective blocked on a peer that will not answer (cut off, its
+    // node gone) fails as soon as the agent names the next generation.
+    heal_watcher_ = std::make_unique<HealWatcher>(heartbeat_, [this](uint32_t g) {
+      cpu_->abort_older_than(g, "ddp: the group heals in generation " + std::to_string(g) +
+                                    " (a peer failed; ddprun started its replacement)");
+    });
   }
 }
 
@@ -141,7 +150,7 @@ void World::disconnect() {
 
 void World::reconnect(uint32_t generation) {
   disconnect();  // first: peers blocked on this rank fail now, not at their timeout
-  cpu_->replace(connect_generation(generation));
+  cpu_->replace(connect_generation(generation), generation);
 }
 
 Communicator& World::cuda() {

@@ -82,6 +82,12 @@ class Communicator {
   // Returns once every rank has called it.
   virtual void barrier(Timeout timeout) = 0;
   void barrier() { barrier(default_timeout()); }
+
+  // Makes a collective blocked in another thread, and every later one, fail
+  // now with CollectiveError: a peer will never answer (the group heals
+  // without it). Safe from any thread, more than once. The default does
+  // nothing: the collective fails at its timeout.
+  virtual void abort(const std::string& why) { (void)why; }
 };
 
 }  // namespace ddp

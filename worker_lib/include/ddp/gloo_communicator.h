@@ -47,6 +47,11 @@ class GlooCommunicator final : public Communicator {
   void broadcast(at::Tensor& tensor, int root, Timeout timeout) override;
   at::Tensor all_gather(const at::Tensor& input, Timeout timeout) override;
   void barrier(Timeout timeout) override;
+  // Closes every pair with `why`: Gloo wakes the operations waiting on them.
+  // Not where Gloo's headers are incomplete (Debian's libgloo-dev; aborts()
+  // says): there the collective fails at its timeout.
+  void abort(const std::string& why) override;
+  static bool aborts();
 
  private:
   // Turns Gloo's exceptions into a CollectiveError naming op, rank, the

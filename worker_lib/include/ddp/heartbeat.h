@@ -4,6 +4,7 @@
 // --hang-timeout is treated as failed. No LibTorch here.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -38,9 +39,14 @@ class Heartbeat {
   void set_heal_ready(bool ready);
   // The heal generation the agent last told this worker (0: none, or no file).
   uint32_t heal_generation() const;
-  // Sleeps until the generation differs from `seen` or `timeout` passes;
-  // returns the generation then. Without a file, returns `seen` at once.
-  uint32_t wait_heal_generation(uint32_t seen, std::chrono::milliseconds timeout) const;
+  // Sleeps until the generation differs from `seen`, `timeout` passes or
+  // (with `cancel`) *cancel is set and wake_heal_waiters() called; returns
+  // the generation then. Without a file, returns `seen` at once.
+  uint32_t wait_heal_generation(uint32_t seen, std::chrono::milliseconds timeout,
+                                const std::atomic<bool>* cancel = nullptr) const;
+  void wake_heal_waiters() const;
+  // Whether the agent gave this worker a slot (a heartbeat file).
+  bool has_slot() const { return heal_generation_ != nullptr; }
 
  private:
   void* map_ = nullptr;

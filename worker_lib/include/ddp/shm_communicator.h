@@ -33,6 +33,7 @@ class ShmCommunicator final : public Communicator {
   void broadcast(at::Tensor& tensor, int root, Timeout timeout) override;
   at::Tensor all_gather(const at::Tensor& input, Timeout timeout) override;
   void barrier(Timeout timeout) override;
+  void abort(const std::string& why) override { group_.abort(why); }
 
  private:
   ShmGroup group_;

@@ -89,6 +89,9 @@ class ShmGroup {
 
   // Whether a failure (this rank's or a peer's) left the group unusable.
   bool aborted() const;
+  // Marks the group failed with `why` (unless it failed already) and wakes
+  // every rank waiting in it: their collectives throw. Any thread may call it.
+  void abort(const std::string& why);
 
  private:
   struct Header;

@@ -35,6 +35,7 @@ class TwoLevelCommunicator final : public Communicator {
   void broadcast(at::Tensor& tensor, int root, Timeout timeout) override { flat_->broadcast(tensor, root, timeout); }
   at::Tensor all_gather(const at::Tensor& input, Timeout timeout) override { return flat_->all_gather(input, timeout); }
   void barrier(Timeout timeout) override { flat_->barrier(timeout); }
+  void abort(const std::string& why) override;
 
  private:
   std::unique_ptr<Communicator> local_;

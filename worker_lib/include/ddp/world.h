@@ -43,6 +43,7 @@ struct InitOptions {
 
 using Collective = ddprun::channel::CollectiveKind;
 class SwappableCommunicator;
+class HealWatcher;
 
 class World {
  public:
@@ -154,6 +155,9 @@ class World {
   std::unique_ptr<SwappableCommunicator> cpu_;
   std::mutex cuda_mu_;
   std::unique_ptr<SwappableCommunicator> cuda_;
+  // With heals: aborts cpu_'s connection when a newer generation is named
+  // (last: stopped before the communicators go).
+  std::unique_ptr<HealWatcher> heal_watcher_;
   std::atomic<int> mesh_count_{0};
 };
 

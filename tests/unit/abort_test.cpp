@@ -1,0 +1,138 @@
+// Releasing a collective blocked on a peer that never answers: the peer is
+// connected and alive but silent (as behind a cut link), so only an abort
+// can end the wait before the timeout. Communicator::abort() from another
+// thread, and the heal watcher that calls it when the agent names a newer
+// heal generation in the worker's heartbeat slot.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <string>
+
+#include "channel/env_names.h"
+#include "channel/heartbeat_layout.h"
+#include "ddp/collective_error.h"
+#include "ddp/gloo_communicator.h"
+#include "ddp/world.h"
+#include "support/thread_ranks.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+// Rank 0 runs an all_reduce that rank 1 never joins (rank 1 stays connected
+// until rank 0 is done); `release(rank0)` runs on rank 1's thread. Returns
+// the error rank 0 got ("" if the all_reduce completed, which it must not).
+std::string blocked_all_reduce(const std::string& comm, const ddp::EnvLookup& extra,
+                               const std::function<void(ddp::World&)>& release) {
+  auto store = std::make_shared<ddprun::MemoryStore>();
+  std::promise<ddp::World*> zero;
+  auto zero_ready = zero.get_future().share();
+  std::promise<std::string> error;
+  auto rank0_done = error.get_future().share();
+  ddptest::run_threads(2, [&](int r) {
+    ddp::InitOptions o;
+    const auto base = ddptest::env_for(r, 2, comm);
+    o.env = [&, base, r](const std::string& k) -> std::optional<std::string> {
+      if (auto v = extra(k + "@" + std::to_string(r))) return v;
+      return base(k);
+    };
+    o.store = store;
+    o.timeout = 10min;  // a test that waits for this has failed
+    auto world = ddp::init(o);
+    if (r == 0) {
+      zero.set_value(world.get());
+      at::Tensor t = at::ones({4096});
+      std::string what;
+      try {
+        world->cpu().all_reduce(t, ddp::ReduceOp::kSum);
+      } catch (const ddp::CollectiveError& e) {
+        what = e.what();
+      }
+      error.set_value(what);
+    } else {
+      release(*zero_ready.get());
+      rank0_done.wait();  // silent, but connected, until rank 0 is out
+    }
+  });
+  return rank0_done.get();
+}
+
+ddp::EnvLookup no_extra() {
+  return [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
+}
+
+TEST(Abort, ReleasesAnAllReduceBlockedOnASilentPeerOverGlooAndSharedMemory) {
+  for (const char* comm : {"gloo", "shm"}) {
+    SCOPED_TRACE(comm);
+    if (std::string(comm) == "gloo" && !ddp::GlooCommunicator::aborts()) {
+      std::cout << "gloo skipped: this Gloo's headers cannot abort (cmake/Gloo.cmake)\n";
+      continue;
+    }
+    // The abort may land before rank 0's all_reduce starts or while it waits:
+    // either way it fails with the reason, not at the timeout.
+    const std::string what = blocked_all_reduce(comm, no_extra(), [](ddp::World& zero) {
+      zero.cpu().abort("the test gives up on rank 1");
+    });
+    EXPECT_NE(what.find("the test gives up on rank 1"), std::string::npos) << what;
+  }
+}
+
+// A heartbeat file as the agent makes it, mapped here to play the agent.
+class AgentSlots {
+ public:
+  explicit AgentSlots(int slots) : path_(fs::temp_directory_path() / ("ddprun-abort-test-" + std::to_string(getpid()))) {
+    len_ = ddprun::channel::heartbeat_file_bytes(slots);
+    std::ofstream(path_, std::ios::binary) << std::string(len_, '\0');
+    const int fd = ::open(path_.c_str(), O_RDWR);
+    map_ = ::mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+  }
+  ~AgentSlots() {
+    ::munmap(map_, len_);
+    fs::remove(path_);
+  }
+  std::string path() const { return path_.string(); }
+  // What the agent does when it starts a replacement: a new generation in
+  // the slot, every sleeper on it woken.
+  void name_generation(int slot, uint32_t g) {
+    uint32_t* word = ddprun::channel::heal_generation_word(map_, slot);
+    __atomic_store_n(word, g, __ATOMIC_RELEASE);
+    syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  }
+
+ private:
+  fs::path path_;
+  size_t len_ = 0;
+  void* map_ = nullptr;
+};
+
+TEST(Abort, ANewerHealGenerationInTheSlotReleasesTheBlockedCollective) {
+  namespace ch = ddprun::channel;
+  for (const char* comm : {"gloo", "shm"}) {
+    SCOPED_TRACE(comm);
+    if (std::string(comm) == "gloo" && !ddp::GlooCommunicator::aborts()) continue;
+    AgentSlots slots(2);
+    const std::string file = slots.path();
+    auto extra = [file](const std::string& key) -> std::optional<std::string> {
+      const auto at = key.find('@');
+      const std::string k = key.substr(0, at), rank = key.substr(at + 1);
+      if (k == ch::kHeals) return "1";
+      if (k == ch::kHeartbeatFile) return file;
+      if (k == ch::kHeartbeatSlot) return rank;
+      return std::nullopt;
+    };
+    const std::string what = blocked_all_reduce(comm, extra, [&](ddp::World&) { slots.name_generation(0, 1); });
+    EXPECT_NE(what.find("heals in generation 1"), std::string::npos) << what;
+  }
+}
+
+}  // namespace
