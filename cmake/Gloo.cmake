@@ -62,16 +62,6 @@ if(_mode STREQUAL "system")
   find_package(Gloo REQUIRED PATHS /usr/share/cmake/Gloo)
   set(DDPRUN_GLOO_TARGET gloo)
   set(DDPRUN_PRIVATE_GLOO OFF)
-  # Aborting a blocked collective (GlooCommunicator::abort) needs Gloo's TCP
-  # pair header, which Debian's libgloo-dev ships without the header it
-  # includes (gloo/common/memory.h).
-  if(EXISTS "${Gloo_INCLUDE_DIRS}/gloo/common/memory.h" OR EXISTS "/usr/include/gloo/common/memory.h")
-    set(DDPRUN_GLOO_ABORTS ON)
-  else()
-    set(DDPRUN_GLOO_ABORTS OFF)
-    message(STATUS "ddprun: Gloo: the system's headers lack gloo/common/memory.h; a Gloo collective blocked on "
-                   "a silent peer waits for its timeout instead of failing when the group heals")
-  endif()
   message(STATUS "ddprun: Gloo: the system's shared libgloo")
   return()
 endif()
@@ -104,6 +94,5 @@ set_target_properties(ddprun::gloo PROPERTIES IMPORTED_LOCATION "${_lib}"
 add_dependencies(ddprun::gloo gloo_private_build)
 set(DDPRUN_GLOO_TARGET ddprun::gloo)
 set(DDPRUN_PRIVATE_GLOO ON)
-set(DDPRUN_GLOO_ABORTS ON)
 set(DDPRUN_PRIVATE_GLOO_LIBRARY "${_lib}")
 message(STATUS "ddprun: Gloo: a private static copy (LibTorch exports a Gloo of its own), from ${DDPRUN_GLOO_SOURCE}")

@@ -178,6 +178,56 @@ TEST(StatusCall, AnswersWithTheJobAndItsProgress) {
   EXPECT_FALSE(s.progress->epoch.has_value());
 }
 
+// A takeover end to end over gRPC: keep-alives carry "my workers heal in
+// this round" up and the heal generation down, the spare's join returns
+// its place, and the status counts it.
+TEST(StatusCall, ASpareTakesOverALostNodeOverTheWire) {
+  static constexpr const char* kToken = "s3cret-token";
+  RendezvousServer server(ServerOptions{"127.0.0.1", 0, {kToken, {}}, {}}, no_nccl);
+  RendezvousClient client{server.address(), RendezvousAuth{kToken, {}}};
+  auto args = [](const std::string& id) {
+    JoinArgs a;
+    a.job_id = "job";
+    a.node.node_id = id;
+    a.node.host = id + "-host";
+    a.node.local_world_size = 2;
+    a.node.heals = true;
+    a.settings = RoundSettings{2, 2, 0ms, 3};
+    a.lease = 60s;
+    a.timeout = 20s;
+    return a;
+  };
+  auto a = std::async(std::launch::async, [&] { return client.join(args("a")); });
+  const JoinResult b = client.join(args("b"));
+  const int64_t round = a.get().assignment.round;
+  auto spare = std::async(std::launch::async, [&] { return client.join(args("c")); });
+  // c waits; once a and b say their workers heal, c hears a takeover is possible.
+  for (const char* id : {"a", "b"}) client.keep_alive("job", id, 5s, round);
+  NodeView cv;
+  do {
+    cv = client.keep_alive("job", "c", 5s);  // answers at once: c is known while it waits
+  } while (cv.nodes_waiting == 0);
+  EXPECT_TRUE(cv.takeover_ready);
+  // b's agent dies: its Hold call ends without a Leave.
+  CallCanceller hold;
+  std::promise<void> held;
+  auto holding = std::async(std::launch::async, [&] {
+    return client.hold("job", "b", &hold, [&] { held.set_value(); });
+  });
+  held.get_future().wait();
+  hold.cancel();
+  holding.get();
+  const JoinResult c = spare.get();
+  EXPECT_EQ(c.assignment.round, round);
+  EXPECT_EQ(c.assignment.node_rank, b.assignment.node_rank);
+  EXPECT_EQ(c.assignment.first_global_rank, b.assignment.first_global_rank);
+  EXPECT_EQ(c.assignment.heal_generation, 1u);
+  const NodeView av = client.keep_alive("job", "a", 5s, round);
+  EXPECT_EQ(av.round, round);
+  EXPECT_EQ(av.heal_generation, 1u);
+  EXPECT_EQ(client.status("job", 5s).heal_generation, 1u);
+}
+
 TEST(StatusCall, IsRefusedWithoutTheTokenAndForAnUnknownJob) {
   Service svc;
   RendezvousClient wrong(svc.server.address(), RendezvousAuth{"not-the-token", {}});

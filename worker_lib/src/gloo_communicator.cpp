@@ -42,9 +42,6 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
-#if DDPRUN_GLOO_ABORTS
-#include <gloo/transport/tcp/pair.h>
-#endif
 #if DDPRUN_PRIVATE_GLOO
 #pragma GCC visibility pop
 #endif
@@ -202,20 +199,6 @@ void GlooCommunicator::learn_peer_endpoints(ddprun::Store& store) {
 
 GlooCommunicator::~GlooCommunicator() = default;
 
-bool GlooCommunicator::aborts() { return DDPRUN_GLOO_ABORTS != 0; }
-
-void GlooCommunicator::abort(const std::string& why) {
-#if DDPRUN_GLOO_ABORTS
-  for (int r = 0; r < options_.size; ++r) {
-    if (r == options_.rank) continue;
-    // Under the pair's lock; a pair that failed already keeps its error.
-    auto* pair = dynamic_cast<gloo::transport::tcp::Pair*>(context_->getPair(r).get());
-    if (pair) pair->signalExceptionExternal(why);
-  }
-#else
-  (void)why;  // see cmake/Gloo.cmake: the collective fails at its timeout
-#endif
-}
 
 void GlooCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op, Timeout timeout) {
   check_cpu(tensor, "all_reduce");

@@ -5,8 +5,9 @@
 
 namespace ddp {
 
-HealWatcher::HealWatcher(std::shared_ptr<Heartbeat> heartbeat, std::function<void(uint32_t)> on_newer)
-    : heartbeat_(std::move(heartbeat)), on_newer_(std::move(on_newer)) {
+HealWatcher::HealWatcher(std::shared_ptr<Heartbeat> heartbeat, uint32_t connected,
+                         std::function<void(uint32_t)> on_newer)
+    : heartbeat_(std::move(heartbeat)), connected_(connected), on_newer_(std::move(on_newer)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -22,7 +23,7 @@ HealWatcher::~HealWatcher() {
 }
 
 void HealWatcher::loop() {
-  uint32_t seen = heartbeat_->heal_generation();
+  uint32_t seen = connected_;
   while (!stop_.load(std::memory_order_acquire)) {
     // Sleeps until the agent writes the word (or the destructor wakes it).
     const uint32_t now = heartbeat_->wait_heal_generation(seen, std::chrono::hours(24), &stop_);

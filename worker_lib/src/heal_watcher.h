@@ -22,8 +22,10 @@ namespace ddp {
 
 class HealWatcher {
  public:
-  // heartbeat must have a slot (Heartbeat::has_slot()).
-  HealWatcher(std::shared_ptr<Heartbeat> heartbeat, std::function<void(uint32_t)> on_newer);
+  // heartbeat must have a slot (Heartbeat::has_slot()). connected: the
+  // generation the caller's connection is of; any newer one in the slot,
+  // even one written before the thread runs, is passed to on_newer.
+  HealWatcher(std::shared_ptr<Heartbeat> heartbeat, uint32_t connected, std::function<void(uint32_t)> on_newer);
   ~HealWatcher();  // wakes the thread and joins it
   HealWatcher(const HealWatcher&) = delete;
   HealWatcher& operator=(const HealWatcher&) = delete;
@@ -32,6 +34,7 @@ class HealWatcher {
   void loop();
 
   std::shared_ptr<Heartbeat> heartbeat_;
+  uint32_t connected_;
   std::function<void(uint32_t)> on_newer_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> done_{false};  // the loop has returned

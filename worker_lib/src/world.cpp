@@ -104,7 +104,7 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
   if (info_.heals && heartbeat_->has_slot()) {
     // A collective blocked on a peer that will not answer (cut off, its
     // node gone) fails as soon as the agent names the next generation.
-    heal_watcher_ = std::make_unique<HealWatcher>(heartbeat_, [this](uint32_t g) {
+    heal_watcher_ = std::make_unique<HealWatcher>(heartbeat_, generation_, [this](uint32_t g) {
       cpu_->abort_older_than(g, "ddp: the group heals in generation " + std::to_string(g) +
                                     " (a peer failed; ddprun started its replacement)");
     });

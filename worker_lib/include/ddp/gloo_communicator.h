@@ -47,11 +47,10 @@ class GlooCommunicator final : public Communicator {
   void broadcast(at::Tensor& tensor, int root, Timeout timeout) override;
   at::Tensor all_gather(const at::Tensor& input, Timeout timeout) override;
   void barrier(Timeout timeout) override;
-  // Closes every pair with `why`: Gloo wakes the operations waiting on them.
-  // Not where Gloo's headers are incomplete (Debian's libgloo-dev; aborts()
-  // says): there the collective fails at its timeout.
-  void abort(const std::string& why) override;
-  static bool aborts();
+  // abort() stays Communicator's (nothing): Gloo has no cancel. Failing its
+  // pairs from outside (an unbound buffer's timeout signals every pair of
+  // the context) corrupted the heap of the Gloo Debian ships, so here a
+  // collective blocked on a silent peer fails at its timeout.
 
  private:
   // Turns Gloo's exceptions into a CollectiveError naming op, rank, the
