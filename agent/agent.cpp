@@ -437,6 +437,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
       if (st.view->round == a.round && st.view->heal_generation > heal_generation_) {
         heal_with_newcomer(attempt, *st.view);
       }
+      if (st.view->round == a.round) tell_workers_whether_heals_come(a, &*st.view);
       return life.on_view(*st.view);
     };
   }
@@ -445,6 +446,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
     // A takeover's workers are replacements: their slots name the generation
     // they heal in (they wait for a newer one only after a later failure).
     for (int lr = 0; lr < cfg_.nproc && a.heal_generation > 0; ++lr) heartbeats_->set_heal_generation(lr, a.heal_generation);
+    tell_workers_whether_heals_come(a, nullptr);
   }
   if (status_) status_->watch(a.round, 0, a.first_global_rank);  // local rank 0's global rank
   WorkerGroup group(std::move(launches), signals_, go);
@@ -509,6 +511,13 @@ void Agent::report_workers_heal(const Assignment& a) {
   bool all = true;
   for (int lr = 0; lr < cfg_.nproc && all; ++lr) all = heartbeats_->heal_ready(lr);
   lease_->set_workers_heal_round(all ? a.round : -1);
+}
+
+void Agent::tell_workers_whether_heals_come(const Assignment& a, const NodeView* view) {
+  if (!heals_across(a)) return;
+  // Before any view of this round: none is known to wait.
+  const bool comes = view && view->takeover_ready && view->nodes_waiting > 0;
+  for (int lr = 0; lr < cfg_.nproc; ++lr) heartbeats_->set_no_heal_coming(lr, !comes);
 }
 
 void Agent::heal_with_newcomer(int attempt, const NodeView& view) {

@@ -76,6 +76,9 @@ class Agent {
   // On the monitor's beat: tells the rendezvous whether all local workers
   // heal in place in this round (a takeover needs every member's).
   void report_workers_heal(const Assignment& a);
+  // Across nodes: writes into every local slot whether a heal would come
+  // for a failed peer (a spare waits and a takeover is possible: view).
+  void tell_workers_whether_heals_come(const Assignment& a, const NodeView* view);
   // A view of the running round with a newer heal generation (a waiting
   // node took over a lost one's ranks): the local workers heal in it.
   void heal_with_newcomer(int attempt, const NodeView& view);

@@ -67,6 +67,10 @@ void HeartbeatTable::set_heal_generation(int slot, uint32_t generation) {
   syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
+void HeartbeatTable::set_no_heal_coming(int slot, bool none) {
+  __atomic_store_n(channel::no_heal_coming_word(map_, slot), none ? 1u : 0u, __ATOMIC_RELEASE);
+}
+
 void HeartbeatTable::reset_slot(int slot, uint32_t generation) {
   char* s = channel::heartbeat_slot(map_, slot);
   std::memset(s, 0, channel::kHeartbeatSlotBytes);

@@ -34,6 +34,9 @@ class HeartbeatTable {
   // Tells the worker in `slot` to heal in `generation` (and wakes it if it
   // sleeps on the word).
   void set_heal_generation(int slot, uint32_t generation);
+  // Across nodes: whether a worker whose peer fails should give up at once
+  // (no spare waits to take over) rather than wait for a heal generation.
+  void set_no_heal_coming(int slot, bool none);
   // A replacement's slot: counter, progress and heal-ready cleared, the
   // generation it starts in set (the other workers' slots are untouched).
   void reset_slot(int slot, uint32_t generation);

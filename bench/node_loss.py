@@ -249,6 +249,15 @@ def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spar
                 node, _, line = got
                 waits = waits or (node == 0 and WAITS in line)
                 warmed = warmed or (node == 2 and WARMED in line)
+            # A spare waits for a failure a long time on a real job: give its
+            # warm worker the two seconds it takes to load and wait ready.
+            settle = time.time() + 2
+            while True:
+                got = next_line(settle)
+                if got is None:
+                    break
+                if got[2] is None:
+                    return None, "SETUP FAILED: node %d ended while the spare warmed up" % got[0], {}
 
         # 2. Node 1's host dies.
         killed_at = lab.kill_host(1, procs[1].pid)

@@ -14,6 +14,10 @@
 //                 failed workers (then a futex wake); the survivors wait
 //                 for it to pass the one they run in, then connect their
 //                 communicators afresh under that generation's keys;
+//   bytes 88..91  no heal coming: written by the agent of a multi-node job,
+//                 1 while no spare node waits to take over a lost one (a
+//                 worker whose peer fails then exits at once and the round
+//                 restarts, instead of waiting for a generation), else 0;
 //   bytes 120..123 stop reason: written by the agent just before it signals
 //                 the worker to stop, read by the worker's signal handler
 //                 (worker_lib's StopFlag): whether the stop is the agent's own
@@ -117,6 +121,7 @@ inline bool read_progress(const ProgressBlock* block, Progress* out) {
 // sleep on the generation with a futex (the file is a shared mapping).
 inline constexpr size_t kHealReadyOffset = 80;
 inline constexpr size_t kHealGenerationOffset = 84;
+inline constexpr size_t kNoHealComingOffset = 88;
 static_assert(8 + sizeof(ProgressBlock) <= kHealReadyOffset);
 
 inline uint32_t* heal_ready_word(void* map, int slot) {
@@ -124,6 +129,9 @@ inline uint32_t* heal_ready_word(void* map, int slot) {
 }
 inline uint32_t* heal_generation_word(void* map, int slot) {
   return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kHealGenerationOffset);
+}
+inline uint32_t* no_heal_coming_word(void* map, int slot) {
+  return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kNoHealComingOffset);
 }
 
 // Why the agent stops a worker (the slot's stop-reason word). kForwarded

@@ -113,7 +113,12 @@ void Healer::step(const std::function<void()>& body) {
       body();
       return;
     } catch (const CollectiveError& e) {
-      if (!world_.info().heals) throw;
+      // No heal comes (across nodes, no spare waits, and none was named
+      // already): fail now, and ddprun restarts the round, instead of
+      // waiting to be stopped. (The agent names a generation before it
+      // says no more will come.)
+      const auto& hb = world_.heartbeat_handle();
+      if (!world_.info().heals || (hb->no_heal_coming() && hb->heal_generation() <= world_.generation())) throw;
       // Before the commit the step's changes are put back; after it they
       // are the newest state, which the heal sends to the ranks behind.
       const bool committed = *state_.step > start;

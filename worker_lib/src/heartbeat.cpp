@@ -42,6 +42,7 @@ Heartbeat::Heartbeat(const std::string& path, int slot) {
   progress_ = ddprun::channel::progress_block(map_, slot);
   heal_ready_ = ddprun::channel::heal_ready_word(map_, slot);
   heal_generation_ = ddprun::channel::heal_generation_word(map_, slot);
+  no_heal_coming_ = ddprun::channel::no_heal_coming_word(map_, slot);
 }
 
 void Heartbeat::set_heal_ready(bool ready) {

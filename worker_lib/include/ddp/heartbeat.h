@@ -45,6 +45,11 @@ class Heartbeat {
   uint32_t wait_heal_generation(uint32_t seen, std::chrono::milliseconds timeout,
                                 const std::atomic<bool>* cancel = nullptr) const;
   void wake_heal_waiters() const;
+  // Whether the agent says no heal will come for a failed peer (a
+  // multi-node job with no spare node waiting): heal no longer, fail.
+  bool no_heal_coming() const {
+    return no_heal_coming_ && __atomic_load_n(no_heal_coming_, __ATOMIC_ACQUIRE) == 1;
+  }
   // Whether the agent gave this worker a slot (a heartbeat file).
   bool has_slot() const { return heal_generation_ != nullptr; }
 
@@ -55,6 +60,7 @@ class Heartbeat {
   ddprun::channel::ProgressBlock* progress_ = nullptr;
   uint32_t* heal_ready_ = nullptr;
   uint32_t* heal_generation_ = nullptr;
+  uint32_t* no_heal_coming_ = nullptr;
 };
 
 }  // namespace ddp
