@@ -53,6 +53,7 @@ STEP = re.compile(r"step (\d+) done at ([0-9.]+)")
 WORLD = re.compile(r"(?:\b(\d+) ranks x|^(?:\[rank\d+\]:)?world (\d+)$)")
 RESUMED = re.compile(r"resumed from (\S+) at step (\d+)")
 HEALED = re.compile(r"healed in generation (\d+)")
+EPOCH = re.compile(r"(\d+) per epoch, batch (\d+) per rank")
 WAITS = "node(s) wait to join"
 WARMED = "warmed up"
 
@@ -219,7 +220,7 @@ def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spar
 
         # 1. Wait until both nodes are in the job (world 2) and it has trained
         #    kill_at steps since. Either node's worker may be rank 0 before the kill.
-        deadline, world, step = time.time() + start_timeout, 0, 0
+        deadline, world, step, per_epoch = time.time() + start_timeout, 0, 0, 0
         while not (world == 2 and step >= kill_at):
             got = next_line(deadline)
             if got is None:
@@ -229,7 +230,9 @@ def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spar
             if line is None:
                 return None, "SETUP FAILED: node %d exited (code %s) before the kill" % (
                     node, procs[node].wait()), {}
-            m, s = WORLD.search(line), STEP.search(line)
+            m, s, e = WORLD.search(line), STEP.search(line), EPOCH.search(line)
+            if e:
+                per_epoch = -(-int(e.group(1)) // int(e.group(2)))  # steps an epoch
             if m:
                 world, step = int(m.group(1) or m.group(2)), 0
             elif s and world == 2:
@@ -258,6 +261,15 @@ def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spar
                     break
                 if got[2] is None:
                     return None, "SETUP FAILED: node %d ended while the spare warmed up" % got[0], {}
+            # Then the kill lands mid-epoch, as in the other runs: a failure in
+            # the evaluation at an epoch's end is no step and restarts.
+            while per_epoch:
+                got = next_line(deadline)
+                if got is None or got[2] is None:
+                    return None, "SETUP FAILED: no step mid-epoch after the spare warmed up", {}
+                s = STEP.search(got[2]) if got[0] == 0 else None
+                if s and kill_at <= int(s.group(1)) % per_epoch <= per_epoch - kill_at:
+                    break
 
         # 2. Node 1's host dies.
         killed_at = lab.kill_host(1, procs[1].pid)
