@@ -69,7 +69,7 @@ ddp::EnvLookup no_extra() {
   return [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
 }
 
-TEST(Abort, ReleasesAnAllReduceBlockedOnASilentPeerOverGlooAndSharedMemory) {
+TEST(Abort, ReleasesAnAllReduceBlockedOnASilentPeerOnSharedMemory) {
   for (const char* comm : {"shm"}) {
     SCOPED_TRACE(comm);
     // The abort may land before rank 0's all_reduce starts or while it waits:
