@@ -247,8 +247,6 @@ void Agent::dismiss_standbys() {
   standbys_.clear();
 }
 
-// Joins the next round. The join runs on a thread of its own so that this
-// loop keeps reading signals: a stop signal cancels the join at once.
 void Agent::warm_up_spare(int attempt, const NodeView& view) {
   if (!view.known || !view.takeover_ready || !takes_over() || !cfg_.heal_standby || !standbys_.empty()) return;
   // The members' workers heal: they run a program that waits in ddp::init()
@@ -262,6 +260,8 @@ void Agent::warm_up_spare(int attempt, const NodeView& view) {
   if (!standbys_.empty()) spdlog::info("warmed up {} worker(s) to take over a lost node's ranks", standbys_.size());
 }
 
+// Joins the next round. The join runs on a thread of its own so that this
+// loop keeps reading signals: a stop signal cancels the join at once.
 JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
   JoinEnd end;
   if (int sig = pending_stop_signal()) {

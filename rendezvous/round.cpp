@@ -222,6 +222,15 @@ void RoundState::drop(const std::string& id, TimePoint now, const std::string& w
   }
 }
 
+std::vector<std::string> RoundState::take_unreported_losses() {
+  std::vector<std::string> out;
+  for (size_t i = lost_reported_; i < lost_.size(); ++i) {
+    out.push_back(quote_id(lost_[i].node_id) + " (" + lost_[i].host + "): " + lost_[i].why);
+  }
+  lost_reported_ = lost_.size();
+  return out;
+}
+
 bool RoundState::members_heal(const std::string& except) const {
   return std::all_of(members_.begin(), members_.end(), [&](const std::string& m) {
     if (m == except) return true;
@@ -252,11 +261,7 @@ bool RoundState::take_over(const std::string& lost, const Node& gone, const std:
   Assignment a = held->second;
   assignments_.erase(held);
   a.heal_generation = ++heal_generation_;
-  a.lost_since_last_round.clear();
-  for (size_t i = lost_reported_; i < lost_.size(); ++i) {
-    a.lost_since_last_round.push_back(quote_id(lost_[i].node_id) + " (" + lost_[i].host + "): " + lost_[i].why);
-  }
-  lost_reported_ = lost_.size();
+  a.lost_since_last_round = take_unreported_losses();
   assignments_[id] = a;
   std::replace(members_.begin(), members_.end(), lost, id);
   member_set_.erase(lost);
@@ -407,11 +412,7 @@ void RoundState::close_round() {
   int world = 0;
   for (const auto& id : members_) world += nodes_.at(id).spec.local_world_size;
   const NodeSpec& master = nodes_.at(members_[order[0]]).spec;
-  std::vector<std::string> lost;
-  for (size_t i = lost_reported_; i < lost_.size(); ++i) {
-    lost.push_back(quote_id(lost_[i].node_id) + " (" + lost_[i].host + "): " + lost_[i].why);
-  }
-  lost_reported_ = lost_.size();
+  const std::vector<std::string> lost = take_unreported_losses();
   assignments_.clear();
   last_ranks_.clear();
   int first = 0;

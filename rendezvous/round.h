@@ -134,6 +134,9 @@ class RoundState {
   // A waiting node takes the place of `lost` (a member of the running round,
   // already out of nodes_) if the takeover rules hold; false if not.
   bool take_over(const std::string& lost, const Node& gone, const std::string& how);
+  // The nodes lost since the last assignments went out, as "'id' (host):
+  // why", now counted as told.
+  std::vector<std::string> take_unreported_losses();
   // Whether every member but `except` said its workers heal in the current round.
   bool members_heal(const std::string& except = "") const;
   bool is_member(const std::string& id) const { return member_set_.count(id) > 0; }

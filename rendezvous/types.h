@@ -31,8 +31,9 @@ struct NodeSpec {
   bool wants_nccl_id = false;
   // The port this node's rank 0 would serve MASTER_PORT on, were it node 0.
   int master_port = 0;
-  // Its workers heal in place: it may take over a lost member's ranks in a
-  // running round (RoundState::drop), and be taken over from.
+  // Its workers can heal in place (--max-heals above 0): waiting, it may
+  // take over a lost member's ranks in a running round (RoundState::drop).
+  // Members say whether theirs do in each keep-alive instead.
   bool heals = false;
 };
 

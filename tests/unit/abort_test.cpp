@@ -13,7 +13,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
+#include <map>
 #include <string>
 
 #include "channel/env_names.h"
@@ -27,11 +29,14 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-// Rank 0 runs an all_reduce that rank 1 never joins (rank 1 stays connected
-// until rank 0 is done); `release(rank0)` runs on rank 1's thread. Returns
-// the error rank 0 got ("" if the all_reduce completed, which it must not).
-std::string blocked_all_reduce(const std::string& comm, const ddp::EnvLookup& extra,
-                               const std::function<void(ddp::World&)>& release) {
+// Variables a rank gets beside its launch environment.
+using ExtraVars = std::function<std::map<std::string, std::string>(int rank)>;
+
+// Over shared memory, rank 0 runs an all_reduce that rank 1 never joins
+// (rank 1 stays connected until rank 0 is done); `release(rank0)` runs on
+// rank 1's thread. Returns the error rank 0 got ("" if the all_reduce
+// completed, which it must not).
+std::string blocked_all_reduce(const ExtraVars& extra, const std::function<void(ddp::World&)>& release) {
   auto store = std::make_shared<ddprun::MemoryStore>();
   std::promise<ddp::World*> zero;
   auto zero_ready = zero.get_future().share();
@@ -39,9 +44,9 @@ std::string blocked_all_reduce(const std::string& comm, const ddp::EnvLookup& ex
   auto rank0_done = error.get_future().share();
   ddptest::run_threads(2, [&](int r) {
     ddp::InitOptions o;
-    const auto base = ddptest::env_for(r, 2, comm);
-    o.env = [&, base, r](const std::string& k) -> std::optional<std::string> {
-      if (auto v = extra(k + "@" + std::to_string(r))) return v;
+    const auto base = ddptest::env_for(r, 2, "shm");
+    o.env = [base, vars = extra(r)](const std::string& k) -> std::optional<std::string> {
+      if (auto it = vars.find(k); it != vars.end()) return it->second;
       return base(k);
     };
     o.store = store;
@@ -65,20 +70,12 @@ std::string blocked_all_reduce(const std::string& comm, const ddp::EnvLookup& ex
   return rank0_done.get();
 }
 
-ddp::EnvLookup no_extra() {
-  return [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
-}
-
 TEST(Abort, ReleasesAnAllReduceBlockedOnASilentPeerOnSharedMemory) {
-  for (const char* comm : {"shm"}) {
-    SCOPED_TRACE(comm);
-    // The abort may land before rank 0's all_reduce starts or while it waits:
-    // either way it fails with the reason, not at the timeout.
-    const std::string what = blocked_all_reduce(comm, no_extra(), [](ddp::World& zero) {
-      zero.cpu().abort("the test gives up on rank 1");
-    });
-    EXPECT_NE(what.find("the test gives up on rank 1"), std::string::npos) << what;
-  }
+  // The abort may land before rank 0's all_reduce starts or while it waits:
+  // either way it fails with the reason, not at the timeout.
+  const std::string what = blocked_all_reduce([](int) { return std::map<std::string, std::string>{}; },
+                                              [](ddp::World& zero) { zero.cpu().abort("the test gives up on rank 1"); });
+  EXPECT_NE(what.find("the test gives up on rank 1"), std::string::npos) << what;
 }
 
 // A heartbeat file as the agent makes it, mapped here to play the agent.
@@ -112,21 +109,13 @@ class AgentSlots {
 
 TEST(Abort, ANewerHealGenerationInTheSlotReleasesTheBlockedCollective) {
   namespace ch = ddprun::channel;
-  for (const char* comm : {"shm"}) {
-    SCOPED_TRACE(comm);
-    AgentSlots slots(2);
-    const std::string file = slots.path();
-    auto extra = [file](const std::string& key) -> std::optional<std::string> {
-      const auto at = key.find('@');
-      const std::string k = key.substr(0, at), rank = key.substr(at + 1);
-      if (k == ch::kHeals) return "1";
-      if (k == ch::kHeartbeatFile) return file;
-      if (k == ch::kHeartbeatSlot) return rank;
-      return std::nullopt;
-    };
-    const std::string what = blocked_all_reduce(comm, extra, [&](ddp::World&) { slots.name_generation(0, 1); });
-    EXPECT_NE(what.find("heals in generation 1"), std::string::npos) << what;
-  }
+  AgentSlots slots(2);
+  auto extra = [file = slots.path()](int rank) {
+    return std::map<std::string, std::string>{
+        {ch::kHeals, "1"}, {ch::kHeartbeatFile, file}, {ch::kHeartbeatSlot, std::to_string(rank)}};
+  };
+  const std::string what = blocked_all_reduce(extra, [&](ddp::World&) { slots.name_generation(0, 1); });
+  EXPECT_NE(what.find("heals in generation 1"), std::string::npos) << what;
 }
 
 }  // namespace

@@ -199,7 +199,6 @@ void GlooCommunicator::learn_peer_endpoints(ddprun::Store& store) {
 
 GlooCommunicator::~GlooCommunicator() = default;
 
-
 void GlooCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op, Timeout timeout) {
   check_cpu(tensor, "all_reduce");
   const bool floating = at::isFloatingType(tensor.scalar_type());
