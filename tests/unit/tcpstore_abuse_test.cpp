@@ -502,6 +502,9 @@ TEST(TcpStoreAbuse, AMultiGetReplyIsBoundedBeforeItIsBuilt) {
   Server server(o);
   auto setter = client(server);
   setter->set("k", std::string(1 << 20, 'v'));
+  // A SET is not answered: a GET on the same connection is, once the SET is
+  // in (else the MULTI_GET below may come first and find no key).
+  ASSERT_EQ(setter->get("k", 5s).size(), size_t{1} << 20);
   const int fd = connect_raw(server.port());
   send_all(fd, request(Version::kV1, Op::kMultiGet, std::vector<std::string>(100, "k")));  // 100 MiB
   ASSERT_TRUE(logs(log, "(--rdzv-conf max_job_bytes)")) << log.all();
