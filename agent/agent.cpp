@@ -343,7 +343,7 @@ JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
 }
 
 GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& life) {
-  const Assignment& a = joined.assignment;
+  Assignment a = joined.assignment;  // a shrink moves this node's ranks while the workers run
   if (cfg_.wants_nccl_id && joined.nccl_id.empty()) {
     spdlog::warn("no NCCL id for round {}: {}", a.round, joined.nccl_id_error);
   }
@@ -435,7 +435,13 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
       }
       nodes_waiting_ = st.view->nodes_waiting;
       if (st.view->round == a.round && st.view->heal_generation > heal_generation_) {
-        heal_with_newcomer(attempt, *st.view);
+        const Placement& p = st.view->placement;
+        const bool moved = p.node_rank >= 0 && !(p == Placement{a.node_rank, a.num_nodes, a.world_size, a.first_global_rank});
+        if (moved) {
+          shrink_with(attempt, a, *st.view);
+        } else {
+          heal_with_newcomer(attempt, *st.view);
+        }
       }
       if (st.view->round == a.round) tell_workers_whether_heals_come(a, &*st.view);
       return life.on_view(*st.view);
@@ -515,8 +521,11 @@ void Agent::report_workers_heal(const Assignment& a) {
 
 void Agent::tell_workers_whether_heals_come(const Assignment& a, const NodeView* view) {
   if (!heals_across(a)) return;
-  // Before any view of this round: none is known to wait.
-  const bool comes = view && view->takeover_ready && view->nodes_waiting > 0;
+  // Before any view of this round: none is known to wait. With every
+  // member healing, a spare that waits takes over a lost node; with none
+  // waiting, the job shrinks if it may run on one node fewer.
+  const bool comes = view && view->takeover_ready &&
+                     (view->nodes_waiting > 0 || a.num_nodes - 1 >= std::max(1, cfg_.rdzv.min_nodes));
   for (int lr = 0; lr < cfg_.nproc; ++lr) heartbeats_->set_no_heal_coming(lr, !comes);
 }
 
@@ -527,6 +536,30 @@ void Agent::heal_with_newcomer(int attempt, const NodeView& view) {
   events_.write(ev::kTakeover, {{"attempt", attempt}, {"generation", heal_generation_}, {"detail", view.detail}});
   // Workers blocked on the lost ranks have failed, or will at their next
   // collective; either way they heal in this generation.
+  for (int lr = 0; lr < cfg_.nproc; ++lr) heartbeats_->set_heal_generation(lr, heal_generation_);
+}
+
+void Agent::shrink_with(int attempt, Assignment& a, const NodeView& view) {
+  const Placement& p = view.placement;
+  heal_generation_ = view.heal_generation;
+  spdlog::warn("{}; this node's workers go on as ranks {}..{} of {} (node rank {} of {}) and heal among the "
+               "survivors in generation {} (no restart)",
+               view.detail, p.first_global_rank, p.first_global_rank + cfg_.nproc - 1, p.world_size, p.node_rank,
+               p.num_nodes, heal_generation_);
+  events_.write(ev::kShrink, {{"attempt", attempt}, {"generation", heal_generation_}, {"node_rank", p.node_rank},
+                              {"num_nodes", p.num_nodes}, {"world_size", p.world_size},
+                              {"first_rank", p.first_global_rank}, {"detail", view.detail}});
+  a.node_rank = p.node_rank;
+  a.num_nodes = p.num_nodes;
+  a.world_size = p.world_size;
+  a.first_global_rank = p.first_global_rank;
+  if (status_) status_->watch(a.round, 0, a.first_global_rank);
+  // The new ranks first, then the generation that names them (the workers
+  // read their placement when they see it).
+  for (int lr = 0; lr < cfg_.nproc; ++lr) {
+    heartbeats_->set_placement(lr, heal_generation_, a.first_global_rank + lr, a.world_size, a.node_rank,
+                               a.num_nodes);
+  }
   for (int lr = 0; lr < cfg_.nproc; ++lr) heartbeats_->set_heal_generation(lr, heal_generation_);
 }
 

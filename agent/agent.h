@@ -77,11 +77,17 @@ class Agent {
   // heal in place in this round (a takeover needs every member's).
   void report_workers_heal(const Assignment& a);
   // Across nodes: writes into every local slot whether a heal would come
-  // for a failed peer (a spare waits and a takeover is possible: view).
+  // for a failed peer (every member heals, and a spare waits to take over
+  // or the job may shrink within --nnodes' minimum: view).
   void tell_workers_whether_heals_come(const Assignment& a, const NodeView* view);
   // A view of the running round with a newer heal generation (a waiting
   // node took over a lost one's ranks): the local workers heal in it.
   void heal_with_newcomer(int attempt, const NodeView& view);
+  // A view of the running round with a newer heal generation and another
+  // placement for this node (the round shrank past a lost node): `a` takes
+  // the new ranks, the local workers are told them and heal in that
+  // generation.
+  void shrink_with(int attempt, Assignment& a, const NodeView& view);
   // Starts the standby set for attempt (their variables come at release).
   // count: how many (-1: one per local worker).
   void spawn_standbys(int attempt, const JoinResult& guess, int count = -1);

@@ -71,9 +71,26 @@ void HeartbeatTable::set_no_heal_coming(int slot, bool none) {
   __atomic_store_n(channel::no_heal_coming_word(map_, slot), none ? 1u : 0u, __ATOMIC_RELEASE);
 }
 
+void HeartbeatTable::set_placement(int slot, uint32_t generation, int rank, int world_size, int node_rank,
+                                   int num_nodes) {
+  uint32_t* w = channel::placement_words(map_, slot);
+  // The generation last, released: a worker that reads it reads the rest.
+  __atomic_store_n(w + channel::kPlacedGeneration, 0u, __ATOMIC_RELEASE);
+  __atomic_store_n(w + channel::kPlacedRank, static_cast<uint32_t>(rank), __ATOMIC_RELAXED);
+  __atomic_store_n(w + channel::kPlacedWorldSize, static_cast<uint32_t>(world_size), __ATOMIC_RELAXED);
+  __atomic_store_n(w + channel::kPlacedNodeRank, static_cast<uint32_t>(node_rank), __ATOMIC_RELAXED);
+  __atomic_store_n(w + channel::kPlacedNumNodes, static_cast<uint32_t>(num_nodes), __ATOMIC_RELAXED);
+  __atomic_store_n(w + channel::kPlacedGeneration, generation, __ATOMIC_RELEASE);
+}
+
 void HeartbeatTable::reset_slot(int slot, uint32_t generation) {
   char* s = channel::heartbeat_slot(map_, slot);
+  // A replacement keeps the placement: it runs where the worker it replaces
+  // ran (after a shrink, not where its launch environment says).
+  uint32_t placement[channel::kPlacementWords];
+  std::memcpy(placement, channel::placement_words(map_, slot), sizeof(placement));
   std::memset(s, 0, channel::kHeartbeatSlotBytes);
+  std::memcpy(channel::placement_words(map_, slot), placement, sizeof(placement));
   __atomic_store_n(channel::heal_generation_word(map_, slot), generation, __ATOMIC_RELEASE);
 }
 

@@ -37,6 +37,10 @@ class HeartbeatTable {
   // Across nodes: whether a worker whose peer fails should give up at once
   // (no spare waits to take over) rather than wait for a heal generation.
   void set_no_heal_coming(int slot, bool none);
+  // The running round shrank: the worker in `slot` is now global rank
+  // `rank` of `world_size`, on node `node_rank` of `num_nodes`, from heal
+  // `generation` on (set before that generation is named).
+  void set_placement(int slot, uint32_t generation, int rank, int world_size, int node_rank, int num_nodes);
   // A replacement's slot: counter, progress and heal-ready cleared, the
   // generation it starts in set (the other workers' slots are untouched).
   void reset_slot(int slot, uint32_t generation);

@@ -11,10 +11,14 @@ completes after it restored the checkpoint, for
            from build/torch2-venv, bench/anchors.py, --monitor_interval 0.1)
            running the same job as a PyTorch DDP script (node_loss_torch.py).
 
-and, when a third node waits as a hot spare (ddprun only: --nnodes 2 is full,
-the spare takes over the lost node's ranks in the running round and its
-workers heal from node 0's; no restart, no checkpoint read), seconds from
-the kill to node 0's first step after the heal.
+and, for ddprun's checkpointless recovery (ddprun only; no restart, no
+checkpoint read), seconds from the kill to node 0's first step after the heal:
+  - shrink: no node waits, so the running round goes on without node 1 and
+    node 0's worker heals alone at world 1 (the first row runs with
+    --max-heals 0 to measure the restart from the checkpoint instead);
+  - spare: a third node waits as a hot spare (--nnodes 2 is full) and takes
+    over the lost node's ranks in the running round; its worker heals from
+    node 0's.
 
 Both train the same CNN on the first 6000 Fashion-MNIST images for 2
 epochs, checkpoint every 10 steps to a directory both hosts share, and may
@@ -308,7 +312,8 @@ def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spar
                 marks["healed"] = at - killed_at
             s = STEP.search(line)
             if s and resumed == "heal":
-                return float(s.group(2)) - killed_at, "recovered: healed with the spare's worker, no restart", marks
+                how = "healed with the spare's worker" if spare else "shrank to world 1 and healed alone"
+                return float(s.group(2)) - killed_at, "recovered: %s, no restart" % how, marks
             if s and resumed:
                 return float(s.group(2)) - killed_at, "recovered: resumed from step %s's checkpoint, world %d" % (
                     resumed, world), marks
@@ -335,12 +340,12 @@ def measure(name, node_cmd, env_for, args):
 
 # ---- The two launchers ----------------------------------------------------
 
-def ddprun_node(args):
+def ddprun_node(args, flags=()):
     """The multi-node tests' NetNodes job (tests/integration/multinode_test.cpp);
     node 2, when there is one, is the spare (no --node-rank: it takes the lost one's)."""
     def cmd(lab, i, ckpt):
         pin = ["--node-rank", str(i)] if i < 2 else []
-        return [os.path.join(args.build, "ddprun"), "--nnodes", "1:2", "--nproc", "1"] + pin + [
+        return [os.path.join(args.build, "ddprun"), "--nnodes", "1:2", "--nproc", "1"] + list(flags) + pin + [
                 "--rdzv-endpoint", lab.addr[0] + ":29400", "--rdzv-id", "lab", "--max-restarts", "3",
                 "--stop-timeout", "3",
                 os.path.join(args.build, "train"), "--limit", "6000", "--epochs", "2", "--print-steps",
@@ -408,7 +413,8 @@ def main():
     signal.signal(signal.SIGHUP, interrupted)
 
     try:
-        ours = summary(*measure("ddprun", ddprun_node(args), lambda lab, i: None, args))
+        ours = summary(*measure("ddprun", ddprun_node(args, ["--max-heals", "0"]), lambda lab, i: None, args))
+        shrunk = summary(*measure("ddprun-shrink", ddprun_node(args), lambda lab, i: None, args))
         spared = summary(*measure("ddprun-spare", ddprun_node(args), lambda lab, i: None, args))
         anchor_note = None
         args.python = anchors.torch2_python(args.python)
@@ -441,7 +447,10 @@ def main():
     print("| launcher | kill -> first step after restore (s) | min..max s | what happened |")
     print("|---|---:|---:|---|")
     fmt = lambda med: "> %d (no recovery)" % args.budget if med is None else "%.2f" % med
-    print("| ddprun + train (C++) | %s | %s | %s |" % (fmt(ours[0]), ours[1], ours[2]))
+    print("| ddprun + train (C++), --max-heals 0: restart from the checkpoint | %s | %s | %s |" % (
+        fmt(ours[0]), ours[1], ours[2]))
+    print("| ddprun + train (C++), no spare: the job shrinks, node 0 heals alone (first step after the heal) "
+          "| %s | %s | %s |" % (fmt(shrunk[0]), shrunk[1], shrunk[2]))
     print("| ddprun + train (C++), a spare node waiting: it takes over, node 0 heals (first step after the heal) "
           "| %s | %s | %s |" % (fmt(spared[0]), spared[1], spared[2]))
     if anchor_note:

@@ -18,6 +18,13 @@
 //                 1 while no spare node waits to take over a lost one (a
 //                 worker whose peer fails then exits at once and the round
 //                 restarts, instead of waiting for a generation), else 0;
+//   bytes 92..111 placement: written by the agent when the running round
+//                 shrank (a lost node's ranks went, the survivors' moved
+//                 down): the heal generation it belongs to (0: none; the
+//                 launch environment holds), then the worker's new global
+//                 rank, the world size, its node's rank and the number of
+//                 nodes. Written before the heal generation names it; the
+//                 worker connects that generation with these ranks;
 //   bytes 120..123 stop reason: written by the agent just before it signals
 //                 the worker to stop, read by the worker's signal handler
 //                 (worker_lib's StopFlag): whether the stop is the agent's own
@@ -134,6 +141,15 @@ inline uint32_t* no_heal_coming_word(void* map, int slot) {
   return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kNoHealComingOffset);
 }
 
+// The placement words, in this order (all uint32_t).
+enum PlacementWord { kPlacedGeneration = 0, kPlacedRank, kPlacedWorldSize, kPlacedNodeRank, kPlacedNumNodes, kPlacementWords };
+inline constexpr size_t kPlacementOffset = 92;
+static_assert(kNoHealComingOffset + 4 <= kPlacementOffset);
+
+inline uint32_t* placement_words(void* map, int slot) {
+  return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kPlacementOffset);
+}
+
 // Why the agent stops a worker (the slot's stop-reason word). kForwarded
 // (0, also "not stopping"): a signal the user sent ddprun, which a program
 // may take as preemption (checkpoint, exit 0). kAgentDecided: ddprun's own
@@ -142,6 +158,7 @@ inline uint32_t* no_heal_coming_word(void* map, int slot) {
 enum StopReason : uint32_t { kForwarded = 0, kAgentDecided = 1 };
 
 inline constexpr size_t kStopReasonOffset = 120;
+static_assert(kPlacementOffset + 4 * kPlacementWords <= kStopReasonOffset);
 
 inline uint32_t* stop_reason_word(void* map, int slot) {
   return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kStopReasonOffset);

@@ -121,7 +121,8 @@ std::string format_status(const std::string& job_id, const std::string& endpoint
                 s.settings.max_restarts);
   out += line;
   if (s.heal_generation > 0) {
-    std::snprintf(line, sizeof(line), "  takeovers   %u in this round (spare nodes healed in for lost ones)\n",
+    std::snprintf(line, sizeof(line),
+                  "  node heals  %u in this round (lost nodes healed around: a spare took over, or the job shrank)\n",
                   s.heal_generation);
     out += line;
   }
@@ -194,7 +195,7 @@ std::string format_status_json(const std::string& job_id, const std::string& end
   j["min_nodes"] = s.settings.min_nodes;
   j["max_nodes"] = s.settings.max_nodes;
   j["nodes_waiting"] = s.nodes_waiting;
-  j["takeovers"] = s.heal_generation;
+  j["node_heals"] = s.heal_generation;
   j["nodes"] = json::array();
   for (const auto& n : s.nodes) {
     json jn{{"node_id", n.node_id},

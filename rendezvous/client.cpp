@@ -179,6 +179,10 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
   v.server_mono_ns = resp.server_mono_ns();
   v.heal_generation = resp.heal_generation();
   v.takeover_ready = resp.takeover_ready();
+  if (resp.has_placement()) {
+    const auto& p = resp.placement();
+    v.placement = Placement{p.node_rank(), p.num_nodes(), p.world_size(), p.first_global_rank()};
+  }
   return v;
 }
 

@@ -289,6 +289,13 @@ Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliv
     resp->set_restart_count(v.restart_count);
     resp->set_heal_generation(v.heal_generation);
     resp->set_takeover_ready(v.takeover_ready);
+    if (v.placement.node_rank >= 0) {
+      v1::Placement* p = resp->mutable_placement();
+      p->set_node_rank(v.placement.node_rank);
+      p->set_num_nodes(v.placement.num_nodes);
+      p->set_world_size(v.placement.world_size);
+      p->set_first_global_rank(v.placement.first_global_rank);
+    }
     resp->set_server_mono_ns(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
             .count());

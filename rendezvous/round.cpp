@@ -214,7 +214,7 @@ void RoundState::drop(const std::string& id, TimePoint now, const std::string& w
   ++generation_;
   if (!is_member(id) || phase_ != JobPhase::kActive) return;
   if (closed_) {
-    if (take_over(id, n, how)) return;
+    if (take_over(id, n, how) || shrink(id, n, how)) return;
     supersede(RoundReason::kNodeLost,
               "node " + quote_id(id) + " (" + n.spec.host + ") was lost: " + how, true, now);
   } else {
@@ -335,6 +335,7 @@ NodeView RoundState::view(const std::string& node_id) const {
   v.restart_count = restarts_;
   v.heal_generation = heal_generation_;
   v.takeover_ready = closed_ && members_.size() >= 2 && members_heal();
+  if (auto a = assignment(node_id)) v.placement = Placement{a->node_rank, a->num_nodes, a->world_size, a->first_global_rank};
   return v;
 }
 
@@ -380,6 +381,51 @@ JobStatus RoundState::status(TimePoint now) const {
     s.nodes.back().waiting = true;
   }
   return s;
+}
+
+bool RoundState::shrink(const std::string& lost, const Node& gone, const std::string& how) {
+  auto held = assignments_.find(lost);
+  if (held == assignments_.end()) return false;
+  // The survivors hold the state and all heal; the job may run on fewer
+  // nodes; and no waiting node would rather have the place (a new round
+  // takes it in, or it takes the lost node's ranks over).
+  const int left = static_cast<int>(members_.size()) - 1;
+  if (left < 1 || left < settings_.min_nodes || !waiting_.empty() || !members_heal(lost)) return false;
+  assignments_.erase(held);
+  members_.erase(std::remove(members_.begin(), members_.end(), lost), members_.end());
+  member_set_.erase(lost);
+  last_ranks_.erase(lost);
+
+  // The survivors close ranks in their order: node ranks 0..left-1, and the
+  // global ranks after them move down by the lost node's workers.
+  std::vector<std::pair<int, std::string>> by_rank;
+  int world = 0;
+  for (const auto& [id, a] : assignments_) {
+    by_rank.emplace_back(a.node_rank, id);
+    world += nodes_.at(id).spec.local_world_size;
+  }
+  std::sort(by_rank.begin(), by_rank.end());
+  const NodeSpec& master = nodes_.at(by_rank.front().second).spec;
+  const std::vector<std::string> losses = take_unreported_losses();
+  ++heal_generation_;
+  int first = 0;
+  for (int rank = 0; rank < left; ++rank) {
+    const std::string& id = by_rank[size_t(rank)].second;
+    Assignment& a = assignments_.at(id);
+    a.node_rank = rank;
+    a.num_nodes = left;
+    a.world_size = world;
+    a.first_global_rank = first;
+    a.master_addr = master.local_addr;
+    a.master_port = master.master_port;
+    a.lost_since_last_round = losses;
+    last_ranks_[id] = rank;
+    first += nodes_.at(id).spec.local_world_size;
+  }
+  detail_ = "node " + quote_id(lost) + " (" + gone.spec.host + ") was lost: " + how + "; the job goes on with " +
+            std::to_string(left) + " node(s), world size " + std::to_string(world) + ", heal generation " +
+            std::to_string(heal_generation_);
+  return true;
 }
 
 void RoundState::close_round() {

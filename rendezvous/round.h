@@ -26,7 +26,15 @@
 // the running round: same node rank, same global ranks, the round's heal
 // generation one higher. No new round opens and no restart is spent; the
 // members' workers keep running and heal with the newcomer's in that
-// generation. Otherwise a lost member supersedes the round as above.
+// generation.
+//
+// Shrink: when no node waits, the members left all heal in place and there
+// are still at least min_nodes of them, the running round goes on without
+// the lost member: the survivors close ranks (node ranks 0.., global ranks
+// in that order), the world shrinks by the lost node's workers, and the heal
+// generation goes one higher. The members' workers keep running, learn their
+// new ranks (the view's placement) and heal among themselves.
+// Otherwise a lost member supersedes the round as above.
 //
 // Node ranks stay where they were when the same nodes return, so node 0
 // keeps rank 0 while it lives. Once a node reports success the job is
@@ -111,7 +119,7 @@ class RoundState {
   const std::vector<LostNode>& lost() const { return lost_; }
   const RoundSettings& settings() const { return settings_; }
   RoundReason reason() const { return reason_; }
-  // Takeovers in the running round so far (its heal generation).
+  // Takeovers and shrinks in the running round so far (its heal generation).
   uint32_t heal_generation() const { return heal_generation_; }
 
  private:
@@ -134,6 +142,9 @@ class RoundState {
   // A waiting node takes the place of `lost` (a member of the running round,
   // already out of nodes_) if the takeover rules hold; false if not.
   bool take_over(const std::string& lost, const Node& gone, const std::string& how);
+  // The running round goes on without `lost` if the shrink rules hold;
+  // false if not.
+  bool shrink(const std::string& lost, const Node& gone, const std::string& how);
   // The nodes lost since the last assignments went out, as "'id' (host):
   // why", now counted as told.
   std::vector<std::string> take_unreported_losses();
@@ -150,7 +161,7 @@ class RoundState {
   uint64_t generation_ = 0;
   RoundReason reason_ = RoundReason::kFirst;
   std::string detail_;
-  uint32_t heal_generation_ = 0;  // takeovers in the current round
+  uint32_t heal_generation_ = 0;  // takeovers and shrinks in the current round
 
   std::unordered_map<std::string, Node> nodes_;  // every node in the job
   std::vector<std::string> members_;             // of the current round, join order

@@ -86,6 +86,17 @@ struct LostNode {
 };
 
 // What a keep-alive tells a node about the job.
+// Where a member's workers stand in its round: their node's rank, the
+// number of nodes, the world size and the global rank of local rank 0. A
+// shrink changes it while the round runs.
+struct Placement {
+  int node_rank = -1;
+  int num_nodes = 0;
+  int world_size = 0;
+  int first_global_rank = 0;
+  bool operator==(const Placement&) const = default;
+};
+
 struct NodeView {
   bool known = true;  // false: the node was dropped (or never joined)
   int64_t round = 0;  // the current round
@@ -104,6 +115,9 @@ struct NodeView {
   // Every member's workers heal in place in the running round: a waiting
   // node would take over a lost one's ranks (and warms its workers up).
   bool takeover_ready = false;
+  // The node's place in the running round (node_rank -1: not a member of a
+  // closed round).
+  Placement placement;
 };
 
 // Training progress as the agent of global rank 0 reports it (from the
@@ -145,7 +159,7 @@ struct JobStatus {
   int world_size = 0;
   std::vector<NodeStatus> nodes;  // members by node rank, then the others
   int nodes_waiting = 0;
-  uint32_t heal_generation = 0;  // takeovers in the running round
+  uint32_t heal_generation = 0;  // takeovers and shrinks in the running round
   std::optional<ProgressInfo> progress;
 };
 

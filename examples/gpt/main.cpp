@@ -188,7 +188,7 @@ int run(Options opt) {
       step = state->step;
       epoch = state->epoch;
       sampler.set_epoch(epoch);
-      sampler.set_position((state->sampler_position + ws - 1) / ws);
+      sampler.set_global_position(state->sampler_position);  // any world size: the rest is shared out
       if (rank == 0) {
         std::printf("resumed from %s at step %lld\n", ckpt->last_path().c_str(), static_cast<long long>(step));
       }
@@ -221,7 +221,7 @@ int run(Options opt) {
     auto [x, y] = windows.batch(idx);
     return std::make_pair(x.to(device, /*non_blocking=*/true), y.to(device, /*non_blocking=*/true));
   };
-  auto save = [&] { ckpt->save(*net, *optimizer, step, epoch, sampler.position() * ws); };
+  auto save = [&] { ckpt->save(*net, *optimizer, step, epoch, sampler.global_position()); };
 
   const bool bf16 = opt.dtype == "bf16";
   double first_loss = -1, last_loss = 0;

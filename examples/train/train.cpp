@@ -43,6 +43,7 @@ struct Options {
   double checkpoint_every_seconds = 0;
   int keep_checkpoints = 3;
   bool print_steps = false;
+  bool keep_global_batch = false;  // when the job shrinks, each rank reads more per step
 };
 
 // FNV-1a over the bytes of every parameter: equal checksums, equal models.
@@ -101,7 +102,9 @@ int run(const Options& opt) {
   }
 
   auto world = ddp::init();
-  const int rank = ddp::get("rank"), ws = ddp::get("ws");
+  // Both change when a lost node's ranks go and the job goes on without
+  // them (ddp::Healer): read again after every step.
+  int rank = world->rank(), ws = world->size();
 
   torch::manual_seed(opt.seed);  // the same on every rank; DDP also broadcasts rank 0's
   ddp::DdpOptions ddp_options;
@@ -119,7 +122,6 @@ int run(const Options& opt) {
   so.world_size = ws;
   so.seed = opt.seed;
   ddp::DistributedSampler sampler(so);
-  const int64_t micro_batches = sampler.num_batches(opt.batch_size);
   if (rank == 0) {
     std::printf("%s on %lld images: %d ranks x %lld per epoch, batch %d per rank x %d micro-batches, "
                 "sync %s over %s%s\n",
@@ -129,11 +131,10 @@ int run(const Options& opt) {
                 model.reducer().overlaps_backward() ? "" : " (buckets after backward)");
   }
 
-  const int64_t steps_per_epoch = (micro_batches + opt.grad_accum - 1) / opt.grad_accum;
-  const int64_t total_steps = steps_per_epoch * opt.epochs;
   int64_t steps = 0;
-  int64_t schedule_step = 0;  // where the learning-rate schedule is, in steps of this world size
-  int64_t start_epoch = 0, start_position = 0;
+  int64_t start_epoch = 0, start_global = 0;  // start_global: samples of the epoch the world has read
+  // The world size the global batch was set for (--keep-global-batch).
+  int64_t batch_world = ws;
 
   // Checkpoints: rank 0 writes them in the background; at start, the newest
   // sound one (if any) is read by rank 0 and broadcast, and training goes on
@@ -155,19 +156,11 @@ int run(const Options& opt) {
       // Checkpoints count the samples the whole world has read this epoch,
       // so a job that resumes with more or fewer nodes starts at the same
       // point of the epoch (each rank then reads its share of the rest).
-      start_position = (state->sampler_position + ws - 1) / ws;
-      // The schedule goes by the steps of this world size: a checkpoint of a
-      // job that ran on more or fewer ranks counted another number of steps
-      // per epoch (its `step` names files and stays as it is). Taking that
-      // count here would run the learning rate below zero after a job grew
-      // (a node that was alone while another was cut off), and training
-      // would blow up to NaN.
-      const int64_t per_step = opt.batch_size * opt.grad_accum;
-      schedule_step = std::min(total_steps, start_epoch * steps_per_epoch + (start_position + per_step - 1) / per_step);
+      start_global = state->sampler_position;
       if (rank == 0) {
         std::printf("resumed from %s at step %lld (epoch %lld, sample %lld)\n", ckpt->last_path().c_str(),
                     static_cast<long long>(steps), static_cast<long long>(start_epoch + 1),
-                    static_cast<long long>(start_position));
+                    static_cast<long long>(start_global));
       }
     }
   }
@@ -176,27 +169,43 @@ int run(const Options& opt) {
   auto save = [&](int64_t epoch) {
     const bool epoch_done = sampler.position() >= sampler.num_samples();
     ckpt->save(*model.module(), optimizer, steps, epoch_done ? epoch + 1 : epoch,
-               epoch_done ? 0 : sampler.position() * ws);
+               epoch_done ? 0 : sampler.global_position());
   };
 
   // Checkpointless recovery: when a peer dies inside a step, the survivors
   // keep running, ddprun starts a replacement, and the replacement gets
   // this state from a survivor (here, in its constructor) instead of anyone
-  // reading a checkpoint. The epoch and the schedule's step travel with it.
+  // reading a checkpoint. The epoch and the global batch's world travel with
+  // it. Across nodes, with no spare node to take a lost node's place, the
+  // survivors go on as a smaller world instead (rank and ws change).
   int64_t epoch = start_epoch;
   ddp::Healer healer(*world, {.module = model.module().get(),
                               .optimizer = &optimizer,
                               .sampler = &sampler,
                               .step = &steps,
-                              .counters = {&epoch, &schedule_step}});
+                              .counters = {&epoch, &batch_world}});
   if (healer.joined()) {
     start_epoch = epoch;
-    start_position = sampler.position();
+    start_global = sampler.global_position();
     std::printf("rank %d joined at step %lld (epoch %lld, sample %lld) with the state of its peers\n", rank,
                 static_cast<long long>(steps), static_cast<long long>(epoch + 1),
-                static_cast<long long>(start_position));
+                static_cast<long long>(start_global));
     std::fflush(stdout);
   }
+  // The learning rate falls linearly to zero over the run's samples (not
+  // its steps: their number changes with the world size).
+  const double run_samples = static_cast<double>(train.size()) * opt.epochs;
+  auto learning_rate = [&](int64_t epoch_now, int64_t global) {
+    const double progress = (static_cast<double>(epoch_now) * train.size() + global) / run_samples;
+    return opt.lr * (1 - std::clamp(progress, 0.0, 1.0));
+  };
+  // Samples each rank reads per optimizer step: batch x grad_accum, or with
+  // --keep-global-batch the global batch's share of this world.
+  auto per_rank_step = [&] {
+    const int64_t mine = int64_t(opt.batch_size) * opt.grad_accum;
+    const int64_t now = world->size();  // a step redone after a shrink runs in the smaller world
+    return opt.keep_global_batch ? (mine * batch_world + now - 1) / now : mine;
+  };
 
   const auto start = std::chrono::steady_clock::now();
   double last_loss = 0, accuracy = 0;
@@ -206,8 +215,8 @@ int run(const Options& opt) {
   for (epoch = start_epoch; epoch < opt.epochs && !stopped; ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
     sampler.set_epoch(epoch);
-    if (epoch == start_epoch) sampler.set_position(start_position);
-    const int64_t first_sample = sampler.position();
+    if (epoch == start_epoch) sampler.set_global_position(start_global);
+    const int64_t first_sample = sampler.global_position();
     torch::Tensor loss_sum = torch::zeros({1}, torch::kFloat64);
     int64_t loss_count = 0;
     // One optimizer step per grad_accum micro-batches; the last, short group
@@ -217,6 +226,7 @@ int run(const Options& opt) {
       // runs again (ddp::Healer), so the loss adds up only once it is done.
       torch::Tensor step_loss_sum = torch::zeros({1}, torch::kFloat64);
       int64_t step_loss_count = 0;
+      const int redone_before = healer.report().steps_redone;
       healer.step([&] {
         step_loss_sum.zero_();
         step_loss_count = 0;
@@ -224,11 +234,18 @@ int run(const Options& opt) {
         // records forward, backward and the all-reduces itself).
         tracer.step(steps);
         optimizer.zero_grad();
-        const int64_t left = (sampler.num_samples() - sampler.position() + opt.batch_size - 1) / opt.batch_size;
-        const int64_t group = std::min<int64_t>(opt.grad_accum, left);
+        const double lr = learning_rate(epoch, sampler.global_position());
+        // This step's micro-batches: grad_accum of batch_size (the last
+        // group of an epoch may be short); with --keep-global-batch as many
+        // as it takes to read this rank's share, each loss weighed by its
+        // samples.
+        const int64_t step_samples = std::min(per_rank_step(), sampler.num_samples() - sampler.position());
+        const int64_t group = (step_samples + opt.batch_size - 1) / opt.batch_size;
         for (int64_t j = 0; j < group; ++j) {
           ddp::TraceSpan data(tracer, ddp::TracePhase::kData);
-          auto idx_vec = *sampler.next_batch(opt.batch_size);
+          const int64_t take = std::min<int64_t>(opt.batch_size, step_samples - j * opt.batch_size);
+          const double weight = opt.keep_global_batch ? static_cast<double>(take) / step_samples : 1.0 / group;
+          auto idx_vec = *sampler.next_batch(take);
           torch::Tensor idx = torch::tensor(idx_vec, torch::kInt64);
           torch::Tensor x = train.batch(idx);
           torch::Tensor y = train.labels.index_select(0, idx);
@@ -239,12 +256,12 @@ int run(const Options& opt) {
           ++step_loss_count;
           if (j + 1 < group) {
             auto no_sync = model.no_sync();  // accumulate locally
-            (loss / group).backward();
+            (loss * weight).backward();
           } else {
             // With bucketed or overlap sync, gradients are averaged over the
             // ranks by the time backward returns; naive and flat sync happen
             // here, in finalize() (a no-op for the others).
-            (loss / group).backward();
+            (loss * weight).backward();
             model.finalize();
           }
         }
@@ -252,21 +269,20 @@ int run(const Options& opt) {
         // steps settle instead of bouncing around the minimum.
         {
           ddp::TraceSpan optimizer_span(tracer, ddp::TracePhase::kOptimizer);
-          const double progress = static_cast<double>(schedule_step) / total_steps;
-          for (auto& group : optimizer.param_groups()) {
-            static_cast<torch::optim::SGDOptions&>(group.options()).lr(opt.lr * (1 - progress));
-          }
+          for (auto& group : optimizer.param_groups()) static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
           optimizer.step();
         }
         ++steps;  // the commit (ddp::Healer): from here on the step is done
-        ++schedule_step;
         // For the agent's progress line and `ddprun status` (rank 0 prints it
-        // itself when run without ddprun): samples of the whole job so far.
+        // itself when run without ddprun): samples of the whole job so far,
+        // and the steps the rest of the run takes at this world size.
+        const int64_t per_step = per_rank_step() * world->size();
+        const int64_t left = (opt.epochs - epoch) * train.size() - sampler.global_position();
         world->report_progress({.step = steps,
-                                .total_steps = total_steps + steps - schedule_step,
+                                .total_steps = steps + std::max<int64_t>(0, (left + per_step - 1) / per_step),
                                 .epoch = static_cast<int32_t>(epoch),
                                 .loss = step_loss.item<double>(),
-                                .samples = (epoch * sampler.num_samples() + sampler.position()) * ws});
+                                .samples = epoch * train.size() + sampler.global_position()});
         if (opt.print_steps && rank == 0) {
           const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
           std::printf("step %lld done at %.3f\n", static_cast<long long>(steps), now);
@@ -281,6 +297,21 @@ int run(const Options& opt) {
       });
       loss_sum += step_loss_sum;
       loss_count += step_loss_count;
+      if (world->size() != ws) {
+        // The job shrank inside that step: the survivors healed among
+        // themselves and go on as a smaller world.
+        rank = world->rank();
+        ws = world->size();
+        if (rank == 0) {
+          // The step the smaller world went on from: this one's state when
+          // it ran again, or its own when it was done before the failure.
+          const int64_t from = steps - (healer.report().steps_redone > redone_before ? 1 : 0);
+          std::printf("world size now %d, going on from step %lld (epoch %lld)%s\n", ws,
+                      static_cast<long long>(from), static_cast<long long>(epoch + 1),
+                      opt.keep_global_batch ? ", global batch kept" : "");
+          std::fflush(stdout);
+        }
+      }
     }
     if (stopped) {
       if (ckpt->last_saved_step() != steps) save(epoch);
@@ -304,7 +335,7 @@ int run(const Options& opt) {
     if (rank == 0) {
       std::printf("epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f samples/s\n", static_cast<int>(epoch + 1),
                   opt.epochs, last_loss, 100 * accuracy,
-                  (sampler.num_samples() - first_sample) * ws / secs);
+                  (sampler.global_position() - first_sample) / secs);
       std::fflush(stdout);
     }
   }
@@ -376,6 +407,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--keep-checkpoints", opt.keep_checkpoints, "Checkpoints kept [3]")->check(CLI::PositiveNumber);
   app.add_flag("--print-steps", opt.print_steps, "Rank 0 prints a line with the time after every step");
+  app.add_flag("--keep-global-batch", opt.keep_global_batch,
+               "When the job shrinks (a node lost, no spare), each rank reads more per step so that the "
+               "global batch stays as it was");
   CLI11_PARSE(app, argc, argv);
   try {
     return opt.model == "cnn" ? run<examples::Cnn>(opt) : run<examples::Mlp>(opt);

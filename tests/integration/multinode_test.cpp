@@ -290,7 +290,8 @@ std::unique_ptr<NetLab> lab_or_skip(int hosts, std::string* why) {
 // One node of a training job on host i of the lab; node 0 hosts the
 // rendezvous. (Each namespace has its own ports: a fixed one is free there.)
 std::vector<std::string> lab_node(const NetLab& lab, int i, const fs::path& ckpt,
-                                  const std::string& join_timeout = "20") {
+                                  const std::string& join_timeout = "20",
+                                  const std::vector<std::string>& more_flags = {}) {
   std::vector<std::string> flags{"--nnodes",      "1:2",
                                  "--nproc",       "1",
                                  "--node-rank",   std::to_string(i),
@@ -299,6 +300,7 @@ std::vector<std::string> lab_node(const NetLab& lab, int i, const fs::path& ckpt
                                  "--max-restarts", "3",
                                  "--stop-timeout", "3",
                                  "--rdzv-conf",   "join_timeout=" + join_timeout};
+  flags.insert(flags.end(), more_flags.begin(), more_flags.end());
   std::vector<std::string> prog{TRAIN_BIN,          "--limit",       "6000",
                                 "--epochs",         "2",             "--print-steps",
                                 "--checkpoint-dir", ckpt.string(),   "--checkpoint-every",
@@ -306,13 +308,15 @@ std::vector<std::string> lab_node(const NetLab& lab, int i, const fs::path& ckpt
   return lab.wrap(i, node_cmd(flags, prog));
 }
 
+// Without heals (--max-heals 0; or a program without a Healer) a lost node
+// costs a round: the survivor restarts its worker from the checkpoint.
 TEST(NetNodes, AKilledNodeCostsTheSurvivorsARoundNotTheJob) {
   std::string why;
   auto lab = lab_or_skip(2, &why);
   if (!lab) GTEST_SKIP() << why;
   const fs::path ckpt = temp("killed-ckpt");
-  Process n0(lab_node(*lab, 0, ckpt));
-  Process n1(lab_node(*lab, 1, ckpt));
+  Process n0(lab_node(*lab, 0, ckpt, "20", {"--max-heals", "0"}));
+  Process n1(lab_node(*lab, 1, ckpt, "20", {"--max-heals", "0"}));
   ASSERT_TRUE(reach_step(n0, 25)) << n0.out();
   n1.signal(SIGKILL);  // the whole node's agent; its workers die with it
   Finished f0 = n0.finish(3min);
@@ -326,6 +330,9 @@ TEST(NetNodes, AKilledNodeCostsTheSurvivorsARoundNotTheJob) {
   EXPECT_TRUE(contains(f0.out, "parameters identical on all 1 ranks")) << f0.out;
 }
 
+// The cut-off node is dropped when its lease runs out, and the job shrinks
+// past it: the survivor's Gloo collective blocked on it is aborted when the
+// shrink is named (not after DDPRUN_TIMEOUT_S, 300 s here).
 TEST(NetNodes, ACutLinkIsTreatedLikeALostNode) {
   std::string why;
   auto lab = lab_or_skip(2, &why);
@@ -337,9 +344,10 @@ TEST(NetNodes, ACutLinkIsTreatedLikeALostNode) {
   lab->link_down(1);
   Finished f0 = n0.finish(3min);
   EXPECT_EQ(f0.exit_code, 0) << f0.err;
-  EXPECT_TRUE(std::regex_search(
-      f0.err, std::regex(R"(warning: lost node '[^']+' \([^)]+\): no keep-alive for \d+ ms; the job goes on without it)")))
+  EXPECT_TRUE(std::regex_search(f0.err, std::regex(R"(warning: node '[^']+' \([^)]+\) was lost: no keep-alive for \d+ ms; )"
+                                                  R"(the job goes on with 1 node\(s\), world size 1)")))
       << f0.err;
+  EXPECT_FALSE(contains(f0.err, "restarting the workers")) << f0.err;
   EXPECT_TRUE(contains(f0.out, "parameters identical on all 1 ranks")) << f0.out;
   // The cut-off node notices it lost the rendezvous and gives up.
   Finished f1 = n1.finish(2min);
@@ -496,6 +504,122 @@ TEST(NetNodes, ASpareNodeTakesOverAKilledNodesRanksAndTheJobEndsBitwiseEqual) {
 
 TEST(NetNodes, ASpareNodeTakesOverACutOffNodesRanksAndTheJobEndsBitwiseEqual) {
   expect_spare_takes_over(Loss::kCutOff);
+}
+
+// Shrink: no node waits to take a lost node's place, and --nnodes 1:2 lets
+// the job run on one. The round goes on without node 1: node 0's worker is
+// the same process throughout, it heals alone as rank 0 of 1, and the
+// sampler shares the rest of the epoch out from the global position. Its
+// parameters then equal, bit for bit, those of a job that ran on 2 ranks to
+// the same step, saved a checkpoint there, and resumed from it on 1.
+struct ShrinkRun {
+  Finished f0;
+  pid_t worker_before = 0, worker_after = 0;
+  int64_t shrunk_at = -1;  // "world size now 1, going on from step N"
+};
+
+ShrinkRun shrink_two_nodes(NetLab& lab, const ddptest::EnvChanges& env, const std::vector<std::string>& prog) {
+  auto node = [&](int i) {
+    return lab.wrap(i, node_cmd({"--nnodes", "1:2", "--nproc", "1", "--node-rank", std::to_string(i),
+                                 "--rdzv-endpoint", lab.addr(0) + ":29400", "--rdzv-id", "shrink",
+                                 "--max-restarts", "3", "--stop-timeout", "3", "--rdzv-conf",
+                                 "join_timeout=120,last_call_timeout=60"},
+                                prog));
+  };
+  ShrinkRun r;
+  Process n0(node(0), env);
+  Process n1(node(1), env);
+  auto worker_of_n0 = [&] {
+    for (pid_t c : ddptest::children_of(n0.pid())) {
+      if (!ddptest::started_as_standby(c)) return c;
+    }
+    return pid_t{0};
+  };
+  EXPECT_TRUE(reach_step(n0, 40)) << n0.out() << n0.err();
+  r.worker_before = worker_of_n0();
+  n1.signal(SIGKILL);  // the whole node: its agent, and its worker with it
+  n1.finish(10s);
+  EXPECT_TRUE(n0.wait_for_line([](const std::string& l) { return contains(l, "world size now 1"); }, 60s))
+      << n0.out() << n0.err();
+  r.worker_after = worker_of_n0();
+  r.f0 = n0.finish(4min);
+  std::smatch m;
+  if (std::regex_search(r.f0.out, m, std::regex(R"(world size now 1, going on from step (\d+))"))) {
+    r.shrunk_at = std::stoll(m[1]);
+  }
+  return r;
+}
+
+void expect_kept_its_worker(const ShrinkRun& r) {
+  EXPECT_EQ(r.f0.exit_code, 0) << r.f0.err;
+  EXPECT_TRUE(contains(r.f0.err, "the job goes on with 1 node(s), world size 1")) << r.f0.err;
+  EXPECT_TRUE(contains(r.f0.err, "heal among the survivors")) << r.f0.err;
+  EXPECT_FALSE(contains(r.f0.err, "restarting the workers")) << r.f0.err;
+  EXPECT_NE(r.worker_before, 0);
+  EXPECT_EQ(r.worker_after, r.worker_before) << "node 0's worker was restarted";
+  EXPECT_TRUE(contains(r.f0.out, "]:parameters identical on all 1 ranks")) << r.f0.out;
+}
+
+TEST(NetNodes, WithNoSpareTheJobShrinksPastAKilledNodeAndEndsAsAResumeAtOneRankWould) {
+  std::string why;
+  auto lab = lab_or_skip(2, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
+  auto prog = [](const fs::path& summary, std::vector<std::string> more = {}) {
+    std::vector<std::string> p{TRAIN_BIN, "--limit", "8000", "--epochs", "2", "--print-steps",
+                               "--summary-json", summary.string()};
+    p.insert(p.end(), more.begin(), more.end());
+    return p;
+  };
+  const fs::path summary = temp("shrink.json");
+  ShrinkRun r = shrink_two_nodes(*lab, env, prog(summary));
+  expect_kept_its_worker(r);
+  ASSERT_GT(r.shrunk_at, 0) << r.f0.out;
+
+  // The same job on 2 ranks with a checkpoint after every step; the one of
+  // the step the shrink went on from is resumed on 1 rank.
+  const fs::path every = temp("shrink-every"), one = temp("shrink-one");
+  Finished two = ddptest::run(node_cmd({"--nproc", "2"}, prog(temp("shrink-two.json"),
+                                                             {"--checkpoint-dir", every.string(),
+                                                              "--checkpoint-every", "1",
+                                                              "--keep-checkpoints", "1000"})),
+                              env, 4min);
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  fs::create_directories(one);
+  char prefix[32];
+  std::snprintf(prefix, sizeof(prefix), "ckpt-%012lld-", static_cast<long long>(r.shrunk_at));
+  for (const auto& e : fs::directory_iterator(every)) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0) fs::copy_file(e.path(), one / e.path().filename());
+  }
+  ASSERT_FALSE(fs::is_empty(one)) << "no checkpoint of step " << r.shrunk_at << " in " << every;
+  const fs::path resumed = temp("shrink-resumed.json");
+  Finished f = ddptest::run(node_cmd({"--nproc", "1"}, prog(resumed, {"--checkpoint-dir", one.string()})), env, 4min);
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.out, "resumed from")) << f.out;
+  EXPECT_EQ(checksum_in(summary), checksum_in(resumed))
+      << "the shrunk run's parameters differ from a resume at 1 rank from step " << r.shrunk_at;
+  fs::remove_all(every);
+  fs::remove_all(one);
+}
+
+// --keep-global-batch: the one rank left reads both ranks' share per step,
+// so the run takes as many steps as one that nothing interrupted.
+TEST(NetNodes, AShrunkJobThatKeepsItsGlobalBatchTakesTheUninterruptedRunsSteps) {
+  std::string why;
+  auto lab = lab_or_skip(2, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
+  const fs::path summary = temp("keep.json");
+  ShrinkRun r = shrink_two_nodes(*lab, env,
+                                 {TRAIN_BIN, "--limit", "8000", "--epochs", "2", "--print-steps",
+                                  "--keep-global-batch", "--summary-json", summary.string()});
+  expect_kept_its_worker(r);
+  EXPECT_TRUE(contains(r.f0.out, "global batch kept")) << r.f0.out;
+  std::ifstream in(summary);
+  const std::string json((std::istreambuf_iterator<char>(in)), {});
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(json, m, std::regex(R"re("steps": (\d+))re"))) << json;
+  EXPECT_EQ(std::stoi(m[1]), 2 * 8000 / 64) << "2 epochs of 8000 images at a global batch of 64\n" << r.f0.out;
 }
 
 TEST(NetNodes, ALateNodeIsAdmittedAndBothFinishTogether) {

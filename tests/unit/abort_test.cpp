@@ -2,8 +2,8 @@
 // connected and alive but silent (as behind a cut link), so only an abort
 // can end the wait before the timeout. Communicator::abort() from another
 // thread, and the heal watcher that calls it when the agent names a newer
-// heal generation in the worker's heartbeat slot. Shared memory only: Gloo
-// has no abort (gloo_communicator.h); its collectives fail at the timeout.
+// heal generation in the worker's heartbeat slot. Over shared memory, and
+// over Gloo (which has no cancel: its pairs' sockets are shut down).
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -32,11 +32,12 @@ namespace fs = std::filesystem;
 // Variables a rank gets beside its launch environment.
 using ExtraVars = std::function<std::map<std::string, std::string>(int rank)>;
 
-// Over shared memory, rank 0 runs an all_reduce that rank 1 never joins
+// Over `comm` (shm or gloo), rank 0 runs an all_reduce that rank 1 never joins
 // (rank 1 stays connected until rank 0 is done); `release(rank0)` runs on
 // rank 1's thread. Returns the error rank 0 got ("" if the all_reduce
 // completed, which it must not).
-std::string blocked_all_reduce(const ExtraVars& extra, const std::function<void(ddp::World&)>& release) {
+std::string blocked_all_reduce(const std::string& comm, const ExtraVars& extra,
+                               const std::function<void(ddp::World&)>& release) {
   auto store = std::make_shared<ddprun::MemoryStore>();
   std::promise<ddp::World*> zero;
   auto zero_ready = zero.get_future().share();
@@ -44,7 +45,7 @@ std::string blocked_all_reduce(const ExtraVars& extra, const std::function<void(
   auto rank0_done = error.get_future().share();
   ddptest::run_threads(2, [&](int r) {
     ddp::InitOptions o;
-    const auto base = ddptest::env_for(r, 2, "shm");
+    const auto base = ddptest::env_for(r, 2, comm);
     o.env = [base, vars = extra(r)](const std::string& k) -> std::optional<std::string> {
       if (auto it = vars.find(k); it != vars.end()) return it->second;
       return base(k);
@@ -70,13 +71,16 @@ std::string blocked_all_reduce(const ExtraVars& extra, const std::function<void(
   return rank0_done.get();
 }
 
-TEST(Abort, ReleasesAnAllReduceBlockedOnASilentPeerOnSharedMemory) {
+void expect_abort_releases(const std::string& comm) {
   // The abort may land before rank 0's all_reduce starts or while it waits:
   // either way it fails with the reason, not at the timeout.
-  const std::string what = blocked_all_reduce([](int) { return std::map<std::string, std::string>{}; },
+  const std::string what = blocked_all_reduce(comm, [](int) { return std::map<std::string, std::string>{}; },
                                               [](ddp::World& zero) { zero.cpu().abort("the test gives up on rank 1"); });
   EXPECT_NE(what.find("the test gives up on rank 1"), std::string::npos) << what;
 }
+
+TEST(Abort, ReleasesAnAllReduceBlockedOnASilentPeerOnSharedMemory) { expect_abort_releases("shm"); }
+TEST(Abort, ReleasesAnAllReduceBlockedOnASilentPeerOnGloo) { expect_abort_releases("gloo"); }
 
 // A heartbeat file as the agent makes it, mapped here to play the agent.
 class AgentSlots {
@@ -107,15 +111,20 @@ class AgentSlots {
   void* map_ = nullptr;
 };
 
-TEST(Abort, ANewerHealGenerationInTheSlotReleasesTheBlockedCollective) {
+void expect_a_newer_generation_releases(const std::string& comm) {
   namespace ch = ddprun::channel;
   AgentSlots slots(2);
   auto extra = [file = slots.path()](int rank) {
     return std::map<std::string, std::string>{
         {ch::kHeals, "1"}, {ch::kHeartbeatFile, file}, {ch::kHeartbeatSlot, std::to_string(rank)}};
   };
-  const std::string what = blocked_all_reduce(extra, [&](ddp::World&) { slots.name_generation(0, 1); });
+  const std::string what = blocked_all_reduce(comm, extra, [&](ddp::World&) { slots.name_generation(0, 1); });
   EXPECT_NE(what.find("heals in generation 1"), std::string::npos) << what;
+}
+
+TEST(Abort, ANewerHealGenerationInTheSlotReleasesTheBlockedCollective) { expect_a_newer_generation_releases("shm"); }
+TEST(Abort, ANewerHealGenerationInTheSlotReleasesABlockedGlooCollective) {
+  expect_a_newer_generation_releases("gloo");
 }
 
 }  // namespace

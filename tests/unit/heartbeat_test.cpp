@@ -34,4 +34,32 @@ TEST(Heartbeat, WorkerBeatsReachTheAgentsTable) {
   EXPECT_EQ(off.count(), 0u);
 }
 
+// A shrink moves a worker's ranks: the agent writes the placement into its
+// slot, the worker reads it, and a replacement's fresh slot keeps it (it
+// runs where the worker it replaces ran); a new attempt clears it.
+TEST(Heartbeat, APlacementReachesTheWorkerAndOutlivesAReplacementsSlotReset) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("ddprun-hb-place-" + std::to_string(getpid()))).string();
+  ddprun::HeartbeatTable table(path, 2);
+  ddp::Heartbeat worker(path, 1);
+  EXPECT_FALSE(worker.placement());  // the launch environment holds
+  table.set_placement(1, 3, 5, 6, 2, 3);
+  auto p = worker.placement();
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->generation, 3u);
+  EXPECT_EQ(p->rank, 5);
+  EXPECT_EQ(p->world_size, 6);
+  EXPECT_EQ(p->node_rank, 2);
+  EXPECT_EQ(p->num_nodes, 3);
+  EXPECT_FALSE(ddp::Heartbeat(path, 0).placement());  // its own slot only
+  worker.beat();
+  table.reset_slot(1, 4);
+  EXPECT_EQ(worker.count(), 0u);
+  EXPECT_EQ(worker.heal_generation(), 4u);
+  ASSERT_TRUE(worker.placement());
+  EXPECT_EQ(worker.placement()->rank, 5);
+  table.reset();
+  EXPECT_FALSE(worker.placement());
+}
+
 }  // namespace

@@ -498,5 +498,77 @@ TEST(Round, ALoneMemberIsNeverTakenOver) {
   EXPECT_EQ(r.current_round(), 1);
 }
 
+// Shrink: no node waits, so the survivors go on without the lost member in
+// the running round, with their ranks closed up.
+TEST(Round, TheRunningRoundShrinksPastALostMemberWhenNoNodeWaits) {
+  RoundSettings s{2, 3, 100ms, 5};
+  RoundState r = running_healers(s);
+  r.lose("b", "its agent's connection closed", t0 + 1s);  // node rank 1, ranks 2..3
+  EXPECT_EQ(r.current_round(), 0);
+  EXPECT_TRUE(r.closed());
+  EXPECT_EQ(r.restart_count(), 0);
+  EXPECT_EQ(r.num_members(), 2u);
+  EXPECT_FALSE(r.assignment("b"));
+  auto a = r.assignment("a"), c = r.assignment("c");
+  ASSERT_TRUE(a && c);
+  EXPECT_EQ(a->node_rank, 0);
+  EXPECT_EQ(a->first_global_rank, 0);
+  EXPECT_EQ(c->node_rank, 1);
+  EXPECT_EQ(c->first_global_rank, 2);
+  EXPECT_EQ(c->num_nodes, 2);
+  EXPECT_EQ(c->world_size, 4);
+  NodeView v = r.keep_alive("c", t0 + 1s, 0);
+  EXPECT_EQ(v.heal_generation, 1u);
+  EXPECT_EQ(v.placement, (Placement{1, 2, 4, 2}));
+  EXPECT_NE(v.detail.find("goes on with 2 node(s), world size 4"), std::string::npos) << v.detail;
+  EXPECT_EQ(r.keep_alive("a", t0 + 1s, 0).placement, (Placement{0, 2, 4, 0}));
+  // Node rank 0 goes too: c is alone, but --nnodes 2:3 needs two. A new
+  // round waits for a second node, one restart spent.
+  r.lose("a", "gone", t0 + 2s);
+  EXPECT_EQ(r.current_round(), 1);
+  EXPECT_EQ(r.restart_count(), 1);
+  EXPECT_EQ(r.keep_alive("c", t0 + 2s).placement.node_rank, -1);  // no closed round holds it
+}
+
+TEST(Round, AShrinkPastNodeRankZeroMovesTheMaster) {
+  RoundSettings s{1, 3, 100ms, 5};
+  RoundState r = running_healers(s);
+  r.lose("a", "gone", t0 + 1s);
+  auto b = r.assignment("b");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->node_rank, 0);
+  EXPECT_EQ(b->first_global_rank, 0);
+  EXPECT_EQ(b->master_addr, "10.0.0.2");
+  EXPECT_EQ(b->master_port, 1001);
+  EXPECT_EQ(r.assignment("c")->first_global_rank, 2);
+  r.keep_alive("b", t0 + 1s, 0);
+  r.keep_alive("c", t0 + 1s, 0);
+  r.lose("c", "gone", t0 + 2s);  // down to one node: still the same round
+  EXPECT_EQ(r.current_round(), 0);
+  EXPECT_EQ(r.keep_alive("b", t0 + 2s, 0).placement, (Placement{0, 1, 2, 0}));
+  EXPECT_EQ(r.heal_generation(), 2u);
+  r.lose("b", "gone", t0 + 3s);  // nobody is left to hold the state
+  EXPECT_EQ(r.current_round(), 1);
+}
+
+TEST(Round, NoShrinkBelowMinNodesWhileANodeWaitsOrUnlessEveryoneLeftHeals) {
+  RoundSettings fixed{3, 3, 0ms, 5};
+  RoundState at_min = running_healers(fixed);
+  at_min.lose("b", "gone", t0 + 1s);
+  EXPECT_EQ(at_min.current_round(), 1);
+
+  RoundSettings s{2, 3, 100ms, 5};
+  RoundState waiting = running_healers(s);
+  waiting.join(healing("d", 3), s, kFirst, 0ms, t0 + 1s);  // cannot take b's place: the new round takes it in
+  waiting.lose("b", "gone", t0 + 2s);
+  EXPECT_EQ(waiting.current_round(), 1);
+
+  RoundState not_healing = running_healers(s);
+  not_healing.keep_alive("c", t0 + 1s, -1);
+  not_healing.lose("b", "gone", t0 + 2s);
+  EXPECT_EQ(not_healing.current_round(), 1);
+  EXPECT_EQ(not_healing.reason(), RoundReason::kNodeLost);
+}
+
 }  // namespace
 }  // namespace ddprun

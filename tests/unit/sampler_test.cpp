@@ -109,6 +109,99 @@ TEST(Sampler, BatchesAndResumingMidEpoch) {
   EXPECT_THROW(resumed.set_position(13), std::invalid_argument);
 }
 
+// A node is lost and the job goes on with 3 ranks instead of 4: the rest
+// of the epoch is shared out among the 3, so over the epoch every sample is
+// read once (the one repeat pads the last step).
+TEST(Sampler, ReshardingContinuesFromTheGlobalPositionAndReadsEverySample) {
+  SamplerOptions o;
+  o.dataset_size = 120;
+  o.world_size = 4;
+  o.seed = 3;
+  std::vector<DistributedSampler> ranks;
+  for (int r = 0; r < 4; ++r) {
+    o.rank = r;
+    ranks.emplace_back(o);
+    ranks.back().set_epoch(2);
+  }
+  std::multiset<int64_t> read;
+  for (int step = 0; step < 7; ++step) {
+    for (auto& s : ranks) read.insert(*s.next_batch(1)->begin());
+  }
+  EXPECT_EQ(ranks[0].global_position(), 28);
+  ranks.pop_back();  // rank 3's node is gone
+  for (int r = 0; r < 3; ++r) {
+    ranks[size_t(r)].reshard(r, 3);
+    EXPECT_EQ(ranks[size_t(r)].global_position(), 28);
+    EXPECT_EQ(ranks[size_t(r)].num_samples(), 31);  // ceil(92 / 3)
+  }
+  for (auto& s : ranks) {
+    while (auto b = s.next_batch(4)) read.insert(b->begin(), b->end());
+  }
+  EXPECT_EQ(read.size(), 28u + 93u);
+  EXPECT_EQ(std::set<int64_t>(read.begin(), read.end()).size(), 120u);
+  EXPECT_EQ(ranks[0].global_position(), 28 + 93);
+  // Down to 2 ranks at a position both frames share (28 is even): the
+  // indices are those of a 2-rank sampler at that point, not the 4-rank
+  // order's.
+  o.world_size = 4;
+  o.rank = 1;
+  DistributedSampler four(o);
+  four.set_epoch(2);
+  for (int i = 0; i < 7; ++i) four.next_batch(1);
+  four.reshard(1, 2);
+  o.world_size = 2;
+  DistributedSampler two(o);
+  two.set_epoch(2);
+  two.set_position(14);
+  EXPECT_EQ(four.num_samples(), two.num_samples());
+  EXPECT_EQ(four.next_batch(100), two.next_batch(100));
+  // The next epoch is sharded over the 3 ranks from the start.
+  ranks[1].set_epoch(3);
+  EXPECT_EQ(ranks[1].num_samples(), 40);
+  EXPECT_EQ(ranks[1].world_size(), 3);
+}
+
+// A heal sends the global position: a replacement that takes it reads what
+// the rank it replaces would have read, whether the sender's sharding began
+// at the epoch's start or at a shrink.
+TEST(Sampler, AGlobalPositionResumesTheSameIndicesInAnySharding) {
+  SamplerOptions o;
+  o.dataset_size = 101;
+  o.world_size = 4;
+  o.rank = 1;
+  DistributedSampler before(o);
+  before.set_epoch(5);
+  for (int i = 0; i < 3; ++i) before.next_batch(2);
+  DistributedSampler same(o);
+  same.set_epoch(5);
+  same.set_global_position(before.global_position());
+  EXPECT_EQ(same.position(), before.position());  // divides evenly: set_position's frame
+  EXPECT_EQ(same.next_batch(100), before.next_batch(100));
+
+  DistributedSampler source(o);
+  source.set_epoch(5);
+  source.next_batch(2);
+  source.reshard(2, 3);  // global 8, shared out over 3 from there
+  EXPECT_EQ(source.num_samples(), 31);  // ceil(93 / 3)
+  source.next_batch(4);
+  o.world_size = 3;
+  o.rank = 2;
+  DistributedSampler replacement(o);
+  replacement.set_epoch(5);
+  replacement.set_global_position(source.global_position());  // 20
+  EXPECT_EQ(replacement.global_position(), source.global_position());
+  EXPECT_EQ(replacement.next_batch(100), source.next_batch(100));
+
+  o.layout = SamplerOptions::kContiguous;
+  DistributedSampler blocks(o);
+  EXPECT_THROW(blocks.reshard(0, 2), std::invalid_argument);
+  EXPECT_THROW(blocks.set_global_position(4), std::invalid_argument);  // 4 is no multiple of 3
+  blocks.set_global_position(6);  // where the blocks begin: their frame
+  EXPECT_EQ(blocks.position(), 2);
+  EXPECT_THROW(source.reshard(3, 3), std::invalid_argument);
+  EXPECT_THROW(source.set_global_position(-1), std::invalid_argument);
+}
+
 TEST(Sampler, BadOptionsAreNamed) {
   SamplerOptions o;
   o.dataset_size = 10;

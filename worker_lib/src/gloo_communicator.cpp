@@ -2,6 +2,7 @@
 
 // What Gloo's headers include, declared first with the usual visibility.
 #include <netinet/in.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <list>
@@ -41,6 +43,7 @@
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #if DDPRUN_PRIVATE_GLOO
 #pragma GCC visibility pop
@@ -101,6 +104,22 @@ void gloo_allreduce(const std::shared_ptr<gloo::Context>& ctx, at::Tensor& t, Re
   gloo::allreduce(opts);
 }
 
+// Whether two socket addresses are the same IP address and port.
+bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET) {
+    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in&>(b);
+    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
+  }
+  if (a.ss_family == AF_INET6) {
+    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
+    return x.sin6_port == y.sin6_port && std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof(x.sin6_addr)) == 0;
+  }
+  return false;
+}
+
 void check_cpu(const at::Tensor& t, const char* op) {
   if (!t.defined()) throw std::invalid_argument(std::string("ddp: ") + op + ": undefined tensor");
   if (!t.device().is_cpu()) {
@@ -117,6 +136,11 @@ void GlooCommunicator::run(const char* op, Timeout timeout, Fn&& fn) {
   // Gloo throws gloo::Exception (I/O, timeouts) and, from its checks,
   // gloo::EnforceNotMet, which is no gloo::Exception: both get the context.
   auto failed = [&](const char* what) {
+    if (aborted_.load()) {
+      std::lock_guard lock(abort_mu_);
+      return CollectiveError(abort_why_ + " (Gloo " + op + " on rank " + std::to_string(options_.rank) + " of " +
+                             std::to_string(options_.size) + " aborted: " + what + ")");
+    }
     return CollectiveError(gloo_failure_message(op, options_.rank, options_.size, timeout, what, peer_endpoints_));
   };
   try {
@@ -198,6 +222,58 @@ void GlooCommunicator::learn_peer_endpoints(ddprun::Store& store) {
 }
 
 GlooCommunicator::~GlooCommunicator() = default;
+
+// Gloo has no cancel, but its transport fails everything waiting on a pair
+// whose socket reaches its end, which is how a peer that dies is seen.
+// Shutting our side of every pair's socket down takes that path: the
+// device's loop reads end-of-file, the pair signals the failure to every
+// buffer waiting on it, and the blocked collective throws. Only shutdown():
+// the descriptors stay Gloo's to close when the context goes.
+//
+// Gloo keeps a pair's socket to itself, but names its near end (the
+// pair's address once connected: what learn_peer_endpoints publishes). So
+// the sockets are found among this process's descriptors by that end; the
+// device (and its listening address) is this communicator's own, so no
+// other connection shares it.
+void GlooCommunicator::abort(const std::string& why) {
+  {
+    std::lock_guard lock(abort_mu_);
+    if (abort_why_.empty()) abort_why_ = why;
+  }
+  aborted_.store(true);
+  if (!context_) return;
+  std::vector<sockaddr_storage> ends;
+  for (int r = 0; r < options_.size; ++r) {
+    if (r == options_.rank) continue;
+    const auto* end = dynamic_cast<const gloo::transport::tcp::Address*>(&context_->getPair(r)->address());
+    if (end) ends.push_back(end->getSockaddr());
+  }
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = -1;
+    try {
+      fd = std::stoi(entry.path().filename().string());
+    } catch (const std::exception&) {
+      continue;
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage near {};
+    socklen_t len = sizeof(near);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&near), &len) != 0) continue;
+    // The device's listening socket has the near end of the pairs it
+    // accepted: it stays (the loop must not see accept() fail).
+    int listening = 0;
+    socklen_t flag_len = sizeof(listening);
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &flag_len) != 0 || listening) continue;
+    for (const auto& end : ends) {
+      if (same_endpoint(near, end)) {
+        ::shutdown(fd, SHUT_RDWR);
+        break;
+      }
+    }
+  }
+}
 
 void GlooCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op, Timeout timeout) {
   check_cpu(tensor, "all_reduce");

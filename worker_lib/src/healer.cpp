@@ -18,13 +18,15 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The sampler's epoch and position and the counters, as one int64 tensor:
-// [epoch, position, counters...] (-1 for a sampler that is not there).
+// The sampler's epoch and global position and the counters, as one int64
+// tensor: [epoch, position, counters...] (-1 for a sampler that is not
+// there). The global position holds in any sharding: a rank that takes it
+// reads on where the sender's world stands, at any world size.
 at::Tensor pack_counters(const Healable& s) {
   at::Tensor t = at::empty({static_cast<int64_t>(2 + s.counters.size())}, at::kLong);
   auto* v = t.data_ptr<int64_t>();
   v[0] = s.sampler ? s.sampler->epoch() : -1;
-  v[1] = s.sampler ? s.sampler->position() : -1;
+  v[1] = s.sampler ? s.sampler->global_position() : -1;
   for (size_t i = 0; i < s.counters.size(); ++i) v[2 + i] = *s.counters[i];
   return t;
 }
@@ -33,7 +35,7 @@ void unpack_counters(const at::Tensor& t, Healable& s) {
   const auto* v = t.data_ptr<int64_t>();
   if (s.sampler) {
     s.sampler->set_epoch(v[0]);
-    s.sampler->set_position(v[1]);
+    s.sampler->set_global_position(v[1]);
   }
   for (size_t i = 0; i < s.counters.size(); ++i) *s.counters[i] = v[2 + i];
 }
@@ -59,6 +61,7 @@ Healer::Healer(World& world, Healable state, HealOptions options)
     if (!c) throw std::invalid_argument("ddp::Healer: a counter is null");
   }
   if (options_.wait_timeout.count() == 0) options_.wait_timeout = world_.timeout();
+  report_.world_size = world_.size();
   if (world_.replacement()) {
     // The survivors wait in their heal for this: take the newest state. If
     // a peer fails meanwhile, in the next generation.
@@ -108,7 +111,10 @@ void Healer::step(const std::function<void()>& body) {
   Snapshot before;
   take_snapshot(before);
   const int64_t start = *state_.step;
-  while (true) {
+  for (bool first = true;; first = false) {
+    // After a heal the state is the agreed one (and the sampler may be
+    // sharded over another world): that is what a second failure puts back.
+    if (!first) take_snapshot(before);
     try {
       body();
       return;
@@ -178,11 +184,19 @@ void Healer::heal(const std::string& why) {
   }
   ++report_.heals;
   report_.generation = world_.generation();
+  const int was = report_.world_size;
+  report_.world_size = world_.size();
+  // The job shrank (or this rank moved): the rest of the epoch is shared
+  // out among the ranks there are now, from where the world stands.
+  if (state_.sampler) state_.sampler->reshard(world_.rank(), world_.size());
   if (world_.rank() == 0) {
+    const std::string resized =
+        was == report_.world_size ? "" : "; the world goes on with " + std::to_string(report_.world_size) +
+                                             " ranks instead of " + std::to_string(was);
     std::fprintf(stderr, "ddp: healed in generation %u after a peer failed (%s): %.3f s waiting, %.3f s connecting, "
-                 "%.3f s sending %lld bytes of state\n",
+                 "%.3f s sending %lld bytes of state%s\n",
                  report_.generation, why.c_str(), report_.wait_seconds, report_.connect_seconds, report_.transfer_seconds,
-                 static_cast<long long>(report_.bytes));
+                 static_cast<long long>(report_.bytes), resized.c_str());
   }
 }
 

@@ -43,6 +43,26 @@ Heartbeat::Heartbeat(const std::string& path, int slot) {
   heal_ready_ = ddprun::channel::heal_ready_word(map_, slot);
   heal_generation_ = ddprun::channel::heal_generation_word(map_, slot);
   no_heal_coming_ = ddprun::channel::no_heal_coming_word(map_, slot);
+  placement_ = ddprun::channel::placement_words(map_, slot);
+}
+
+std::optional<HealPlacement> Heartbeat::placement() const {
+  namespace ch = ddprun::channel;
+  if (!placement_) return std::nullopt;
+  while (true) {
+    // The generation is written last (released) and cleared first: read it
+    // before and after the rest, and again if the agent wrote meanwhile.
+    const uint32_t g = __atomic_load_n(placement_ + ch::kPlacedGeneration, __ATOMIC_ACQUIRE);
+    if (g == 0) return std::nullopt;
+    HealPlacement p;
+    p.generation = g;
+    p.rank = static_cast<int>(__atomic_load_n(placement_ + ch::kPlacedRank, __ATOMIC_RELAXED));
+    p.world_size = static_cast<int>(__atomic_load_n(placement_ + ch::kPlacedWorldSize, __ATOMIC_RELAXED));
+    p.node_rank = static_cast<int>(__atomic_load_n(placement_ + ch::kPlacedNodeRank, __ATOMIC_RELAXED));
+    p.num_nodes = static_cast<int>(__atomic_load_n(placement_ + ch::kPlacedNumNodes, __ATOMIC_RELAXED));
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (__atomic_load_n(placement_ + ch::kPlacedGeneration, __ATOMIC_RELAXED) == g) return p;
+  }
 }
 
 void Heartbeat::set_heal_ready(bool ready) {

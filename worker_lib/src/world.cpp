@@ -93,6 +93,7 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
   // A replacement connects straight into the generation it was started
   // for, or a newer one if a peer failed while it connected.
   uint32_t generation = info_.heal_generation;
+  take_placement();  // a replacement in a round that shrank runs where its predecessor did
   while (true) {
     try {
       cpu_ = std::make_unique<SwappableCommunicator>(connect_generation(generation), generation);
@@ -106,7 +107,7 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
     // node gone) fails as soon as the agent names the next generation.
     heal_watcher_ = std::make_unique<HealWatcher>(heartbeat_, generation_, [this](uint32_t g) {
       cpu_->abort_older_than(g, "ddp: the group heals in generation " + std::to_string(g) +
-                                    " (a peer failed; ddprun started its replacement)");
+                                    " (a peer failed)");
     });
   }
 }
@@ -148,8 +149,18 @@ void World::disconnect() {
   if (cuda_) cuda_->close();
 }
 
+void World::take_placement() {
+  const auto p = heartbeat_->placement();
+  if (!p) return;
+  info_.rank = p->rank;
+  info_.world_size = p->world_size;
+  info_.group_rank = p->node_rank;
+  info_.group_world_size = p->num_nodes;
+}
+
 void World::reconnect(uint32_t generation) {
   disconnect();  // first: peers blocked on this rank fail now, not at their timeout
+  take_placement();
   cpu_->replace(connect_generation(generation), generation);
 }
 

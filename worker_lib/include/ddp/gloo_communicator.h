@@ -2,7 +2,9 @@
 // connected through a ddprun Store (Gloo's own rendezvous, over our store).
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -47,10 +49,9 @@ class GlooCommunicator final : public Communicator {
   void broadcast(at::Tensor& tensor, int root, Timeout timeout) override;
   at::Tensor all_gather(const at::Tensor& input, Timeout timeout) override;
   void barrier(Timeout timeout) override;
-  // abort() stays Communicator's (nothing): Gloo has no cancel. Failing its
-  // pairs from outside (an unbound buffer's timeout signals every pair of
-  // the context) corrupted the heap of the Gloo Debian ships, so here a
-  // collective blocked on a silent peer fails at its timeout.
+  // Gloo has no cancel: this shuts the pairs' sockets down, so that Gloo
+  // fails whatever waits on them as if every peer had closed its end.
+  void abort(const std::string& why) override;
 
  private:
   // Turns Gloo's exceptions into a CollectiveError naming op, rank, the
@@ -62,6 +63,9 @@ class GlooCommunicator final : public Communicator {
   GlooOptions options_;
   std::shared_ptr<gloo::Context> context_;
   std::vector<std::string> peer_endpoints_;  // by rank: the address Gloo names for that peer
+  std::atomic<bool> aborted_{false};
+  std::mutex abort_mu_;
+  std::string abort_why_;  // the first abort's reason (under abort_mu_)
 };
 
 }  // namespace ddp

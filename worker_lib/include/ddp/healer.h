@@ -37,6 +37,13 @@
 //   4. step() runs the step again, unless it was done: this rank had
 //      committed (++step) before its failure (a collective in the rest of
 //      the step failed), or the heal brought the step done.
+// Across nodes, a lost node's ranks are taken over by a spare node, whose
+// workers are replacements as above; or, with no spare waiting, the job
+// shrinks: the survivors heal among themselves in a smaller world (rank()
+// and size() change), and the sampler shares the rest of the epoch out
+// among them from the global sample position. A program that keeps its
+// global batch then reads more per rank (see examples/train's
+// --keep-global-batch).
 // The replacement runs the program from its start: ddp::init() connects it
 // into the heal's generation, DistributedDataParallel and Checkpointer skip
 // their start-up collectives (World::replacement()), and this constructor
@@ -82,6 +89,7 @@ struct HealReport {
   double connect_seconds = 0;  // connecting the new generation's communicator
   double transfer_seconds = 0; // agreeing on the newest state and sending it
   uint32_t generation = 0;
+  int world_size = 0;          // the world's size after the last heal (it shrinks when a node is lost)
 };
 
 struct HealOptions {

@@ -8,11 +8,21 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "channel/heartbeat_layout.h"
 
 namespace ddp {
+
+// Where the agent placed this worker after the running round shrank.
+struct HealPlacement {
+  uint32_t generation = 0;  // the heal generation it holds from
+  int rank = 0;
+  int world_size = 1;
+  int node_rank = 0;
+  int num_nodes = 1;
+};
 
 class Heartbeat {
  public:
@@ -50,6 +60,8 @@ class Heartbeat {
   bool no_heal_coming() const {
     return no_heal_coming_ && __atomic_load_n(no_heal_coming_, __ATOMIC_ACQUIRE) == 1;
   }
+  // The newest placement the agent wrote (the round shrank), if any.
+  std::optional<HealPlacement> placement() const;
   // Whether the agent gave this worker a slot (a heartbeat file).
   bool has_slot() const { return heal_generation_ != nullptr; }
 
@@ -61,6 +73,7 @@ class Heartbeat {
   uint32_t* heal_ready_ = nullptr;
   uint32_t* heal_generation_ = nullptr;
   uint32_t* no_heal_coming_ = nullptr;
+  uint32_t* placement_ = nullptr;
 };
 
 }  // namespace ddp

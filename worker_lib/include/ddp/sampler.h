@@ -40,7 +40,9 @@ class DistributedSampler {
   void set_epoch(int64_t epoch);
   int64_t epoch() const { return epoch_; }
 
-  // Samples per rank per epoch (the same on every rank).
+  // Samples per rank in this epoch (the same on every rank): the whole
+  // epoch's share, or after set_global_position()/reshard() the share of
+  // what was left.
   int64_t num_samples() const { return per_rank_; }
   // The steps an epoch takes with this batch size (the last may be short).
   int64_t num_batches(int64_t batch_size) const;
@@ -57,11 +59,38 @@ class DistributedSampler {
   int64_t position() const { return position_; }
   void set_position(int64_t position);
 
+  // Samples of this epoch the whole world has read: the ranks read the
+  // epoch's order from its start in turns (kStrided), so this is a prefix
+  // of the order. It is the same on every rank and does not depend on the
+  // world size: a checkpoint stores it, and a job that goes on at another
+  // world size continues from it.
+  int64_t global_position() const;
+  // Continues the current epoch after `global` samples of its order were
+  // read (by any number of ranks): the rest is shared out among this
+  // sampler's ranks. With the same world size and a position that divides
+  // evenly, this equals set_position(global / world_size). Throws
+  // std::invalid_argument for a negative position, or one that does not
+  // divide evenly under kContiguous (its blocks are no prefix).
+  void set_global_position(int64_t global);
+  // The world changed (a node was lost and the job shrank, or one joined):
+  // this sampler is now `rank` of `world_size`, and the epoch continues from
+  // the global position with the rest shared out among the new ranks.
+  // Later epochs are sharded over the new world. Throws like the
+  // constructor, and for kContiguous.
+  void reshard(int rank, int world_size);
+  int rank() const { return options_.rank; }
+  int world_size() const { return options_.world_size; }
+
  private:
+  void check_rank(int rank, int world_size) const;
+  // Shares out order[base, ...) of the current epoch over the ranks.
+  void shard_from(int64_t base);
+
   SamplerOptions options_;
   int64_t per_rank_ = 0;
   int64_t epoch_ = 0;
   int64_t position_ = 0;
+  int64_t base_ = 0;  // samples of the epoch's order read before this sharding
   std::vector<int64_t> indices_;
 };
 

@@ -128,7 +128,9 @@ class World {
   // Collective over the ranks of `generation`: connects cpu() afresh under
   // that generation's store keys (closing it first if it is open); the NCCL
   // communicator connects again on first use, with a fresh id. Groups from
-  // connect_group() are not reconnected. Throws CollectiveError.
+  // connect_group() are not reconnected. When the job shrank (a node was
+  // lost and the others went on without it), rank() and size() change here
+  // to what the agent placed this worker at. Throws CollectiveError.
   void reconnect(uint32_t generation);
 
   // Numbers the meshes built on this World (0, 1, ...): every rank builds
@@ -137,6 +139,9 @@ class World {
 
  private:
   std::unique_ptr<Communicator> connect_generation(uint32_t generation);
+  // The rank and size the agent placed this worker at when the job shrank
+  // (its heartbeat slot), if it did.
+  void take_placement();
   std::unique_ptr<Communicator> connect_nccl();
 
   LaunchInfo info_;
