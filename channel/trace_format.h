@@ -37,6 +37,10 @@ enum class TracePhase : uint16_t {
   kCollective = 10,      // a collective outside DDP; arg: CollectiveKind, bytes
   kRestore = 11,         // loading a checkpoint at start
   kInit = 12,            // ddp::init(): rendezvous and connecting to peers
+  // A heal (ddp::Healer): a peer failed inside a step.
+  kHealWait = 13,        // waiting for ddprun to name the heal generation; arg: the one it failed in
+  kHealConnect = 14,     // connecting that generation's communicator; arg: the generation
+  kHealTransfer = 15,    // agreeing on the newest state and sending it; arg: the generation, bytes
 };
 
 enum class TraceTrack : uint8_t { kMain = 0, kComm = 1, kCheckpoint = 2 };

@@ -104,6 +104,13 @@ MergeResult merge(const std::vector<NodeTrace>& nodes, const StepWindow& window)
           args["bytes"] = r.bytes;
         } else if (r.phase == static_cast<uint16_t>(TracePhase::kStep)) {
           name = "step " + std::to_string(r.step);
+        } else if (r.phase == static_cast<uint16_t>(TracePhase::kHealWait)) {
+          args["failed_in_generation"] = r.arg;
+        } else if (r.phase == static_cast<uint16_t>(TracePhase::kHealConnect)) {
+          args["generation"] = r.arg;
+        } else if (r.phase == static_cast<uint16_t>(TracePhase::kHealTransfer)) {
+          args["generation"] = r.arg;
+          args["bytes"] = r.bytes;
         }
         // The first kept record of an attempt: mark where the attempt starts.
         if (!any) {

@@ -9,7 +9,7 @@ namespace {
 
 bool known_phase(uint16_t phase) {
   return phase >= static_cast<uint16_t>(channel::TracePhase::kStep) &&
-         phase <= static_cast<uint16_t>(channel::TracePhase::kInit);
+         phase <= static_cast<uint16_t>(channel::TracePhase::kHealTransfer);
 }
 
 bool known_track(uint8_t track) { return track <= static_cast<uint8_t>(channel::TraceTrack::kCheckpoint); }

@@ -26,6 +26,9 @@ const char* phase_name(uint16_t phase) {
     case TracePhase::kCollective: return "collective";
     case TracePhase::kRestore: return "restore";
     case TracePhase::kInit: return "init";
+    case TracePhase::kHealWait: return "heal_wait";
+    case TracePhase::kHealConnect: return "heal_connect";
+    case TracePhase::kHealTransfer: return "heal_transfer";
   }
   return "unknown";
 }

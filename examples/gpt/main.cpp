@@ -142,7 +142,9 @@ int run(Options opt) {
   const int64_t warmup = opt.warmup ? opt.warmup : std::max<int64_t>(1, opt.steps / 10);
 
   auto world = ddp::init();
-  const int rank = world->rank(), ws = world->size();
+  // Both change when the job shrinks (a node lost, no spare): read again
+  // after every step.
+  int rank = world->rank(), ws = world->size();
   const torch::Device device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(
                                                                       world->local_rank() % torch::cuda::device_count()))
                                     : torch::Device(torch::kCPU);
@@ -199,7 +201,8 @@ int run(Options opt) {
   const int64_t start_step = step;
 
   const double flops_per_token = net->flops_per_token(T);
-  const int64_t tokens_per_step = opt.batch_size * T * opt.grad_accum * ws;
+  // Tokens of one step over the world (it shrinks when a node is lost).
+  auto tokens_per_step = [&] { return static_cast<double>(opt.batch_size) * T * opt.grad_accum * ws; };
   if (rank == 0) {
     std::printf("gpt %s: %.2fM parameters, %lld layers, %lld heads, %lld wide, context %lld, vocab %lld; "
                 "%d ranks x batch %lld x %d micro-batches x %lld tokens; %s %s, grads all-reduced in %s; "
@@ -227,6 +230,7 @@ int run(Options opt) {
   double first_loss = -1, last_loss = 0;
   double timed_seconds = 0;
   int64_t timed_steps = 0;
+  double timed_tokens = 0;
   // --trace: step boundaries, data and optimizer (DDP records forward,
   // backward and the all-reduces). CPU times: on a GPU they end when the
   // work is queued, not done.
@@ -286,6 +290,8 @@ int run(Options opt) {
       optimizer_span.finish();
       ++step;  // the commit (ddp::Healer)
     });
+    rank = world->rank();
+    ws = world->size();
     // Reading the loss waits for the GPU: the step's time is then real.
     const double loss = loss_sum.item<double>() / opt.grad_accum;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -298,10 +304,11 @@ int run(Options opt) {
     last_loss = loss;
     if (step > start_step + 1) {  // the first step warms caches and allocators
       timed_seconds += secs;
+      timed_tokens += tokens_per_step();
       ++timed_steps;
     }
     if (rank == 0 && (step % opt.log_every == 0 || step == opt.steps || step == start_step + 1)) {
-      const double tps = tokens_per_step / secs;
+      const double tps = tokens_per_step() / secs;
       std::string mfu = "n/a";
       if (opt.peak_tflops > 0) {
         char b[32];
@@ -334,7 +341,7 @@ int run(Options opt) {
       throw std::runtime_error("parameters differ between rank 0 and rank " + std::to_string(r));
     }
   }
-  const double tokens_per_s = timed_steps ? tokens_per_step * timed_steps / timed_seconds : 0;
+  const double tokens_per_s = timed_steps ? timed_tokens / timed_seconds : 0;
   const double mfu = opt.peak_tflops > 0 ? tokens_per_s * flops_per_token / (opt.peak_tflops * 1e12 * ws) : 0;
   if (rank == 0) {
     const std::string sum = checksum(mine);

@@ -12,12 +12,14 @@
 namespace ddptest {
 
 inline ddprun::channel::TraceRecord trace_record(ddprun::channel::TracePhase phase, ddprun::channel::TraceTrack track,
-                                                 int64_t step, int64_t begin_ns, int64_t end_ns, int64_t arg = 0) {
+                                                 int64_t step, int64_t begin_ns, int64_t end_ns, int64_t arg = 0,
+                                                 int64_t bytes = 0) {
   ddprun::channel::TraceRecord r{};
   r.begin_ns = begin_ns;
   r.end_ns = end_ns;
   r.step = step;
   r.arg = arg;
+  r.bytes = bytes;
   r.phase = static_cast<uint16_t>(phase);
   r.track = static_cast<uint8_t>(track);
   r.valid = 1;

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "support/trace_files.h"
 #include "trace/merge.h"
@@ -191,6 +192,26 @@ TEST_F(TraceMerge, StepWindowKeepsOnlyItsSteps) {
   kept.clear();
   for (const auto& e : of(all.trace, "X")) kept.insert(e["args"]["step"].get<int64_t>());
   EXPECT_EQ(kept, (std::set<int64_t>{-1, 0, 1, 2, 3, 4}));
+}
+
+// A heal's phases are read back from a rank's file and named in the
+// timeline: how long the survivor waited, connected, and sent what.
+TEST_F(TraceMerge, AHealsPhasesAreNamedWithTheirGenerationAndBytes) {
+  std::string a = node("a", 0);
+  auto records = steps(0, 2, 100 * kMs);
+  records.push_back(trace_record(TracePhase::kHealWait, TraceTrack::kMain, 1, 110 * kMs, 130 * kMs, 0));
+  records.push_back(trace_record(TracePhase::kHealConnect, TraceTrack::kMain, 1, 130 * kMs, 135 * kMs, 1));
+  records.push_back(trace_record(TracePhase::kHealTransfer, TraceTrack::kMain, 1, 135 * kMs, 150 * kMs, 1, 4096));
+  write_trace_file(rank_file(a, 0, 0), 0, 0, records);
+  auto result = tr::merge_trace_dir(dir_.string(), {});
+  std::map<std::string, json> by_name;
+  for (const auto& e : of(result.trace, "X")) by_name[e["name"]] = e;
+  ASSERT_TRUE(by_name.count("heal_wait") && by_name.count("heal_connect") && by_name.count("heal_transfer"))
+      << result.trace.dump();
+  EXPECT_EQ(by_name["heal_wait"]["args"]["failed_in_generation"], 0);
+  EXPECT_EQ(by_name["heal_connect"]["args"]["generation"], 1);
+  EXPECT_EQ(by_name["heal_transfer"]["args"]["bytes"], 4096);
+  EXPECT_DOUBLE_EQ(by_name["heal_transfer"]["dur"].get<double>(), 15000.0);
 }
 
 TEST_F(TraceMerge, AgentEventsBecomeInstantsOnTheNodesAgentTrack) {

@@ -146,7 +146,9 @@ void Healer::next_generation(const std::string& why) {
     // failure reaches every survivor, and all of them come here.
     world_.disconnect();
     const auto wait_begin = Clock::now();
+    TraceSpan wait_span(world_.tracer(), TracePhase::kHealWait, TraceTrack::kMain, seen);
     const uint32_t generation = world_.heartbeat_handle()->wait_heal_generation(seen, options_.wait_timeout);
+    wait_span.finish();
     report_.wait_seconds += seconds_since(wait_begin);
     if (generation == seen) {
       throw CollectiveError(why + " (no replacement came to heal the group within " +
@@ -154,6 +156,7 @@ void Healer::next_generation(const std::string& why) {
                             " s: ddprun stops the group instead; see --max-heals)");
     }
     const auto connect_begin = Clock::now();
+    TraceSpan connect_span(world_.tracer(), TracePhase::kHealConnect, TraceTrack::kMain, generation);
     try {
       world_.reconnect(generation);
       report_.connect_seconds += seconds_since(connect_begin);
@@ -172,9 +175,15 @@ void Healer::heal(const std::string& why) {
   while (true) {
     next_generation(cause);
     const auto transfer_begin = Clock::now();
+    const int64_t transfer_begin_ns = Tracer::now_ns();
     try {
       sync_state(/*have_state=*/true);
       report_.transfer_seconds += seconds_since(transfer_begin);
+      Tracer& tracer = world_.tracer();
+      if (tracer.recording()) {
+        tracer.record(TracePhase::kHealTransfer, TraceTrack::kMain, transfer_begin_ns, Tracer::now_ns(),
+                      tracer.current_step(), world_.generation(), report_.bytes);
+      }
       break;
     } catch (const CollectiveError& e) {
       // A peer (the sender, the replacement) failed during the heal itself.
