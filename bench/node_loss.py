@@ -372,7 +372,7 @@ def torch_env(lab, i):
 
 
 MILESTONES = [("noticed", "survivor's worker failed"), ("world", "new workers up alone"),
-              ("resumed", "checkpoint loaded"), ("healed", "healed with the spare")]
+              ("resumed", "checkpoint loaded"), ("healed", "healed")]
 
 
 def summary(times, outcomes, marks):
@@ -474,7 +474,10 @@ def main():
               % (ours[0] / args.budget, args.budget, ours[0]))
     else:
         ratio = ours[0] / theirs[0]
-        print("ddprun / torchrun = %.3f (1/%.1f)" % (ratio, 1 / ratio))
+        print("ddprun (restart) / torchrun = %.3f (1/%.1f)" % (ratio, 1 / ratio))
+        if shrunk[0] is not None:
+            ratio = shrunk[0] / theirs[0]
+            print("ddprun (shrink, no restart) / torchrun = %.4f (1/%.0f)" % (ratio, 1 / ratio))
     if args.keep_logs:
         print("\nnode logs: %s" % args.keep_logs)
 
