@@ -436,8 +436,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
       nodes_waiting_ = st.view->nodes_waiting;
       if (st.view->round == a.round && st.view->heal_generation > heal_generation_) {
         const Placement& p = st.view->placement;
-        const bool moved = p.node_rank >= 0 && !(p == Placement{a.node_rank, a.num_nodes, a.world_size, a.first_global_rank});
-        if (moved) {
+        if (p.node_rank >= 0 && !(p == a.placement())) {  // the round shrank: this node's ranks moved
           shrink_with(attempt, a, *st.view);
         } else {
           heal_with_newcomer(attempt, *st.view);

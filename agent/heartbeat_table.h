@@ -35,7 +35,8 @@ class HeartbeatTable {
   // sleeps on the word).
   void set_heal_generation(int slot, uint32_t generation);
   // Across nodes: whether a worker whose peer fails should give up at once
-  // (no spare waits to take over) rather than wait for a heal generation.
+  // (no spare waits to take over and the job may not shrink) rather than
+  // wait for a heal generation.
   void set_no_heal_coming(int slot, bool none);
   // The running round shrank: the worker in `slot` is now global rank
   // `rank` of `world_size`, on node `node_rank` of `num_nodes`, from heal

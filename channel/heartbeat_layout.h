@@ -15,8 +15,9 @@
 //                 for it to pass the one they run in, then connect their
 //                 communicators afresh under that generation's keys;
 //   bytes 88..91  no heal coming: written by the agent of a multi-node job,
-//                 1 while no spare node waits to take over a lost one (a
-//                 worker whose peer fails then exits at once and the round
+//                 1 while a lost node would not be healed around (no spare
+//                 waits to take over and the job may not shrink: a worker
+//                 whose peer fails then exits at once and the round
 //                 restarts, instead of waiting for a generation), else 0;
 //   bytes 92..111 placement: written by the agent when the running round
 //                 shrank (a lost node's ranks went, the survivors' moved

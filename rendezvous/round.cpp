@@ -335,7 +335,7 @@ NodeView RoundState::view(const std::string& node_id) const {
   v.restart_count = restarts_;
   v.heal_generation = heal_generation_;
   v.takeover_ready = closed_ && members_.size() >= 2 && members_heal();
-  if (auto a = assignment(node_id)) v.placement = Placement{a->node_rank, a->num_nodes, a->world_size, a->first_global_rank};
+  if (auto a = assignment(node_id)) v.placement = a->placement();
   return v;
 }
 

@@ -43,6 +43,17 @@ enum class RoundReason { kFirst, kWorkerFailure, kNodeLost, kNodeLeft, kAdmit };
 // Whether the job still runs, and how it ended.
 enum class JobPhase { kActive, kSucceeded, kFailed };
 
+// Where a member's workers stand in its round: their node's rank, the
+// number of nodes, the world size and the global rank of local rank 0. A
+// shrink changes it while the round runs.
+struct Placement {
+  int node_rank = -1;
+  int num_nodes = 0;
+  int world_size = 0;
+  int first_global_rank = 0;
+  bool operator==(const Placement&) const = default;
+};
+
 struct Assignment {
   int64_t round = 0;
   int node_rank = 0;
@@ -59,6 +70,8 @@ struct Assignment {
   // > 0: this node took over a lost member's ranks in the running round; its
   // workers start as replacements in this heal generation.
   uint32_t heal_generation = 0;
+
+  Placement placement() const { return {node_rank, num_nodes, world_size, first_global_rank}; }
 };
 
 struct JoinResult {
@@ -86,17 +99,6 @@ struct LostNode {
 };
 
 // What a keep-alive tells a node about the job.
-// Where a member's workers stand in its round: their node's rank, the
-// number of nodes, the world size and the global rank of local rank 0. A
-// shrink changes it while the round runs.
-struct Placement {
-  int node_rank = -1;
-  int num_nodes = 0;
-  int world_size = 0;
-  int first_global_rank = 0;
-  bool operator==(const Placement&) const = default;
-};
-
 struct NodeView {
   bool known = true;  // false: the node was dropped (or never joined)
   int64_t round = 0;  // the current round

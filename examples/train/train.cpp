@@ -244,7 +244,6 @@ int run(const Options& opt) {
         for (int64_t j = 0; j < group; ++j) {
           ddp::TraceSpan data(tracer, ddp::TracePhase::kData);
           const int64_t take = std::min<int64_t>(opt.batch_size, step_samples - j * opt.batch_size);
-          const double weight = opt.keep_global_batch ? static_cast<double>(take) / step_samples : 1.0 / group;
           auto idx_vec = *sampler.next_batch(take);
           torch::Tensor idx = torch::tensor(idx_vec, torch::kInt64);
           torch::Tensor x = train.batch(idx);
@@ -254,14 +253,16 @@ int run(const Options& opt) {
           step_loss_sum += loss.detach().to(torch::kFloat64);
           step_loss = loss.detach();
           ++step_loss_count;
+          // Each micro-batch's share of the step's loss.
+          torch::Tensor part = opt.keep_global_batch ? loss * (static_cast<double>(take) / step_samples) : loss / group;
           if (j + 1 < group) {
             auto no_sync = model.no_sync();  // accumulate locally
-            (loss * weight).backward();
+            part.backward();
           } else {
             // With bucketed or overlap sync, gradients are averaged over the
             // ranks by the time backward returns; naive and flat sync happen
             // here, in finalize() (a no-op for the others).
-            (loss * weight).backward();
+            part.backward();
             model.finalize();
           }
         }

@@ -435,6 +435,14 @@ TEST(NetNodes, ANodeCutOffForHalfAMinuteRejoinsWhenTheLinkReturns) {
 // nothing interrupted.
 enum class Loss { kKilled, kCutOff };
 
+// An agent's worker (not a standby it warmed up); 0 if none.
+pid_t worker_of(Process& agent) {
+  for (pid_t c : ddptest::children_of(agent.pid())) {
+    if (!ddptest::started_as_standby(c)) return c;
+  }
+  return 0;
+}
+
 void expect_spare_takes_over(Loss loss) {
   std::string why;
   auto lab = lab_or_skip(3, &why);
@@ -467,13 +475,7 @@ void expect_spare_takes_over(Loss loss) {
   ASSERT_TRUE(n0.wait_for_err_line([](const std::string& l) { return contains(l, "node(s) wait to join"); }, 60s)
                   .has_value())
       << n0.err();
-  auto worker_of_n0 = [&] {
-    for (pid_t c : ddptest::children_of(n0.pid())) {
-      if (!ddptest::started_as_standby(c)) return c;
-    }
-    return pid_t{0};
-  };
-  const pid_t before = worker_of_n0();
+  const pid_t before = worker_of(n0);
   ASSERT_TRUE(reach_step(n0, 40)) << n0.out();
   if (loss == Loss::kKilled) {
     n1.signal(SIGKILL);  // the whole node: its agent, and its worker with it
@@ -482,7 +484,7 @@ void expect_spare_takes_over(Loss loss) {
     lab->link_down(1);  // dropped when its lease runs out; its sockets stay open
   }
   ASSERT_TRUE(reach_step(n0, 70)) << n0.out() << n0.err();
-  const pid_t after = worker_of_n0();
+  const pid_t after = worker_of(n0);
   Finished f0 = n0.finish(4min);
   Finished f2 = spare.finish(4min);
   EXPECT_EQ(f0.exit_code, 0) << f0.err;
@@ -529,19 +531,13 @@ ShrinkRun shrink_two_nodes(NetLab& lab, const ddptest::EnvChanges& env, const st
   ShrinkRun r;
   Process n0(node(0), env);
   Process n1(node(1), env);
-  auto worker_of_n0 = [&] {
-    for (pid_t c : ddptest::children_of(n0.pid())) {
-      if (!ddptest::started_as_standby(c)) return c;
-    }
-    return pid_t{0};
-  };
   EXPECT_TRUE(reach_step(n0, 40)) << n0.out() << n0.err();
-  r.worker_before = worker_of_n0();
+  r.worker_before = worker_of(n0);
   n1.signal(SIGKILL);  // the whole node: its agent, and its worker with it
   n1.finish(10s);
   EXPECT_TRUE(n0.wait_for_line([](const std::string& l) { return contains(l, "world size now 1"); }, 60s))
       << n0.out() << n0.err();
-  r.worker_after = worker_of_n0();
+  r.worker_after = worker_of(n0);
   r.f0 = n0.finish(4min);
   std::smatch m;
   if (std::regex_search(r.f0.out, m, std::regex(R"(world size now 1, going on from step (\d+))"))) {

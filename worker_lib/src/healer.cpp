@@ -119,8 +119,8 @@ void Healer::step(const std::function<void()>& body) {
       body();
       return;
     } catch (const CollectiveError& e) {
-      // No heal comes (across nodes, no spare waits, and none was named
-      // already): fail now, and ddprun restarts the round, instead of
+      // No heal comes (across nodes, no spare waits, the job may not shrink,
+      // and none was named already): fail now, and ddprun restarts the round, instead of
       // waiting to be stopped. (The agent names a generation before it
       // says no more will come.)
       const auto& hb = world_.heartbeat_handle();

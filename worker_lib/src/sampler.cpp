@@ -54,8 +54,7 @@ void DistributedSampler::shard_from(int64_t base) {
   // What is left of the order from `base` on is shared out: every rank
   // reads per_rank_ samples of it. Trim the tail, or pad it with samples
   // from the start of the order.
-  const int64_t left = std::max<int64_t>(0, n - base);
-  per_rank_ = options_.drop_last ? left / ws : (left + ws - 1) / ws;
+  per_rank_ = share(std::max<int64_t>(0, n - base));
   const int64_t total = std::min(n, base) + per_rank_ * ws;
   order.resize(static_cast<size_t>(std::min(total, n)));
   for (int64_t i = 0; static_cast<int64_t>(order.size()) < total; ++i) order.push_back(order[i % n]);
@@ -69,6 +68,11 @@ void DistributedSampler::shard_from(int64_t base) {
   }
 }
 
+int64_t DistributedSampler::share(int64_t left) const {
+  const int64_t ws = options_.world_size;
+  return options_.drop_last ? left / ws : (left + ws - 1) / ws;
+}
+
 int64_t DistributedSampler::global_position() const {
   return base_ + position_ * options_.world_size;
 }
@@ -77,11 +81,15 @@ void DistributedSampler::set_global_position(int64_t global) {
   if (global < 0) {
     throw std::invalid_argument("ddp::DistributedSampler: global position " + std::to_string(global) + " < 0");
   }
-  // Where the epoch's first sharding reaches it, the same indices as ever
-  // (a heal or a resume at the same world size changes nothing).
-  if (base_ != 0) shard_from(0);
+  go_to(global, /*sharded=*/true);
+}
+
+void DistributedSampler::go_to(int64_t global, bool sharded) {
   const int64_t ws = options_.world_size;
-  if (global % ws == 0 && global / ws <= per_rank_) {
+  if (global % ws == 0 && global / ws <= share(options_.dataset_size)) {
+    // Where the epoch's first sharding reaches it: the same indices as ever
+    // (a heal or a resume at the same world size changes nothing).
+    if (!sharded || base_ != 0) shard_from(0);
     position_ = global / ws;
     return;
   }
@@ -104,8 +112,7 @@ void DistributedSampler::reshard(int rank, int world_size) {
   const int64_t global = global_position();
   options_.rank = rank;
   options_.world_size = world_size;
-  shard_from(0);  // the epoch as the new world shards it from its start
-  set_global_position(global);
+  go_to(global, /*sharded=*/false);  // the indices are the old world's
 }
 
 int64_t DistributedSampler::num_batches(int64_t batch_size) const {

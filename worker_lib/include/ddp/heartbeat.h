@@ -56,7 +56,8 @@ class Heartbeat {
                                 const std::atomic<bool>* cancel = nullptr) const;
   void wake_heal_waiters() const;
   // Whether the agent says no heal will come for a failed peer (a
-  // multi-node job with no spare node waiting): heal no longer, fail.
+  // multi-node job where no spare waits and the job may not shrink): heal
+  // no longer, fail.
   bool no_heal_coming() const {
     return no_heal_coming_ && __atomic_load_n(no_heal_coming_, __ATOMIC_ACQUIRE) == 1;
   }

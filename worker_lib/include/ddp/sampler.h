@@ -85,6 +85,12 @@ class DistributedSampler {
   void check_rank(int rank, int world_size) const;
   // Shares out order[base, ...) of the current epoch over the ranks.
   void shard_from(int64_t base);
+  // Each rank's share of `left` samples (padded or trimmed).
+  int64_t share(int64_t left) const;
+  // To `global` samples into the epoch, sharding it only where needed;
+  // sharded: whether indices_ are of the current options (they are not
+  // when the world just changed).
+  void go_to(int64_t global, bool sharded);
 
   SamplerOptions options_;
   int64_t per_rank_ = 0;
