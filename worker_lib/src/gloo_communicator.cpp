@@ -225,10 +225,13 @@ GlooCommunicator::~GlooCommunicator() = default;
 
 // Gloo has no cancel, but its transport fails everything waiting on a pair
 // whose socket reaches its end, which is how a peer that dies is seen.
-// Shutting our side of every pair's socket down takes that path: the
-// device's loop reads end-of-file, the pair signals the failure to every
-// buffer waiting on it, and the blocked collective throws. Only shutdown():
-// the descriptors stay Gloo's to close when the context goes.
+// Shutting the reading side of every pair's socket down takes that path:
+// the device's loop reads end-of-file, the pair signals the failure to
+// every buffer waiting on it, and the blocked collective throws. Only the
+// reading side: a write to a socket shut for writing raises SIGPIPE, which
+// kills the worker (Gloo's writes do not ask for MSG_NOSIGNAL); the peers
+// learn of the abort when the heal closes this context. And only
+// shutdown(): the descriptors stay Gloo's to close when the context goes.
 //
 // Gloo keeps a pair's socket to itself, but names its near end (the
 // pair's address once connected: what learn_peer_endpoints publishes). So
@@ -268,7 +271,7 @@ void GlooCommunicator::abort(const std::string& why) {
     if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &flag_len) != 0 || listening) continue;
     for (const auto& end : ends) {
       if (same_endpoint(near, end)) {
-        ::shutdown(fd, SHUT_RDWR);
+        ::shutdown(fd, SHUT_RD);
         break;
       }
     }

@@ -49,7 +49,7 @@ class GlooCommunicator final : public Communicator {
   void broadcast(at::Tensor& tensor, int root, Timeout timeout) override;
   at::Tensor all_gather(const at::Tensor& input, Timeout timeout) override;
   void barrier(Timeout timeout) override;
-  // Gloo has no cancel: this shuts the pairs' sockets down, so that Gloo
+  // Gloo has no cancel: this shuts the pairs' sockets down for reading, so Gloo
   // fails whatever waits on them as if every peer had closed its end.
   void abort(const std::string& why) override;
 
