@@ -401,9 +401,10 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
       spawn_standbys(attempt + 1, joined, 1);
     }
   };
-  go.max_heals = heals_in(a) ? cfg_.max_heals : 0;
+  const bool heals = heals_in(a) || heals_across(a);
+  go.max_heals = heals ? cfg_.max_heals : 0;
   const bool restart_standbys = cfg_.standby && life.can_restart();
-  const bool heal_standby = heals_in(a) && cfg_.heal_standby;
+  const bool heal_standby = heals && cfg_.heal_standby;
   if (restart_standbys || heal_standby) {
     // Once every worker is past its start (it beats), warm up the next set
     // (for a restart), or one (for a heal's replacement).
@@ -423,6 +424,19 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
       return s;
     };
   }
+  uint64_t heal_request = 0;
+  if (heals_across(a)) {
+    // A failed worker's replacement heals in the generation the rendezvous
+    // names for it; every other node's workers heal in it too.
+    go.heal_namer.ask = [this, &heal_request](const std::string& why) { heal_request = lease_->request_heal(why); };
+    go.heal_namer.answer = [this, &heal_request]() -> std::optional<uint32_t> {
+      const LeaseStatus st = lease_->peek();
+      if (!st.view || st.view->heal_request_id != heal_request) return std::nullopt;
+      const uint32_t g = st.view->heal_request_generation;
+      if (g > heal_generation_) heal_generation_ = g;  // named for this node's heal: not news to tell
+      return g;
+    };
+  }
   if (lease_) {
     go.control_fd = lease_->fd();
     go.on_control = [this, &life, &a, attempt]() -> std::optional<std::string> {
@@ -439,7 +453,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
         if (p.node_rank >= 0 && !(p == a.placement())) {  // the round shrank: this node's ranks moved
           shrink_with(attempt, a, *st.view);
         } else {
-          heal_with_newcomer(attempt, *st.view);
+          heal_with_others(attempt, *st.view);
         }
       }
       if (st.view->round == a.round) tell_workers_whether_heals_come(a, &*st.view);
@@ -520,19 +534,25 @@ void Agent::report_workers_heal(const Assignment& a) {
 
 void Agent::tell_workers_whether_heals_come(const Assignment& a, const NodeView* view) {
   if (!heals_across(a)) return;
-  // Before any view of this round: none is known to wait. With every
-  // member healing, a spare that waits takes over a lost node; with none
-  // waiting, the job shrinks if it may run on one node fewer.
-  const bool comes = view && view->takeover_ready &&
-                     (view->nodes_waiting > 0 || a.num_nodes - 1 >= std::max(1, cfg_.rdzv.min_nodes));
+  // Before any view of this round: not known. With every member healing, a
+  // failed worker is replaced in a generation the rendezvous names, a spare
+  // that waits takes over a lost node, or the job shrinks past it. (A lost
+  // node healed neither way supersedes the round: the agent then stops the
+  // workers, which wakes the ones waiting.)
+  const bool comes = view && view->takeover_ready;
   for (int lr = 0; lr < cfg_.nproc; ++lr) heartbeats_->set_no_heal_coming(lr, !comes);
 }
 
-void Agent::heal_with_newcomer(int attempt, const NodeView& view) {
+void Agent::heal_with_others(int attempt, const NodeView& view) {
   heal_generation_ = view.heal_generation;
-  spdlog::warn("{}; the workers heal with its new workers in generation {} (no restart)", view.detail,
-               heal_generation_);
-  events_.write(ev::kTakeover, {{"attempt", attempt}, {"generation", heal_generation_}, {"detail", view.detail}});
+  if (view.heal_reason == HealReason::kWorker) {
+    spdlog::warn("{}; the workers here heal with the replacement (no restart)", view.detail);
+    events_.write(ev::kPeerHeal, {{"attempt", attempt}, {"generation", heal_generation_}, {"detail", view.detail}});
+  } else {
+    spdlog::warn("{}; the workers heal with its new workers in generation {} (no restart)", view.detail,
+                 heal_generation_);
+    events_.write(ev::kTakeover, {{"attempt", attempt}, {"generation", heal_generation_}, {"detail", view.detail}});
+  }
   // Workers blocked on the lost ranks have failed, or will at their next
   // collective; either way they heal in this generation.
   for (int lr = 0; lr < cfg_.nproc; ++lr) heartbeats_->set_heal_generation(lr, heal_generation_);

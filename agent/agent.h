@@ -64,12 +64,13 @@ class Agent {
   // The workers of one attempt (standbys, if any, are attached by the caller).
   std::vector<WorkerLaunch> make_launches(int attempt, const JoinResult& joined);
   // Whether a failed worker of this round may be replaced while the others
-  // go on: one node (the agent owns every rank), heartbeats to announce it,
-  // and --max-heals above 0. Across nodes a worker's failure still ends the
-  // round, but a lost node may be taken over (heals_across).
+  // go on, in a generation this agent names: one node (the agent owns every
+  // rank), heartbeats to announce it, and --max-heals above 0. Across nodes
+  // the rendezvous names it (heals_across).
   bool heals_in(const Assignment& a) const { return a.num_nodes == 1 && cfg_.max_heals > 0 && heartbeats_ != nullptr; }
-  // Whether this node may take over a lost node's ranks, or be healed with
-  // by one that does (RoundState's takeover): --max-heals above 0,
+  // Whether this node may take over a lost node's ranks, be healed with by
+  // one that does (RoundState's takeover), and replace a failed worker of its
+  // own in a generation the rendezvous names: --max-heals above 0,
   // heartbeats and a lease (keep-alives carry the news both ways).
   bool takes_over() const { return cfg_.max_heals > 0 && heartbeats_ != nullptr && cfg_.lease_timeout.count() > 0; }
   bool heals_across(const Assignment& a) const { return a.num_nodes > 1 && takes_over(); }
@@ -77,12 +78,14 @@ class Agent {
   // heal in place in this round (a takeover needs every member's).
   void report_workers_heal(const Assignment& a);
   // Across nodes: writes into every local slot whether a heal would come
-  // for a failed peer (every member heals, and a spare waits to take over
-  // or the job may shrink within --nnodes' minimum: view).
+  // for a failed peer (every member's workers heal: view). A lost node that
+  // no spare takes over and no shrink heals around then costs a round: the
+  // agent stops its waiting workers when it sees it.
   void tell_workers_whether_heals_come(const Assignment& a, const NodeView* view);
   // A view of the running round with a newer heal generation (a waiting
-  // node took over a lost one's ranks): the local workers heal in it.
-  void heal_with_newcomer(int attempt, const NodeView& view);
+  // node took over a lost one's ranks, or another member replaces a failed
+  // worker): the local workers heal in it.
+  void heal_with_others(int attempt, const NodeView& view);
   // A view of the running round with a newer heal generation and another
   // placement for this node (the round shrank past a lost node): `a` takes
   // the new ranks, the local workers are told them and heal in that

@@ -27,11 +27,14 @@ GroupPolicy::GroupPolicy(int workers, GroupPolicyOptions options, TimePoint star
 // or is a replacement still joining (a failure during a heal begins the
 // next generation: the joining replacement connects in that one too); and
 // at least one running worker must hold the state to heal from (a lone
-// worker, or one whose every peer is new, restarts instead).
+// worker, or one whose every peer is new, restarts instead). Across nodes
+// the rendezvous checks the other nodes' workers for that before it names
+// a generation.
 bool GroupPolicy::heal_allowed(int w) const {
   if (options_.max_heals <= 0 || stopping_ || any_failed_ || any_succeeded_) return false;
   if (!(heal_ready_[w] || joining_[w]) || heals_[w] >= options_.max_heals) return false;
-  bool state_survives = false;  // a running worker that holds the training state (not one still joining)
+  // A running worker that holds the training state (not one still joining).
+  bool state_survives = options_.generations_from_rendezvous;
   for (size_t o = 0; o < alive_.size(); ++o) {
     if (static_cast<int>(o) == w || !alive_[o]) continue;
     if (!(heal_ready_[o] || joining_[o]) || hung_[o]) return false;
@@ -41,7 +44,8 @@ bool GroupPolicy::heal_allowed(int w) const {
 }
 
 bool GroupPolicy::any_alive() const {
-  return std::find(alive_.begin(), alive_.end(), true) != alive_.end();
+  // One that waits for its generation is as good as running, until a stop.
+  return std::find(alive_.begin(), alive_.end(), true) != alive_.end() || (!awaiting_.empty() && !stopping_);
 }
 
 int GroupPolicy::alive_count() const {
@@ -110,31 +114,59 @@ std::vector<GroupCommand> GroupPolicy::after_exits(TimePoint now) {
     if (!alive_[w]) replace.push_back(w);  // a hung one not reaped yet waits for its exit
   }
   if (!replace.empty() && !stopping_ && !any_failed_) {
-    ++generation_;
-    for (int w : replace) {
-      alive_[w] = true;
-      term_sent_[w] = false;
-      hung_[w] = false;
-      heal_ready_[w] = false;  // the replacement says so itself
-      joining_[w] = true;
-      beats_[w] = 0;
-      beat_changed_[w] = now;
-      ++heals_[w];
-      ++heal_count_;
-      GroupCommand c;
-      c.kind = GroupCommand::kReplaceWorker;
-      c.worker = w;
-      c.generation = generation_;
-      out.push_back(c);
-    }
     to_replace_.erase(std::remove_if(to_replace_.begin(), to_replace_.end(),
                                      [&](int w) { return std::find(replace.begin(), replace.end(), w) != replace.end(); }),
                       to_replace_.end());
-    return out;
+    if (options_.generations_from_rendezvous) {
+      // One request covers every worker that waits: the generation named
+      // for it is newer than any the job has seen.
+      if (awaiting_.empty()) {
+        GroupCommand ask;
+        ask.kind = GroupCommand::kAskGeneration;
+        out.push_back(ask);
+      }
+      awaiting_.insert(awaiting_.end(), replace.begin(), replace.end());
+      return out;
+    }
+    ++generation_;
+    return replace_workers(replace, now);
   }
   if (!replace.empty()) any_failed_ = true;
   if (stopping_ || !any_failed_) return out;
   return begin_stop(SIGTERM, now);
+}
+
+std::vector<GroupCommand> GroupPolicy::replace_workers(const std::vector<int>& workers, TimePoint now) {
+  std::vector<GroupCommand> out;
+  for (int w : workers) {
+    alive_[w] = true;
+    term_sent_[w] = false;
+    hung_[w] = false;
+    heal_ready_[w] = false;  // the replacement says so itself
+    joining_[w] = true;
+    beats_[w] = 0;
+    beat_changed_[w] = now;
+    ++heals_[w];
+    ++heal_count_;
+    GroupCommand c;
+    c.kind = GroupCommand::kReplaceWorker;
+    c.worker = w;
+    c.generation = generation_;
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<GroupCommand> GroupPolicy::on_generation(uint32_t generation, TimePoint now) {
+  if (awaiting_.empty() || stopping_) return {};  // a stop (signal, new round) came first
+  std::vector<int> workers;
+  workers.swap(awaiting_);
+  if (generation == 0) {
+    any_failed_ = true;  // refused: the failures stand
+    return begin_stop(SIGTERM, now);
+  }
+  generation_ = generation;
+  return replace_workers(workers, now);
 }
 
 std::vector<GroupCommand> GroupPolicy::on_signal(int sig, TimePoint now) {

@@ -6,6 +6,7 @@
 // is unit-tested with a fake clock and no processes.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -23,7 +24,10 @@ struct GroupCommand {
   // kSuspendSelf: stop ddprun itself (after its workers, Ctrl-Z).
   // kReplaceWorker: start a replacement for `worker` (which failed) and tell
   // every running worker to heal in `generation`.
-  enum Kind { kSignalRunning, kKillWorker, kWarmStandbys, kSuspendSelf, kReplaceWorker };
+  // kAskGeneration: ask the rendezvous for a heal generation to replace the
+  // workers that wait for one in (generations_from_rendezvous); its answer
+  // comes to on_generation.
+  enum Kind { kSignalRunning, kKillWorker, kWarmStandbys, kSuspendSelf, kReplaceWorker, kAskGeneration };
   Kind kind = kSignalRunning;
   int sig = 0;     // kSignalRunning
   // kSignalRunning of a stop the agent decided itself (a worker failed or
@@ -53,6 +57,11 @@ struct GroupPolicyOptions {
   // at most this many times per worker (a rank that fails again and again,
   // a bad device, then stops the group as before). 0: never.
   int max_heals = 0;
+  // Across nodes a heal generation is the rendezvous's to name (every
+  // worker of the job heals in it, and the rendezvous checks that the
+  // other nodes' workers hold the state): a failed worker to replace waits
+  // for one (kAskGeneration, then on_generation) instead of starting at once.
+  bool generations_from_rendezvous = false;
 };
 
 class GroupPolicy {
@@ -82,6 +91,15 @@ class GroupPolicy {
   // After the exits seen together: the first failure stops the others (only
   // now, so that workers that failed together all count as failures).
   std::vector<GroupCommand> after_exits(TimePoint now);
+  // The rendezvous's answer to kAskGeneration: the generation to replace
+  // the waiting workers in, or 0 when it refused (then they are failures
+  // and the group stops).
+  std::vector<GroupCommand> on_generation(uint32_t generation, TimePoint now);
+  // Whether failed worker w waits for the rendezvous to name its heal's
+  // generation (it is not alive meanwhile).
+  bool awaiting_generation(int w) const {
+    return std::find(awaiting_.begin(), awaiting_.end(), w) != awaiting_.end();
+  }
   // SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the workers (twice: kill them);
   // SIGUSR1/2 are passed on. SIGTSTP (Ctrl-Z) stops the workers with
   // SIGSTOP, then ddprun; SIGCONT continues them, and the pause counts
@@ -119,6 +137,8 @@ class GroupPolicy {
   GroupCommand warm_standbys();
   bool standbys_by_clock() const;
   bool heal_allowed(int w) const;
+  // Starts replacements for `workers` in generation_ (already advanced).
+  std::vector<GroupCommand> replace_workers(const std::vector<int>& workers, TimePoint now);
 
   GroupPolicyOptions options_;
   std::vector<bool> alive_;      // not reaped yet
@@ -144,6 +164,7 @@ class GroupPolicy {
   std::vector<bool> joining_;  // a replacement that has not said it can heal yet
   std::vector<int> heals_;
   std::vector<int> to_replace_;
+  std::vector<int> awaiting_;  // to replace once the rendezvous names a generation
   bool any_succeeded_ = false;
   int heal_count_ = 0;
   uint32_t generation_ = 0;

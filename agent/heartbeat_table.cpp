@@ -69,6 +69,8 @@ void HeartbeatTable::set_heal_generation(int slot, uint32_t generation) {
 
 void HeartbeatTable::set_no_heal_coming(int slot, bool none) {
   __atomic_store_n(channel::no_heal_coming_word(map_, slot), none ? 1u : 0u, __ATOMIC_RELEASE);
+  // A worker that sleeps on its generation word wakes, sees it and gives up.
+  if (none) syscall(SYS_futex, channel::heal_generation_word(map_, slot), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
 void HeartbeatTable::set_placement(int slot, uint32_t generation, int rank, int world_size, int node_rank,

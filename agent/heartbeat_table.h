@@ -34,9 +34,10 @@ class HeartbeatTable {
   // Tells the worker in `slot` to heal in `generation` (and wakes it if it
   // sleeps on the word).
   void set_heal_generation(int slot, uint32_t generation);
-  // Across nodes: whether a worker whose peer fails should give up at once
-  // (no spare waits to take over and the job may not shrink) rather than
-  // wait for a heal generation.
+  // Whether a worker whose peer fails should give up at once rather than
+  // wait for a heal generation: the workers are being stopped, or (across
+  // nodes) a member's workers cannot heal. A worker that waits for a
+  // generation is woken to give up.
   void set_no_heal_coming(int slot, bool none);
   // The running round shrank: the worker in `slot` is now global rank
   // `rank` of `world_size`, on node `node_rank` of `num_nodes`, from heal

@@ -13,7 +13,8 @@ namespace {
 bool news(const std::optional<NodeView>& a, const NodeView& b) {
   return !a || a->known != b.known || a->round != b.round || a->phase != b.phase ||
          a->nodes_waiting != b.nodes_waiting || a->heal_generation != b.heal_generation ||
-         a->takeover_ready != b.takeover_ready || !(a->placement == b.placement);
+         a->takeover_ready != b.takeover_ready || !(a->placement == b.placement) ||
+         a->heal_request_id != b.heal_request_id;
 }
 
 int64_t mono_ns() {
@@ -98,6 +99,19 @@ void LeaseKeeper::reset() {
   [[maybe_unused]] ssize_t n = read(event_fd_, &count, sizeof(count));
 }
 
+uint64_t LeaseKeeper::request_heal(const std::string& detail) {
+  uint64_t id;
+  {
+    std::lock_guard lock(mu_);
+    id = ++heal_.id;
+    heal_.detail = detail;
+    heal_unanswered_ = true;
+    send_now_ = true;
+  }
+  stop_cv_.notify_all();
+  return id;
+}
+
 LeaseStatus LeaseKeeper::peek() const {
   std::lock_guard lock(mu_);
   return status_;
@@ -109,6 +123,7 @@ void LeaseKeeper::loop() {
   std::unique_lock lock(mu_);
   while (!stop_) {
     const uint64_t epoch = epoch_;
+    const HealRequest heal = heal_unanswered_ ? heal_ : HealRequest{};
     lock.unlock();
     // Each call may take up to one interval, so a slow link still renews.
     std::optional<NodeView> view;
@@ -116,13 +131,14 @@ void LeaseKeeper::loop() {
     const int64_t send_ns = mono_ns();
     try {
       view = client_.keep_alive(options_.job_id, options_.node_id, options_.interval * 2,
-                                workers_heal_round_.load());
+                                workers_heal_round_.load(), heal);
     } catch (const std::exception& e) {
       error = e.what();
     }
     const int64_t recv_ns = mono_ns();
     const auto now = Clock::now();
     lock.lock();
+    if (view && view->heal_request_id >= heal_.id) heal_unanswered_ = false;
     if (view && view->server_mono_ns != 0) {
       clock_ = better_clock_estimate(clock_, send_ns, recv_ns, view->server_mono_ns);
     }
@@ -143,7 +159,8 @@ void LeaseKeeper::loop() {
       }
     }
     if (changed) notify();
-    stop_cv_.wait_for(lock, options_.interval, [this] { return stop_; });
+    stop_cv_.wait_for(lock, options_.interval, [this] { return stop_ || send_now_; });
+    send_now_ = false;
   }
 }
 

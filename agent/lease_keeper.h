@@ -66,6 +66,12 @@ class LeaseKeeper {
   // The round in which all of this node's workers heal in place (-1: none),
   // sent with every keep-alive from now on.
   void set_workers_heal_round(int64_t round) { workers_heal_round_.store(round); }
+  // Asks the rendezvous for the running round's next heal generation (a
+  // local worker failed and is to be replaced): sent at once, and again with
+  // every keep-alive until a view answers it. Returns the request's id; the
+  // answer is the view's heal_request_generation once its heal_request_id
+  // is this id (fd() becomes readable then).
+  uint64_t request_heal(const std::string& detail);
   // The clock offset estimated so far; nullopt before the first answer
   // stamped with the service's clock.
   std::optional<ClockEstimate> clock() const;
@@ -86,6 +92,9 @@ class LeaseKeeper {
   std::optional<ClockEstimate> clock_;  // kept across reset(): the clocks do not change
   bool hold_wanted_ = false;
   std::atomic<int64_t> workers_heal_round_{-1};
+  HealRequest heal_;          // the newest request (id 0: none yet)
+  bool heal_unanswered_ = false;
+  bool send_now_ = false;     // wakes the loop before its interval is up
   CallCanceller hold_cancel_;
   std::thread thread_;
   std::thread hold_thread_;

@@ -158,8 +158,11 @@ void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
           }
         }
         for (size_t i = 0; i < workers_.size(); ++i) {
-          if (!c.agent_decided || !options_.heartbeats || !policy_->alive(static_cast<int>(i))) continue;
-          options_.heartbeats->set_stop_reason(workers_[i]->launch->id.local_rank, channel::kAgentDecided);
+          if (!options_.heartbeats || !policy_->alive(static_cast<int>(i))) continue;
+          const int lr = workers_[i]->launch->id.local_rank;
+          if (c.agent_decided) options_.heartbeats->set_stop_reason(lr, channel::kAgentDecided);
+          // A worker that waits for a heal generation gives up: none comes.
+          if (policy_->stopping()) options_.heartbeats->set_no_heal_coming(lr, true);
         }
         for (size_t i = 0; i < workers_.size(); ++i) {
           // The whole process group: the worker and whatever it started.
@@ -173,6 +176,15 @@ void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
       case GroupCommand::kReplaceWorker:
         replace(c.worker, c.generation);
         break;
+      case GroupCommand::kAskGeneration: {
+        std::string why;
+        for (const auto& [i, e] : awaiting_) {
+          why += (why.empty() ? "" : "; ") + ("rank " + std::to_string(e.rank) + " failed (" +
+                                             (e.reason.empty() ? describe_exit(e) : e.reason) + ")");
+        }
+        options_.heal_namer.ask(why);
+        break;
+      }
       case GroupCommand::kSuspendSelf:
         suspend_self();
         break;
@@ -322,7 +334,12 @@ void WorkerGroup::reap() {
     const bool replaced = std::any_of(commands.begin(), commands.end(), [i = i](const GroupCommand& c) {
       return c.kind == GroupCommand::kReplaceWorker && c.worker == i;
     });
-    if (replaced) {
+    if (policy_->awaiting_generation(i)) {
+      spdlog::warn("rank {} (pid {}) failed ({}); asking the rendezvous for a heal generation to replace it in "
+                   "while the other workers go on",
+                   e.rank, e.pid, e.reason.empty() ? describe_exit(e) : e.reason);
+      awaiting_.emplace_back(i, std::move(e));
+    } else if (replaced) {
       spdlog::warn("rank {} (pid {}) failed ({}); replacing it while the other workers go on (heal {} of the "
                    "job; --max-heals {} per rank)",
                    e.rank, e.pid, e.reason.empty() ? describe_exit(e) : e.reason, policy_->heal_count(),
@@ -381,6 +398,33 @@ void WorkerGroup::drain_consoles(std::chrono::milliseconds limit) {
   }
 }
 
+void WorkerGroup::check_heal_answer() {
+  if (awaiting_.empty() || !options_.heal_namer.answer) return;
+  const auto generation = options_.heal_namer.answer();
+  if (!generation) return;
+  const auto commands = policy_->on_generation(*generation, std::chrono::steady_clock::now());
+  for (auto& [i, e] : awaiting_) {
+    const bool replaced = std::any_of(commands.begin(), commands.end(), [i = i](const GroupCommand& c) {
+      return c.kind == GroupCommand::kReplaceWorker && c.worker == i;
+    });
+    if (!replaced) {
+      if (*generation == 0) {
+        spdlog::warn("rank {} (pid {}) cannot be replaced: the rendezvous named no heal generation (the round "
+                     "is not running, or another node's workers cannot heal now); stopping the other workers",
+                     e.rank, e.pid);
+      }
+      result_.failures.push_back(std::move(e));
+    } else {
+      spdlog::warn("rank {} (pid {}): its replacement heals from the other workers in generation {} (heal {} of "
+                   "the node; --max-heals {} per rank)",
+                   e.rank, e.pid, *generation, policy_->heal_count(), options_.max_heals);
+      result_.healed.push_back(std::move(e));
+    }
+  }
+  awaiting_.clear();
+  execute(commands);
+}
+
 void WorkerGroup::check_control() {
   if (policy_->stopping() || !options_.on_control) return;
   if (auto why = options_.on_control()) {
@@ -415,6 +459,7 @@ GroupResult WorkerGroup::run() {
   po.wants_standbys = static_cast<bool>(options_.on_all_beating);
   po.standby_warmup = options_.standby_warmup;
   po.max_heals = options_.heartbeats ? options_.max_heals : 0;
+  po.generations_from_rendezvous = static_cast<bool>(options_.heal_namer.ask);
   policy_ = std::make_unique<GroupPolicy>(static_cast<int>(launches_.size()), po,
                                           std::chrono::steady_clock::now());
   start_all();  // on a failure to start, the destructor kills those started
@@ -481,7 +526,11 @@ GroupResult WorkerGroup::run() {
         execute(policy_->on_signal(*sig, std::chrono::steady_clock::now()));
       }
     }
+    // The answer may come with any view: it is looked at each time round
+    // (the control fd wakes the loop, then on_control consumes its news).
+    check_heal_answer();
     if (control && (fds[1].revents & POLLIN)) check_control();
+    check_heal_answer();
     check_heartbeats();
     check_monitor();
     auto ticked = policy_->on_tick(std::chrono::steady_clock::now());
@@ -491,6 +540,10 @@ GroupResult WorkerGroup::run() {
     }
     execute(ticked);
   }
+
+  // Workers that waited for a heal generation when the group stopped failed.
+  for (auto& [i, e] : awaiting_) result_.failures.push_back(std::move(e));
+  awaiting_.clear();
 
   // The workers are done. A console that reads slowly gets the rest; one
   // that does not read at all loses it.

@@ -47,6 +47,16 @@ struct GroupResult {
   std::vector<LogLoss> log_losses;   // log files that did not get everything
 };
 
+// Across nodes the rendezvous names heal generations
+// (GroupPolicyOptions::generations_from_rendezvous). Neither call blocks.
+struct HealNamer {
+  // Asks for the next generation; why: what failed, in words.
+  std::function<void(const std::string& why)> ask;
+  // The answer, looked at when control_fd is readable: nullopt while none
+  // came, 0 when refused, else the generation.
+  std::function<std::optional<uint32_t>()> answer;
+};
+
 struct GroupOptions {
   std::string host;
   std::chrono::milliseconds stop_timeout{std::chrono::seconds(10)};  // SIGTERM → SIGKILL
@@ -79,6 +89,9 @@ struct GroupOptions {
   // Where a replacement's process comes from: a warm standby when this
   // gives one, else a fresh spawn.
   std::function<std::optional<Standby>()> take_standby;
+  // Set across nodes: a replacement waits for the rendezvous to name its
+  // generation (and control_fd to say the answer came).
+  HealNamer heal_namer;
 };
 
 class WorkerGroup {
@@ -98,6 +111,8 @@ class WorkerGroup {
   void drain(Worker& w, bool until_eof);
   void check_heartbeats();
   void check_control();
+  // The rendezvous's answer for the workers that wait for a heal generation.
+  void check_heal_answer();
   void check_monitor();
   // Gives a console that is slow, not stalled, the lines it has not taken
   // yet: waits while it takes some within a second, for at most `limit`.
@@ -122,6 +137,9 @@ class WorkerGroup {
   // Exits the policy called kHealed, until after_exits says whether they
   // are replaced (else they are failures); why hung workers were killed.
   std::vector<std::pair<int, WorkerExit>> heal_pending_;
+  // Failed workers waiting for the rendezvous to name their replacement's
+  // generation (HealNamer).
+  std::vector<std::pair<int, WorkerExit>> awaiting_;
   std::map<int, std::string> killed_hung_;
 };
 

@@ -14,11 +14,11 @@
 //                 failed workers (then a futex wake); the survivors wait
 //                 for it to pass the one they run in, then connect their
 //                 communicators afresh under that generation's keys;
-//   bytes 88..91  no heal coming: written by the agent of a multi-node job,
-//                 1 while a lost node would not be healed around (no spare
-//                 waits to take over and the job may not shrink: a worker
-//                 whose peer fails then exits at once and the round
-//                 restarts, instead of waiting for a generation), else 0;
+//   bytes 88..91  no heal coming: written by the agent, 1 when a failed
+//                 peer will not be healed around (the agent stops the
+//                 workers; across nodes, a member's workers cannot heal), so
+//                 a worker whose peer fails exits at once instead of waiting
+//                 for a generation (one that waits is woken), else 0;
 //   bytes 92..111 placement: written by the agent when the running round
 //                 shrank (a lost node's ranks went, the survivors' moved
 //                 down): the heal generation it belongs to (0: none; the

@@ -122,7 +122,8 @@ std::string format_status(const std::string& job_id, const std::string& endpoint
   out += line;
   if (s.heal_generation > 0) {
     std::snprintf(line, sizeof(line),
-                  "  node heals  %u in this round (lost nodes healed around: a spare took over, or the job shrank)\n",
+                  "  heals       %u in this round (a spare took over a lost node, the job shrank past one, or a "
+                  "node replaced a failed worker)\n",
                   s.heal_generation);
     out += line;
   }
@@ -195,7 +196,7 @@ std::string format_status_json(const std::string& job_id, const std::string& end
   j["min_nodes"] = s.settings.min_nodes;
   j["max_nodes"] = s.settings.max_nodes;
   j["nodes_waiting"] = s.nodes_waiting;
-  j["node_heals"] = s.heal_generation;
+  j["heals"] = s.heal_generation;
   j["nodes"] = json::array();
   for (const auto& n : s.nodes) {
     json jn{{"node_id", n.node_id},

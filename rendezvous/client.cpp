@@ -153,11 +153,16 @@ JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
 }
 
 NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::string& node_id,
-                                      std::chrono::milliseconds timeout, int64_t workers_heal_round) {
+                                      std::chrono::milliseconds timeout, int64_t workers_heal_round,
+                                      const HealRequest& heal) {
   v1::KeepAliveRequest req;
   req.set_job_id(job_id);
   req.set_node_id(node_id);
   req.set_workers_heal_round(workers_heal_round);
+  if (heal.id != 0) {
+    req.mutable_heal_request()->set_id(heal.id);
+    req.mutable_heal_request()->set_detail(heal.detail);
+  }
   v1::KeepAliveResponse resp;
   grpc::ClientContext ctx;
   attach_token(ctx, stub_->token);
@@ -179,6 +184,9 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
   v.server_mono_ns = resp.server_mono_ns();
   v.heal_generation = resp.heal_generation();
   v.takeover_ready = resp.takeover_ready();
+  v.heal_request_id = resp.heal_request_id();
+  v.heal_request_generation = resp.heal_request_generation();
+  v.heal_reason = static_cast<HealReason>(resp.heal_reason());
   if (resp.has_placement()) {
     const auto& p = resp.placement();
     v.placement = Placement{p.node_rank(), p.num_nodes(), p.world_size(), p.first_global_rank()};

@@ -72,9 +72,11 @@ class RendezvousClient {
   JoinResult join(const JoinArgs& args, CallCanceller* canceller = nullptr);
   // Renews the node's lease; throws RendezvousCallError.
   // workers_heal_round: the round in which all of this node's workers heal
-  // in place (-1: none).
+  // in place (-1: none). heal: a request for a heal generation (id 0: none),
+  // answered in the view.
   NodeView keep_alive(const std::string& job_id, const std::string& node_id,
-                      std::chrono::milliseconds timeout, int64_t workers_heal_round = -1);
+                      std::chrono::milliseconds timeout, int64_t workers_heal_round = -1,
+                      const HealRequest& heal = {});
   // Holds the node's place: opens a Hold call and blocks until the service
   // ends it or canceller cancels it; returns how it ended, in words.
   // on_open runs once the service holds the node.

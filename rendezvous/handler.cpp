@@ -277,8 +277,13 @@ Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliv
   if (auto bad = check_token(*ctx, options_.token)) return *bad;
   if (auto bad = check_job(req->job_id())) return *bad;
   if (req->node_id().empty()) return invalid_argument("node_id is empty");
+  if (req->heal_request().detail().size() > kMaxHealDetailBytes) {
+    return invalid_argument("heal_request.detail is " + std::to_string(req->heal_request().detail().size()) +
+                            " bytes; at most " + std::to_string(kMaxHealDetailBytes));
+  }
+  const HealRequest heal{req->heal_request().id(), req->heal_request().detail()};
   return guarded([&] {
-    NodeView v = registry_.keep_alive(req->job_id(), req->node_id(), req->workers_heal_round());
+    NodeView v = registry_.keep_alive(req->job_id(), req->node_id(), req->workers_heal_round(), heal);
     resp->set_known(v.known);
     resp->set_round(v.round);
     resp->set_round_closed(v.closed);
@@ -289,6 +294,9 @@ Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliv
     resp->set_restart_count(v.restart_count);
     resp->set_heal_generation(v.heal_generation);
     resp->set_takeover_ready(v.takeover_ready);
+    resp->set_heal_request_id(v.heal_request_id);
+    resp->set_heal_request_generation(v.heal_request_generation);
+    resp->set_heal_reason(static_cast<v1::HealReason>(v.heal_reason));
     if (v.placement.node_rank >= 0) {
       v1::Placement* p = resp->mutable_placement();
       p->set_node_rank(v.placement.node_rank);

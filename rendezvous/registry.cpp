@@ -269,7 +269,7 @@ JoinResult JobRegistry::join(JoinCall call) {
 }
 
 NodeView JobRegistry::keep_alive(const std::string& job_id, const std::string& node_id,
-                                 int64_t workers_heal_round) {
+                                 int64_t workers_heal_round, const HealRequest& heal) {
   std::vector<Completion> completions;
   NodeView v;
   {
@@ -282,7 +282,7 @@ NodeView JobRegistry::keep_alive(const std::string& job_id, const std::string& n
     }
     const auto now = Clock::now();
     settle_locked(*job, now, completions);  // expire others' leases first
-    v = job->rounds->keep_alive(node_id, now, workers_heal_round);
+    v = job->rounds->keep_alive(node_id, now, workers_heal_round, heal);
   }
   run(completions);
   return v;

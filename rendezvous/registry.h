@@ -86,9 +86,9 @@ class JobRegistry {
   JoinResult join(JoinCall call);
 
   // A node's sign of life, and what it should know about the job.
-  // workers_heal_round: see RoundState::keep_alive.
+  // workers_heal_round, heal: see RoundState::keep_alive.
   NodeView keep_alive(const std::string& job_id, const std::string& node_id,
-                      int64_t workers_heal_round = -1);
+                      int64_t workers_heal_round = -1, const HealRequest& heal = {});
   // round: a success's round (RoundState::leave; throws RendezvousError
   // when that round is over).
   void leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,

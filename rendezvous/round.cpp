@@ -136,6 +136,7 @@ void RoundState::open_next_round(RoundReason reason, std::string detail, TimePoi
   }
   closed_ = false;
   heal_generation_ = 0;
+  heal_reason_ = HealReason::kNone;
   reason_ = reason;
   detail_ = std::move(detail);
   members_.clear();
@@ -261,6 +262,7 @@ bool RoundState::take_over(const std::string& lost, const Node& gone, const std:
   Assignment a = held->second;
   assignments_.erase(held);
   a.heal_generation = ++heal_generation_;
+  heal_reason_ = HealReason::kTakeover;
   a.lost_since_last_round = take_unreported_losses();
   assignments_[id] = a;
   std::replace(members_.begin(), members_.end(), lost, id);
@@ -314,13 +316,36 @@ void RoundState::leave(const std::string& id, LeaveKind kind, const std::string&
   }
 }
 
-NodeView RoundState::keep_alive(const std::string& node_id, TimePoint now, int64_t workers_heal_round) {
+NodeView RoundState::keep_alive(const std::string& node_id, TimePoint now, int64_t workers_heal_round,
+                                const HealRequest& heal) {
   auto it = nodes_.find(node_id);
   if (it != nodes_.end()) {
-    it->second.last_seen = now;
-    it->second.workers_heal_round = workers_heal_round;
+    Node& n = it->second;
+    n.last_seen = now;
+    n.workers_heal_round = workers_heal_round;
+    // Each request is answered once: a repeat (its answer was lost on the
+    // way) must not name a second generation.
+    if (heal.id != 0 && heal.id != n.heal_request_id) {
+      n.heal_request_id = heal.id;
+      n.heal_request_generation = name_worker_heal(node_id, heal.detail);
+    }
   }
   return view(node_id);
+}
+
+uint32_t RoundState::name_worker_heal(const std::string& id, const std::string& detail) {
+  // The round runs with this node in it, and every other member's workers
+  // hold the state and heal (the node's own replied for themselves: its
+  // agent let the failed one be replaced only if the others there heal).
+  if (phase_ != JobPhase::kActive || !closed_ || !is_member(id) || members_.size() < 2 || !members_heal(id)) {
+    return 0;
+  }
+  ++heal_generation_;
+  heal_reason_ = HealReason::kWorker;
+  const Node& n = nodes_.at(id);
+  detail_ = "node " + quote_id(id) + " (" + n.spec.host + "): " + detail + "; replaced there in heal generation " +
+            std::to_string(heal_generation_);
+  return heal_generation_;
 }
 
 NodeView RoundState::view(const std::string& node_id) const {
@@ -334,8 +359,13 @@ NodeView RoundState::view(const std::string& node_id) const {
   v.nodes_waiting = static_cast<int>(waiting_.size());
   v.restart_count = restarts_;
   v.heal_generation = heal_generation_;
+  v.heal_reason = heal_reason_;
   v.takeover_ready = closed_ && members_.size() >= 2 && members_heal();
   if (auto a = assignment(node_id)) v.placement = a->placement();
+  if (auto it = nodes_.find(node_id); it != nodes_.end()) {
+    v.heal_request_id = it->second.heal_request_id;
+    v.heal_request_generation = it->second.heal_request_generation;
+  }
   return v;
 }
 
@@ -408,6 +438,7 @@ bool RoundState::shrink(const std::string& lost, const Node& gone, const std::st
   const NodeSpec& master = nodes_.at(by_rank.front().second).spec;
   const std::vector<std::string> losses = take_unreported_losses();
   ++heal_generation_;
+  heal_reason_ = HealReason::kShrink;
   int first = 0;
   for (int rank = 0; rank < left; ++rank) {
     const std::string& id = by_rank[size_t(rank)].second;

@@ -36,6 +36,13 @@
 // new ranks (the view's placement) and heal among themselves.
 // Otherwise a lost member supersedes the round as above.
 //
+// Worker heal: when one worker of a member fails, its agent asks (HealRequest
+// on its keep-alive) for the next heal generation. While the round runs and
+// every other member's workers heal, the generation goes one higher: the
+// agent starts a replacement in it and every other member's workers heal
+// with it. Otherwise the request is refused and the member's failure ends
+// the round as above.
+//
 // Node ranks stay where they were when the same nodes return, so node 0
 // keeps rank 0 while it lives. Once a node reports success the job is
 // finished; once restarts are used up it has failed; either way nothing more
@@ -74,8 +81,10 @@ class RoundState {
   // A sign of life from a node; what it should know about the job.
   // workers_heal_round: the round in which all of the node's workers heal in
   // place (-1: none); a member may be taken over from only while this is the
-  // current round.
-  NodeView keep_alive(const std::string& node_id, TimePoint now, int64_t workers_heal_round = -1);
+  // current round. heal: the node's heal request (id 0: none), answered in
+  // the view (heal_request_id, heal_request_generation).
+  NodeView keep_alive(const std::string& node_id, TimePoint now, int64_t workers_heal_round = -1,
+                      const HealRequest& heal = {});
   NodeView view(const std::string& node_id) const;
   // The whole job as `ddprun status` shows it (progress is the registry's).
   JobStatus status(TimePoint now) const;
@@ -119,7 +128,8 @@ class RoundState {
   const std::vector<LostNode>& lost() const { return lost_; }
   const RoundSettings& settings() const { return settings_; }
   RoundReason reason() const { return reason_; }
-  // Takeovers and shrinks in the running round so far (its heal generation).
+  // Takeovers, shrinks and worker heals in the running round so far (its
+  // heal generation).
   uint32_t heal_generation() const { return heal_generation_; }
 
  private:
@@ -128,6 +138,8 @@ class RoundState {
     Duration lease{0};
     TimePoint last_seen;
     int64_t workers_heal_round = -1;  // see keep_alive
+    uint64_t heal_request_id = 0;     // its last answered HealRequest
+    uint32_t heal_request_generation = 0;  // named for it (0: refused)
   };
   void validate_join(const NodeSpec& node, const RoundSettings& settings) const;
   void add_member(const std::string& id, TimePoint now);
@@ -145,6 +157,9 @@ class RoundState {
   // The running round goes on without `lost` if the shrink rules hold;
   // false if not.
   bool shrink(const std::string& lost, const Node& gone, const std::string& how);
+  // The heal generation named for a member's failed worker (HealRequest),
+  // or 0 when the worker heal rules do not hold.
+  uint32_t name_worker_heal(const std::string& id, const std::string& detail);
   // The nodes lost since the last assignments went out, as "'id' (host):
   // why", now counted as told.
   std::vector<std::string> take_unreported_losses();
@@ -161,7 +176,8 @@ class RoundState {
   uint64_t generation_ = 0;
   RoundReason reason_ = RoundReason::kFirst;
   std::string detail_;
-  uint32_t heal_generation_ = 0;  // takeovers and shrinks in the current round
+  uint32_t heal_generation_ = 0;  // takeovers, shrinks and worker heals in the current round
+  HealReason heal_reason_ = HealReason::kNone;  // of the newest
 
   std::unordered_map<std::string, Node> nodes_;  // every node in the job
   std::vector<std::string> members_;             // of the current round, join order

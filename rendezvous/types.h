@@ -40,6 +40,9 @@ struct NodeSpec {
 // Why a round was opened; followers of a round change learn it.
 enum class RoundReason { kFirst, kWorkerFailure, kNodeLost, kNodeLeft, kAdmit };
 
+// What named the running round's newest heal generation (proto HealReason).
+enum class HealReason { kNone, kTakeover, kShrink, kWorker };
+
 // Whether the job still runs, and how it ended.
 enum class JobPhase { kActive, kSucceeded, kFailed };
 
@@ -53,6 +56,17 @@ struct Placement {
   int first_global_rank = 0;
   bool operator==(const Placement&) const = default;
 };
+
+// A member asks for the running round's next heal generation: one of its
+// workers failed and its agent replaces it while every other worker of the
+// job heals (checkpointless recovery across nodes). id counts the agent's
+// requests (0: none); the rendezvous answers each id once, and a repeated
+// id (a keep-alive whose answer was lost) gets the same answer again.
+struct HealRequest {
+  uint64_t id = 0;
+  std::string detail;  // what failed, in words
+};
+inline constexpr size_t kMaxHealDetailBytes = 1024;
 
 struct Assignment {
   int64_t round = 0;
@@ -120,6 +134,11 @@ struct NodeView {
   // The node's place in the running round (node_rank -1: not a member of a
   // closed round).
   Placement placement;
+  // The node's last answered HealRequest (0: none) and the generation named
+  // for it (0: refused).
+  uint64_t heal_request_id = 0;
+  uint32_t heal_request_generation = 0;
+  HealReason heal_reason = HealReason::kNone;  // what named heal_generation
 };
 
 // Training progress as the agent of global rank 0 reports it (from the

@@ -508,6 +508,58 @@ TEST(NetNodes, ASpareNodeTakesOverACutOffNodesRanksAndTheJobEndsBitwiseEqual) {
   expect_spare_takes_over(Loss::kCutOff);
 }
 
+// A worker (not its node) dies: its agent asks the rendezvous for a heal
+// generation, starts a replacement in it, and the other node's worker heals
+// with it. Nothing restarts: node 0's worker is the same process throughout,
+// and the job ends with exactly the parameters of an uninterrupted run.
+TEST(NetNodes, AKilledWorkerOfOneNodeIsReplacedThereAndTheJobEndsBitwiseEqual) {
+  std::string why;
+  auto lab = lab_or_skip(2, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
+  auto prog = [](const fs::path& summary) {
+    return std::vector<std::string>{TRAIN_BIN, "--limit", "8000", "--epochs", "2", "--print-steps",
+                                    "--summary-json", summary.string()};
+  };
+  const fs::path ref = temp("worker-heal-ref.json");
+  Finished one = ddptest::run(node_cmd({"--nproc", "2"}, prog(ref)), env);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const std::string want = checksum_in(ref);
+  ASSERT_FALSE(want.empty());
+
+  const fs::path summary = temp("worker-heal.json");
+  auto node = [&](int i) {
+    return lab->wrap(i, node_cmd({"--nnodes", "2", "--nproc", "1", "--node-rank", std::to_string(i),
+                                  "--rdzv-endpoint", lab->addr(0) + ":29400", "--rdzv-id", "worker-heal",
+                                  "--max-restarts", "3", "--stop-timeout", "3", "--rdzv-conf", "join_timeout=120"},
+                                 prog(summary)));
+  };
+  Process n0(node(0), env);
+  Process n1(node(1), env);
+  ASSERT_TRUE(reach_step(n0, 40)) << n0.out() << n0.err();
+  const pid_t before = worker_of(n0);
+  const pid_t victim = worker_of(n1);
+  ASSERT_NE(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(reach_step(n0, 70)) << n0.out() << n0.err();
+  const pid_t after = worker_of(n0);
+  Finished f0 = n0.finish(4min);
+  Finished f1 = n1.finish(4min);
+  EXPECT_EQ(f0.exit_code, 0) << f0.err;
+  EXPECT_EQ(f1.exit_code, 0) << f1.err;
+  EXPECT_TRUE(contains(f1.err, "asking the rendezvous for a heal generation")) << f1.err;
+  EXPECT_TRUE(contains(f1.err, "its replacement heals from the other workers in generation 1")) << f1.err;
+  EXPECT_TRUE(contains(f0.err, "the workers here heal with the replacement")) << f0.err;
+  for (const Finished* f : {&f0, &f1}) {
+    EXPECT_FALSE(contains(f->err, "restarting the workers")) << f->err;
+    EXPECT_FALSE(contains(f->err, "superseded")) << f->err;
+  }
+  EXPECT_NE(before, 0);
+  EXPECT_EQ(after, before) << "node 0's worker was restarted";
+  EXPECT_TRUE(contains(f1.out, "joined at step")) << f1.out;
+  EXPECT_EQ(checksum_in(summary), want) << "the healed run's parameters differ from an uninterrupted run's";
+}
+
 // Shrink: no node waits to take a lost node's place, and --nnodes 1:2 lets
 // the job run on one. The round goes on without node 1: node 0's worker is
 // the same process throughout, it heals alone as rank 0 of 1, and the

@@ -292,6 +292,62 @@ TEST(GroupPolicy, AHungWorkerIsKilledAndReplacedWhileTheOthersGoOn) {
   EXPECT_FALSE(p.stopping());
 }
 
+// Across nodes the rendezvous names the generation: the failed worker waits
+// for it (not running, but the group goes on, even when it was the node's
+// only worker: the state lives on the other nodes), then is replaced in it.
+TEST(GroupPolicy, AcrossNodesAReplacementWaitsForTheGenerationTheRendezvousNames) {
+  GroupPolicyOptions o = healing(3);
+  o.generations_from_rendezvous = true;
+  GroupPolicy p(1, o, t0);
+  all_ready(p, 1);
+  EXPECT_EQ(p.on_exit(0, true), WorkerEnd::kHealed);
+  auto cs = p.after_exits(t0);
+  ASSERT_EQ(cs.size(), 1u);
+  EXPECT_EQ(cs[0].kind, GroupCommand::kAskGeneration);
+  EXPECT_TRUE(p.awaiting_generation(0));
+  EXPECT_FALSE(p.alive(0));
+  EXPECT_TRUE(p.any_alive());  // the group waits with it
+  cs = replacements(p.on_generation(7, t0 + 10ms));
+  ASSERT_EQ(cs.size(), 1u);
+  EXPECT_EQ(cs[0].worker, 0);
+  EXPECT_EQ(cs[0].generation, 7u);
+  EXPECT_TRUE(p.alive(0));
+  EXPECT_FALSE(p.awaiting_generation(0));
+  EXPECT_EQ(p.heal_count(), 1);
+  EXPECT_EQ(p.on_exit(0, false), WorkerEnd::kSucceeded);
+  EXPECT_EQ(p.outcome(), GroupPolicy::kSucceeded);
+}
+
+TEST(GroupPolicy, AcrossNodesARefusedGenerationStopsTheGroupAsAFailure) {
+  GroupPolicyOptions o = healing(3);
+  o.generations_from_rendezvous = true;
+  GroupPolicy p(3, o, t0);
+  all_ready(p, 3);
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kHealed);
+  EXPECT_EQ(p.after_exits(t0).size(), 1u);  // the question
+  EXPECT_EQ(p.on_exit(2, true), WorkerEnd::kHealed);
+  EXPECT_TRUE(p.after_exits(t0).empty());  // already asked: one answer serves both
+  EXPECT_TRUE(signals(p.on_generation(0, t0 + 10ms), SIGTERM));
+  EXPECT_FALSE(p.awaiting_generation(1));
+  EXPECT_EQ(p.on_exit(0, true), WorkerEnd::kStopped);
+  EXPECT_FALSE(p.any_alive());
+  EXPECT_EQ(p.outcome(), GroupPolicy::kWorkerFailed);
+}
+
+TEST(GroupPolicy, AcrossNodesAStopBeforeTheAnswerEndsTheWait) {
+  GroupPolicyOptions o = healing(3);
+  o.generations_from_rendezvous = true;
+  GroupPolicy p(2, o, t0);
+  all_ready(p, 2);
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kHealed);
+  p.after_exits(t0);
+  EXPECT_TRUE(signals(p.on_control("round 0 was superseded", t0 + 5ms), SIGTERM));
+  EXPECT_TRUE(replacements(p.on_generation(3, t0 + 10ms)).empty());  // too late
+  EXPECT_EQ(p.on_exit(0, true), WorkerEnd::kStopped);
+  EXPECT_FALSE(p.any_alive());
+  EXPECT_EQ(p.outcome(), GroupPolicy::kStoppedForRound);
+}
+
 // A second failure while a replacement still joins (two kills a few
 // milliseconds apart, or the sender dying mid-heal): the next generation,
 // and the joining replacement counts as one that can heal.

@@ -570,5 +570,57 @@ TEST(Round, NoShrinkBelowMinNodesWhileANodeWaitsOrUnlessEveryoneLeftHeals) {
   EXPECT_EQ(not_healing.reason(), RoundReason::kNodeLost);
 }
 
+// A member's worker failed: its agent asks for a heal generation. The round
+// runs on, every member heals in the generation named, and each request is
+// answered once (a repeat, its answer lost, names no second generation).
+TEST(Round, AMembersFailedWorkerIsHealedInAGenerationTheRoundNamesOnce) {
+  RoundSettings s{3, 3, 0ms, 5};
+  RoundState r = running_healers(s);
+  NodeView v = r.keep_alive("b", t0 + 1s, 0, HealRequest{1, "rank 2 failed (SIGKILL)"});
+  EXPECT_EQ(v.heal_request_id, 1u);
+  EXPECT_EQ(v.heal_request_generation, 1u);
+  EXPECT_EQ(v.heal_generation, 1u);
+  EXPECT_EQ(v.heal_reason, HealReason::kWorker);
+  EXPECT_NE(v.detail.find("'b' (b-host): rank 2 failed (SIGKILL)"), std::string::npos) << v.detail;
+  EXPECT_EQ(r.current_round(), 0);
+  EXPECT_EQ(r.restart_count(), 0);
+  // The others learn the generation, with no request of their own answered.
+  NodeView a = r.keep_alive("a", t0 + 1s, 0);
+  EXPECT_EQ(a.heal_generation, 1u);
+  EXPECT_EQ(a.heal_request_id, 0u);
+  EXPECT_EQ(a.heal_reason, HealReason::kWorker);
+  // The same request again: the same answer, no new generation.
+  v = r.keep_alive("b", t0 + 2s, 0, HealRequest{1, "rank 2 failed (SIGKILL)"});
+  EXPECT_EQ(v.heal_request_generation, 1u);
+  EXPECT_EQ(r.heal_generation(), 1u);
+  // A later failure: the next generation.
+  v = r.keep_alive("c", t0 + 3s, 0, HealRequest{1, "rank 4 failed (exit code 1)"});
+  EXPECT_EQ(v.heal_request_generation, 2u);
+  EXPECT_EQ(r.heal_generation(), 2u);
+}
+
+TEST(Round, AWorkerHealIsRefusedUnlessTheRoundRunsAndEveryOtherMemberHeals) {
+  RoundSettings s{3, 3, 0ms, 5};
+  RoundState not_healing = running_healers(s);
+  not_healing.keep_alive("c", t0 + 1s, -1);  // c's workers cannot heal
+  NodeView v = not_healing.keep_alive("b", t0 + 1s, 0, HealRequest{1, "rank 2 failed"});
+  EXPECT_EQ(v.heal_request_id, 1u);
+  EXPECT_EQ(v.heal_request_generation, 0u);
+  EXPECT_EQ(not_healing.heal_generation(), 0u);
+  // The asking member's own word does not count against it (its failed
+  // worker no longer says it heals).
+  RoundState own = running_healers(s);
+  EXPECT_EQ(own.keep_alive("b", t0 + 1s, -1, HealRequest{7, "rank 2 failed"}).heal_request_generation, 1u);
+  // Not while a round is open, nor for a node that waits.
+  RoundState open(s);
+  open.join(healing("a"), s, kFirst, 0ms, t0);
+  open.join(healing("b"), s, kFirst, 0ms, t0);
+  EXPECT_EQ(open.keep_alive("a", t0, 0, HealRequest{1, "x"}).heal_request_generation, 0u);
+  RoundState full = running_healers(s);
+  full.join(healing("d"), s, kFirst, 0ms, t0 + 1s);
+  EXPECT_EQ(full.keep_alive("d", t0 + 1s, 0, HealRequest{1, "x"}).heal_request_generation, 0u);
+  EXPECT_EQ(full.heal_generation(), 0u);
+}
+
 }  // namespace
 }  // namespace ddprun

@@ -342,6 +342,32 @@ TEST(RendezvousService, KeepAliveAndLeaveOverGrpc) {
   }
 }
 
+// A member's heal request rides on its keep-alive and is answered in the
+// response; a detail past its limit is refused before anything changes.
+TEST(RendezvousService, AHealRequestIsAnsweredOverGrpcAndAnOversizedOneRefused) {
+  RendezvousServer server("127.0.0.1", 0, no_nccl);
+  RendezvousClient client(server.address());
+  RoundSettings s{2, 2, 0ms, 3};
+  std::thread b([&] { server.registry().join(call("job", named("b"), s, 10s, {-1, false}, 60s)); });
+  server.registry().join(call("job", named("a"), s, 10s, {-1, false}, 60s));
+  b.join();
+  client.keep_alive("job", "a", 2s, 0);
+  try {
+    client.keep_alive("job", "b", 2s, 0, HealRequest{1, std::string(kMaxHealDetailBytes + 1, 'x')});
+    FAIL() << "an oversized heal detail was taken";
+  } catch (const RendezvousCallError& e) {
+    EXPECT_NE(std::string(e.what()).find("heal_request.detail"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(client.keep_alive("job", "a", 2s, 0).heal_generation, 0u);
+  NodeView v = client.keep_alive("job", "b", 2s, 0, HealRequest{1, "rank 1 failed (SIGKILL)"});
+  EXPECT_EQ(v.heal_request_id, 1u);
+  EXPECT_EQ(v.heal_request_generation, 1u);
+  EXPECT_EQ(v.heal_reason, HealReason::kWorker);
+  v = client.keep_alive("job", "a", 2s, 0);
+  EXPECT_EQ(v.heal_generation, 1u);
+  EXPECT_NE(v.detail.find("rank 1 failed (SIGKILL)"), std::string::npos) << v.detail;
+}
+
 TEST(RendezvousService, ANodeWhoseHoldEndsWithoutALeaveIsLostAtOnce) {
   RendezvousServer server("127.0.0.1", 0, no_nccl);
   RendezvousClient client(server.address());

@@ -79,7 +79,7 @@ uint32_t Heartbeat::wait_heal_generation(uint32_t seen, std::chrono::millisecond
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     const uint32_t now = heal_generation();
-    if (now != seen || (cancel && cancel->load(std::memory_order_acquire))) return now;
+    if (now != seen || no_heal_coming() || (cancel && cancel->load(std::memory_order_acquire))) return now;
     const auto left = deadline - std::chrono::steady_clock::now();
     if (left <= std::chrono::nanoseconds(0)) return now;
     // The agent stores the word, then wakes every sleeper on it (a shared

@@ -49,15 +49,17 @@ class Heartbeat {
   void set_heal_ready(bool ready);
   // The heal generation the agent last told this worker (0: none, or no file).
   uint32_t heal_generation() const;
-  // Sleeps until the generation differs from `seen`, `timeout` passes or
-  // (with `cancel`) *cancel is set and wake_heal_waiters() called; returns
-  // the generation then. Without a file, returns `seen` at once.
+  // Sleeps until the generation differs from `seen`, `timeout` passes, the
+  // agent says no heal comes (no_heal_coming: it stops the workers, or no
+  // spare or shrink can heal a lost node) or (with `cancel`) *cancel is set
+  // and wake_heal_waiters() called; returns the generation then. Without a
+  // file, returns `seen` at once.
   uint32_t wait_heal_generation(uint32_t seen, std::chrono::milliseconds timeout,
                                 const std::atomic<bool>* cancel = nullptr) const;
   void wake_heal_waiters() const;
-  // Whether the agent says no heal will come for a failed peer (a
-  // multi-node job where no spare waits and the job may not shrink): heal
-  // no longer, fail.
+  // Whether the agent says no heal will come for a failed peer (it stops
+  // the workers; or across nodes, a member's workers cannot heal): heal no
+  // longer, fail.
   bool no_heal_coming() const {
     return no_heal_coming_ && __atomic_load_n(no_heal_coming_, __ATOMIC_ACQUIRE) == 1;
   }
