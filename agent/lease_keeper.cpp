@@ -61,7 +61,14 @@ void LeaseKeeper::hold_loop() {
     stop_cv_.wait(lock, [this] { return stop_ || hold_wanted_; });
     if (stop_) return;
     lock.unlock();
-    client_.hold(options_.job_id, options_.node_id, &hold_cancel_);
+    // News from the service: the keep-alive goes now, not at its interval.
+    client_.hold(options_.job_id, options_.node_id, &hold_cancel_, nullptr, [this] {
+      {
+        std::lock_guard news_lock(mu_);
+        send_now_ = true;
+      }
+      stop_cv_.notify_all();
+    });
     lock.lock();
     if (stop_) return;
     stop_cv_.wait_for(lock, options_.interval, [this] { return stop_; });

@@ -1,5 +1,6 @@
 // Holds a node's lease on the rendezvous: a thread that sends a keep-alive
-// every interval and keeps the latest answer. The agent's event loop polls
+// every interval (and at once when the Hold call says the job has news, or
+// a heal is asked for) and keeps the latest answer. The agent's event loop polls
 // fd(), which becomes readable when the answer changes (a new round, the job
 // ended, the node was dropped) or when the rendezvous has not answered for a
 // whole lease; it never blocks on the network itself.
@@ -57,7 +58,8 @@ class LeaseKeeper {
   LeaseStatus take();
   LeaseStatus peek() const;
   // Opens the node's Hold call (after its first join) and keeps it open,
-  // so that the rendezvous learns at once when this process dies.
+  // so that the rendezvous learns at once when this process dies, and this
+  // keeper when the job has news (it sends a keep-alive at once).
   void hold();
   // Forgets what was learnt so far (call after each join): answers to
   // keep-alives sent before it are dropped, so a view from before the join

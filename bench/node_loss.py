@@ -18,7 +18,10 @@ checkpoint read), seconds from the kill to node 0's first step after the heal:
     --max-heals 0 to measure the restart from the checkpoint instead);
   - spare: a third node waits as a hot spare (--nnodes 2 is full) and takes
     over the lost node's ranks in the running round; its worker heals from
-    node 0's.
+    node 0's;
+  - worker: only node 1's worker is SIGKILLed (its node lives): node 1's
+    agent replaces it in a heal generation the rendezvous names, and node
+    0's worker heals with the replacement.
 
 Both train the same CNN on the first 6000 Fashion-MNIST images for 2
 epochs, checkpoint every 10 steps to a directory both hosts share, and may
@@ -127,6 +130,23 @@ class Lab:
         out = subprocess.run([IP, "netns", "pids", self.ns[i]], capture_output=True, text=True).stdout
         return [int(x) for x in out.split()]
 
+    def kill_worker(self, i, agent):
+        """SIGKILLs the worker of the agent with pid `agent` on host i (not a
+        warm standby: those hold DDPRUN_STANDBY_FD). Returns the time of the kill."""
+        for p in self.pids(i):
+            try:
+                with open("/proc/%d/stat" % p) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open("/proc/%d/environ" % p, "rb") as f:
+                    standby = b"DDPRUN_STANDBY_FD=" in f.read()
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == agent and not standby:
+                t = time.time()
+                kill(p)
+                return t
+        raise RuntimeError("no worker of agent %d on host %d" % (agent, i))
+
     def kill_host(self, i, first):
         """SIGKILLs process `first` (the node's agent), then everything else
         left on host i: the host is gone. Returns the time of the first kill."""
@@ -201,9 +221,10 @@ def last_words(tail):
     return "(nothing)"
 
 
-def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spare=False):
+def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spare=False, worker=False):
     """One run on a fresh lab. Returns (seconds or None, what happened, {milestone: seconds after the kill}).
-    spare: a third node joins before the kill and waits; node 0 heals instead of restoring."""
+    spare: a third node joins before the kill and waits; node 0 heals instead of restoring.
+    worker: only node 1's worker is killed, not its host."""
     lab = Lab(3 if spare else 2)
     ckpt = tempfile.mkdtemp(prefix="ddprun-node-loss-")
     lines = queue.Queue()
@@ -275,8 +296,8 @@ def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spar
                 if s and kill_at <= int(s.group(1)) % per_epoch <= per_epoch - kill_at:
                     break
 
-        # 2. Node 1's host dies.
-        killed_at = lab.kill_host(1, procs[1].pid)
+        # 2. Node 1's host dies (or only its worker).
+        killed_at = lab.kill_worker(1, procs[1].pid) if worker else lab.kill_host(1, procs[1].pid)
 
         # 3. Wait on node 0 for "resumed from", then its next step. On the way,
         #    note when the survivor first said anything (its worker's error),
@@ -312,7 +333,8 @@ def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spar
                 marks["healed"] = at - killed_at
             s = STEP.search(line)
             if s and resumed == "heal":
-                how = "healed with the spare's worker" if spare else "shrank to world 1 and healed alone"
+                how = ("healed with the spare's worker" if spare else
+                       "healed with node 1's replacement worker" if worker else "shrank to world 1 and healed alone")
                 return float(s.group(2)) - killed_at, "recovered: %s, no restart" % how, marks
             if s and resumed:
                 return float(s.group(2)) - killed_at, "recovered: resumed from step %s's checkpoint, world %d" % (
@@ -329,7 +351,7 @@ def measure(name, node_cmd, env_for, args):
         logs = os.path.join(args.logs, "%s-%d" % (name, r))
         os.makedirs(logs, exist_ok=True)
         t, what, m = node_loss_once(node_cmd, env_for, logs, args.budget, args.kill_at, args.start_timeout,
-                                    spare=name.endswith("spare"))
+                                    spare=name.endswith("spare"), worker=name.endswith("worker"))
         print("  %s run %d: %s  %s  %s" % (name, r + 1, "-" if t is None else "%.2f s" % t, what,
                                            " ".join("%s +%.2f" % kv for kv in m.items())), file=sys.stderr, flush=True)
         times.append(t)
@@ -416,6 +438,7 @@ def main():
         ours = summary(*measure("ddprun", ddprun_node(args, ["--max-heals", "0"]), lambda lab, i: None, args))
         shrunk = summary(*measure("ddprun-shrink", ddprun_node(args), lambda lab, i: None, args))
         spared = summary(*measure("ddprun-spare", ddprun_node(args), lambda lab, i: None, args))
+        replaced = summary(*measure("ddprun-worker", ddprun_node(args), lambda lab, i: None, args))
         anchor_note = None
         args.python = anchors.torch2_python(args.python)
         if not args.python:
@@ -453,6 +476,8 @@ def main():
           "| %s | %s | %s |" % (fmt(shrunk[0]), shrunk[1], shrunk[2]))
     print("| ddprun + train (C++), a spare node waiting: it takes over, node 0 heals (first step after the heal) "
           "| %s | %s | %s |" % (fmt(spared[0]), spared[1], spared[2]))
+    print("| ddprun + train (C++), only node 1's worker killed: replaced there, node 0 heals with it "
+          "(first step after the heal) | %s | %s | %s |" % (fmt(replaced[0]), replaced[1], replaced[2]))
     if anchor_note:
         print("| **torchrun (anchor)** | **%s** | - | - |" % anchor_note)
     else:

@@ -195,7 +195,8 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
 }
 
 std::string RendezvousClient::hold(const std::string& job_id, const std::string& node_id,
-                                  CallCanceller* canceller, const std::function<void()>& on_open) {
+                                  CallCanceller* canceller, const std::function<void()>& on_open,
+                                  const std::function<void()>& on_news) {
   v1::KeepAliveRequest req;
   req.set_job_id(job_id);
   req.set_node_id(node_id);
@@ -205,8 +206,9 @@ std::string RendezvousClient::hold(const std::string& job_id, const std::string&
   auto reader = stub_->stub->Hold(&ctx, req);
   reader->WaitForInitialMetadata();
   if (on_open) on_open();
-  v1::KeepAliveResponse ignored;
-  while (reader->Read(&ignored)) {
+  v1::KeepAliveResponse news;  // empty: the job has news, ask for it
+  while (reader->Read(&news)) {
+    if (on_news) on_news();
   }
   grpc::Status s = reader->Finish();
   if (canceller) canceller->detach();

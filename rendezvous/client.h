@@ -79,9 +79,11 @@ class RendezvousClient {
                       const HealRequest& heal = {});
   // Holds the node's place: opens a Hold call and blocks until the service
   // ends it or canceller cancels it; returns how it ended, in words.
-  // on_open runs once the service holds the node.
+  // on_open runs once the service holds the node; on_news each time the
+  // service says the job has news (a keep-alive now learns it).
   std::string hold(const std::string& job_id, const std::string& node_id,
-                   CallCanceller* canceller, const std::function<void()>& on_open = nullptr);
+                   CallCanceller* canceller, const std::function<void()>& on_open = nullptr,
+                   const std::function<void()>& on_news = nullptr);
   // Says the node leaves; throws RendezvousCallError (FAILED_PRECONDITION:
   // a success in `round` refused because that round is over).
   void leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,

@@ -88,26 +88,77 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
   std::atomic<int> refs_{2};  // start() and OnDone()
 };
 
-// One Hold call: open as long as the node's agent lives. It never writes;
-// when the client goes away (its process died, its connection closed) the
-// node is dropped at once. A node that left first is unknown by then, so a
-// clean exit drops nothing.
+// One Hold call: open as long as the node's agent lives. When the client
+// goes away (its process died, its connection closed) the node is dropped
+// at once. A node that left first is unknown by then, so a clean exit drops
+// nothing. While open, it writes an empty message each time the job has
+// news (JobRegistry::watch_news): the agent then sends its keep-alive at
+// once instead of at its next interval, and learns of a new round or a heal
+// generation in a round trip.
 class HoldReactor final : public grpc::ServerWriteReactor<v1::KeepAliveResponse> {
  public:
   HoldReactor(JobRegistry& registry, std::string job_id, std::string node_id)
-      : registry_(registry), job_id_(std::move(job_id)), node_id_(std::move(node_id)) {
+      : registry_(registry), job_id_(std::move(job_id)), node_id_(std::move(node_id)),
+        writes_(std::make_shared<Writes>()) {
+    writes_->reactor = this;
     StartSendInitialMetadata();  // tells the client the hold is in place
+    // The registry holds the writes weakly: a nudge after OnDone finds no
+    // reactor and writes nothing.
+    std::weak_ptr<Writes> weak = writes_;
+    ticket_ = registry_.watch_news(job_id_, [weak] {
+      if (auto w = weak.lock()) w->nudge();
+    });
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(writes_->mu);
+    writes_->writing = false;
+    if (!ok) writes_->finished = true;  // the stream is broken: OnCancel follows
+    if (writes_->again && !writes_->finished) {
+      writes_->again = false;
+      writes_->writing = true;
+      StartWrite(&writes_->message);
+    }
   }
   void OnCancel() override {
     registry_.connection_lost(job_id_, node_id_);
+    {
+      std::lock_guard lock(writes_->mu);
+      writes_->finished = true;
+    }
     Finish(grpc::Status(StatusCode::CANCELLED, "rendezvous: hold ended"));
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    registry_.unwatch_news(ticket_);
+    {
+      std::lock_guard lock(writes_->mu);
+      writes_->reactor = nullptr;
+    }
+    delete this;
+  }
 
  private:
+  // One write in flight at a time; news while one is out is written after it.
+  struct Writes {
+    std::mutex mu;
+    HoldReactor* reactor = nullptr;
+    bool writing = false, again = false, finished = false;
+    v1::KeepAliveResponse message;  // empty: "ask again now"
+    void nudge() {
+      std::lock_guard lock(mu);
+      if (!reactor || finished) return;
+      if (writing) {
+        again = true;
+        return;
+      }
+      writing = true;
+      reactor->StartWrite(&message);
+    }
+  };
   JobRegistry& registry_;
   std::string job_id_;
   std::string node_id_;
+  std::shared_ptr<Writes> writes_;
+  uint64_t ticket_ = 0;
 };
 
 class RefusedHold final : public grpc::ServerWriteReactor<v1::KeepAliveResponse> {

@@ -153,9 +153,34 @@ std::string JobRegistry::timeout_message_locked(const Job& job, const Parked& p)
   return m + "; to wait longer raise --rdzv-conf join_timeout=SECONDS";
 }
 
+void JobRegistry::news_locked(Job& job, std::vector<Completion>& out) {
+  const RoundState& r = *job.rounds;
+  const NewsKey now{r.current_round(), r.closed(), r.phase(), r.heal_generation(), r.num_waiting()};
+  if (now == job.news) return;
+  job.news = now;
+  for (const auto& [ticket, watcher] : news_watchers_) {
+    if (watcher.first != job.id) continue;
+    // A completion with no join behind it: run() calls it outside the lock.
+    out.push_back(Completion{[nudge = watcher.second](JoinOutcome) { nudge(); }, JoinOutcome{}});
+  }
+}
+
+uint64_t JobRegistry::watch_news(const std::string& job_id, Nudge nudge) {
+  std::lock_guard lock(mu_);
+  const uint64_t ticket = next_ticket_++;
+  news_watchers_[ticket] = {job_id, std::move(nudge)};
+  return ticket;
+}
+
+void JobRegistry::unwatch_news(uint64_t ticket) {
+  std::lock_guard lock(mu_);
+  news_watchers_.erase(ticket);
+}
+
 void JobRegistry::settle_locked(Job& job, Clock::time_point now, std::vector<Completion>& out) {
   RoundState& rounds = *job.rounds;
   rounds.advance(now);
+  news_locked(job, out);
   // Keys of rounds that are over are never read again: free them.
   if (rounds.current_round() > job.store_round) {
     for (int64_t r = job.store_round; r < rounds.current_round(); ++r) {
@@ -283,6 +308,7 @@ NodeView JobRegistry::keep_alive(const std::string& job_id, const std::string& n
     const auto now = Clock::now();
     settle_locked(*job, now, completions);  // expire others' leases first
     v = job->rounds->keep_alive(node_id, now, workers_heal_round, heal);
+    news_locked(*job, completions);  // a heal generation named for this node
   }
   run(completions);
   return v;

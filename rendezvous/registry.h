@@ -95,6 +95,14 @@ class JobRegistry {
              const std::string& message, std::optional<int64_t> round = std::nullopt);
   // The node's Hold call ended without a Leave: its agent is gone.
   void connection_lost(const std::string& job_id, const std::string& node_id);
+  // News for a job's agents sooner than their next keep-alive: `nudge` runs
+  // (never under the registry's lock) each time the job's view changes in a
+  // way its nodes act on at once: a round opens or closes, a heal
+  // generation is named, a node starts to wait, the job ends. Returns a
+  // ticket for unwatch_news.
+  using Nudge = std::function<void()>;
+  uint64_t watch_news(const std::string& job_id, Nudge nudge);
+  void unwatch_news(uint64_t ticket);
   // Whether the job has this node (for Hold to refuse strangers).
   bool knows(const std::string& job_id, const std::string& node_id);
   // The job's training progress, from a node in it (RendezvousError for a
@@ -134,8 +142,18 @@ class JobRegistry {
     std::chrono::milliseconds timeout{0};
     JoinDone done;
   };
+  // What a job's nodes act on at once (watch_news): a change is news.
+  struct NewsKey {
+    int64_t round = -1;
+    bool closed = false;
+    JobPhase phase = JobPhase::kActive;
+    uint32_t heal_generation = 0;
+    size_t waiting = 0;
+    bool operator==(const NewsKey&) const = default;
+  };
   struct Job {
     std::string id;
+    NewsKey news;  // as the watchers were last nudged
     std::optional<RoundState> rounds;
     std::shared_ptr<MemoryStore> store;
     std::unordered_map<std::string, Parked> parked;  // by node id: one join per node
@@ -170,6 +188,9 @@ class JobRegistry {
   // when no member of the round asked for one.
   std::shared_ptr<RoundNcclId> round_nccl_id_locked(Job& job);
   std::string timeout_message_locked(const Job& job, const Parked& p) const;
+  // Nudges the job's news watchers (as completions, run outside the lock)
+  // if its NewsKey changed.
+  void news_locked(Job& job, std::vector<Completion>& out);
   void timer_loop();
   // Calls the completions' done (never under the lock), making a round's
   // NCCL id first where one is due.
@@ -182,6 +203,7 @@ class JobRegistry {
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   std::map<uint64_t, std::pair<std::string, std::string>> tickets_;  // → job id, node id
   uint64_t next_ticket_ = 1;
+  std::map<uint64_t, std::pair<std::string, Nudge>> news_watchers_;  // ticket → job id, nudge
   bool closed_ = false;
   std::thread timer_;
 };

@@ -368,6 +368,34 @@ TEST(RendezvousService, AHealRequestIsAnsweredOverGrpcAndAnOversizedOneRefused) 
   EXPECT_NE(v.detail.find("rank 1 failed (SIGKILL)"), std::string::npos) << v.detail;
 }
 
+// The Hold call carries news: a heal generation named for one node reaches
+// the other's agent at once (it then sends its keep-alive), not at its next
+// keep-alive interval.
+TEST(RendezvousService, AHoldCallIsNudgedWhenTheJobHasNews) {
+  RendezvousServer server("127.0.0.1", 0, no_nccl);
+  RendezvousClient client(server.address());
+  RoundSettings s{2, 2, 0ms, 3};
+  std::thread b([&] { server.registry().join(call("job", named("b"), s, 10s, {-1, false}, 60s)); });
+  server.registry().join(call("job", named("a"), s, 10s, {-1, false}, 60s));
+  b.join();
+  client.keep_alive("job", "a", 2s, 0);
+  client.keep_alive("job", "b", 2s, 0);
+  CallCanceller end;
+  std::promise<void> open, nudged;
+  std::atomic<int> news{0};
+  std::thread holder([&] {
+    client.hold("job", "b", &end, [&] { open.set_value(); }, [&] {
+      if (news.fetch_add(1) == 0) nudged.set_value();
+    });
+  });
+  open.get_future().wait();
+  EXPECT_EQ(news.load(), 0);  // nothing new yet
+  client.keep_alive("job", "a", 2s, 0, HealRequest{1, "rank 0 failed"});
+  EXPECT_EQ(nudged.get_future().wait_for(5s), std::future_status::ready) << "no news reached the hold";
+  end.cancel();
+  holder.join();
+}
+
 TEST(RendezvousService, ANodeWhoseHoldEndsWithoutALeaveIsLostAtOnce) {
   RendezvousServer server("127.0.0.1", 0, no_nccl);
   RendezvousClient client(server.address());
