@@ -443,6 +443,20 @@ pid_t worker_of(Process& agent) {
   return 0;
 }
 
+// The healing tests' job: train on 8000 images for 2 epochs, its
+// parameters' checksum in `summary`.
+std::vector<std::string> heal_job(const fs::path& summary) {
+  return {TRAIN_BIN, "--limit", "8000", "--epochs", "2", "--print-steps", "--summary-json", summary.string()};
+}
+
+// The checksum an uninterrupted run of heal_job on 2 ranks ends with.
+std::string uninterrupted_checksum(const ddptest::EnvChanges& env, const std::string& name) {
+  const fs::path ref = temp(name + "-ref.json");
+  Finished one = ddptest::run(node_cmd({"--nproc", "2"}, heal_job(ref)), env);
+  EXPECT_EQ(one.exit_code, 0) << one.err;
+  return checksum_in(ref);
+}
+
 void expect_spare_takes_over(Loss loss) {
   std::string why;
   auto lab = lab_or_skip(3, &why);
@@ -450,14 +464,7 @@ void expect_spare_takes_over(Loss loss) {
   // A cut-off peer closes no socket: node 0's worker is released when the
   // takeover is named (or, where Gloo cannot abort, at this timeout).
   const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1", "DDPRUN_TIMEOUT_S=30"};
-  auto prog = [](const fs::path& summary) {
-    return std::vector<std::string>{TRAIN_BIN, "--limit", "8000", "--epochs", "2", "--print-steps",
-                                    "--summary-json", summary.string()};
-  };
-  const fs::path ref = temp("spare-ref.json");
-  Finished one = ddptest::run(node_cmd({"--nproc", "2"}, prog(ref)), env);
-  ASSERT_EQ(one.exit_code, 0) << one.err;
-  const std::string want = checksum_in(ref);
+  const std::string want = uninterrupted_checksum(env, "spare");
   ASSERT_FALSE(want.empty());
 
   const fs::path summary = temp("spare.json");
@@ -466,7 +473,7 @@ void expect_spare_takes_over(Loss loss) {
                                    "--rdzv-id", "spare", "--max-restarts", "3", "--stop-timeout", "3",
                                    "--rdzv-conf", "join_timeout=120"};
     if (i < 2) flags.insert(flags.end(), {"--node-rank", std::to_string(i)});
-    return lab->wrap(i, node_cmd(flags, prog(summary)));
+    return lab->wrap(i, node_cmd(flags, heal_job(summary)));
   };
   Process n0(node(0), env);
   Process n1(node(1), env);
@@ -517,14 +524,7 @@ TEST(NetNodes, AKilledWorkerOfOneNodeIsReplacedThereAndTheJobEndsBitwiseEqual) {
   auto lab = lab_or_skip(2, &why);
   if (!lab) GTEST_SKIP() << why;
   const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
-  auto prog = [](const fs::path& summary) {
-    return std::vector<std::string>{TRAIN_BIN, "--limit", "8000", "--epochs", "2", "--print-steps",
-                                    "--summary-json", summary.string()};
-  };
-  const fs::path ref = temp("worker-heal-ref.json");
-  Finished one = ddptest::run(node_cmd({"--nproc", "2"}, prog(ref)), env);
-  ASSERT_EQ(one.exit_code, 0) << one.err;
-  const std::string want = checksum_in(ref);
+  const std::string want = uninterrupted_checksum(env, "worker-heal");
   ASSERT_FALSE(want.empty());
 
   const fs::path summary = temp("worker-heal.json");
@@ -532,7 +532,7 @@ TEST(NetNodes, AKilledWorkerOfOneNodeIsReplacedThereAndTheJobEndsBitwiseEqual) {
     return lab->wrap(i, node_cmd({"--nnodes", "2", "--nproc", "1", "--node-rank", std::to_string(i),
                                   "--rdzv-endpoint", lab->addr(0) + ":29400", "--rdzv-id", "worker-heal",
                                   "--max-restarts", "3", "--stop-timeout", "3", "--rdzv-conf", "join_timeout=120"},
-                                 prog(summary)));
+                                 heal_job(summary)));
   };
   Process n0(node(0), env);
   Process n1(node(1), env);

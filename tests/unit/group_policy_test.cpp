@@ -292,12 +292,18 @@ TEST(GroupPolicy, AHungWorkerIsKilledAndReplacedWhileTheOthersGoOn) {
   EXPECT_FALSE(p.stopping());
 }
 
+// Healing workers of a multi-node job: the rendezvous names generations.
+GroupPolicyOptions across_nodes() {
+  GroupPolicyOptions o = healing(3);
+  o.generations_from_rendezvous = true;
+  return o;
+}
+
 // Across nodes the rendezvous names the generation: the failed worker waits
 // for it (not running, but the group goes on, even when it was the node's
 // only worker: the state lives on the other nodes), then is replaced in it.
 TEST(GroupPolicy, AcrossNodesAReplacementWaitsForTheGenerationTheRendezvousNames) {
-  GroupPolicyOptions o = healing(3);
-  o.generations_from_rendezvous = true;
+  const GroupPolicyOptions o = across_nodes();
   GroupPolicy p(1, o, t0);
   all_ready(p, 1);
   EXPECT_EQ(p.on_exit(0, true), WorkerEnd::kHealed);
@@ -319,8 +325,7 @@ TEST(GroupPolicy, AcrossNodesAReplacementWaitsForTheGenerationTheRendezvousNames
 }
 
 TEST(GroupPolicy, AcrossNodesARefusedGenerationStopsTheGroupAsAFailure) {
-  GroupPolicyOptions o = healing(3);
-  o.generations_from_rendezvous = true;
+  const GroupPolicyOptions o = across_nodes();
   GroupPolicy p(3, o, t0);
   all_ready(p, 3);
   EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kHealed);
@@ -335,8 +340,7 @@ TEST(GroupPolicy, AcrossNodesARefusedGenerationStopsTheGroupAsAFailure) {
 }
 
 TEST(GroupPolicy, AcrossNodesAStopBeforeTheAnswerEndsTheWait) {
-  GroupPolicyOptions o = healing(3);
-  o.generations_from_rendezvous = true;
+  const GroupPolicyOptions o = across_nodes();
   GroupPolicy p(2, o, t0);
   all_ready(p, 2);
   EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kHealed);

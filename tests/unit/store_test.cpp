@@ -342,15 +342,20 @@ TEST(RendezvousService, KeepAliveAndLeaveOverGrpc) {
   }
 }
 
+// Nodes a and b form a running round of job "job" (2 nodes exactly, 60 s leases).
+void join_a_and_b(RendezvousServer& server) {
+  RoundSettings s{2, 2, 0ms, 3};
+  std::thread b([&] { server.registry().join(call("job", named("b"), s, 10s, {-1, false}, 60s)); });
+  server.registry().join(call("job", named("a"), s, 10s, {-1, false}, 60s));
+  b.join();
+}
+
 // A member's heal request rides on its keep-alive and is answered in the
 // response; a detail past its limit is refused before anything changes.
 TEST(RendezvousService, AHealRequestIsAnsweredOverGrpcAndAnOversizedOneRefused) {
   RendezvousServer server("127.0.0.1", 0, no_nccl);
   RendezvousClient client(server.address());
-  RoundSettings s{2, 2, 0ms, 3};
-  std::thread b([&] { server.registry().join(call("job", named("b"), s, 10s, {-1, false}, 60s)); });
-  server.registry().join(call("job", named("a"), s, 10s, {-1, false}, 60s));
-  b.join();
+  join_a_and_b(server);
   client.keep_alive("job", "a", 2s, 0);
   try {
     client.keep_alive("job", "b", 2s, 0, HealRequest{1, std::string(kMaxHealDetailBytes + 1, 'x')});
@@ -374,10 +379,7 @@ TEST(RendezvousService, AHealRequestIsAnsweredOverGrpcAndAnOversizedOneRefused) 
 TEST(RendezvousService, AHoldCallIsNudgedWhenTheJobHasNews) {
   RendezvousServer server("127.0.0.1", 0, no_nccl);
   RendezvousClient client(server.address());
-  RoundSettings s{2, 2, 0ms, 3};
-  std::thread b([&] { server.registry().join(call("job", named("b"), s, 10s, {-1, false}, 60s)); });
-  server.registry().join(call("job", named("a"), s, 10s, {-1, false}, 60s));
-  b.join();
+  join_a_and_b(server);
   client.keep_alive("job", "a", 2s, 0);
   client.keep_alive("job", "b", 2s, 0);
   CallCanceller end;
@@ -399,10 +401,7 @@ TEST(RendezvousService, AHoldCallIsNudgedWhenTheJobHasNews) {
 TEST(RendezvousService, ANodeWhoseHoldEndsWithoutALeaveIsLostAtOnce) {
   RendezvousServer server("127.0.0.1", 0, no_nccl);
   RendezvousClient client(server.address());
-  RoundSettings s{2, 2, 0ms, 3};
-  std::thread b([&] { server.registry().join(call("job", named("b"), s, 10s, {-1, false}, 60s)); });
-  server.registry().join(call("job", named("a"), s, 10s, {-1, false}, 60s));
-  b.join();
+  join_a_and_b(server);
   EXPECT_NE(client.hold("job", "stranger", nullptr).find("join first"), std::string::npos);
   CallCanceller dies;
   std::promise<void> open;
