@@ -362,7 +362,16 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   if (!a.lost_since_last_round.empty()) {
     events_.write(ev::kNodeLost, {{"nodes", a.lost_since_last_round}});
   }
-  if (a.heal_generation > 0) {
+  if (a.heal_generation > 0 && a.lost_since_last_round.empty()) {
+    // It joined the running round: the world grew by its workers.
+    spdlog::warn("joining the running round as node rank {} (ranks {}..{} of {}): the workers start as "
+                 "replacements and take the state from the others (heal generation {})",
+                 a.node_rank, a.first_global_rank, a.first_global_rank + cfg_.nproc - 1, a.world_size,
+                 a.heal_generation);
+    events_.write(ev::kGrow, {{"attempt", attempt}, {"generation", a.heal_generation}, {"node_rank", a.node_rank},
+                              {"num_nodes", a.num_nodes}, {"world_size", a.world_size},
+                              {"first_rank", a.first_global_rank}, {"detail", "this node joined the running round"}});
+  } else if (a.heal_generation > 0) {
     events_.write(ev::kTakeover, {{"attempt", attempt}, {"generation", a.heal_generation}, {"node_rank", a.node_rank},
                                   {"detail", "this node took over the ranks of lost node(s)"}});
   }
@@ -401,7 +410,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
       spawn_standbys(attempt + 1, joined, 1);
     }
   };
-  const bool heals = heals_in(a) || heals_across(a);
+  const bool heals = heals_in(a) || heals_across(a) || names_heals_at_rendezvous();
   go.max_heals = heals ? cfg_.max_heals : 0;
   const bool restart_standbys = cfg_.standby && life.can_restart();
   const bool heal_standby = heals && cfg_.heal_standby;
@@ -425,9 +434,12 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
     };
   }
   uint64_t heal_request = 0;
-  if (heals_across(a)) {
+  if (names_heals_at_rendezvous()) {
     // A failed worker's replacement heals in the generation the rendezvous
-    // names for it; every other node's workers heal in it too.
+    // names for it; every other node's workers heal in it too. (Also while
+    // this node runs alone: the round may grow, and its generations must
+    // stay one sequence.)
+    go.heal_namer.other_nodes = [&a] { return a.num_nodes > 1; };
     go.heal_namer.ask = [this, &heal_request](const std::string& why) { heal_request = lease_->request_heal(why); };
     go.heal_namer.answer = [this, &heal_request]() -> std::optional<uint32_t> {
       const LeaseStatus st = lease_->peek();
@@ -450,8 +462,8 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
       nodes_waiting_ = st.view->nodes_waiting;
       if (st.view->round == a.round && st.view->heal_generation > heal_generation_) {
         const Placement& p = st.view->placement;
-        if (p.node_rank >= 0 && !(p == a.placement())) {  // the round shrank: this node's ranks moved
-          shrink_with(attempt, a, *st.view);
+        if (p.node_rank >= 0 && !(p == a.placement())) {  // the round shrank or grew: this node's place moved
+          move_with(attempt, a, *st.view);
         } else {
           heal_with_others(attempt, *st.view);
         }
@@ -526,7 +538,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
 }
 
 void Agent::report_workers_heal(const Assignment& a) {
-  if (!lease_ || !heals_across(a)) return;
+  if (!names_heals_at_rendezvous()) return;
   bool all = true;
   for (int lr = 0; lr < cfg_.nproc && all; ++lr) all = heartbeats_->heal_ready(lr);
   lease_->set_workers_heal_round(all ? a.round : -1);
@@ -558,16 +570,18 @@ void Agent::heal_with_others(int attempt, const NodeView& view) {
   for (int lr = 0; lr < cfg_.nproc; ++lr) heartbeats_->set_heal_generation(lr, heal_generation_);
 }
 
-void Agent::shrink_with(int attempt, Assignment& a, const NodeView& view) {
+void Agent::move_with(int attempt, Assignment& a, const NodeView& view) {
   const Placement& p = view.placement;
   heal_generation_ = view.heal_generation;
-  spdlog::warn("{}; this node's workers go on as ranks {}..{} of {} (node rank {} of {}) and heal among the "
-               "survivors in generation {} (no restart)",
+  const bool grew = view.heal_reason == HealReason::kGrow;
+  spdlog::warn("{}; this node's workers go on as ranks {}..{} of {} (node rank {} of {}) and heal {} in "
+               "generation {} (no restart)",
                view.detail, p.first_global_rank, p.first_global_rank + cfg_.nproc - 1, p.world_size, p.node_rank,
-               p.num_nodes, heal_generation_);
-  events_.write(ev::kShrink, {{"attempt", attempt}, {"generation", heal_generation_}, {"node_rank", p.node_rank},
-                              {"num_nodes", p.num_nodes}, {"world_size", p.world_size},
-                              {"first_rank", p.first_global_rank}, {"detail", view.detail}});
+               p.num_nodes, grew ? "with the newcomer's" : "among the survivors", heal_generation_);
+  events_.write(grew ? ev::kGrow : ev::kShrink,
+                {{"attempt", attempt}, {"generation", heal_generation_}, {"node_rank", p.node_rank},
+                 {"num_nodes", p.num_nodes}, {"world_size", p.world_size}, {"first_rank", p.first_global_rank},
+                 {"detail", view.detail}});
   a.node_rank = p.node_rank;
   a.num_nodes = p.num_nodes;
   a.world_size = p.world_size;

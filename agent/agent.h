@@ -74,8 +74,13 @@ class Agent {
   // heartbeats and a lease (keep-alives carry the news both ways).
   bool takes_over() const { return cfg_.max_heals > 0 && heartbeats_ != nullptr && cfg_.lease_timeout.count() > 0; }
   bool heals_across(const Assignment& a) const { return a.num_nodes > 1 && takes_over(); }
+  // Whether the rendezvous names this job's heal generations: a job that may
+  // run on several nodes (--nnodes MAX above 1), even while it runs on one
+  // (the round may grow), that heals across nodes (takes_over).
+  bool names_heals_at_rendezvous() const { return takes_over() && lease_ != nullptr && cfg_.rdzv.max_nodes > 1; }
   // On the monitor's beat: tells the rendezvous whether all local workers
-  // heal in place in this round (a takeover needs every member's).
+  // heal in place in this round (a takeover, a grow or a worker heal needs
+  // every other member's).
   void report_workers_heal(const Assignment& a);
   // Across nodes: writes into every local slot whether a heal would come
   // for a failed peer (every member's workers heal: view). A lost node that
@@ -87,10 +92,10 @@ class Agent {
   // worker): the local workers heal in it.
   void heal_with_others(int attempt, const NodeView& view);
   // A view of the running round with a newer heal generation and another
-  // placement for this node (the round shrank past a lost node): `a` takes
-  // the new ranks, the local workers are told them and heal in that
-  // generation.
-  void shrink_with(int attempt, Assignment& a, const NodeView& view);
+  // placement for this node (the round shrank past a lost node, or grew by
+  // a newcomer): `a` takes the new ranks and world size, the local workers
+  // are told them and heal in that generation.
+  void move_with(int attempt, Assignment& a, const NodeView& view);
   // Starts the standby set for attempt (their variables come at release).
   // count: how many (-1: one per local worker).
   void spawn_standbys(int attempt, const JoinResult& guess, int count = -1);

@@ -34,7 +34,7 @@ bool GroupPolicy::heal_allowed(int w) const {
   if (options_.max_heals <= 0 || stopping_ || any_failed_ || any_succeeded_) return false;
   if (!(heal_ready_[w] || joining_[w]) || heals_[w] >= options_.max_heals) return false;
   // A running worker that holds the training state (not one still joining).
-  bool state_survives = options_.generations_from_rendezvous;
+  bool state_survives = options_.generations_from_rendezvous && other_nodes_;
   for (size_t o = 0; o < alive_.size(); ++o) {
     if (static_cast<int>(o) == w || !alive_[o]) continue;
     if (!(heal_ready_[o] || joining_[o]) || hung_[o]) return false;

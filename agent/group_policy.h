@@ -57,10 +57,11 @@ struct GroupPolicyOptions {
   // at most this many times per worker (a rank that fails again and again,
   // a bad device, then stops the group as before). 0: never.
   int max_heals = 0;
-  // Across nodes a heal generation is the rendezvous's to name (every
-  // worker of the job heals in it, and the rendezvous checks that the
-  // other nodes' workers hold the state): a failed worker to replace waits
-  // for one (kAskGeneration, then on_generation) instead of starting at once.
+  // In a multi-node job a heal generation is the rendezvous's to name
+  // (every worker of the job heals in it, and the rendezvous checks that
+  // the other nodes' workers hold the state): a failed worker to replace
+  // waits for one (kAskGeneration, then on_generation) instead of starting
+  // at once.
   bool generations_from_rendezvous = false;
 };
 
@@ -100,6 +101,10 @@ class GroupPolicy {
   bool awaiting_generation(int w) const {
     return std::find(awaiting_.begin(), awaiting_.end(), w) != awaiting_.end();
   }
+  // With generations_from_rendezvous: whether other nodes run now (they
+  // hold the state too, so a node may heal even its only worker). A round
+  // that grows or shrinks changes it.
+  void set_other_nodes(bool others) { other_nodes_ = others; }
   // SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the workers (twice: kill them);
   // SIGUSR1/2 are passed on. SIGTSTP (Ctrl-Z) stops the workers with
   // SIGSTOP, then ddprun; SIGCONT continues them, and the pause counts
@@ -165,6 +170,7 @@ class GroupPolicy {
   std::vector<int> heals_;
   std::vector<int> to_replace_;
   std::vector<int> awaiting_;  // to replace once the rendezvous names a generation
+  bool other_nodes_ = true;    // see set_other_nodes
   bool any_succeeded_ = false;
   int heal_count_ = 0;
   uint32_t generation_ = 0;

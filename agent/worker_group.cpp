@@ -270,6 +270,7 @@ bool WorkerGroup::failed_on_its_own(const Worker& w, const WorkerExit& e) const 
 
 void WorkerGroup::reap() {
   read_heal_ready();  // as the workers said it last, before any exit counts
+  if (options_.heal_namer.other_nodes) policy_->set_other_nodes(options_.heal_namer.other_nodes());
   for (size_t i = 0; i < workers_.size(); ++i) {
     Worker& w = *workers_[i];
     if (!policy_->alive(static_cast<int>(i))) continue;
@@ -357,6 +358,7 @@ void WorkerGroup::reap() {
 void WorkerGroup::check_heartbeats() {
   if (!options_.heartbeats) return;
   read_heal_ready();
+  if (options_.heal_namer.other_nodes) policy_->set_other_nodes(options_.heal_namer.other_nodes());
   std::vector<uint64_t> counts(workers_.size(), 0);
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (policy_->alive(static_cast<int>(i))) counts[i] = options_.heartbeats->read(workers_[i]->launch->id.local_rank);

@@ -55,6 +55,9 @@ struct HealNamer {
   // The answer, looked at when control_fd is readable: nullopt while none
   // came, 0 when refused, else the generation.
   std::function<std::optional<uint32_t>()> answer;
+  // Whether other nodes run now (GroupPolicy::set_other_nodes); looked at
+  // before exits are judged.
+  std::function<bool()> other_nodes;
 };
 
 struct GroupOptions {

@@ -27,6 +27,7 @@ inline constexpr const char* kHang = "hang";              // attempt, rank, loca
 inline constexpr const char* kHeal = "heal";              // attempt, rank, local_rank, pid (the replacement's), generation, heals
 inline constexpr const char* kTakeover = "takeover";      // attempt, generation, node_rank, detail
 inline constexpr const char* kShrink = "shrink";          // attempt, generation, node_rank, num_nodes, world_size, first_rank, detail
+inline constexpr const char* kGrow = "grow";              // attempt, generation, node_rank, num_nodes, world_size, first_rank, detail
 inline constexpr const char* kPeerHeal = "peer_heal";     // attempt, generation, detail (another node replaced a failed worker)
 inline constexpr const char* kRestart = "restart";        // attempt, restart_count, max_restarts, reason
 inline constexpr const char* kNodeLost = "node_lost";     // nodes

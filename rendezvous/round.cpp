@@ -85,8 +85,12 @@ void RoundState::join(const NodeSpec& node, const RoundSettings& settings, const
   } else if (is_member(id) || waiting) {
     // A repeated join of the open round (or of the waiting list) refreshes it.
   } else if (static_cast<int>(members_.size()) < settings_.max_nodes) {
-    if (closed_) supersede(RoundReason::kAdmit, "admitting node " + quote_id(id), false, now);
-    add_member(id, now);
+    if (closed_ && grow(id, now)) {
+      // In the running round already.
+    } else {
+      if (closed_) supersede(RoundReason::kAdmit, "admitting node " + quote_id(id), false, now);
+      add_member(id, now);
+    }
   } else {
     waiting_.push_back(id);  // the round is full: wait for the next one
     ++generation_;
@@ -336,10 +340,10 @@ NodeView RoundState::keep_alive(const std::string& node_id, TimePoint now, int64
 uint32_t RoundState::name_worker_heal(const std::string& id, const std::string& detail) {
   // The round runs with this node in it, and every other member's workers
   // hold the state and heal (the node's own replied for themselves: its
-  // agent let the failed one be replaced only if the others there heal).
-  if (phase_ != JobPhase::kActive || !closed_ || !is_member(id) || members_.size() < 2 || !members_heal(id)) {
-    return 0;
-  }
+  // agent let the failed one be replaced only if the others there heal, or
+  // other nodes hold the state). A lone member names its heals here too, so
+  // that the generations stay one sequence when the round grows.
+  if (phase_ != JobPhase::kActive || !closed_ || !is_member(id) || !members_heal(id)) return 0;
   ++heal_generation_;
   heal_reason_ = HealReason::kWorker;
   const Node& n = nodes_.at(id);
@@ -411,6 +415,38 @@ JobStatus RoundState::status(TimePoint now) const {
     s.nodes.back().waiting = true;
   }
   return s;
+}
+
+bool RoundState::grow(const std::string& id, TimePoint now) {
+  const NodeSpec& spec = nodes_.at(id).spec;
+  const int n = static_cast<int>(members_.size());
+  // Someone holds the state and every holder heals; the newcomer's workers
+  // heal too (they start as replacements); and it takes the next node rank.
+  if (n < 1 || assignments_.size() != members_.size() || !spec.heals || !members_heal() ||
+      (spec.node_rank_hint >= 0 && spec.node_rank_hint != n)) {
+    return false;
+  }
+  int world = 0;
+  for (const auto& [member, a] : assignments_) world += nodes_.at(member).spec.local_world_size;
+  ++heal_generation_;
+  heal_reason_ = HealReason::kGrow;
+  for (auto& [member, a] : assignments_) {
+    a.num_nodes = n + 1;
+    a.world_size = world + spec.local_world_size;
+  }
+  Assignment a = assignments_.begin()->second;  // the round, its master, the restart count
+  a.node_rank = n;
+  a.first_global_rank = world;
+  a.lost_since_last_round.clear();
+  a.heal_generation = heal_generation_;
+  add_member(id, now);
+  assignments_[id] = a;
+  last_ranks_[id] = n;
+  ++generation_;  // its parked join completes
+  detail_ = "node " + quote_id(id) + " (" + spec.host + ") joined the running round as node rank " +
+            std::to_string(n) + ": the job goes on with " + std::to_string(n + 1) + " node(s), world size " +
+            std::to_string(a.world_size) + ", heal generation " + std::to_string(heal_generation_);
+  return true;
 }
 
 bool RoundState::shrink(const std::string& lost, const Node& gone, const std::string& how) {

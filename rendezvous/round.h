@@ -36,6 +36,14 @@
 // new ranks (the view's placement) and heal among themselves.
 // Otherwise a lost member supersedes the round as above.
 //
+// Grow: a node that arrives while the running round has room joins it in
+// place when every member's workers heal and so will the newcomer's: it
+// takes the next node rank and the global ranks after everyone's, the world
+// grows by its workers, and the heal generation goes one higher. The
+// members' workers keep running, learn the bigger world (the view's
+// placement) and heal with the newcomer's, which start as replacements.
+// Otherwise the arrival supersedes the round (admission, above).
+//
 // Worker heal: when one worker of a member fails, its agent asks (HealRequest
 // on its keep-alive) for the next heal generation. While the round runs and
 // every other member's workers heal, the generation goes one higher: the
@@ -154,6 +162,9 @@ class RoundState {
   // A waiting node takes the place of `lost` (a member of the running round,
   // already out of nodes_) if the takeover rules hold; false if not.
   bool take_over(const std::string& lost, const Node& gone, const std::string& how);
+  // The node `id` (known, not a member) joins the running round if the grow
+  // rules hold; false if not.
+  bool grow(const std::string& id, TimePoint now);
   // The running round goes on without `lost` if the shrink rules hold;
   // false if not.
   bool shrink(const std::string& lost, const Node& gone, const std::string& how);

@@ -41,7 +41,7 @@ struct NodeSpec {
 enum class RoundReason { kFirst, kWorkerFailure, kNodeLost, kNodeLeft, kAdmit };
 
 // What named the running round's newest heal generation (proto HealReason).
-enum class HealReason { kNone, kTakeover, kShrink, kWorker };
+enum class HealReason { kNone, kTakeover, kShrink, kWorker, kGrow };
 
 // Whether the job still runs, and how it ended.
 enum class JobPhase { kActive, kSucceeded, kFailed };
@@ -81,7 +81,8 @@ struct Assignment {
   int restart_count = 0;
   // Nodes lost since the previous round closed, as "'node id' (host): why".
   std::vector<std::string> lost_since_last_round;
-  // > 0: this node took over a lost member's ranks in the running round; its
+  // > 0: this node took over a lost member's ranks in the running round (or
+  // joined it, the world growing: then lost_since_last_round is empty); its
   // workers start as replacements in this heal generation.
   uint32_t heal_generation = 0;
 

@@ -422,7 +422,9 @@ TEST(NetNodes, ANodeCutOffForHalfAMinuteRejoinsWhenTheLinkReturns) {
   EXPECT_EQ(f1.exit_code, 0) << f1.err;
   EXPECT_FALSE(contains(f1.err, "join failed")) << f1.err;
   EXPECT_EQ(f0.exit_code, 0) << f0.err;
-  EXPECT_TRUE(contains(f0.err, "admitting node")) << f0.err;
+  // It rejoins the running round: the world grows back, no restart.
+  EXPECT_TRUE(contains(f0.err, "joined the running round as node rank 1")) << f0.err;
+  EXPECT_FALSE(contains(f0.err, "restarting the workers")) << f0.err;
   EXPECT_TRUE(contains(f0.out, "]:parameters identical on all 2 ranks")) << f0.out;
   fs::remove_all(ckpt);
 }
@@ -670,14 +672,87 @@ TEST(NetNodes, AShrunkJobThatKeepsItsGlobalBatchTakesTheUninterruptedRunsSteps) 
   EXPECT_EQ(std::stoi(m[1]), 2 * 8000 / 64) << "2 epochs of 8000 images at a global batch of 64\n" << r.f0.out;
 }
 
+// Grow: node 0 trains alone (--nnodes 1:2); node 1 arrives and joins the
+// running round. Node 0's worker is the same process throughout, node 1's
+// worker takes the state from it, the sampler shares the rest of the epoch
+// out over 2 ranks from the global position, and the job ends bit for bit
+// as one that ran on 1 rank to the same step, saved a checkpoint there and
+// resumed from it on 2.
+TEST(NetNodes, ALateNodeJoinsTheRunningRoundAndTheJobEndsAsAResumeAtTwoRanksWould) {
+  std::string why;
+  auto lab = lab_or_skip(2, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
+  auto prog = [](const fs::path& summary, std::vector<std::string> more = {}) {
+    std::vector<std::string> p = heal_job(summary);
+    p.insert(p.end(), more.begin(), more.end());
+    return p;
+  };
+  const fs::path summary = temp("grow.json");
+  auto node = [&](int i) {
+    return lab->wrap(i, node_cmd({"--nnodes", "1:2", "--nproc", "1", "--node-rank", std::to_string(i),
+                                  "--rdzv-endpoint", lab->addr(0) + ":29400", "--rdzv-id", "grow",
+                                  "--max-restarts", "3", "--stop-timeout", "3", "--rdzv-conf", "join_timeout=120"},
+                                 prog(summary)));
+  };
+  Process n0(node(0), env);
+  ASSERT_TRUE(reach_step(n0, 30)) << n0.out() << n0.err();
+  const pid_t before = worker_of(n0);
+  Process n1(node(1), env);
+  ASSERT_TRUE(n0.wait_for_line([](const std::string& l) { return contains(l, "world size now 2"); }, 90s))
+      << n0.out() << n0.err();
+  const pid_t after = worker_of(n0);
+  Finished f0 = n0.finish(4min);
+  Finished f1 = n1.finish(4min);
+  EXPECT_EQ(f0.exit_code, 0) << f0.err;
+  EXPECT_EQ(f1.exit_code, 0) << f1.err;
+  EXPECT_TRUE(contains(f0.err, "joined the running round as node rank 1")) << f0.err;
+  EXPECT_TRUE(contains(f1.err, "joining the running round as node rank 1")) << f1.err;
+  EXPECT_FALSE(contains(f0.err, "restarting the workers")) << f0.err;
+  EXPECT_FALSE(contains(f0.err, "admitting node")) << f0.err;
+  EXPECT_NE(before, 0);
+  EXPECT_EQ(after, before) << "node 0's worker was restarted";
+  EXPECT_TRUE(contains(f0.out, "]:parameters identical on all 2 ranks")) << f0.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(f0.out, m, std::regex(R"(world size now 2, going on from step (\d+))"))) << f0.out;
+  const int64_t grew_at = std::stoll(m[1]);
+
+  // The same job on 1 rank with a checkpoint after every step; the one of
+  // the step the growth went on from is resumed on 2 ranks.
+  const fs::path every = temp("grow-every"), one = temp("grow-one");
+  Finished alone = ddptest::run(node_cmd({"--nproc", "1"}, prog(temp("grow-alone.json"),
+                                                               {"--checkpoint-dir", every.string(),
+                                                                "--checkpoint-every", "1",
+                                                                "--keep-checkpoints", "1000"})),
+                                env, 4min);
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  fs::create_directories(one);
+  char prefix[32];
+  std::snprintf(prefix, sizeof(prefix), "ckpt-%012lld-", static_cast<long long>(grew_at));
+  for (const auto& e : fs::directory_iterator(every)) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0) fs::copy_file(e.path(), one / e.path().filename());
+  }
+  ASSERT_FALSE(fs::is_empty(one)) << "no checkpoint of step " << grew_at << " in " << every;
+  const fs::path resumed = temp("grow-resumed.json");
+  Finished f = ddptest::run(node_cmd({"--nproc", "2"}, prog(resumed, {"--checkpoint-dir", one.string()})), env, 4min);
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.out, "resumed from")) << f.out;
+  EXPECT_EQ(checksum_in(summary), checksum_in(resumed))
+      << "the grown run's parameters differ from a resume at 2 ranks from step " << grew_at;
+  fs::remove_all(every);
+  fs::remove_all(one);
+}
+
+// Without heals a late node is admitted by a new round: the workers restart
+// from the checkpoint, with no restart spent.
 TEST(NetNodes, ALateNodeIsAdmittedAndBothFinishTogether) {
   std::string why;
   auto lab = lab_or_skip(2, &why);
   if (!lab) GTEST_SKIP() << why;
   const fs::path ckpt = temp("late-ckpt");
-  Process n0(lab_node(*lab, 0, ckpt));
+  Process n0(lab_node(*lab, 0, ckpt, "20", {"--max-heals", "0"}));
   ASSERT_TRUE(reach_step(n0, 15)) << n0.out();
-  Process n1(lab_node(*lab, 1, ckpt));
+  Process n1(lab_node(*lab, 1, ckpt, "20", {"--max-heals", "0"}));
   Finished f1 = n1.finish(3min);
   Finished f0 = n0.finish(3min);
   EXPECT_EQ(f0.exit_code, 0) << f0.err;

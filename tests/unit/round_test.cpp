@@ -622,5 +622,55 @@ TEST(Round, AWorkerHealIsRefusedUnlessTheRoundRunsAndEveryOtherMemberHeals) {
   EXPECT_EQ(full.heal_generation(), 0u);
 }
 
+// A node arriving while the running round has room joins it in place when
+// everyone heals: the next node rank, the global ranks after everyone's, a
+// bigger world for all, one heal generation more; no new round, no restart.
+TEST(Round, ANodeArrivingWithRoomJoinsTheRunningRoundWhenEveryoneHeals) {
+  RoundSettings s{2, 4, 100ms, 5};
+  RoundState r = running_healers(s);  // a, b, c: ranks 0..5
+  const uint64_t g0 = r.generation();
+  r.join(healing("d", 3), s, kFirst, 0ms, t0 + 1s);
+  EXPECT_GT(r.generation(), g0);  // d's parked join learns it
+  EXPECT_EQ(r.current_round(), 0);
+  EXPECT_EQ(r.restart_count(), 0);
+  EXPECT_EQ(r.num_members(), 4u);
+  auto d = r.assignment("d");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->node_rank, 3);
+  EXPECT_EQ(d->first_global_rank, 6);
+  EXPECT_EQ(d->world_size, 9);
+  EXPECT_EQ(d->num_nodes, 4);
+  EXPECT_EQ(d->heal_generation, 1u);
+  EXPECT_TRUE(d->lost_since_last_round.empty());
+  EXPECT_EQ(d->master_addr, r.assignment("a")->master_addr);
+  NodeView v = r.keep_alive("b", t0 + 1s, 0);
+  EXPECT_EQ(v.placement, (Placement{1, 4, 9, 2}));
+  EXPECT_EQ(v.heal_generation, 1u);
+  EXPECT_EQ(v.heal_reason, HealReason::kGrow);
+  EXPECT_NE(v.detail.find("joined the running round as node rank 3"), std::string::npos) << v.detail;
+  // At --nnodes' maximum the next one waits, as before.
+  r.join(healing("e"), s, kFirst, 0ms, t0 + 2s);
+  EXPECT_EQ(r.num_waiting(), 1u);
+  EXPECT_EQ(r.current_round(), 0);
+}
+
+TEST(Round, ANodeIsAdmittedByANewRoundUnlessEveryoneHealsAndItTakesTheNextRank) {
+  RoundSettings s{2, 4, 100ms, 5};
+  RoundState not_healing = running_healers(s);
+  not_healing.keep_alive("c", t0 + 1s, -1);
+  not_healing.join(healing("d"), s, kFirst, 0ms, t0 + 1s);
+  EXPECT_EQ(not_healing.current_round(), 1);
+  EXPECT_EQ(not_healing.reason(), RoundReason::kAdmit);
+
+  RoundState newcomer_cannot = running_healers(s);
+  newcomer_cannot.join(node("d"), s, kFirst, 0ms, t0 + 1s);  // its workers do not heal
+  EXPECT_EQ(newcomer_cannot.current_round(), 1);
+
+  RoundState wants_rank_0 = running_healers(s);
+  wants_rank_0.join(healing("d", 2, 0), s, kFirst, 0ms, t0 + 1s);
+  EXPECT_EQ(wants_rank_0.current_round(), 1);
+  EXPECT_EQ(wants_rank_0.heal_generation(), 0u);
+}
+
 }  // namespace
 }  // namespace ddprun

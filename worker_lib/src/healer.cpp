@@ -203,7 +203,7 @@ void Healer::heal(const std::string& why) {
     const std::string resized =
         was == report_.world_size ? "" : "; the world goes on with " + std::to_string(report_.world_size) +
                                              " ranks instead of " + std::to_string(was);
-    std::fprintf(stderr, "ddp: healed in generation %u after a peer failed (%s): %.3f s waiting, %.3f s connecting, "
+    std::fprintf(stderr, "ddp: healed in generation %u (%s): %.3f s waiting, %.3f s connecting, "
                  "%.3f s sending %lld bytes of state%s\n",
                  report_.generation, why.c_str(), report_.wait_seconds, report_.connect_seconds, report_.transfer_seconds,
                  static_cast<long long>(report_.bytes), resized.c_str());

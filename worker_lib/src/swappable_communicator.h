@@ -41,6 +41,7 @@ class SwappableCommunicator final : public Communicator {
     std::lock_guard lock(mu_);
     inner_ = std::move(next);
     generation_ = generation;
+    aborted_by_ = 0;
     rank_ = inner_->rank();
     size_ = inner_->size();
     timeout_ = inner_->default_timeout();
@@ -56,9 +57,15 @@ class SwappableCommunicator final : public Communicator {
   }
   // A newer heal generation began: a connection of an older one fails its
   // collectives now (Communicator::abort), waiting for no timeout.
+  // Later collectives on it fail too, whatever the backend does with an
+  // abort (a world of one blocks on nobody, and would never notice).
   void abort_older_than(uint32_t generation, const std::string& why) {
     std::lock_guard lock(mu_);
-    if (inner_ && generation_ < generation) inner_->abort(why);
+    if (inner_ && generation_ < generation) {
+      inner_->abort(why);
+      aborted_by_ = std::max(aborted_by_, generation);
+      abort_why_ = why;
+    }
   }
 
   // Known while closed too: a heal keeps the ranks.
@@ -84,12 +91,15 @@ class SwappableCommunicator final : public Communicator {
   Communicator& get() {
     if (!inner_ && reopen_) replace(reopen_());
     if (!inner_) throw CollectiveError("ddp: the communicator is closed while the group heals (a peer failed)");
+    if (aborted_by_ > generation_) throw CollectiveError(abort_why_);
     return *inner_;
   }
   Communicator& get() const { return const_cast<SwappableCommunicator*>(this)->get(); }
   std::mutex mu_;  // inner_ and generation_ against abort_older_than()
   std::unique_ptr<Communicator> inner_;
   uint32_t generation_ = 0;
+  uint32_t aborted_by_ = 0;  // a newer generation that aborted this connection (0: none)
+  std::string abort_why_;
   std::function<std::unique_ptr<Communicator>()> reopen_;
   int rank_ = 0, size_ = 1;
   Timeout timeout_{0};

@@ -107,7 +107,7 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
     // node gone) fails as soon as the agent names the next generation.
     heal_watcher_ = std::make_unique<HealWatcher>(heartbeat_, generation_, [this](uint32_t g) {
       cpu_->abort_older_than(g, "ddp: the group heals in generation " + std::to_string(g) +
-                                    " (a peer failed)");
+                                    " (a peer failed, or the world changed)");
     });
   }
 }
