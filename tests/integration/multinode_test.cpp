@@ -562,6 +562,41 @@ TEST(NetNodes, AKilledWorkerOfOneNodeIsReplacedThereAndTheJobEndsBitwiseEqual) {
   EXPECT_EQ(checksum_in(summary), want) << "the healed run's parameters differ from an uninterrupted run's";
 }
 
+// The checksum heal_job ends with when it runs on `before` ranks with a
+// checkpoint after every step, and that of `step` is resumed on `after`
+// ranks ("" when something failed, and the test failed with it).
+std::string checksum_resumed_at(const ddptest::EnvChanges& env, int before, int64_t step, int after,
+                                const std::string& name) {
+  auto with = [](const fs::path& summary, std::vector<std::string> more) {
+    std::vector<std::string> p = heal_job(summary);
+    p.insert(p.end(), more.begin(), more.end());
+    return p;
+  };
+  const fs::path every = temp(name + "-every"), one = temp(name + "-one");
+  Finished first = ddptest::run(node_cmd({"--nproc", std::to_string(before)},
+                                         with(temp(name + "-first.json"), {"--checkpoint-dir", every.string(),
+                                                                           "--checkpoint-every", "1",
+                                                                           "--keep-checkpoints", "1000"})),
+                                env, 4min);
+  EXPECT_EQ(first.exit_code, 0) << first.err;
+  fs::create_directories(one);
+  char prefix[32];
+  std::snprintf(prefix, sizeof(prefix), "ckpt-%012lld-", static_cast<long long>(step));
+  for (const auto& e : fs::directory_iterator(every)) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0) fs::copy_file(e.path(), one / e.path().filename());
+  }
+  EXPECT_FALSE(fs::is_empty(one)) << "no checkpoint of step " << step << " in " << every;
+  const fs::path resumed = temp(name + "-resumed.json");
+  Finished f = ddptest::run(node_cmd({"--nproc", std::to_string(after)},
+                                     with(resumed, {"--checkpoint-dir", one.string()})),
+                            env, 4min);
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.out, "resumed from")) << f.out;
+  fs::remove_all(every);
+  fs::remove_all(one);
+  return checksum_in(resumed);
+}
+
 // Shrink: no node waits to take a lost node's place, and --nnodes 1:2 lets
 // the job run on one. The round goes on without node 1: node 0's worker is
 // the same process throughout, it heals alone as rank 0 of 1, and the
@@ -615,41 +650,14 @@ TEST(NetNodes, WithNoSpareTheJobShrinksPastAKilledNodeAndEndsAsAResumeAtOneRankW
   auto lab = lab_or_skip(2, &why);
   if (!lab) GTEST_SKIP() << why;
   const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
-  auto prog = [](const fs::path& summary, std::vector<std::string> more = {}) {
-    std::vector<std::string> p{TRAIN_BIN, "--limit", "8000", "--epochs", "2", "--print-steps",
-                               "--summary-json", summary.string()};
-    p.insert(p.end(), more.begin(), more.end());
-    return p;
-  };
   const fs::path summary = temp("shrink.json");
-  ShrinkRun r = shrink_two_nodes(*lab, env, prog(summary));
+  ShrinkRun r = shrink_two_nodes(*lab, env, heal_job(summary));
   expect_kept_its_worker(r);
   ASSERT_GT(r.shrunk_at, 0) << r.f0.out;
 
-  // The same job on 2 ranks with a checkpoint after every step; the one of
-  // the step the shrink went on from is resumed on 1 rank.
-  const fs::path every = temp("shrink-every"), one = temp("shrink-one");
-  Finished two = ddptest::run(node_cmd({"--nproc", "2"}, prog(temp("shrink-two.json"),
-                                                             {"--checkpoint-dir", every.string(),
-                                                              "--checkpoint-every", "1",
-                                                              "--keep-checkpoints", "1000"})),
-                              env, 4min);
-  ASSERT_EQ(two.exit_code, 0) << two.err;
-  fs::create_directories(one);
-  char prefix[32];
-  std::snprintf(prefix, sizeof(prefix), "ckpt-%012lld-", static_cast<long long>(r.shrunk_at));
-  for (const auto& e : fs::directory_iterator(every)) {
-    if (e.path().filename().string().rfind(prefix, 0) == 0) fs::copy_file(e.path(), one / e.path().filename());
-  }
-  ASSERT_FALSE(fs::is_empty(one)) << "no checkpoint of step " << r.shrunk_at << " in " << every;
-  const fs::path resumed = temp("shrink-resumed.json");
-  Finished f = ddptest::run(node_cmd({"--nproc", "1"}, prog(resumed, {"--checkpoint-dir", one.string()})), env, 4min);
-  ASSERT_EQ(f.exit_code, 0) << f.err;
-  EXPECT_TRUE(contains(f.out, "resumed from")) << f.out;
-  EXPECT_EQ(checksum_in(summary), checksum_in(resumed))
+  // The same job on 2 ranks, resumed on 1 from the step the shrink went on from.
+  EXPECT_EQ(checksum_in(summary), checksum_resumed_at(env, 2, r.shrunk_at, 1, "shrink"))
       << "the shrunk run's parameters differ from a resume at 1 rank from step " << r.shrunk_at;
-  fs::remove_all(every);
-  fs::remove_all(one);
 }
 
 // --keep-global-batch: the one rank left reads both ranks' share per step,
@@ -683,17 +691,12 @@ TEST(NetNodes, ALateNodeJoinsTheRunningRoundAndTheJobEndsAsAResumeAtTwoRanksWoul
   auto lab = lab_or_skip(2, &why);
   if (!lab) GTEST_SKIP() << why;
   const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
-  auto prog = [](const fs::path& summary, std::vector<std::string> more = {}) {
-    std::vector<std::string> p = heal_job(summary);
-    p.insert(p.end(), more.begin(), more.end());
-    return p;
-  };
   const fs::path summary = temp("grow.json");
   auto node = [&](int i) {
     return lab->wrap(i, node_cmd({"--nnodes", "1:2", "--nproc", "1", "--node-rank", std::to_string(i),
                                   "--rdzv-endpoint", lab->addr(0) + ":29400", "--rdzv-id", "grow",
                                   "--max-restarts", "3", "--stop-timeout", "3", "--rdzv-conf", "join_timeout=120"},
-                                 prog(summary)));
+                                 heal_job(summary)));
   };
   Process n0(node(0), env);
   ASSERT_TRUE(reach_step(n0, 30)) << n0.out() << n0.err();
@@ -717,30 +720,9 @@ TEST(NetNodes, ALateNodeJoinsTheRunningRoundAndTheJobEndsAsAResumeAtTwoRanksWoul
   ASSERT_TRUE(std::regex_search(f0.out, m, std::regex(R"(world size now 2, going on from step (\d+))"))) << f0.out;
   const int64_t grew_at = std::stoll(m[1]);
 
-  // The same job on 1 rank with a checkpoint after every step; the one of
-  // the step the growth went on from is resumed on 2 ranks.
-  const fs::path every = temp("grow-every"), one = temp("grow-one");
-  Finished alone = ddptest::run(node_cmd({"--nproc", "1"}, prog(temp("grow-alone.json"),
-                                                               {"--checkpoint-dir", every.string(),
-                                                                "--checkpoint-every", "1",
-                                                                "--keep-checkpoints", "1000"})),
-                                env, 4min);
-  ASSERT_EQ(alone.exit_code, 0) << alone.err;
-  fs::create_directories(one);
-  char prefix[32];
-  std::snprintf(prefix, sizeof(prefix), "ckpt-%012lld-", static_cast<long long>(grew_at));
-  for (const auto& e : fs::directory_iterator(every)) {
-    if (e.path().filename().string().rfind(prefix, 0) == 0) fs::copy_file(e.path(), one / e.path().filename());
-  }
-  ASSERT_FALSE(fs::is_empty(one)) << "no checkpoint of step " << grew_at << " in " << every;
-  const fs::path resumed = temp("grow-resumed.json");
-  Finished f = ddptest::run(node_cmd({"--nproc", "2"}, prog(resumed, {"--checkpoint-dir", one.string()})), env, 4min);
-  ASSERT_EQ(f.exit_code, 0) << f.err;
-  EXPECT_TRUE(contains(f.out, "resumed from")) << f.out;
-  EXPECT_EQ(checksum_in(summary), checksum_in(resumed))
+  // The same job on 1 rank, resumed on 2 from the step the growth went on from.
+  EXPECT_EQ(checksum_in(summary), checksum_resumed_at(env, 1, grew_at, 2, "grow"))
       << "the grown run's parameters differ from a resume at 2 ranks from step " << grew_at;
-  fs::remove_all(every);
-  fs::remove_all(one);
 }
 
 // Without heals a late node is admitted by a new round: the workers restart
