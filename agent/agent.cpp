@@ -433,6 +433,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
       return s;
     };
   }
+  WorkerGroup* running = nullptr;  // the group below, once it exists (a shrink renumbers it)
   uint64_t heal_request = 0;
   if (names_heals_at_rendezvous()) {
     // A failed worker's replacement heals in the generation the rendezvous
@@ -451,7 +452,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   }
   if (lease_) {
     go.control_fd = lease_->fd();
-    go.on_control = [this, &life, &a, attempt]() -> std::optional<std::string> {
+    go.on_control = [this, &life, &a, &running, attempt]() -> std::optional<std::string> {
       LeaseStatus st = lease_->take();
       if (st.contact_lost) return life.on_contact_lost() + " (" + st.error + ")";
       if (!st.view) return std::nullopt;
@@ -464,6 +465,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
         const Placement& p = st.view->placement;
         if (p.node_rank >= 0 && !(p == a.placement())) {  // the round shrank or grew: this node's place moved
           move_with(attempt, a, *st.view);
+          if (running) running->renumber(a.first_global_rank, a.world_size, a.node_rank, a.num_nodes);
         } else {
           heal_with_others(attempt, *st.view);
         }
@@ -481,6 +483,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   }
   if (status_) status_->watch(a.round, 0, a.first_global_rank);  // local rank 0's global rank
   WorkerGroup group(std::move(launches), signals_, go);
+  running = &group;
   GroupResult result = group.run();
   if (lease_) lease_->set_workers_heal_round(-1);  // none of them runs any more
   if (!result.healed.empty()) {

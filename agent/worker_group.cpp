@@ -142,6 +142,17 @@ void WorkerGroup::replace(int i, uint32_t generation) {
   result_.heal_generation = generation;
 }
 
+void WorkerGroup::renumber(int first_global_rank, int world_size, int node_rank, int num_nodes) {
+  for (size_t i = 0; i < launches_.size(); ++i) {
+    WorkerIdentity& id = launches_[i].id;
+    id.rank = first_global_rank + id.local_rank;
+    id.world_size = world_size;
+    id.group_rank = node_rank;
+    id.group_world_size = num_nodes;
+    if (i < workers_.size() && workers_[i]->output) workers_[i]->output->set_rank(id.rank);
+  }
+}
+
 void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
   for (const auto& c : commands) {
     switch (c.kind) {

@@ -105,6 +105,11 @@ class WorkerGroup {
   // Starts every worker and returns once all have exited. Throws SpawnError
   // (after stopping the workers already started) when one cannot start.
   GroupResult run();
+  // The round moved this node's ranks while the workers run (it shrank or
+  // grew): local rank r is global rank first_global_rank + r of world_size,
+  // on node node_rank of num_nodes, from now on, in messages, events and
+  // the failure summary. Call from the group's own callbacks (on_control).
+  void renumber(int first_global_rank, int world_size, int node_rank, int num_nodes);
 
  private:
   struct Worker;

@@ -196,6 +196,11 @@ uint64_t WorkerOutput::abandon_console() {
   return dropped;
 }
 
+void WorkerOutput::set_rank(int global_rank) {
+  rank_ = global_rank;
+  if (options_.console_prefix.empty()) prefix_ = "[rank" + std::to_string(global_rank) + "]:";
+}
+
 void WorkerOutput::write(int stream, std::string_view bytes) {
   const int idx = stream == kStderr ? 1 : 0;
   Stream& s = streams_[idx];

@@ -58,6 +58,11 @@ class WorkerOutput {
   WorkerOutput(const WorkerOutput&) = delete;
   WorkerOutput& operator=(const WorkerOutput&) = delete;
 
+  // The worker's global rank changed (the round shrank): messages and the
+  // default "[rankN]:" prefix say the new one; a --log-line-prefix-template
+  // prefix and the log files stay as they were.
+  void set_rank(int global_rank);
+
   // stream: kStdout or kStderr.
   void write(int stream, std::string_view bytes);
   // End of both streams: pass on unterminated last lines.

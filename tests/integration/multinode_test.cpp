@@ -660,6 +660,45 @@ TEST(NetNodes, WithNoSpareTheJobShrinksPastAKilledNodeAndEndsAsAResumeAtOneRankW
       << "the shrunk run's parameters differ from a resume at 1 rank from step " << r.shrunk_at;
 }
 
+// A shrink past a middle node moves the later node's ranks down: node 2's
+// worker goes on as global rank 1, and its agent says so from then on (its
+// events name rank 1, not the rank 2 it was launched as).
+TEST(NetNodes, AShrinkPastAMiddleNodeRenumbersTheLaterNodesWorker) {
+  std::string why;
+  auto lab = lab_or_skip(3, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
+  const fs::path logs = temp("renumber-logs");
+  auto node = [&](int i) {
+    std::vector<std::string> flags{"--nnodes", "2:3", "--nproc", "1", "--node-rank", std::to_string(i),
+                                   "--rdzv-endpoint", lab->addr(0) + ":29400", "--rdzv-id", "renumber",
+                                   "--max-restarts", "3", "--stop-timeout", "3", "--rdzv-conf",
+                                   "join_timeout=120,last_call_timeout=60"};
+    if (i == 2) flags.insert(flags.end(), {"--log-dir", logs.string()});
+    return lab->wrap(i, node_cmd(flags, heal_job(temp("renumber.json"))));
+  };
+  Process n0(node(0), env);
+  Process n1(node(1), env);
+  Process n2(node(2), env);
+  ASSERT_TRUE(reach_step(n0, 40)) << n0.out() << n0.err();
+  n1.signal(SIGKILL);  // the whole node: its agent, and its worker with it
+  n1.finish(10s);
+  Finished f2 = n2.finish(4min);
+  Finished f0 = n0.finish(4min);
+  ASSERT_EQ(f2.exit_code, 0) << f2.err;
+  EXPECT_EQ(f0.exit_code, 0) << f0.err;
+  EXPECT_TRUE(contains(f2.err, "go on as ranks 1..1 of 2 (node rank 1 of 2)")) << f2.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(f2.err, m, std::regex(R"(worker logs are in (\S+))"))) << f2.err;
+  std::ifstream in(fs::path(m[1].str()) / "events.jsonl");
+  std::string line, exit_line;
+  while (std::getline(in, line)) {
+    if (contains(line, "\"event\":\"exit\"")) exit_line = line;
+  }
+  EXPECT_TRUE(contains(exit_line, "\"rank\":1")) << "the worker's exit names its launch rank: " << exit_line;
+  fs::remove_all(logs);
+}
+
 // --keep-global-batch: the one rank left reads both ranks' share per step,
 // so the run takes as many steps as one that nothing interrupted.
 TEST(NetNodes, AShrunkJobThatKeepsItsGlobalBatchTakesTheUninterruptedRunsSteps) {
