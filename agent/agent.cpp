@@ -1,5 +1,6 @@
 #include "agent/agent.h"
 #include "agent/status_wiping_sink.h"
+#include "agent/temp_dir.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -60,15 +61,6 @@ std::string file_safe(const std::string& node_id) {
   return out;
 }
 
-std::string make_temp_dir(const std::string& run_id) {
-  const char* tmp = getenv("TMPDIR");
-  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddprun-" + run_id + "-XXXXXX";
-  if (!mkdtemp(pattern.data())) {
-    throw std::runtime_error("cannot create a temporary folder " + pattern + ": " + strerror(errno));
-  }
-  return pattern;
-}
-
 }  // namespace
 
 namespace ev = channel::events;
@@ -112,7 +104,13 @@ void Agent::prepare_files() {
     spdlog::info("worker logs are in {}", files_dir_);
     events_.add_file(files_dir_ + "/" + ev::kFileName);
   } else {
-    files_dir_ = make_temp_dir(cfg_.run_id);
+    const char* tmp = getenv("TMPDIR");
+    const std::string base = tmp && *tmp ? tmp : "/tmp";
+    // Folders that SIGKILLed agents left behind go first.
+    if (int n = remove_stale_temp_dirs(base); n > 0) {
+      spdlog::debug("removed {} temporary folder(s) that ended agents left in {}", n, base);
+    }
+    files_dir_ = make_temp_dir(base, cfg_.run_id, /*disposable=*/!wants_files_);
     files_dir_is_temp_ = !wants_files_;
     if (wants_files_) spdlog::info("worker logs are in {}", files_dir_);
   }
