@@ -149,7 +149,7 @@ void Agent::prepare_files() {
   }
 }
 
-std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& joined) {
+std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& joined, bool standbys) {
   const Assignment& a = joined.assignment;
   JobEnv job;
   job.role = cfg_.role;
@@ -184,7 +184,7 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
     WorkerLaunch l;
     l.id = WorkerIdentity{a.first_global_rank + lr, lr, cfg_.nproc, a.world_size, a.node_rank, a.num_nodes};
     const std::string dir = attempt_dir(attempt) + "/rank" + std::to_string(l.id.rank);
-    make_dirs(dir);
+    if (!standbys) make_dirs(dir);  // a standby's guessed rank may never run here
     l.error_file = dir + "/error.json";
     // A tee'd stream stays on the console even when redirected (torchrun).
     const int redirect = cfg_.redirects.for_local_rank(lr) & ~cfg_.tee.for_local_rank(lr);
@@ -225,7 +225,7 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
 // have (what libraries read at load time, like OMP_NUM_THREADS, must be
 // there from the start); the exact variables follow at release.
 void Agent::spawn_standbys(int attempt, const JoinResult& guess, int count) {
-  std::vector<WorkerLaunch> next = make_launches(attempt, guess);
+  std::vector<WorkerLaunch> next = make_launches(attempt, guess, /*standbys=*/true);
   if (count >= 0 && count < static_cast<int>(next.size())) next.resize(static_cast<size_t>(count));
   for (auto& l : next) {
     if (!cfg_.standby_argv.empty()) l.spawn.argv = cfg_.standby_argv;

@@ -62,7 +62,9 @@ class Agent {
   void contain_processes();
   void open_consoles();
   // The workers of one attempt (standbys, if any, are attached by the caller).
-  std::vector<WorkerLaunch> make_launches(int attempt, const JoinResult& joined);
+  // standbys: for standby processes, whose ranks are a guess until they are
+  // released (no rank folders are made for them).
+  std::vector<WorkerLaunch> make_launches(int attempt, const JoinResult& joined, bool standbys = false);
   // Whether a failed worker of this round may be replaced while the others
   // go on, in a generation this agent names: one node (the agent owns every
   // rank), heartbeats to announce it, and --max-heals above 0. Across nodes

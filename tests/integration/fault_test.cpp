@@ -79,8 +79,8 @@ TEST(FaultTolerance, WorkersKilledAtRandomStepsStillEndBitwiseLikeAnUninterrupte
 
 TEST(FaultTolerance, StandbyWorkersTakeOverAfterAKillAndNoneIsLeft) {
   const std::string want = reference_checksum();
-  const fs::path dir = temp("standby-ckpt"), summary = temp("standby.json");
-  Process p(train_job({"--max-restarts", "2", "--standby", "--max-heals", "0"},
+  const fs::path dir = temp("standby-ckpt"), summary = temp("standby.json"), logs = temp("standby-logs");
+  Process p(train_job({"--max-restarts", "2", "--standby", "--max-heals", "0", "--log-dir", logs.string()},
                       {"--checkpoint-dir", dir.string(), "--checkpoint-every", "10", "--summary-json",
                        summary.string()}));
   std::set<pid_t> seen;
@@ -104,7 +104,13 @@ TEST(FaultTolerance, StandbyWorkersTakeOverAfterAKillAndNoneIsLeft) {
   EXPECT_TRUE(contains(f.err, "restarting the workers (restart 1 of 2, from standby)")) << f.err;
   EXPECT_EQ(checksum_in(summary), want);
   for (pid_t pid : seen) EXPECT_TRUE(ddptest::exits_within(pid, 5s)) << "left behind: " << pid;
+  // The standbys warmed for a third attempt that never ran made no folders.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(f.err, m, std::regex(R"(worker logs are in (\S+))"))) << f.err;
+  EXPECT_TRUE(fs::exists(fs::path(m[1].str()) / "attempt_1" / "rank0"));
+  EXPECT_FALSE(fs::exists(fs::path(m[1].str()) / "attempt_2")) << "a folder for an attempt that never ran";
   fs::remove_all(dir);
+  fs::remove_all(logs);
   fs::remove(summary);
 }
 
