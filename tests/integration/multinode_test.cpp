@@ -308,6 +308,18 @@ std::vector<std::string> lab_node(const NetLab& lab, int i, const fs::path& ckpt
   return lab.wrap(i, node_cmd(flags, prog));
 }
 
+// The flags of node i of a lab job `id` that heals: --nnodes `nnodes`, one
+// worker, node 0's rendezvous, 3 restarts, a 3 s stop timeout, `conf` as
+// --rdzv-conf; pinned to node rank i unless `pin` is false (a spare).
+std::vector<std::string> lab_flags(const NetLab& lab, int i, const std::string& nnodes, const std::string& id,
+                                   const std::string& conf = "join_timeout=120", bool pin = true) {
+  std::vector<std::string> flags{"--nnodes", nnodes, "--nproc", "1", "--rdzv-endpoint", lab.addr(0) + ":29400",
+                                 "--rdzv-id", id, "--max-restarts", "3", "--stop-timeout", "3",
+                                 "--rdzv-conf", conf};
+  if (pin) flags.insert(flags.end(), {"--node-rank", std::to_string(i)});
+  return flags;
+}
+
 // Without heals (--max-heals 0; or a program without a Healer) a lost node
 // costs a round: the survivor restarts its worker from the checkpoint.
 TEST(NetNodes, AKilledNodeCostsTheSurvivorsARoundNotTheJob) {
@@ -397,10 +409,7 @@ TEST(NetNodes, ANodeCutOffForHalfAMinuteRejoinsWhenTheLinkReturns) {
   if (!lab) GTEST_SKIP() << why;
   const fs::path ckpt = temp("long-cut-ckpt");
   auto node = [&](int i) {
-    std::vector<std::string> flags{"--nnodes", "1:2", "--nproc", "1", "--node-rank", std::to_string(i),
-                                   "--rdzv-endpoint", lab->addr(0) + ":29400", "--rdzv-id", "longcut",
-                                   "--max-restarts", "3", "--stop-timeout", "3", "--rdzv-conf",
-                                   "join_timeout=120"};
+    std::vector<std::string> flags = lab_flags(*lab, i, "1:2", "longcut");
     // Long enough to outlast the cut on node 0 alone (about 5k images/s).
     std::vector<std::string> prog{TRAIN_BIN, "--epochs", "4", "--print-steps", "--checkpoint-dir",
                                   ckpt.string(), "--checkpoint-every", "50"};
@@ -471,11 +480,8 @@ void expect_spare_takes_over(Loss loss) {
 
   const fs::path summary = temp("spare.json");
   auto node = [&](int i) {
-    std::vector<std::string> flags{"--nnodes", "2", "--nproc", "1", "--rdzv-endpoint", lab->addr(0) + ":29400",
-                                   "--rdzv-id", "spare", "--max-restarts", "3", "--stop-timeout", "3",
-                                   "--rdzv-conf", "join_timeout=120"};
-    if (i < 2) flags.insert(flags.end(), {"--node-rank", std::to_string(i)});
-    return lab->wrap(i, node_cmd(flags, heal_job(summary)));
+    return lab->wrap(i, node_cmd(lab_flags(*lab, i, "2", "spare", "join_timeout=120", /*pin=*/i < 2),
+                                 heal_job(summary)));
   };
   Process n0(node(0), env);
   Process n1(node(1), env);
@@ -531,10 +537,7 @@ TEST(NetNodes, AKilledWorkerOfOneNodeIsReplacedThereAndTheJobEndsBitwiseEqual) {
 
   const fs::path summary = temp("worker-heal.json");
   auto node = [&](int i) {
-    return lab->wrap(i, node_cmd({"--nnodes", "2", "--nproc", "1", "--node-rank", std::to_string(i),
-                                  "--rdzv-endpoint", lab->addr(0) + ":29400", "--rdzv-id", "worker-heal",
-                                  "--max-restarts", "3", "--stop-timeout", "3", "--rdzv-conf", "join_timeout=120"},
-                                 heal_job(summary)));
+    return lab->wrap(i, node_cmd(lab_flags(*lab, i, "2", "worker-heal"), heal_job(summary)));
   };
   Process n0(node(0), env);
   Process n1(node(1), env);
@@ -611,11 +614,7 @@ struct ShrinkRun {
 
 ShrinkRun shrink_two_nodes(NetLab& lab, const ddptest::EnvChanges& env, const std::vector<std::string>& prog) {
   auto node = [&](int i) {
-    return lab.wrap(i, node_cmd({"--nnodes", "1:2", "--nproc", "1", "--node-rank", std::to_string(i),
-                                 "--rdzv-endpoint", lab.addr(0) + ":29400", "--rdzv-id", "shrink",
-                                 "--max-restarts", "3", "--stop-timeout", "3", "--rdzv-conf",
-                                 "join_timeout=120,last_call_timeout=60"},
-                                prog));
+    return lab.wrap(i, node_cmd(lab_flags(lab, i, "1:2", "shrink", "join_timeout=120,last_call_timeout=60"), prog));
   };
   ShrinkRun r;
   Process n0(node(0), env);
@@ -670,10 +669,8 @@ TEST(NetNodes, AShrinkPastAMiddleNodeRenumbersTheLaterNodesWorker) {
   const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
   const fs::path logs = temp("renumber-logs");
   auto node = [&](int i) {
-    std::vector<std::string> flags{"--nnodes", "2:3", "--nproc", "1", "--node-rank", std::to_string(i),
-                                   "--rdzv-endpoint", lab->addr(0) + ":29400", "--rdzv-id", "renumber",
-                                   "--max-restarts", "3", "--stop-timeout", "3", "--rdzv-conf",
-                                   "join_timeout=120,last_call_timeout=60"};
+    std::vector<std::string> flags =
+        lab_flags(*lab, i, "2:3", "renumber", "join_timeout=120,last_call_timeout=60");
     if (i == 2) flags.insert(flags.end(), {"--log-dir", logs.string()});
     return lab->wrap(i, node_cmd(flags, heal_job(temp("renumber.json"))));
   };
@@ -732,10 +729,7 @@ TEST(NetNodes, ALateNodeJoinsTheRunningRoundAndTheJobEndsAsAResumeAtTwoRanksWoul
   const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
   const fs::path summary = temp("grow.json");
   auto node = [&](int i) {
-    return lab->wrap(i, node_cmd({"--nnodes", "1:2", "--nproc", "1", "--node-rank", std::to_string(i),
-                                  "--rdzv-endpoint", lab->addr(0) + ":29400", "--rdzv-id", "grow",
-                                  "--max-restarts", "3", "--stop-timeout", "3", "--rdzv-conf", "join_timeout=120"},
-                                 heal_job(summary)));
+    return lab->wrap(i, node_cmd(lab_flags(*lab, i, "1:2", "grow"), heal_job(summary)));
   };
   Process n0(node(0), env);
   ASSERT_TRUE(reach_step(n0, 30)) << n0.out() << n0.err();
