@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Checks the layering each top-level folder's README.md states: every
+`#include` under the folder against the README's line
+
+    - Must never include: `agent/`, `torch/`, `rendezvous/server.h`, ...
+
+A token ending in "/" forbids every include under that path; any other
+forbids that one header. Prints each violation as FILE:LINE and the rule it
+breaks, and exits 1 if there is any (or a folder lost its rule); 0 if none.
+
+    scripts/check-layering.py [ROOT]
+"""
+import os
+import re
+import sys
+
+# The folders whose README must state a rule (a README that loses its rule
+# would otherwise check nothing).
+FOLDERS = ["agent", "channel", "launcher", "rendezvous", "tcpstore", "trace", "worker_lib"]
+RULE = re.compile(r"^- Must never include:(.*)$", re.MULTILINE)
+TOKEN = re.compile(r"`([^`]+)`")
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
+SOURCES = (".h", ".hpp", ".cc", ".cpp")
+
+
+def forbidden_by(folder_readme):
+    with open(folder_readme, encoding="utf-8") as f:
+        m = RULE.search(f.read())
+    return None if m is None else TOKEN.findall(m.group(1))
+
+
+def breaks(include, rules):
+    return next((r for r in rules if (include.startswith(r) if r.endswith("/") else include == r)), None)
+
+
+def main():
+    root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
+    problems = []
+    for folder in FOLDERS:
+        readme = os.path.join(root, folder, "README.md")
+        rules = forbidden_by(readme) if os.path.exists(readme) else None
+        if not rules:
+            problems.append("%s/README.md: no '- Must never include:' line (the folder's layering rule)" % folder)
+            continue
+        for dirpath, dirnames, filenames in os.walk(os.path.join(root, folder)):
+            dirnames[:] = [d for d in dirnames if not d.startswith(("build", "."))]
+            for name in sorted(filenames):
+                if not name.endswith(SOURCES):
+                    continue
+                path = os.path.join(dirpath, name)
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    for number, line in enumerate(f, 1):
+                        m = INCLUDE.match(line)
+                        rule = m and breaks(m.group(1), rules)
+                        if rule:
+                            problems.append("%s:%d includes %s, which %s/README.md forbids (`%s`)" % (
+                                os.path.relpath(path, root), number, m.group(1), folder, rule))
+    for p in problems:
+        print(p)
+    if problems:
+        print("layering: %d problem(s); move the code, or change the rule in the folder's README "
+              "(and the Layout table of the top README) in the same change" % len(problems))
+        return 1
+    print("layering: %d folders, every include within its rules" % len(FOLDERS))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
