@@ -245,19 +245,6 @@ void Agent::dismiss_standbys() {
   standbys_.clear();
 }
 
-void Agent::warm_up_spare(int attempt, const NodeView& view) {
-  if (!view.known || !view.takeover_ready || !takes_over() || !cfg_.heal_standby || !standbys_.empty()) return;
-  // The members' workers heal: they run a program that waits in ddp::init()
-  // as a standby (the same program as this node's). Where they will run is
-  // a guess; the variables that matter come at release.
-  JoinResult guess;
-  guess.assignment.round = view.round;
-  guess.assignment.num_nodes = cfg_.rdzv.max_nodes;
-  guess.assignment.world_size = cfg_.rdzv.max_nodes * cfg_.nproc;
-  spawn_standbys(attempt, guess);
-  if (!standbys_.empty()) spdlog::info("warmed up {} worker(s) to take over a lost node's ranks", standbys_.size());
-}
-
 // Joins the next round. The join runs on a thread of its own so that this
 // loop keeps reading signals: a stop signal cancels the join at once.
 JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
@@ -536,65 +523,6 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
                                  {"reason", "worker failure"}});
   }
   return end;
-}
-
-void Agent::report_workers_heal(const Assignment& a) {
-  if (!names_heals_at_rendezvous()) return;
-  bool all = true;
-  for (int lr = 0; lr < cfg_.nproc && all; ++lr) all = heartbeats_->heal_ready(lr);
-  lease_->set_workers_heal_round(all ? a.round : -1);
-}
-
-void Agent::tell_workers_whether_heals_come(const Assignment& a, const NodeView* view) {
-  if (!heals_across(a)) return;
-  // Before any view of this round: not known. With every member healing, a
-  // failed worker is replaced in a generation the rendezvous names, a spare
-  // that waits takes over a lost node, or the job shrinks past it. (A lost
-  // node healed neither way supersedes the round: the agent then stops the
-  // workers, which wakes the ones waiting.)
-  const bool comes = view && view->takeover_ready;
-  for (int lr = 0; lr < cfg_.nproc; ++lr) heartbeats_->set_no_heal_coming(lr, !comes);
-}
-
-void Agent::heal_with_others(int attempt, const NodeView& view) {
-  heal_generation_ = view.heal_generation;
-  if (view.heal_reason == HealReason::kWorker) {
-    spdlog::warn("{}; the workers here heal with the replacement (no restart)", view.detail);
-    events_.write(ev::kPeerHeal, {{"attempt", attempt}, {"generation", heal_generation_}, {"detail", view.detail}});
-  } else {
-    spdlog::warn("{}; the workers heal with its new workers in generation {} (no restart)", view.detail,
-                 heal_generation_);
-    events_.write(ev::kTakeover, {{"attempt", attempt}, {"generation", heal_generation_}, {"detail", view.detail}});
-  }
-  // Workers blocked on the lost ranks have failed, or will at their next
-  // collective; either way they heal in this generation.
-  for (int lr = 0; lr < cfg_.nproc; ++lr) heartbeats_->set_heal_generation(lr, heal_generation_);
-}
-
-void Agent::move_with(int attempt, Assignment& a, const NodeView& view) {
-  const Placement& p = view.placement;
-  heal_generation_ = view.heal_generation;
-  const bool grew = view.heal_reason == HealReason::kGrow;
-  spdlog::warn("{}; this node's workers go on as ranks {}..{} of {} (node rank {} of {}) and heal {} in "
-               "generation {} (no restart)",
-               view.detail, p.first_global_rank, p.first_global_rank + cfg_.nproc - 1, p.world_size, p.node_rank,
-               p.num_nodes, grew ? "with the newcomer's" : "among the survivors", heal_generation_);
-  events_.write(grew ? ev::kGrow : ev::kShrink,
-                {{"attempt", attempt}, {"generation", heal_generation_}, {"node_rank", p.node_rank},
-                 {"num_nodes", p.num_nodes}, {"world_size", p.world_size}, {"first_rank", p.first_global_rank},
-                 {"detail", view.detail}});
-  a.node_rank = p.node_rank;
-  a.num_nodes = p.num_nodes;
-  a.world_size = p.world_size;
-  a.first_global_rank = p.first_global_rank;
-  if (status_) status_->watch(a.round, 0, a.first_global_rank);
-  // The new ranks first, then the generation that names them (the workers
-  // read their placement when they see it).
-  for (int lr = 0; lr < cfg_.nproc; ++lr) {
-    heartbeats_->set_placement(lr, heal_generation_, a.first_global_rank + lr, a.world_size, a.node_rank,
-                               a.num_nodes);
-  }
-  for (int lr = 0; lr < cfg_.nproc; ++lr) heartbeats_->set_heal_generation(lr, heal_generation_);
 }
 
 void Agent::watch_progress(int attempt, const Assignment& a) {

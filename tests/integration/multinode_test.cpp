@@ -431,9 +431,11 @@ TEST(NetNodes, ANodeCutOffForHalfAMinuteRejoinsWhenTheLinkReturns) {
   EXPECT_EQ(f1.exit_code, 0) << f1.err;
   EXPECT_FALSE(contains(f1.err, "join failed")) << f1.err;
   EXPECT_EQ(f0.exit_code, 0) << f0.err;
-  // It rejoins the running round: the world grows back, no restart.
+  // It rejoins the running round: the world grows back. (Without a restart
+  // unless the grow lands outside a step, in the evaluation at an epoch's
+  // end, where workers cannot heal: the link comes back at any moment here.
+  // ALateNodeJoinsTheRunningRound... checks the restart-free grow.)
   EXPECT_TRUE(contains(f0.err, "joined the running round as node rank 1")) << f0.err;
-  EXPECT_FALSE(contains(f0.err, "restarting the workers")) << f0.err;
   EXPECT_TRUE(contains(f0.out, "]:parameters identical on all 2 ranks")) << f0.out;
   fs::remove_all(ckpt);
 }
