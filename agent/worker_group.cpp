@@ -20,6 +20,20 @@
 
 namespace ddprun {
 
+namespace {
+
+// A failed worker's exit in words: why it was killed (hung), else its
+// exit code or signal.
+std::string failure_of(const WorkerExit& e) { return e.reason.empty() ? describe_exit(e) : e.reason; }
+
+// Whether the policy's commands start a replacement for worker i.
+bool replaces(const std::vector<GroupCommand>& commands, int i) {
+  return std::any_of(commands.begin(), commands.end(),
+                     [i](const GroupCommand& c) { return c.kind == GroupCommand::kReplaceWorker && c.worker == i; });
+}
+
+}  // namespace
+
 struct WorkerGroup::Worker {
   const WorkerLaunch* launch = nullptr;
   pid_t pid = -1;
@@ -104,6 +118,7 @@ void WorkerGroup::start(size_t i, bool append_logs, const std::map<std::string, 
 
 void WorkerGroup::read_heal_ready() {
   if (!options_.heartbeats || options_.max_heals <= 0) return;
+  if (options_.heal_namer.other_nodes) policy_->set_other_nodes(options_.heal_namer.other_nodes());
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (policy_->alive(static_cast<int>(i))) {
       policy_->set_heal_ready(static_cast<int>(i), options_.heartbeats->heal_ready(workers_[i]->launch->id.local_rank));
@@ -191,7 +206,7 @@ void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
         std::string why;
         for (const auto& [i, e] : awaiting_) {
           why += (why.empty() ? "" : "; ") + ("rank " + std::to_string(e.rank) + " failed (" +
-                                             (e.reason.empty() ? describe_exit(e) : e.reason) + ")");
+                                             failure_of(e) + ")");
         }
         options_.heal_namer.ask(why);
         break;
@@ -281,7 +296,6 @@ bool WorkerGroup::failed_on_its_own(const Worker& w, const WorkerExit& e) const 
 
 void WorkerGroup::reap() {
   read_heal_ready();  // as the workers said it last, before any exit counts
-  if (options_.heal_namer.other_nodes) policy_->set_other_nodes(options_.heal_namer.other_nodes());
   for (size_t i = 0; i < workers_.size(); ++i) {
     Worker& w = *workers_[i];
     if (!policy_->alive(static_cast<int>(i))) continue;
@@ -343,18 +357,16 @@ void WorkerGroup::reap() {
   const auto commands = policy_->after_exits(std::chrono::steady_clock::now());
   // The heals the policy agreed to are told; the others became failures.
   for (auto& [i, e] : heal_pending_) {
-    const bool replaced = std::any_of(commands.begin(), commands.end(), [i = i](const GroupCommand& c) {
-      return c.kind == GroupCommand::kReplaceWorker && c.worker == i;
-    });
+    const bool replaced = replaces(commands, i);
     if (policy_->awaiting_generation(i)) {
       spdlog::warn("rank {} (pid {}) failed ({}); asking the rendezvous for a heal generation to replace it in "
                    "while the other workers go on",
-                   e.rank, e.pid, e.reason.empty() ? describe_exit(e) : e.reason);
+                   e.rank, e.pid, failure_of(e));
       awaiting_.emplace_back(i, std::move(e));
     } else if (replaced) {
       spdlog::warn("rank {} (pid {}) failed ({}); replacing it while the other workers go on (heal {} of the "
                    "job; --max-heals {} per rank)",
-                   e.rank, e.pid, e.reason.empty() ? describe_exit(e) : e.reason, policy_->heal_count(),
+                   e.rank, e.pid, failure_of(e), policy_->heal_count(),
                    options_.max_heals);
       result_.healed.push_back(std::move(e));
     } else {
@@ -369,7 +381,6 @@ void WorkerGroup::reap() {
 void WorkerGroup::check_heartbeats() {
   if (!options_.heartbeats) return;
   read_heal_ready();
-  if (options_.heal_namer.other_nodes) policy_->set_other_nodes(options_.heal_namer.other_nodes());
   std::vector<uint64_t> counts(workers_.size(), 0);
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (policy_->alive(static_cast<int>(i))) counts[i] = options_.heartbeats->read(workers_[i]->launch->id.local_rank);
@@ -417,9 +428,7 @@ void WorkerGroup::check_heal_answer() {
   if (!generation) return;
   const auto commands = policy_->on_generation(*generation, std::chrono::steady_clock::now());
   for (auto& [i, e] : awaiting_) {
-    const bool replaced = std::any_of(commands.begin(), commands.end(), [i = i](const GroupCommand& c) {
-      return c.kind == GroupCommand::kReplaceWorker && c.worker == i;
-    });
+    const bool replaced = replaces(commands, i);
     if (!replaced) {
       if (*generation == 0) {
         spdlog::warn("rank {} (pid {}) cannot be replaced: the rendezvous named no heal generation (the round "

@@ -131,6 +131,8 @@ class WorkerGroup {
   // Starts a replacement for worker i in `generation` and tells the
   // others to heal in it.
   void replace(int i, uint32_t generation);
+  // What the policy judges heals by, as it stands now: which workers say
+  // they can heal, and (heal_namer) whether other nodes run.
   void read_heal_ready();
   // Starts worker i's process (from its standby if it has one).
   void start(size_t i, bool append_logs, const std::map<std::string, std::string>& extra_vars);
