@@ -13,7 +13,7 @@ Meta reported for Llama 3 (419 unexpected interruptions in 54 days on
   can be rare.
 
 A model, not a measurement: its inputs are measured costs (defaults from
-bench/recovery.py on this machine, README "Measured results") and the
+bench/recovery.py on this machine, docs/benchmarks.md) and the
 failure rate, which grows with the number of GPUs. For each size it prints
 the failures per day, each path's cost per failure and the ETTR.
 

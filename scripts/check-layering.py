@@ -59,7 +59,7 @@ def main():
         print(p)
     if problems:
         print("layering: %d problem(s); move the code, or change the rule in the folder's README "
-              "(and the Layout table of the top README) in the same change" % len(problems))
+              "(and the layering in docs/architecture.md) in the same change" % len(problems))
         return 1
     print("layering: %d folders, every include within its rules" % len(FOLDERS))
     return 0
