@@ -57,6 +57,7 @@ class Agent {
   // A stop signal that arrived while no workers ran (0 if none).
   int pending_stop_signal();
   std::string attempt_dir(int attempt) const;
+  static void make_dirs(const std::string& path);  // throws naming the folder
   void prepare_files();
   void remove_temp_files();  // the temporary files folder (no --log-dir), if any
   void contain_processes();
