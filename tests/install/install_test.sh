@@ -19,6 +19,16 @@ for f in bin/ddprun bin/train include/ddprun/ddp/ddp.h include/ddprun/rendezvous
   [ -e "$tmp/prefix/$f" ] || fail "$f not installed"
 done
 
+# The installed headers are the public API alone: each one includes only
+# headers installed beside it (an internal header of worker_lib's src/ would
+# be missing for the user).
+for h in $(cd "$tmp/prefix/include/ddprun" && find . -name '*.h'); do
+  for inc in $(sed -n 's/^#include "\(.*\)"$/\1/p' "$tmp/prefix/include/ddprun/$h"); do
+    [ -e "$tmp/prefix/include/ddprun/$inc" ] || fail "installed $h includes $inc, which is not installed"
+  done
+done
+[ -e "$tmp/prefix/include/ddprun/ddp/shm_group.h" ] && fail "worker_lib's internals (ddp/shm_group.h) are installed"
+
 # The user's project sees only the prefix: no path into this build or source tree.
 cmake -S "$src/tests/install/hello" -B "$tmp/hello" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/configure.log" 2>&1 || { cat "$tmp/configure.log"; fail "configure the hello project"; }

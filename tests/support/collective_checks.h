@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "ddp/gloo_communicator.h"
-#include "ddp/shm_communicator.h"
+#include "comm/gloo_communicator.h"
+#include "comm/shm_communicator.h"
 #include "ddp/world.h"
 #include "rendezvous/store.h"
 

@@ -6,6 +6,8 @@
 #include <optional>
 #include <vector>
 
+#include "comm/gloo_communicator.h"
+#include "comm/nccl_communicator.h"
 #include "ddp/ddp.h"
 #include "rendezvous/memory_store.h"
 #include "support/collective_checks.h"

@@ -2,7 +2,7 @@
 // say what happened to whom.
 #include <gtest/gtest.h>
 
-#include "ddp/gloo_failure.h"
+#include "comm/gloo_failure.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "agent/heartbeat_table.h"
-#include "ddp/heartbeat.h"
+#include "launch/heartbeat.h"
 
 namespace {
 

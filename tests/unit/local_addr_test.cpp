@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "ddp/launch_info.h"
-#include "ddp/local_addr.h"
+#include "launch/local_addr.h"
 
 namespace {
 

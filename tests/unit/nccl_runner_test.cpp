@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "comm/nccl_runner.h"
 #include "ddp/collective_error.h"
-#include "ddp/nccl_runner.h"
 
 namespace ddp {
 namespace {

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/gloo_communicator.h"
 #include "ddp/ddp.h"
 #include "rendezvous/memory_store.h"
 

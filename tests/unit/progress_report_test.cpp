@@ -9,8 +9,8 @@
 #include <string>
 
 #include "agent/heartbeat_table.h"
-#include "ddp/heartbeat.h"
 #include "ddp/progress.h"
+#include "launch/heartbeat.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "ddp/bucket_plan.h"
+#include "data_parallel/bucket_plan.h"
 #include "ddp/sampler.h"
 
 namespace {

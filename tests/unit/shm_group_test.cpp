@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "channel/shm_names.h"
+#include "comm/shm_group.h"
 #include "ddp/collective_error.h"
-#include "ddp/shm_group.h"
 #include "rendezvous/memory_store.h"
 #include "support/threads.h"
 

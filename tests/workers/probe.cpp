@@ -70,10 +70,10 @@
 
 #include "channel/heartbeat_layout.h"
 #include "channel/shm_names.h"
-#include "ddp/shm_group.h"
+#include "comm/shm_group.h"
 #include "ddp/error_file.h"
-#include "ddp/heartbeat.h"
-#include "ddp/standby.h"
+#include "launch/heartbeat.h"
+#include "launch/standby.h"
 #include "rendezvous/client.h"
 
 namespace {

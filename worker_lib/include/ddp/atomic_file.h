@@ -1,6 +1,8 @@
 // Writing a whole file so that readers see either the old file or the new
 // one, never a part: write a temporary file, check every write, fsync,
 // close, rename over the final name, fsync the folder. No LibTorch here.
+//
+//   ddp::write_file_atomically(path, path + ".tmp", bytes.data(), bytes.size());
 #pragma once
 
 #include <cstddef>

@@ -3,6 +3,9 @@
 // entry that only looks like one (a folder, a device), is set aside as
 // <name>.corrupt where possible, so that it no longer counts as a
 // checkpoint. No LibTorch here.
+//
+//   for (const ddp::CheckpointFile& f : ddp::list_checkpoints("ckpt"))  // newest first
+//     std::printf("step %lld in %s\n", static_cast<long long>(f.step), f.path.c_str());
 #pragma once
 
 #include <cstdint>

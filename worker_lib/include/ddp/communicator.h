@@ -8,6 +8,9 @@
 // streams (enqueues_on_device(), NCCL) it returns once the all_reduce is
 // enqueued, and Work::wait() orders the caller's later device work after it
 // without the host waiting. DDP's buckets go this way on the GPU.
+//
+//   ddp::Communicator& comm = world->cpu();  // or world->for_tensor(t)
+//   comm.all_reduce(t, ddp::ReduceOp::kAvg, comm.default_timeout());
 #pragma once
 
 #include <ATen/ATen.h>

@@ -1,4 +1,5 @@
 // worker_lib: what a training program links to take part in a ddprun job.
+// The one include: every header of the public API (include/ddp/).
 //
 //   auto world = ddp::init();                 // from the launch environment
 //   int ws = ddp::get("ws"), rank = ddp::get("rank");
@@ -6,24 +7,23 @@
 //   ddp::DistributedDataParallel<Net> model(Net(), *world);
 #pragma once
 
-#include "ddp/bucket_plan.h"
+#include "ddp/atomic_file.h"
+#include "ddp/checkpoint_files.h"
 #include "ddp/checkpointer.h"
+#include "ddp/collective_error.h"
 #include "ddp/communicator.h"
 #include "ddp/ddp_options.h"
 #include "ddp/distributed_data_parallel.h"
 #include "ddp/error_file.h"
 #include "ddp/get.h"
-#include "ddp/gloo_communicator.h"
 #include "ddp/healer.h"
-#include "ddp/heartbeat.h"
 #include "ddp/launch_info.h"
 #include "ddp/mesh.h"
-#include "ddp/nccl_communicator.h"
+#include "ddp/progress.h"
+#include "ddp/reduce_op.h"
 #include "ddp/reducer.h"
 #include "ddp/sampler.h"
-#include "ddp/shm_communicator.h"
-#include "ddp/standby.h"
 #include "ddp/stop_flag.h"
+#include "ddp/trace.h"
 #include "ddp/training_state.h"
-#include "ddp/two_level_communicator.h"
 #include "ddp/world.h"

@@ -1,4 +1,8 @@
 // Settings of DistributedDataParallel. No LibTorch here.
+//
+//   ddp::DdpOptions options;
+//   options.strategy = ddp::parse_sync_strategy("bucketed");  // naive, flat, overlap
+//   ddp::DistributedDataParallel<Net> model(Net(), *world, options);
 #pragma once
 
 #include <cstddef>

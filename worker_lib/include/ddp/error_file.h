@@ -1,6 +1,8 @@
 // Reports a worker's fatal error to its launcher through the file named by
 // TORCHELASTIC_ERROR_FILE, in torchrun's JSON format, so the failure summary
 // can show it. No LibTorch here.
+//
+//   int main() try { ... } catch (const std::exception& e) { ddp::record_error(e); return 1; }
 #pragma once
 
 #include <exception>

@@ -1,5 +1,8 @@
 // Who this worker is, as the launcher told it through the environment.
 // No LibTorch here.
+//
+//   const ddp::LaunchInfo& me = world->info();  // or ddp::read_launch_info()
+//   if (me.from_ddprun()) std::printf("rank %d of %d\n", me.rank, me.world_size);
 #pragma once
 
 #include <cstddef>

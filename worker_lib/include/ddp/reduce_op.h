@@ -1,5 +1,7 @@
 // How a reduction combines the ranks' values. No LibTorch here: the
-// shared-memory collectives (shm_group.h) use it without ATen.
+// shared-memory collectives (src/comm/shm_group.h) use it without ATen.
+//
+//   world->all_reduce(loss, ddp::ReduceOp::kAvg);  // kSum, kAvg, kMax, kMin
 #pragma once
 
 #include <string>

@@ -4,6 +4,11 @@
 //
 // No process-wide state: init() returns a World, and several Worlds can live
 // in one process (tests run ranks as threads, each with its own).
+//
+//   std::shared_ptr<ddp::World> world = ddp::init();
+//   world->all_reduce(t, ddp::ReduceOp::kSum);   // CPU tensors: shared memory or Gloo
+//   world->barrier();
+//   if (world->rank() == 0) world->store().set("done", "1");
 #pragma once
 
 #include <atomic>
@@ -15,13 +20,14 @@
 #include <vector>
 
 #include "ddp/communicator.h"
-#include "ddp/heartbeat.h"
 #include "ddp/launch_info.h"
 #include "ddp/progress.h"
 #include "ddp/trace.h"
 #include "rendezvous/store.h"
 
 namespace ddp {
+
+class Heartbeat;  // worker_lib's side of the agent's heartbeat slot (internal)
 
 // Where a communicator's tensors live: shared memory or Gloo serve CPU tensors, NCCL CUDA ones.
 enum class Device { kCPU, kCUDA };
@@ -100,7 +106,8 @@ class World {
 
   // Tells the agent this worker is alive (see --hang-timeout). Collectives
   // do it themselves; call it in long stretches without any.
-  void heartbeat() { heartbeat_->beat(); }
+  void heartbeat();
+  // worker_lib's own parts (heals, checkpoints, communicators) reach the slot here.
   const std::shared_ptr<Heartbeat>& heartbeat_handle() const { return heartbeat_; }
 
   // A store for the program's own keys, private to this job and round.

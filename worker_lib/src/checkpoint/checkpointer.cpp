@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "comm/serial_worker.h"
 #include "ddp/atomic_file.h"
-#include "serial_worker.h"
 
 namespace ddp {
 namespace {

@@ -1,14 +1,14 @@
-#include "cpu_comm.h"
+#include "comm/cpu_comm.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <vector>
 
-#include "ddp/gloo_communicator.h"
-#include "ddp/shm_communicator.h"
-#include "ddp/two_level_communicator.h"
-#include "watched_store.h"
+#include "comm/gloo_communicator.h"
+#include "comm/shm_communicator.h"
+#include "comm/two_level_communicator.h"
+#include "comm/watched_store.h"
 
 namespace ddp {
 namespace {

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "ddp/communicator.h"
-#include "ddp/heartbeat.h"
 #include "ddp/launch_info.h"
+#include "launch/heartbeat.h"
 #include "rendezvous/store.h"
 
 namespace ddp {

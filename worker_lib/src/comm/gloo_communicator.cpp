@@ -1,4 +1,4 @@
-#include "ddp/gloo_communicator.h"
+#include "comm/gloo_communicator.h"
 
 // What Gloo's headers include, declared first with the usual visibility.
 #include <netinet/in.h>
@@ -49,9 +49,9 @@
 #pragma GCC visibility pop
 #endif
 
-#include "ddp/gloo_failure.h"
-#include "ddp/local_addr.h"
-#include "watched_store.h"
+#include "comm/gloo_failure.h"
+#include "comm/watched_store.h"
+#include "launch/local_addr.h"
 
 namespace ddp {
 namespace {

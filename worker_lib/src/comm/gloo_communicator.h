@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ddp/communicator.h"
-#include "ddp/heartbeat.h"
+#include "launch/heartbeat.h"
 #include "rendezvous/store.h"
 
 namespace gloo {

@@ -1,4 +1,4 @@
-#include "ddp/gloo_failure.h"
+#include "comm/gloo_failure.h"
 
 namespace ddp {
 namespace {

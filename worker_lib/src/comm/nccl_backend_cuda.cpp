@@ -1,5 +1,5 @@
 // NcclBackend over the CUDA runtime and NCCL (the production backend).
-#include "ddp/nccl_backend.h"
+#include "comm/nccl_backend.h"
 
 #include "ddp/collective_error.h"
 

@@ -1,4 +1,4 @@
-#include "ddp/nccl_communicator.h"
+#include "comm/nccl_communicator.h"
 
 #if DDPRUN_HAVE_NCCL
 #include <cuda_runtime_api.h>
@@ -6,8 +6,8 @@
 
 #include <cstring>
 
-#include "ddp/nccl_backend.h"
-#include "ddp/nccl_runner.h"
+#include "comm/nccl_backend.h"
+#include "comm/nccl_runner.h"
 
 #if DDPRUN_TORCH_CUDA
 #include <c10/cuda/CUDAStream.h>

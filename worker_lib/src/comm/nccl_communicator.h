@@ -15,7 +15,7 @@
 #include <string>
 
 #include "ddp/communicator.h"
-#include "ddp/heartbeat.h"
+#include "launch/heartbeat.h"
 
 namespace ddp {
 

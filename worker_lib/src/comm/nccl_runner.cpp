@@ -1,4 +1,4 @@
-#include "ddp/nccl_runner.h"
+#include "comm/nccl_runner.h"
 
 #include <algorithm>
 

@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/heartbeat.h"
-#include "ddp/nccl_backend.h"
+#include "comm/nccl_backend.h"
+#include "launch/heartbeat.h"
 
 namespace ddp {
 

@@ -1,4 +1,4 @@
-#include "ddp/shm_communicator.h"
+#include "comm/shm_communicator.h"
 
 #include <ATen/Parallel.h>
 

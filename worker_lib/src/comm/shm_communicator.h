@@ -7,8 +7,8 @@
 
 #include <memory>
 
+#include "comm/shm_group.h"
 #include "ddp/communicator.h"
-#include "ddp/shm_group.h"
 
 namespace ddp {
 

@@ -1,4 +1,4 @@
-#include "ddp/shm_group.h"
+#include "comm/shm_group.h"
 
 #include <linux/futex.h>
 #include <sched.h>

@@ -34,10 +34,10 @@
 #include <string>
 #include <vector>
 
-#include "ddp/heartbeat.h"
+#include "comm/shm_reduce.h"
+#include "comm/shm_segment.h"
 #include "ddp/reduce_op.h"
-#include "ddp/shm_reduce.h"
-#include "ddp/shm_segment.h"
+#include "launch/heartbeat.h"
 #include "rendezvous/store.h"
 
 namespace ddp {

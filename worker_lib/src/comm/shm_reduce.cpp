@@ -1,6 +1,6 @@
 // Compiled with -O3 (worker_lib/CMakeLists.txt): the block loops below must
 // vectorise, and GCC's -O2 cost model leaves loops with a remainder scalar.
-#include "ddp/shm_reduce.h"
+#include "comm/shm_reduce.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "ddp/shm_segment.h"
+#include "comm/shm_segment.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

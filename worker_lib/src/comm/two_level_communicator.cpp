@@ -1,4 +1,4 @@
-#include "ddp/two_level_communicator.h"
+#include "comm/two_level_communicator.h"
 
 #include <stdexcept>
 #include <string>

@@ -1,4 +1,4 @@
-#include "ddp/bucket_plan.h"
+#include "data_parallel/bucket_plan.h"
 
 #include <algorithm>
 #include <map>

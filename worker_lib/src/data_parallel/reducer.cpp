@@ -11,8 +11,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "serial_worker.h"
-#include "ddp/bucket_plan.h"
+#include "comm/serial_worker.h"
+#include "data_parallel/bucket_plan.h"
 
 namespace ddp {
 namespace {

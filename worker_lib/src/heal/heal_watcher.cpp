@@ -1,4 +1,4 @@
-#include "heal_watcher.h"
+#include "heal/heal_watcher.h"
 
 #include <chrono>
 #include <utility>

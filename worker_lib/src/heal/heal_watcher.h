@@ -16,7 +16,7 @@
 #include <memory>
 #include <thread>
 
-#include "ddp/heartbeat.h"
+#include "launch/heartbeat.h"
 
 namespace ddp {
 

@@ -11,6 +11,7 @@
 
 #include "ddp/collective_error.h"
 #include "ddp/training_state.h"
+#include "launch/heartbeat.h"
 
 namespace ddp {
 namespace {

@@ -1,4 +1,4 @@
-#include "env_store.h"
+#include "launch/env_store.h"
 
 #include "channel/env_names.h"
 #include "tcpstore/client.h"

@@ -1,4 +1,4 @@
-#include "ddp/heartbeat.h"
+#include "launch/heartbeat.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>

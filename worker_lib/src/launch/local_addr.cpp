@@ -1,4 +1,4 @@
-#include "ddp/local_addr.h"
+#include "launch/local_addr.h"
 
 #include <netdb.h>
 #include <sys/socket.h>

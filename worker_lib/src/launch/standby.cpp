@@ -1,4 +1,4 @@
-#include "ddp/standby.h"
+#include "launch/standby.h"
 
 #include <errno.h>
 #include <stdlib.h>

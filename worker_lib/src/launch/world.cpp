@@ -4,17 +4,18 @@
 #include <cstdlib>
 
 #include "channel/env_names.h"
+#include "comm/cpu_comm.h"
+#include "comm/gloo_communicator.h"
+#include "comm/nccl_communicator.h"
+#include "comm/swappable_communicator.h"
+#include "comm/watched_store.h"
 #include "ddp/error_file.h"
 #include "ddp/get.h"
-#include "ddp/gloo_communicator.h"
-#include "ddp/local_addr.h"
-#include "ddp/nccl_communicator.h"
-#include "ddp/standby.h"
-#include "cpu_comm.h"
-#include "heal_watcher.h"
-#include "swappable_communicator.h"
-#include "watched_store.h"
-#include "env_store.h"
+#include "heal/heal_watcher.h"
+#include "launch/env_store.h"
+#include "launch/heartbeat.h"
+#include "launch/local_addr.h"
+#include "launch/standby.h"
 #include "rendezvous/client.h"
 #include "rendezvous/memory_store.h"
 
@@ -115,6 +116,8 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
 World::~World() = default;
 
 Communicator& World::cpu() { return *cpu_; }
+
+void World::heartbeat() { heartbeat_->beat(); }
 
 // The world's CPU communicator of `generation`: its keys are the round's
 // "gloo/" at the start and "heal<g>/gloo/" after heal g, so that no rank
