@@ -52,7 +52,7 @@ std::unique_ptr<CLI::App> make_ddprun_app(CliOptions& o, FlagValues& v) {
   app->formatter(std::make_shared<HelpFormatter>());
   app->get_formatter()->column_width(40);
 
-  auto* g = "Workers";
+  auto* g = "Workers (docs/launching.md)";
   app->add_option("--nproc-per-node,--nproc_per_node,--nproc", o.nproc,
                  "Workers on this node: N, auto (GPUs, else CPUs), gpu or cpu [default: 1]")
       ->type_name("N|auto|gpu|cpu")
@@ -80,7 +80,7 @@ std::unique_ptr<CLI::App> make_ddprun_app(CliOptions& o, FlagValues& v) {
       ->type_name("MODE")
       ->group(g);
 
-  g = "Nodes and rendezvous";
+  g = "Nodes and rendezvous (docs/multi-node.md; tokens and TLS: docs/security.md)";
   app->add_option("--nnodes", v.nnodes, "Number of nodes, N or MIN:MAX [default: 1]")->type_name("N|MIN:MAX")->group(g);
   app->add_option("--node-rank,--node_rank", v.node_rank, "Rank of this node")->type_name("N")->group(g);
   app->add_flag("--standalone", o.standalone,
@@ -131,7 +131,7 @@ std::unique_ptr<CLI::App> make_ddprun_app(CliOptions& o, FlagValues& v) {
       ->type_name("ADDR")
       ->group(g);
 
-  g = "Supervision";
+  g = "Supervision (docs/fault-tolerance.md)";
   app->add_option("--max-restarts,--max_restarts", v.max_restarts,
                  "Restarts of the worker group after a failure [default: 0]")->type_name("N")->group(g);
   app->add_option("--max-heals,--max_heals", v.max_heals,
@@ -181,7 +181,7 @@ std::unique_ptr<CLI::App> make_ddprun_app(CliOptions& o, FlagValues& v) {
   app->add_flag("--no-standby,--no_standby", o.no_standby, "Start fresh workers on every restart")
       ->group(g);
 
-  g = "Output";
+  g = "Output (docs/launching.md, docs/observability.md)";
   app->add_option("--log-dir,--log_dir", o.log_dir,
                  "Keep per-rank stdout/stderr/error files under DIR/attempt_N/rankR/")
       ->type_name("DIR")->group(g);

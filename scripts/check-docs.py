@@ -22,7 +22,8 @@ It checks, in README.md and docs/*.md:
     scripts, in their source);
 - blocks marked `<!-- doc-test: run -->` (optionally `expect "TEXT"`) run,
   line by line from ROOT with BIN_DIR's programs, and exit 0 (printing TEXT);
-- blocks marked `<!-- doc-test: same-as PATH -->` appear in PATH verbatim.
+- blocks marked `<!-- doc-test: same-as PATH -->` appear in PATH verbatim;
+- `ddprun --help` names, in each group of flags, guides that exist.
 Exit 0 when all hold; otherwise every problem, one line each, and exit 1.
 """
 import os
@@ -342,10 +343,10 @@ def run_block(where, body, marker):
     for offset, cmd, _ in commands_of(body):
         if not cmd or cmd.startswith("#"):
             continue
-        words = split_command(cmd) or [""]
-        if words[0].startswith("build/") and not words[0].startswith("build/bin/") and \
-                not os.path.exists(os.path.join(ROOT, words[0])):
-            print("docs: SKIPPED `%s`: %s is not there (scripts/setup-torch2.sh makes it)" % (cmd, words[0]))
+        absent = [p for p in re.findall(r"(?:^|[\s=])(build/[\w./-]+)", cmd)
+                  if not p.startswith("build/bin/") and not os.path.exists(os.path.join(ROOT, p))]
+        if absent:
+            print("docs: SKIPPED `%s`: %s is not there (scripts/setup-torch2.sh makes it)" % (cmd, absent[0]))
             continue
         CHECKED["runs"] += 1
         line = cmd.replace("build/bin/", BIN + "/")
@@ -393,7 +394,20 @@ def check_blocks(path, text):
     run_parse_checks(pending)
 
 
+def check_help_names_guides():
+    """`ddprun --help` groups its flags as the guides do, each group naming its guide."""
+    text = help_of([os.path.join(BIN, "ddprun"), "--help"])
+    guides = re.findall(r"docs/[\w-]+\.md", text)
+    if not guides:
+        problem("ddprun --help", "names no guide (docs/*.md) in its groups")
+    for g in guides:
+        CHECKED["paths"] += 1
+        if not os.path.exists(os.path.join(ROOT, g)):
+            problem("ddprun --help", "names %s, which does not exist" % g)
+
+
 def main():
+    check_help_names_guides()
     for path in doc_files():
         text = open(path, encoding="utf-8").read()
         check_links(path, text)
