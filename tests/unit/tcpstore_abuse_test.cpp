@@ -222,6 +222,7 @@ TEST(TcpStoreAbuse, AClientThatDoesNotReadItsRepliesIsCutOff) {
   Server server(options(log));
   auto setter = client(server);
   setter->set("big", std::string(900 << 10, 'v'));
+  setter->wait({"big"}, 5s);  // SET has no reply: a wait on its connection shows it applied
   const int reader = connect_raw(server.port());
   int one = 4096;
   setsockopt(reader, SOL_SOCKET, SO_RCVBUF, &one, sizeof(one));
@@ -245,6 +246,7 @@ TEST(TcpStoreAbuse, ASlowReadersBufferHoldsWhatIsUnreadNotAllItWasSent) {
   auto setter = client(server);
   const size_t value = 900 << 10;
   setter->set("big", std::string(value, 'v'));
+  setter->wait({"big"}, 5s);  // SET has no reply: before it is applied, a GET would find no key
   const int reader = connect_raw(server.port(), 4096);
   const std::string get = request(Version::kV1, Op::kGet, {"big"});
   const size_t reply = 8 + value;  // v1: length, then the bytes
