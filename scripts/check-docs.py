@@ -357,7 +357,8 @@ def run_block(where, body, marker):
             continue
         out = r.stdout + r.stderr
         if r.returncode != 0:
-            problem(where, "`%s` exited %d: %s" % (cmd, r.returncode, out.strip().splitlines()[-1:] or ""))
+            problem(where, "`%s` exited %d; its last lines:\n    %s" % (
+                cmd, r.returncode, "\n    ".join(out.strip().splitlines()[-15:])))
         elif expect and expect.group(1) not in out:
             problem(where, "`%s` did not print %r; it printed: %s" % (cmd, expect.group(1), out.strip()[-300:]))
 

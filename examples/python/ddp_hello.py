@@ -3,7 +3,7 @@ gradients averaged over the ranks. Everything comes from the environment the
 launcher sets (RANK, WORLD_SIZE, MASTER_ADDR, ...), so it runs the same under
 
     ddprun --nproc 2 examples/python/ddp_hello.py
-    torchrun --nproc_per_node 2 examples/python/ddp_hello.py
+    torchrun --standalone --nproc_per_node 2 examples/python/ddp_hello.py
 """
 import torch
 import torch.distributed as dist
