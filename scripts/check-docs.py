@@ -26,6 +26,7 @@ It checks, in README.md and docs/*.md:
 - `ddprun --help` names, in each group of flags, guides that exist.
 Exit 0 when all hold; otherwise every problem, one line each, and exit 1.
 """
+import functools
 import os
 import re
 import shlex
@@ -68,6 +69,7 @@ def slug(heading):
     return s.replace(" ", "-")
 
 
+@functools.lru_cache(maxsize=None)  # read each file once, however many links lead to it
 def anchors_of(path):
     out = set()
     in_fence = False
