@@ -11,9 +11,9 @@
 #include <set>
 #include <sstream>
 
-#include "agent/printable.h"
 #include "agent/signals.h"
 #include "channel/error_file.h"
+#include "rendezvous/printable.h"
 
 namespace ddprun {
 namespace {

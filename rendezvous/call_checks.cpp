@@ -79,6 +79,14 @@ MaybeStatus check_duration(const char* field, int64_t ms) {
 
 MaybeStatus check_timeout(int64_t timeout_ms) { return check_duration("timeout_ms", timeout_ms); }
 
+MaybeStatus check_lease_key(const std::string& key) {
+  if (key.size() > kMaxLeaseKeyBytes) {
+    return invalid_argument("lease_key is " + std::to_string(key.size()) + " bytes; at most " +
+                            std::to_string(kMaxLeaseKeyBytes));
+  }
+  return std::nullopt;
+}
+
 Status to_status(std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
@@ -90,6 +98,8 @@ Status to_status(std::exception_ptr error) {
     return Status(StatusCode::UNAVAILABLE, e.what());
   } catch (const RegistryClosed& e) {
     return Status(StatusCode::UNAVAILABLE, e.what());
+  } catch (const NotThisNode& e) {
+    return Status(StatusCode::PERMISSION_DENIED, e.what());
   } catch (const JobEnded& e) {
     return Status(StatusCode::ABORTED, e.what());
   } catch (const UnknownJob& e) {

@@ -25,6 +25,8 @@ MaybeStatus check_key(const std::string& key, const ServiceLimits& limits);
 MaybeStatus check_value(const std::string& key, const std::string& value,
                         const ServiceLimits& limits);
 MaybeStatus check_timeout(int64_t timeout_ms);
+// A lease key's size (its value is the registry's to check).
+MaybeStatus check_lease_key(const std::string& key);
 MaybeStatus check_duration(const char* field, int64_t ms);
 
 // The status for an error of the registry or the store.

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/printable.h"
 #include "rendezvous/security.h"
 #include "rendezvous/status_proto.h"
 
@@ -86,9 +87,23 @@ RendezvousClient::RendezvousClient(const std::string& target, const RendezvousAu
   stub_->token = auth.token;
 }
 
+std::string RendezvousClient::lease_key(const std::string& job_id, const std::string& node_id) const {
+  std::lock_guard lock(keys_mu_);
+  auto it = lease_keys_.find({job_id, node_id});
+  return it == lease_keys_.end() ? "" : it->second;
+}
+
 JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
   v1::JoinRequest req;
   req.set_job_id(a.job_id);
+  {
+    // The node's key, made before its first join goes out: its keep-alives
+    // while the join waits (a spare) carry it already.
+    std::lock_guard lock(keys_mu_);
+    std::string& key = lease_keys_[{a.job_id, a.node.node_id}];
+    if (key.empty()) key = random_lease_key();
+    req.set_lease_key(key);
+  }
   auto* n = req.mutable_node();
   n->set_node_id(a.node.node_id);
   n->set_host(a.node.host);
@@ -145,10 +160,12 @@ JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
   r.assignment = Assignment{resp.round(),       resp.node_rank(),         resp.num_nodes(),
                             resp.world_size(),  resp.first_global_rank(), resp.master_addr(),
                             resp.master_port(), resp.restart_count(),
-                            {resp.lost_nodes().begin(), resp.lost_nodes().end()},
+                            {},
                             resp.heal_generation()};
+  for (const auto& l : resp.lost_nodes()) r.assignment.lost_since_last_round.push_back(printable(l, false));
   r.nccl_id = resp.nccl_id();
   r.nccl_id_error = resp.nccl_id_error();
+  r.lease_key = resp.lease_key();
   return r;
 }
 
@@ -158,6 +175,7 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
   v1::KeepAliveRequest req;
   req.set_job_id(job_id);
   req.set_node_id(node_id);
+  req.set_lease_key(lease_key(job_id, node_id));
   req.set_workers_heal_round(workers_heal_round);
   if (heal.id != 0) {
     req.mutable_heal_request()->set_id(heal.id);
@@ -178,7 +196,7 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
   v.closed = resp.round_closed();
   v.phase = static_cast<JobPhase>(resp.phase());
   v.reason = static_cast<RoundReason>(resp.reason());
-  v.detail = resp.detail();
+  v.detail = printable(resp.detail(), false);  // other nodes' words: printed by this agent
   v.nodes_waiting = resp.nodes_waiting();
   v.restart_count = resp.restart_count();
   v.server_mono_ns = resp.server_mono_ns();
@@ -200,6 +218,7 @@ std::string RendezvousClient::hold(const std::string& job_id, const std::string&
   v1::KeepAliveRequest req;
   req.set_job_id(job_id);
   req.set_node_id(node_id);
+  req.set_lease_key(lease_key(job_id, node_id));
   grpc::ClientContext ctx;  // no deadline: it stays open while the node lives
   attach_token(ctx, stub_->token);
   if (canceller) canceller->attach(&ctx);
@@ -222,6 +241,7 @@ void RendezvousClient::leave(const std::string& job_id, const std::string& node_
   if (round) req.set_round(*round);
   req.set_job_id(job_id);
   req.set_node_id(node_id);
+  req.set_lease_key(lease_key(job_id, node_id));
   req.set_kind(static_cast<v1::LeaveKind>(kind));
   req.set_message(message);
   v1::LeaveResponse resp;
@@ -241,6 +261,7 @@ void RendezvousClient::report_progress(const std::string& job_id, const std::str
   v1::ProgressReport req;
   req.set_job_id(job_id);
   req.set_node_id(node_id);
+  req.set_lease_key(lease_key(job_id, node_id));
   to_proto(progress, req.mutable_progress());
   v1::ProgressReportResponse resp;
   grpc::ClientContext ctx;

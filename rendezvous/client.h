@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -65,6 +66,11 @@ class CallCanceller {
   bool cancelled_ = false;
 };
 
+// The agent's calls. A client speaks for the nodes it joins as: it makes a
+// lease key (a random secret) for each with its first join, and the key
+// goes with its later joins, keep-alives, Hold, Leave and progress reports
+// for that node, which the service refuses (PERMISSION_DENIED) from anyone
+// else. Thread-safe.
 class RendezvousClient {
  public:
   explicit RendezvousClient(const std::string& target, const RendezvousAuth& auth = {});
@@ -101,8 +107,13 @@ class RendezvousClient {
 
  private:
   struct Stub;
+  // The lease key of node `node_id` in job `job_id` (made at its first join;
+  // "" before).
+  std::string lease_key(const std::string& job_id, const std::string& node_id) const;
   std::string target_;
   std::shared_ptr<Stub> stub_;
+  mutable std::mutex keys_mu_;
+  std::map<std::pair<std::string, std::string>, std::string> lease_keys_;  // (job, node) -> key
 };
 
 // The job's key-value store on the rendezvous service. Thread-safe. With a

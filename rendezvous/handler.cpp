@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "rendezvous/call_checks.h"
+#include "rendezvous/printable.h"
 #include "rendezvous/status_proto.h"
 
 namespace ddprun {
@@ -74,6 +75,7 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
     resp->set_restart_count(a.restart_count);
     for (const auto& l : a.lost_since_last_round) resp->add_lost_nodes(l);
     resp->set_heal_generation(a.heal_generation);
+    resp->set_lease_key(o.result->lease_key);
     resp->set_nccl_id(o.result->nccl_id);
     resp->set_nccl_id_error(o.result->nccl_id_error);
     Finish(Status::OK);
@@ -276,9 +278,15 @@ grpc::ServerWriteReactor<v1::KeepAliveResponse>* RendezvousHandler::Hold(
   if (auto bad = check_token(*ctx, options_.token)) return new RefusedHold(*bad);
   if (auto bad = check_job(req->job_id())) return new RefusedHold(*bad);
   if (req->node_id().empty()) return new RefusedHold(invalid_argument("node_id is empty"));
-  if (!registry_.knows(req->job_id(), req->node_id())) {
+  if (auto bad = check_lease_key(req->lease_key())) return new RefusedHold(*bad);
+  bool held = false;
+  if (auto bad = guarded([&] { held = registry_.holds(req->job_id(), req->node_id(), req->lease_key()); });
+      !bad.ok()) {
+    return new RefusedHold(bad);  // someone else's node: its Hold would drop it when it ends
+  }
+  if (!held) {
     return new RefusedHold(grpc::Status(StatusCode::FAILED_PRECONDITION,
-                                  "rendezvous: node '" + req->node_id() + "' is not in job '" +
+                                  "rendezvous: node '" + printable(req->node_id(), false) + "' is not in job '" +
                                       req->job_id() + "'; join first"));
   }
   return new HoldReactor(registry_, req->job_id(), req->node_id());
@@ -297,6 +305,16 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
   if (n.node_id().size() > 512 || n.host().size() > 512 || n.local_addr().size() > 512) {
     return refuse(ctx, invalid_argument("node id, host or local_addr longer than 512 bytes"));
   }
+  // Every agent prints them (in a takeover's, a shrink's or a grow's news).
+  for (const auto& [field, v] : {std::pair<const char*, const std::string*>{"node id", &n.node_id()},
+                                 {"host", &n.host()},
+                                 {"local_addr", &n.local_addr()}}) {
+    if (printable(*v, false) != *v) {
+      return refuse(ctx, invalid_argument(std::string(field) + " '" + printable(*v, false) +
+                                              "' holds control characters"));
+    }
+  }
+  if (auto bad = check_lease_key(req->lease_key())) return refuse(ctx, *bad);
   if (n.local_world_size() < 1 || n.local_world_size() > (1 << 20)) {
     return refuse(ctx, invalid_argument("node '" + n.node_id() + "' has local_world_size " +
                                             std::to_string(n.local_world_size())));
@@ -318,6 +336,7 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
   call.intent = JoinIntent{req->last_round(), req->workers_failed()};
   call.lease = std::chrono::milliseconds(req->lease_ms());
   call.timeout = std::chrono::milliseconds(req->timeout_ms());
+  call.lease_key = req->lease_key();
   auto* reactor = new JoinReactor(registry_);
   reactor->start(std::move(call), resp);
   return reactor;
@@ -332,9 +351,13 @@ Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliv
     return invalid_argument("heal_request.detail is " + std::to_string(req->heal_request().detail().size()) +
                             " bytes; at most " + std::to_string(kMaxHealDetailBytes));
   }
-  const HealRequest heal{req->heal_request().id(), req->heal_request().detail()};
+  if (auto bad = check_lease_key(req->lease_key())) return *bad;
+  // The detail reaches every agent's log and event log: one line, no
+  // escape sequences.
+  const HealRequest heal{req->heal_request().id(), printable(req->heal_request().detail(), false)};
   return guarded([&] {
-    NodeView v = registry_.keep_alive(req->job_id(), req->node_id(), req->workers_heal_round(), heal);
+    NodeView v = registry_.keep_alive(req->job_id(), req->node_id(), req->lease_key(), req->workers_heal_round(),
+                                      heal);
     resp->set_known(v.known);
     resp->set_round(v.round);
     resp->set_round_closed(v.closed);
@@ -367,9 +390,10 @@ Status RendezvousHandler::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest
   if (auto bad = check_job(req->job_id())) return *bad;
   if (req->node_id().empty()) return invalid_argument("node_id is empty");
   if (!v1::LeaveKind_IsValid(req->kind())) return invalid_argument("unknown leave kind");
+  if (auto bad = check_lease_key(req->lease_key())) return *bad;
   return guarded([&] {
-    registry_.leave(req->job_id(), req->node_id(), static_cast<LeaveKind>(req->kind()),
-                    req->message().substr(0, 4096), round_of(*req));
+    registry_.leave(req->job_id(), req->node_id(), req->lease_key(), static_cast<LeaveKind>(req->kind()),
+                    printable(req->message().substr(0, 4096), false), round_of(*req));
   });
 }
 
@@ -399,8 +423,9 @@ Status RendezvousHandler::ReportProgress(grpc::ServerContext* ctx, const v1::Pro
   if (req->node_id().empty()) return invalid_argument("node_id is empty");
   if (req->node_id().size() > 512) return invalid_argument("node_id longer than 512 bytes");
   if (auto bad = check_progress(req->progress())) return *bad;
+  if (auto bad = check_lease_key(req->lease_key())) return *bad;
   return guarded([&] {
-    registry_.report_progress(req->job_id(), req->node_id(), from_proto(req->progress()));
+    registry_.report_progress(req->job_id(), req->node_id(), req->lease_key(), from_proto(req->progress()));
   });
 }
 

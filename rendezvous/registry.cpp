@@ -1,5 +1,6 @@
 #include "rendezvous/registry.h"
 
+#include <algorithm>
 #include <ctime>
 #include <future>
 
@@ -206,7 +207,7 @@ void JobRegistry::settle_locked(Job& job, Clock::time_point now, std::vector<Com
       outcome = failure<JobEnded>("rendezvous: " + rounds.end_message());
     } else if (auto a = rounds.assignment(p.node_id)) {
       nccl = round_nccl_id_locked(job);  // the id itself is made by run()
-      outcome.result = JoinResult{*a, {}, {}};
+      outcome.result = JoinResult{*a, {}, {}, rounds.lease_key(p.node_id)};
     } else if (!rounds.knows(p.node_id)) {
       outcome = failure<RendezvousError>("rendezvous: node '" + p.node_id +
                                          "' was dropped from job '" + job.id +
@@ -238,7 +239,8 @@ uint64_t JobRegistry::join_async(JoinCall call, JoinDone done) {
       Job& job = job_locked(call.job_id);
       if (!job.rounds) job.rounds.emplace(call.settings);
       const auto now = Clock::now();
-      job.rounds->join(call.node, call.settings, call.intent, call.lease, now);
+      job.rounds->check_lease(call.node.node_id, call.lease_key);  // nobody joins as another node
+      job.rounds->join(call.node, call.settings, call.intent, call.lease, now, call.lease_key);
       // A node has one join in flight: a newer one replaces an older one.
       const std::string& node_id = call.node.node_id;
       if (auto old = job.parked.find(node_id); old != job.parked.end()) {
@@ -294,7 +296,8 @@ JoinResult JobRegistry::join(JoinCall call) {
 }
 
 NodeView JobRegistry::keep_alive(const std::string& job_id, const std::string& node_id,
-                                 int64_t workers_heal_round, const HealRequest& heal) {
+                                 const std::string& lease_key, int64_t workers_heal_round,
+                                 const HealRequest& heal) {
   std::vector<Completion> completions;
   NodeView v;
   {
@@ -305,6 +308,7 @@ NodeView JobRegistry::keep_alive(const std::string& job_id, const std::string& n
       v.known = false;
       return v;
     }
+    job->rounds->check_lease(node_id, lease_key);
     const auto now = Clock::now();
     settle_locked(*job, now, completions);  // expire others' leases first
     v = job->rounds->keep_alive(node_id, now, workers_heal_round, heal);
@@ -314,14 +318,15 @@ NodeView JobRegistry::keep_alive(const std::string& job_id, const std::string& n
   return v;
 }
 
-void JobRegistry::leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
-                        const std::string& message, std::optional<int64_t> round) {
+void JobRegistry::leave(const std::string& job_id, const std::string& node_id, const std::string& lease_key,
+                        LeaveKind kind, const std::string& message, std::optional<int64_t> round) {
   std::vector<Completion> completions;
   {
     std::lock_guard lock(mu_);
     if (closed_) throw RegistryClosed("rendezvous: shutting down");
     Job* job = find_locked(job_id);
     if (!job || !job->rounds) return;
+    job->rounds->check_lease(node_id, lease_key);
     const auto now = Clock::now();
     job->rounds->leave(node_id, kind, message, now, round);
     settle_locked(*job, now, completions);
@@ -345,14 +350,16 @@ void JobRegistry::connection_lost(const std::string& job_id, const std::string& 
   run(completions);
 }
 
-bool JobRegistry::knows(const std::string& job_id, const std::string& node_id) {
+bool JobRegistry::holds(const std::string& job_id, const std::string& node_id, const std::string& lease_key) {
   std::lock_guard lock(mu_);
   Job* job = find_locked(job_id);
-  return job && job->rounds && job->rounds->knows(node_id);
+  if (!job || !job->rounds || !job->rounds->knows(node_id)) return false;
+  job->rounds->check_lease(node_id, lease_key);
+  return true;
 }
 
 void JobRegistry::report_progress(const std::string& job_id, const std::string& node_id,
-                                  const ProgressInfo& progress) {
+                                  const std::string& lease_key, const ProgressInfo& progress) {
   std::lock_guard lock(mu_);
   if (closed_) throw RegistryClosed("rendezvous: shutting down");
   Job* job = find_locked(job_id);
@@ -363,6 +370,7 @@ void JobRegistry::report_progress(const std::string& job_id, const std::string& 
     throw RendezvousError("rendezvous: node '" + node_id + "' is not in job '" + job_id +
                           "'; only its nodes report its progress");
   }
+  job->rounds->check_lease(node_id, lease_key);
   job->progress = progress;
   job->progress_at = Clock::now() - progress.age;
 }
@@ -384,6 +392,8 @@ JobStatus JobRegistry::status(const std::string& job_id) {
     if (job->progress) {
       s.progress = job->progress;
       s.progress->age = std::chrono::duration_cast<std::chrono::milliseconds>(now - job->progress_at);
+      // On one node the agent names its heals itself: the workers' generation counts them.
+      if (s.progress->round == s.round) s.heal_generation = std::max(s.heal_generation, s.progress->heal_generation);
     }
   }
   run(completions);

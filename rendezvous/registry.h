@@ -58,6 +58,9 @@ struct JoinCall {
   JoinIntent intent;
   std::chrono::milliseconds lease{0};  // 0: the node holds no lease
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  // The node's lease key: it becomes the node's if the node is new to the
+  // job, and must be the node's if not (RoundState::check_lease).
+  std::string lease_key;
 };
 
 // A finished join: a result, or the error it failed with.
@@ -85,14 +88,18 @@ class JobRegistry {
   // Joins and waits (tests, tools).
   JoinResult join(JoinCall call);
 
+  // The calls that speak for a node (keep_alive, leave, holds,
+  // report_progress) carry the lease key its join was given (JoinResult):
+  // for a node in the job a wrong one throws NotThisNode and changes nothing.
+  //
   // A node's sign of life, and what it should know about the job.
   // workers_heal_round, heal: see RoundState::keep_alive.
-  NodeView keep_alive(const std::string& job_id, const std::string& node_id,
+  NodeView keep_alive(const std::string& job_id, const std::string& node_id, const std::string& lease_key,
                       int64_t workers_heal_round = -1, const HealRequest& heal = {});
   // round: a success's round (RoundState::leave; throws RendezvousError
   // when that round is over).
-  void leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
-             const std::string& message, std::optional<int64_t> round = std::nullopt);
+  void leave(const std::string& job_id, const std::string& node_id, const std::string& lease_key,
+             LeaveKind kind, const std::string& message, std::optional<int64_t> round = std::nullopt);
   // The node's Hold call ended without a Leave: its agent is gone.
   void connection_lost(const std::string& job_id, const std::string& node_id);
   // News for a job's agents sooner than their next keep-alive: `nudge` runs
@@ -103,12 +110,13 @@ class JobRegistry {
   using Nudge = std::function<void()>;
   uint64_t watch_news(const std::string& job_id, Nudge nudge);
   void unwatch_news(uint64_t ticket);
-  // Whether the job has this node (for Hold to refuse strangers).
-  bool knows(const std::string& job_id, const std::string& node_id);
+  // Whether the job has this node (for Hold to refuse strangers; throws
+  // NotThisNode for a wrong key).
+  bool holds(const std::string& job_id, const std::string& node_id, const std::string& lease_key);
   // The job's training progress, from a node in it (RendezvousError for a
   // node that is not; UnknownJob for a job nobody joined). The newest
   // report replaces the one before.
-  void report_progress(const std::string& job_id, const std::string& node_id,
+  void report_progress(const std::string& job_id, const std::string& node_id, const std::string& lease_key,
                        const ProgressInfo& progress);
   // Where the job stands (UnknownJob when nobody joined it); progress.age
   // is how old the report is now.

@@ -25,9 +25,44 @@ void validate(const RoundSettings& s) {
 
 std::string quote_id(const std::string& id) { return "'" + id + "'"; }
 
+// Compares every byte whatever the first difference (no timing hint).
+bool same_key(const std::string& a, const std::string& b) {
+  unsigned diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 }  // namespace
 
-RoundState::RoundState(RoundSettings settings) : settings_(settings) { validate(settings_); }
+RoundState::RoundState(RoundSettings settings, std::function<std::string()> key_source)
+    : settings_(settings), key_source_(key_source ? std::move(key_source) : random_lease_key) {
+  validate(settings_);
+}
+
+void RoundState::check_lease(const std::string& node_id, const std::string& key) const {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end() || same_key(it->second.lease_key, key)) return;
+  throw NotThisNode("rendezvous: a call for node " + quote_id(node_id) +
+                    " did not carry that node's lease key: only the agent that joined as " + quote_id(node_id) +
+                    " may speak for it (a node speaks only for itself)");
+}
+
+std::string RoundState::lease_key(const std::string& node_id) const {
+  auto it = nodes_.find(node_id);
+  return it == nodes_.end() ? "" : it->second.lease_key;
+}
+
+bool RoundState::take_heal_credit(Node& n, TimePoint now) {
+  if (n.heal_credit_at == TimePoint{}) n.heal_credit_at = now;
+  if (now > n.heal_credit_at) {
+    const double refill = std::chrono::duration<double>(now - n.heal_credit_at) / kHealRefill;
+    n.heal_credit = std::min<double>(kHealBurst, n.heal_credit + refill);
+    n.heal_credit_at = now;
+  }
+  if (n.heal_credit < 1) return false;
+  n.heal_credit -= 1;
+  return true;
+}
 
 void RoundState::validate_join(const NodeSpec& node, const RoundSettings& settings) const {
   if (node.node_id.empty()) throw RendezvousError("rendezvous: empty node_id");
@@ -50,7 +85,7 @@ void RoundState::validate_join(const NodeSpec& node, const RoundSettings& settin
 }
 
 void RoundState::join(const NodeSpec& node, const RoundSettings& settings, const JoinIntent& intent,
-                      Duration lease, TimePoint now) {
+                      Duration lease, TimePoint now, const std::string& lease_key) {
   if (phase_ != JobPhase::kActive) {
     throw JobEnded("rendezvous: " + end_message_ + "; nothing more can join it (start a new job "
                    "with another --rdzv-id)");
@@ -67,7 +102,21 @@ void RoundState::join(const NodeSpec& node, const RoundSettings& settings, const
       }
     }
   }
-  nodes_[id] = Node{node, lease, now};
+  // A node new to the job keeps the lease key it brought (or gets one);
+  // one that is back keeps its key (the caller checked it) and what it
+  // spent of its heal requests.
+  Node fresh;
+  fresh.spec = node;
+  fresh.lease = lease;
+  fresh.last_seen = now;
+  if (auto known = nodes_.find(id); known != nodes_.end()) {
+    fresh.lease_key = known->second.lease_key;
+    fresh.heal_credit = known->second.heal_credit;
+    fresh.heal_credit_at = known->second.heal_credit_at;
+  } else {
+    fresh.lease_key = lease_key.empty() ? key_source_() : lease_key;
+  }
+  nodes_[id] = std::move(fresh);
   if (lease.count() > 0 && (!lease_check_at_ || now + lease < *lease_check_at_)) {
     lease_check_at_ = now + lease;
   }
@@ -328,8 +377,9 @@ NodeView RoundState::keep_alive(const std::string& node_id, TimePoint now, int64
     n.last_seen = now;
     n.workers_heal_round = workers_heal_round;
     // Each request is answered once: a repeat (its answer was lost on the
-    // way) must not name a second generation.
-    if (heal.id != 0 && heal.id != n.heal_request_id) {
+    // way) must not name a second generation. One over the node's bound is
+    // not answered yet: the keep-alives that repeat it bring it back.
+    if (heal.id != 0 && heal.id != n.heal_request_id && take_heal_credit(n, now)) {
       n.heal_request_id = heal.id;
       n.heal_request_generation = name_worker_heal(node_id, heal.detail);
     }
@@ -394,6 +444,7 @@ JobStatus RoundState::status(TimePoint now) const {
     // says nothing about it.
     ns.last_seen_ago = n.lease.count() > 0 ? std::chrono::duration_cast<Duration>(now - n.last_seen)
                                            : Duration(-1);
+    ns.heals = n.workers_heal_round == round_;
     if (auto a = assignment(id)) {
       ns.node_rank = a->node_rank;
       ns.first_global_rank = a->first_global_rank;

@@ -51,12 +51,23 @@
 // with it. Otherwise the request is refused and the member's failure ends
 // the round as above.
 //
+// Identity: a node new to the job brings a lease key (a random secret its
+// agent made) with its first join. Its agent's later calls show it
+// (check_lease), its keep-alives while that join waits too: with
+// the job's token anyone can call, but only a node's own agent speaks for
+// it, joins as it again, renews its lease, asks for its heals or leaves for
+// it. Heal requests are bounded per node: a burst of kHealBurst, then one
+// per kHealRefill; a request over the bound waits (its keep-alives repeat
+// it) instead of naming a generation, so no member can make the job heal
+// without end.
+//
 // Node ranks stay where they were when the same nodes return, so node 0
 // keeps rank 0 while it lives. Once a node reports success the job is
 // finished; once restarts are used up it has failed; either way nothing more
 // can join.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -73,14 +84,22 @@ class RoundState {
   using TimePoint = std::chrono::steady_clock::time_point;
   using Duration = std::chrono::milliseconds;
 
-  explicit RoundState(RoundSettings settings);
+  // key_source makes lease keys (random_lease_key unless a test gives one).
+  explicit RoundState(RoundSettings settings, std::function<std::string()> key_source = nullptr);
+
+  // Heal requests a node may make at once, and how often after that.
+  static constexpr int kHealBurst = 4;
+  static constexpr std::chrono::milliseconds kHealRefill{1000};
 
   // A node joins: the open round, the next one (superseding a running round
   // it belongs to, or admitting it when there is room), or the waiting list.
   // lease: how long it may stay silent before it counts as lost (0: never).
   // Throws RendezvousError for bad input, JobEnded once the job is over.
+  // lease_key: the key the node brings; it becomes the node's when the
+  // node is new to the job (empty: one is made), and must be the node's
+  // when it is not (the caller checks that first: check_lease).
   void join(const NodeSpec& node, const RoundSettings& settings, const JoinIntent& intent,
-            Duration lease, TimePoint now);
+            Duration lease, TimePoint now, const std::string& lease_key = "");
 
   // Closes the open round when its conditions hold and drops nodes whose
   // lease ran out; true if anything changed.
@@ -113,6 +132,12 @@ class RoundState {
   std::optional<Assignment> assignment(const std::string& node_id) const;
   // Whether the node is known (a member, waiting, or running).
   bool knows(const std::string& node_id) const { return nodes_.count(node_id) > 0; }
+  // Throws NotThisNode when the node is known and `key` is not its lease
+  // key (a stranger speaking for it); an unknown node passes (its calls
+  // change nothing, or, for a join, make it new to the job).
+  void check_lease(const std::string& node_id, const std::string& key) const;
+  // The node's lease key ("" when unknown).
+  std::string lease_key(const std::string& node_id) const;
 
   // When advance() may next change something by time alone (the end of the
   // last-call window, a lease running out); nullopt when only a call can.
@@ -148,7 +173,15 @@ class RoundState {
     int64_t workers_heal_round = -1;  // see keep_alive
     uint64_t heal_request_id = 0;     // its last answered HealRequest
     uint32_t heal_request_generation = 0;  // named for it (0: refused)
+    std::string lease_key;            // what its calls show (check_lease)
+    // Heal requests it may still make now (a token bucket: kHealBurst, one
+    // more each kHealRefill), as of heal_credit_at.
+    double heal_credit = kHealBurst;
+    TimePoint heal_credit_at{};
   };
+  // Takes one heal request's credit from n (refilled to now); false when
+  // it has none left (the request waits).
+  static bool take_heal_credit(Node& n, TimePoint now);
   void validate_join(const NodeSpec& node, const RoundSettings& settings) const;
   void add_member(const std::string& id, TimePoint now);
   void remove_member(const std::string& id);
@@ -179,6 +212,7 @@ class RoundState {
   bool is_member(const std::string& id) const { return member_set_.count(id) > 0; }
 
   RoundSettings settings_;
+  std::function<std::string()> key_source_;
   int64_t round_ = 0;
   bool closed_ = false;
   JobPhase phase_ = JobPhase::kActive;

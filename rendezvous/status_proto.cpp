@@ -15,6 +15,7 @@ ProgressInfo from_proto(const v1::Progress& p) {
   if (p.has_saved_step()) i.saved_step = p.saved_step();
   if (p.has_restored_step()) i.restored_step = p.restored_step();
   i.age = std::chrono::milliseconds(p.age_ms());
+  i.heal_generation = p.heal_generation();
   return i;
 }
 
@@ -30,6 +31,7 @@ void to_proto(const ProgressInfo& i, v1::Progress* p) {
   if (i.saved_step) p->set_saved_step(*i.saved_step);
   if (i.restored_step) p->set_restored_step(*i.restored_step);
   p->set_age_ms(i.age.count());
+  p->set_heal_generation(i.heal_generation);
 }
 
 JobStatus from_proto(const v1::StatusResponse& r) {
@@ -49,7 +51,7 @@ JobStatus from_proto(const v1::StatusResponse& r) {
   for (const auto& n : r.nodes()) {
     s.nodes.push_back(NodeStatus{n.node_id(), n.host(), n.node_rank(), n.local_world_size(),
                                  n.first_global_rank(), n.waiting(),
-                                 std::chrono::milliseconds(n.last_seen_ms_ago())});
+                                 std::chrono::milliseconds(n.last_seen_ms_ago()), n.heals()});
   }
   if (r.has_progress()) s.progress = from_proto(r.progress());
   return s;
@@ -78,6 +80,7 @@ void to_proto(const std::string& job_id, const JobStatus& s, v1::StatusResponse*
     out->set_first_global_rank(n.first_global_rank);
     out->set_waiting(n.waiting);
     out->set_last_seen_ms_ago(n.last_seen_ago.count());
+    out->set_heals(n.heals);
   }
   if (s.progress) to_proto(*s.progress, r->mutable_progress());
 }

@@ -93,7 +93,12 @@ struct JoinResult {
   Assignment assignment;
   std::string nccl_id;        // empty when not asked for or unavailable
   std::string nccl_id_error;  // why it is empty although asked for
+  // What the node's later calls must show to speak for it (RoundState::check_lease).
+  std::string lease_key;
 };
+inline constexpr size_t kMaxLeaseKeyBytes = 64;
+// 128 random bits as hex: a fresh lease key.
+std::string random_lease_key();
 
 // What an agent says when it joins: the round its workers last ran in
 // (-1: none yet) and whether they failed there.
@@ -156,6 +161,7 @@ struct ProgressInfo {
   std::optional<int64_t> saved_step;
   std::optional<int64_t> restored_step;
   std::chrono::milliseconds age{0};  // how old the worker's report is
+  uint32_t heal_generation = 0;      // the one the worker runs in (one node: named by its agent)
 };
 
 // One node of a job, for `ddprun status`.
@@ -167,6 +173,7 @@ struct NodeStatus {
   int first_global_rank = -1;  // -1: not in the closed current round
   bool waiting = false;        // arrived while the round ran full
   std::chrono::milliseconds last_seen_ago{0};  // -1: it holds no lease (one-node jobs)
+  bool heals = false;  // its workers all heal in place in the current round (its keep-alives say)
 };
 
 // Where a job stands, for `ddprun status`.
@@ -190,6 +197,13 @@ struct JobStatus {
 class RendezvousError : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
+};
+
+// A call for a node that did not carry the node's lease key: someone (with
+// the job's token) speaking for a node it is not.
+class NotThisNode : public RendezvousError {
+ public:
+  using RendezvousError::RendezvousError;
 };
 
 // The job is over (finished or failed): nothing more can join it.

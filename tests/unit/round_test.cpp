@@ -599,6 +599,60 @@ TEST(Round, AMembersFailedWorkerIsHealedInAGenerationTheRoundNamesOnce) {
   EXPECT_EQ(r.heal_generation(), 2u);
 }
 
+// No member can make the job heal without end: a node's heal requests are
+// bounded (a burst, then one a second). One over the bound names nothing
+// yet; the keep-alive that repeats it a second later gets its generation.
+// The bound is the node's own: another member's request goes through.
+TEST(Round, HealRequestsAreBoundedPerNodeAndOneOverTheBoundIsAnsweredLater) {
+  RoundSettings s{3, 3, 0ms, 5};
+  RoundState r = running_healers(s);
+  uint64_t id = 0;
+  for (int i = 0; i < RoundState::kHealBurst; ++i) {
+    EXPECT_EQ(r.keep_alive("b", t0 + 1s, 0, HealRequest{++id, "burst"}).heal_request_generation, id);
+  }
+  // One more at once waits, and still waits half a second later.
+  NodeView v = r.keep_alive("b", t0 + 1s, 0, HealRequest{++id, "one more"});
+  EXPECT_EQ(v.heal_request_id, id - 1);
+  EXPECT_EQ(r.keep_alive("b", t0 + 1500ms, 0, HealRequest{id, "one more"}).heal_request_id, id - 1);
+  EXPECT_EQ(r.heal_generation(), static_cast<uint32_t>(RoundState::kHealBurst));
+  // A second on, its repeat is answered.
+  v = r.keep_alive("b", t0 + 2100ms, 0, HealRequest{id, "one more"});
+  EXPECT_EQ(v.heal_request_id, id);
+  EXPECT_EQ(v.heal_request_generation, RoundState::kHealBurst + 1u);
+  // 100 requests a second for 5 s name about one generation a second.
+  const uint32_t before = r.heal_generation();
+  for (auto t = 3000ms; t < 8000ms; t += 10ms) r.keep_alive("b", t0 + t, 0, HealRequest{++id, "spam"});
+  EXPECT_LE(r.heal_generation() - before, 6u) << "500 requests in 5 s";
+  EXPECT_GE(r.heal_generation() - before, 4u);
+  // The bound is b's own: a's request goes through.
+  const uint32_t now = r.heal_generation();
+  EXPECT_EQ(r.keep_alive("a", t0 + 8000ms, 0, HealRequest{1, "rank 0 failed"}).heal_request_generation, now + 1);
+}
+
+// Each node new to the job gets a lease key; its later calls must show it
+// (a stranger with the job's token cannot speak for it), and it keeps the
+// same key when it joins again.
+TEST(Round, ANodesLeaseKeyIsItsOwnAndOutlivesItsRejoins) {
+  RoundSettings s{2, 2, 0ms, 5};
+  int made = 0;
+  RoundState r(s, [&] { return "key" + std::to_string(++made); });
+  r.join(node("a"), s, kFirst, 0ms, t0);
+  r.join(node("b"), s, kFirst, 0ms, t0);
+  EXPECT_EQ(r.lease_key("a"), "key1");
+  EXPECT_EQ(r.lease_key("b"), "key2");
+  EXPECT_EQ(r.lease_key("nobody"), "");
+  EXPECT_NO_THROW(r.check_lease("a", "key1"));
+  EXPECT_THROW(r.check_lease("a", "key2"), NotThisNode);
+  EXPECT_THROW(r.check_lease("a", ""), NotThisNode);
+  EXPECT_THROW(r.check_lease("a", "key1 "), NotThisNode);
+  EXPECT_NO_THROW(r.check_lease("nobody", "anything"));  // a node new to the job
+  r.join(node("a"), s, JoinIntent{0, true}, 0ms, t0 + 1s);  // its workers failed: it joins again
+  EXPECT_EQ(r.lease_key("a"), "key1");
+  r.leave("a", LeaveKind::kStopped, "", t0 + 2s);
+  r.join(node("a"), s, kFirst, 0ms, t0 + 3s);  // gone, then back: new to the job
+  EXPECT_EQ(r.lease_key("a"), "key3");
+}
+
 TEST(Round, AWorkerHealIsRefusedUnlessTheRoundRunsAndEveryOtherMemberHeals) {
   RoundSettings s{3, 3, 0ms, 5};
   RoundState not_healing = running_healers(s);

@@ -24,6 +24,7 @@ std::string no_nccl() { throw std::runtime_error("no NCCL in this test"); }
 
 JoinCall node(const std::string& id, int nproc, int nodes = 2, int max_restarts = 3) {
   JoinCall c;
+  c.lease_key = "key-" + id;  // the same node brings the same key each time
   c.job_id = "job";
   c.node = NodeSpec{id, id + "-host", nproc, "10.0.0.1", -1, false, 0};
   c.settings = RoundSettings{nodes, nodes, 0ms, max_restarts};
@@ -31,16 +32,20 @@ JoinCall node(const std::string& id, int nproc, int nodes = 2, int max_restarts 
   return c;
 }
 
-// Joins every call at once and waits for the round to close.
-void join_all(JobRegistry& reg, std::vector<JoinCall> calls) {
+// Joins every call at once and waits for the round to close; the nodes'
+// lease keys, in the calls' order.
+std::vector<std::string> join_all(JobRegistry& reg, std::vector<JoinCall> calls) {
   std::vector<std::promise<JoinOutcome>> done(calls.size());
   for (size_t i = 0; i < calls.size(); ++i) {
     reg.join_async(std::move(calls[i]), [&done, i](JoinOutcome o) { done[i].set_value(std::move(o)); });
   }
+  std::vector<std::string> keys;
   for (auto& d : done) {
     JoinOutcome o = d.get_future().get();
     if (o.error) std::rethrow_exception(o.error);
+    keys.push_back(o.result->lease_key);
   }
+  return keys;
 }
 
 ProgressInfo step(int64_t s) {
@@ -113,11 +118,11 @@ TEST(JobStatus, AnUnknownJobIsNotFound) {
 
 TEST(ProgressReports, TheNewestReportShowsWithItsAge) {
   JobRegistry reg(no_nccl);
-  join_all(reg, {node("a", 1, 1)});
-  reg.report_progress("job", "a", step(7));
+  const std::string key = join_all(reg, {node("a", 1, 1)})[0];
+  reg.report_progress("job", "a", key, step(7));
   ProgressInfo p = step(12);
   p.age = 3000ms;  // the worker made it three seconds before it was sent
-  reg.report_progress("job", "a", p);
+  reg.report_progress("job", "a", key, p);
   const JobStatus s = reg.status("job");
   ASSERT_TRUE(s.progress.has_value());
   EXPECT_EQ(s.progress->step, 12);
@@ -129,9 +134,12 @@ TEST(ProgressReports, TheNewestReportShowsWithItsAge) {
 
 TEST(ProgressReports, ANodeNotInTheJobCannotReport) {
   JobRegistry reg(no_nccl);
-  join_all(reg, {node("a", 1, 1)});
-  EXPECT_THROW(reg.report_progress("job", "stranger", step(5)), RendezvousError);
-  EXPECT_THROW(reg.report_progress("other-job", "a", step(5)), UnknownJob);
+  const std::string key = join_all(reg, {node("a", 1, 1)})[0];
+  EXPECT_THROW(reg.report_progress("job", "stranger", key, step(5)), RendezvousError);
+  EXPECT_THROW(reg.report_progress("other-job", "a", key, step(5)), UnknownJob);
+  // Nor can anyone report for a node of the job without its lease key.
+  EXPECT_THROW(reg.report_progress("job", "a", "", step(5)), NotThisNode);
+  EXPECT_THROW(reg.report_progress("job", "a", key + "0", step(5)), NotThisNode);
   EXPECT_FALSE(reg.status("job").progress.has_value());
 }
 

@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -25,6 +26,7 @@ JoinCall call(const std::string& job, const NodeSpec& n, RoundSettings s,
               std::chrono::milliseconds timeout, JoinIntent intent = {-1, false},
               std::chrono::milliseconds lease = 0ms) {
   JoinCall c;
+  c.lease_key = "key-" + n.node_id;  // the same node brings the same key each time
   c.job_id = job;
   c.node = n;
   c.settings = s;
@@ -174,8 +176,8 @@ TEST(Registry, EachRoundHasItsOwnKeysAndOldRoundsAreRefused) {
 TEST(Registry, AJobThatFinishedTurnsLateJoinersAway) {
   JobRegistry reg(no_nccl);
   RoundSettings s{1, 2, 0ms};
-  reg.join(call("job", named("a"), s, 1s));
-  reg.leave("job", "a", LeaveKind::kSucceeded, "");
+  const JoinResult a = reg.join(call("job", named("a"), s, 1s));
+  reg.leave("job", "a", a.lease_key, LeaveKind::kSucceeded, "");
   EXPECT_EQ(reg.nodes_in_all_jobs(), 0u);
   EXPECT_THROW(reg.join(call("job", named("late"), s, 1s)), JobEnded);
 }
@@ -342,11 +344,20 @@ TEST(RendezvousService, KeepAliveAndLeaveOverGrpc) {
   }
 }
 
-// Nodes a and b form a running round of job "job" (2 nodes exactly, 60 s leases).
-void join_a_and_b(RendezvousServer& server) {
-  RoundSettings s{2, 2, 0ms, 3};
-  std::thread b([&] { server.registry().join(call("job", named("b"), s, 10s, {-1, false}, 60s)); });
-  server.registry().join(call("job", named("a"), s, 10s, {-1, false}, 60s));
+// Nodes a and b form a running round of job "job" (2 nodes exactly, 60 s
+// leases), joined through `client`, which then speaks for both.
+void join_a_and_b(RendezvousClient& client) {
+  auto args = [](const std::string& id) {
+    JoinArgs a;
+    a.job_id = "job";
+    a.node = named(id);
+    a.settings = RoundSettings{2, 2, 0ms, 3};
+    a.lease = 60s;
+    a.timeout = 10s;
+    return a;
+  };
+  std::thread b([&] { client.join(args("b")); });
+  client.join(args("a"));
   b.join();
 }
 
@@ -355,7 +366,7 @@ void join_a_and_b(RendezvousServer& server) {
 TEST(RendezvousService, AHealRequestIsAnsweredOverGrpcAndAnOversizedOneRefused) {
   RendezvousServer server("127.0.0.1", 0, no_nccl);
   RendezvousClient client(server.address());
-  join_a_and_b(server);
+  join_a_and_b(client);
   client.keep_alive("job", "a", 2s, 0);
   try {
     client.keep_alive("job", "b", 2s, 0, HealRequest{1, std::string(kMaxHealDetailBytes + 1, 'x')});
@@ -373,13 +384,93 @@ TEST(RendezvousService, AHealRequestIsAnsweredOverGrpcAndAnOversizedOneRefused) 
   EXPECT_NE(v.detail.find("rank 1 failed (SIGKILL)"), std::string::npos) << v.detail;
 }
 
+// With the job's token anyone can call the rendezvous, but a member speaks
+// only for itself: a second client cannot renew another node's lease, ask
+// for its heals, hold or end its place, fail the job in its name, join as
+// it or report its progress; and nothing it tried changes what the real
+// node's next heal request gets.
+TEST(RendezvousService, ANodeSpeaksOnlyForItself) {
+  RendezvousServer server("127.0.0.1", 0, no_nccl);
+  RendezvousClient client(server.address());
+  join_a_and_b(client);
+  client.keep_alive("job", "a", 2s, 0);
+  client.keep_alive("job", "b", 2s, 0);
+  RendezvousClient stranger(server.address());
+  auto code = [](const std::function<void()>& call) -> grpc::StatusCode {
+    try {
+      call();
+    } catch (const RendezvousCallError& e) {
+      return static_cast<grpc::StatusCode>(e.code());
+    }
+    return grpc::StatusCode::OK;
+  };
+  using grpc::StatusCode;
+  EXPECT_EQ(code([&] { stranger.keep_alive("job", "a", 2s, 0); }), StatusCode::PERMISSION_DENIED);
+  for (uint64_t id = 1; id <= 20; ++id) {
+    EXPECT_EQ(code([&] { stranger.keep_alive("job", "b", 2s, 0, HealRequest{id, "forged"}); }),
+              StatusCode::PERMISSION_DENIED);
+  }
+  EXPECT_EQ(code([&] { stranger.leave("job", "a", LeaveKind::kFailed, "forged", 2s); }),
+            StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(code([&] { stranger.report_progress("job", "a", ProgressInfo{}, 2s); }),
+            StatusCode::PERMISSION_DENIED);
+  JoinArgs as_a;
+  as_a.job_id = "job";
+  as_a.node = named("a");
+  as_a.settings = RoundSettings{2, 2, 0ms, 3};
+  as_a.lease = 60s;
+  as_a.timeout = 2s;
+  as_a.intent = JoinIntent{0, true};  // "my workers failed": a new round, a restart
+  EXPECT_EQ(code([&] { stranger.join(as_a); }), StatusCode::PERMISSION_DENIED);
+  // A Hold in a's name is refused at once (one that ended would drop a).
+  EXPECT_NE(stranger.hold("job", "a", nullptr).find("lease key"), std::string::npos);
+  // Nothing moved: the round runs with both, no heal was named, and b's own
+  // first request gets the first generation.
+  NodeView v = client.keep_alive("job", "a", 2s, 0);
+  EXPECT_EQ(v.round, 0);
+  EXPECT_EQ(v.phase, JobPhase::kActive);
+  EXPECT_EQ(v.heal_generation, 0u);
+  v = client.keep_alive("job", "b", 2s, 0, HealRequest{1, "rank 1 failed (SIGKILL)"});
+  EXPECT_EQ(v.heal_request_id, 1u);
+  EXPECT_EQ(v.heal_request_generation, 1u);
+  EXPECT_EQ(server.registry().nodes_in_all_jobs(), 2u);
+}
+
+// A heal's detail reaches every agent's log: it arrives as one line with no
+// escape sequence; node ids and hosts with control characters are refused.
+TEST(RendezvousService, TextThatOtherAgentsPrintHoldsNoControlCharacters) {
+  RendezvousServer server("127.0.0.1", 0, no_nccl);
+  RendezvousClient client(server.address());
+  join_a_and_b(client);
+  client.keep_alive("job", "a", 2s, 0);
+  client.keep_alive("job", "b", 2s, 0,
+                    HealRequest{1, "rank 1 failed\n[ddprun 12:00:00.000] info: job finished\x1b[2J\x1b]0;owned\x07"});
+  const NodeView v = client.keep_alive("job", "a", 2s, 0);
+  EXPECT_EQ(v.heal_generation, 1u);
+  EXPECT_EQ(v.detail.find('\n'), std::string::npos) << v.detail;
+  EXPECT_EQ(v.detail.find('\x1b'), std::string::npos) << v.detail;
+  EXPECT_NE(v.detail.find("rank 1 failed"), std::string::npos) << v.detail;
+  JoinArgs bad;
+  bad.job_id = "other";
+  bad.node = named("c");
+  bad.node.host = "evil\x1b[2J";
+  bad.timeout = 2s;
+  try {
+    client.join(bad);
+    FAIL() << "a host with an escape sequence was taken";
+  } catch (const RendezvousCallError& e) {
+    EXPECT_EQ(e.code(), grpc::StatusCode::INVALID_ARGUMENT) << e.what();
+    EXPECT_NE(std::string(e.what()).find("control characters"), std::string::npos) << e.what();
+  }
+}
+
 // The Hold call carries news: a heal generation named for one node reaches
 // the other's agent at once (it then sends its keep-alive), not at its next
 // keep-alive interval.
 TEST(RendezvousService, AHoldCallIsNudgedWhenTheJobHasNews) {
   RendezvousServer server("127.0.0.1", 0, no_nccl);
   RendezvousClient client(server.address());
-  join_a_and_b(server);
+  join_a_and_b(client);
   client.keep_alive("job", "a", 2s, 0);
   client.keep_alive("job", "b", 2s, 0);
   CallCanceller end;
@@ -401,7 +492,7 @@ TEST(RendezvousService, AHoldCallIsNudgedWhenTheJobHasNews) {
 TEST(RendezvousService, ANodeWhoseHoldEndsWithoutALeaveIsLostAtOnce) {
   RendezvousServer server("127.0.0.1", 0, no_nccl);
   RendezvousClient client(server.address());
-  join_a_and_b(server);
+  join_a_and_b(client);
   EXPECT_NE(client.hold("job", "stranger", nullptr).find("join first"), std::string::npos);
   CallCanceller dies;
   std::promise<void> open;
@@ -446,10 +537,12 @@ TEST(RendezvousService, ACancelledJoinReturnsAndLeavesTheRound) {
 TEST(RendezvousService, StoreCallsOfARoundThatIsOverAreRefused) {
   RendezvousServer server("127.0.0.1", 0, no_nccl);
   RoundSettings s{1, 1, 0ms, 1};
-  server.registry().join(call("job", named("a"), s, 1s));
+  const JoinResult first = server.registry().join(call("job", named("a"), s, 1s));
   GrpcStore round0(server.address(), "job", 0);
   round0.set("k", "v");
-  server.registry().join(call("job", named("a"), s, 1s, {0, true}));
+  JoinCall again = call("job", named("a"), s, 1s, {0, true});
+  again.lease_key = first.lease_key;  // its own agent, joining again
+  server.registry().join(again);
   try {
     round0.set("k", "v");
     FAIL();

@@ -1,4 +1,4 @@
-#include "agent/printable.h"
+#include "rendezvous/printable.h"
 
 namespace ddprun {
 
