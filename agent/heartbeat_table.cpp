@@ -60,6 +60,10 @@ bool HeartbeatTable::heal_ready(int slot) const {
   return __atomic_load_n(channel::heal_ready_word(map_, slot), __ATOMIC_ACQUIRE) == 1;
 }
 
+uint32_t HeartbeatTable::heal_generation(int slot) const {
+  return __atomic_load_n(channel::heal_generation_word(map_, slot), __ATOMIC_ACQUIRE);
+}
+
 void HeartbeatTable::set_heal_generation(int slot, uint32_t generation) {
   uint32_t* word = channel::heal_generation_word(map_, slot);
   __atomic_store_n(word, generation, __ATOMIC_RELEASE);

@@ -34,6 +34,8 @@ class HeartbeatTable {
   // Tells the worker in `slot` to heal in `generation` (and wakes it if it
   // sleeps on the word).
   void set_heal_generation(int slot, uint32_t generation);
+  // The generation last told to the worker in `slot` (0: none this attempt).
+  uint32_t heal_generation(int slot) const;
   // Whether a worker whose peer fails should give up at once rather than
   // wait for a heal generation: the workers are being stopped, or (across
   // nodes) a member's workers cannot heal. A worker that waits for a

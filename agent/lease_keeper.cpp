@@ -119,6 +119,15 @@ uint64_t LeaseKeeper::request_heal(const std::string& detail) {
   return id;
 }
 
+void LeaseKeeper::set_workers_heal_round(int64_t round) {
+  if (workers_heal_round_.exchange(round) == round) return;
+  {
+    std::lock_guard lock(mu_);
+    send_now_ = true;
+  }
+  stop_cv_.notify_all();
+}
+
 LeaseStatus LeaseKeeper::peek() const {
   std::lock_guard lock(mu_);
   return status_;

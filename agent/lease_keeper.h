@@ -66,8 +66,10 @@ class LeaseKeeper {
   // ("not in the job yet") is never taken for news about the new round.
   void reset();
   // The round in which all of this node's workers heal in place (-1: none),
-  // sent with every keep-alive from now on.
-  void set_workers_heal_round(int64_t round) { workers_heal_round_.store(round); }
+  // sent with every keep-alive from now on; a change goes at once (a node
+  // that arrives meanwhile joins the running round only if the rendezvous
+  // knows that every member heals).
+  void set_workers_heal_round(int64_t round);
   // Asks the rendezvous for the running round's next heal generation (a
   // local worker failed and is to be replaced): sent at once, and again with
   // every keep-alive until a view answers it. Returns the request's id; the

@@ -66,9 +66,9 @@ void StatusReporter::unwatch() {
   slot_ = -1;
 }
 
-bool StatusReporter::changed(const channel::Progress& p) const {
+bool StatusReporter::changed(const channel::Progress& p, uint32_t g) const {
   if (p.flags == 0) return false;  // nothing reported (yet, or since the reset)
-  return !sent_any_ || std::memcmp(&p, &last_, sizeof(p)) != 0;
+  return !sent_any_ || g != last_generation_ || std::memcmp(&p, &last_, sizeof(p)) != 0;
 }
 
 void StatusReporter::loop() {
@@ -77,10 +77,12 @@ void StatusReporter::loop() {
     cv_.wait_for(lock, options_.interval, [this] { return stop_; });
     if (stop_ || slot_ < 0) continue;
     channel::Progress p{};
-    if (!table_.progress(slot_, &p) || !changed(p)) continue;
+    const uint32_t generation = table_.heal_generation(slot_);
+    if (!table_.progress(slot_, &p) || !changed(p, generation)) continue;
     ProgressInfo info = to_info(p, sent_any_ ? &last_ : nullptr, monotonic_ns());
     info.round = round_;
     info.global_rank = global_rank_;
+    info.heal_generation = generation;
     lock.unlock();
     bool sent = true;
     try {
@@ -92,6 +94,7 @@ void StatusReporter::loop() {
     lock.lock();
     if (sent) {
       last_ = p;
+      last_generation_ = generation;
       sent_any_ = true;
     }
   }

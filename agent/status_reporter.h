@@ -1,6 +1,8 @@
 // Tells the rendezvous how training goes, for `ddprun status`: a thread of
 // its own that reads the progress block of global rank 0's heartbeat slot
-// once a second and, when it changed, reports it (ReportProgress). Only the
+// once a second and, when it changed, reports it (ReportProgress), with the
+// heal generation the agent last told that worker (on one node the agent
+// names heals itself, and `ddprun status` counts them from this). Only the
 // agent whose workers include global rank 0 reports: one call a second per
 // job whatever its size, and rank 0 is the rank that programs log and
 // checkpoint from. The agent's I/O loop never waits on the network for it.
@@ -42,8 +44,8 @@ class StatusReporter {
 
  private:
   void loop();
-  // What to send for p, read now; false when nothing new.
-  bool changed(const channel::Progress& p) const;
+  // Whether p (in heal generation g) is news.
+  bool changed(const channel::Progress& p, uint32_t g) const;
 
   RendezvousClient& client_;
   const HeartbeatTable& table_;
@@ -56,6 +58,7 @@ class StatusReporter {
   int global_rank_ = 0;
   // The last report sent (the loop's own).
   channel::Progress last_{};
+  uint32_t last_generation_ = 0;
   bool sent_any_ = false;
   std::thread thread_;
 };

@@ -122,8 +122,8 @@ std::string format_status(const std::string& job_id, const std::string& endpoint
   out += line;
   if (s.heal_generation > 0) {
     std::snprintf(line, sizeof(line),
-                  "  heals       %u in this round (a spare took over a lost node, the job shrank past one, or a "
-                  "node replaced a failed worker)\n",
+                  "  heals       %u in this round (failed workers replaced, lost nodes taken over or shrunk "
+                  "past, nodes that joined the running round)\n",
                   s.heal_generation);
     out += line;
   }
@@ -136,16 +136,19 @@ std::string format_status(const std::string& job_id, const std::string& endpoint
                                     : "");
   out += line;
   out += "  nodes\n";
-  std::snprintf(line, sizeof(line), "    %-9s %-13s %-24s %-28s %s\n", "NODE RANK", "GLOBAL RANKS",
-                "HOST", "NODE ID", "LAST SEEN");
+  std::snprintf(line, sizeof(line), "    %-9s %-13s %-24s %-28s %-6s %s\n", "NODE RANK", "GLOBAL RANKS",
+                "HOST", "NODE ID", "HEALS", "LAST SEEN");
   out += line;
   for (const auto& n : s.nodes) {
-    const std::string seen =
-        n.last_seen_ago.count() < 0 ? "- (no lease)" : age_text(n.last_seen_ago) + " ago";
-    std::snprintf(line, sizeof(line), "    %-9s %-13s %-24s %-28s %s\n",
+    const bool leased = n.last_seen_ago.count() >= 0;
+    const std::string seen = leased ? age_text(n.last_seen_ago) + " ago" : "- (no lease)";
+    // Whether all its workers heal in place in this round (its keep-alives
+    // say so; a node without a lease sends none).
+    const char* heals = !leased ? "-" : n.heals ? "yes" : "no";
+    std::snprintf(line, sizeof(line), "    %-9s %-13s %-24s %-28s %-6s %s\n",
                   n.node_rank < 0 ? "-" : std::to_string(n.node_rank).c_str(),
                   ranks_text(n).c_str(), n.host.substr(0, 24).c_str(),
-                  n.node_id.substr(0, 28).c_str(), seen.c_str());
+                  n.node_id.substr(0, 28).c_str(), heals, seen.c_str());
     out += line;
   }
   if (!s.progress || !s.progress->step) {
@@ -205,7 +208,8 @@ std::string format_status_json(const std::string& job_id, const std::string& end
             {"local_world_size", n.local_world_size},
             {"first_global_rank", n.first_global_rank},
             {"waiting", n.waiting},
-            {"last_seen_ms_ago", n.last_seen_ago.count()}};
+            {"last_seen_ms_ago", n.last_seen_ago.count()},
+            {"heals", n.last_seen_ago.count() < 0 ? nlohmann::json(nullptr) : nlohmann::json(n.heals)}};
     j["nodes"].push_back(jn);
   }
   if (s.progress) {

@@ -61,14 +61,7 @@ std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::
 // reaches the rendezvous within a second or so); returns the last run.
 Finished status_until(const std::vector<std::string>& args, const std::string& want,
                       const ddptest::EnvChanges& env) {
-  Finished f;
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  do {
-    f = ddptest::run(ddprun(cat({"status"}, args)), env, 30s);
-    if (f.exit_code == 0 && contains(f.out, want)) return f;
-    std::this_thread::sleep_for(100ms);  // polling for a condition, not a synchronisation
-  } while (std::chrono::steady_clock::now() < deadline);
-  return f;
+  return ddptest::run_until(ddprun(cat({"status"}, args)), want, env, 20s);
 }
 
 bool wait_ready(Process& p, int workers) {

@@ -15,6 +15,7 @@
 #include <random>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/process.h"
@@ -112,6 +113,22 @@ inline bool reach_step(Process& p, int step,
              },
              timeout)
       .has_value();
+}
+
+// Runs argv (a `ddprun status ...`, say) again and again until it exits 0
+// with `want` in its stdout, for at most `patience`; returns the last run.
+// For a state that nothing announces on a stream the test reads (what the
+// rendezvous knows): polling the condition, not sleeping for it.
+inline Finished run_until(const std::vector<std::string>& argv, const std::string& want, const EnvChanges& env = {},
+                          std::chrono::milliseconds patience = std::chrono::seconds(60)) {
+  Finished f;
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  do {
+    f = run(argv, env, std::chrono::seconds(30));
+    if (f.exit_code == 0 && contains(f.out, want)) return f;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the next poll, not a synchronisation
+  } while (std::chrono::steady_clock::now() < deadline);
+  return f;
 }
 
 }  // namespace ddptest
