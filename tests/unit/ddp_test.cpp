@@ -3,6 +3,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "comm/swappable_communicator.h"
 #include "ddp/ddp.h"
 #include "support/ddp_checks.h"
 #include "support/thread_ranks.h"
@@ -377,6 +378,47 @@ TEST_F(DdpTest, DeviceEnqueuedBucketFailureComesOutOfBackward) {
     model(at::ones({1, 64})).sum().backward();
     EXPECT_TRUE(model.module()->fc1->weight.grad().defined());
   });
+}
+
+// A communicator that passes every call on (World::cpu() below), for a
+// SwappableCommunicator to own.
+class Forwarding final : public ddp::Communicator {
+ public:
+  explicit Forwarding(ddp::Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  Timeout default_timeout() const override { return inner_.default_timeout(); }
+  std::string backend() const override { return inner_.backend(); }
+  void all_reduce(at::Tensor& t, ddp::ReduceOp op, Timeout timeout) override { inner_.all_reduce(t, op, timeout); }
+  void broadcast(at::Tensor& t, int root, Timeout timeout) override { inner_.broadcast(t, root, timeout); }
+  at::Tensor all_gather(const at::Tensor& in, Timeout timeout) override { return inner_.all_gather(in, timeout); }
+  void barrier(Timeout timeout) override { inner_.barrier(timeout); }
+
+ private:
+  ddp::Communicator& inner_;
+};
+
+// A heal aborts the connection (a newer generation) while a rank is still
+// in its forward or backward: the step's backward fails with a
+// CollectiveError, and the step, done again on the new connection, starts
+// clean instead of finding its gradients "given twice".
+TEST_F(DdpTest, AStepWhoseConnectionIsAbortedRunsAgainClean) {
+  for (auto overlap : {ddp::Overlap::kOff, ddp::Overlap::kOn}) {
+    run_ranks(1, [&](ddp::World& w) {
+      ddp::SwappableCommunicator comm(std::make_unique<Forwarding>(w.cpu()), 0);
+      ddp::DdpOptions o;
+      o.overlap = overlap;
+      ddp::DistributedDataParallel<ddptest::Mlp> model(ddptest::seeded_model<ddptest::Mlp>(7), comm, o);
+      model(at::ones({1, 64})).sum().backward();
+      model.module()->zero_grad();
+      comm.abort_older_than(1, "ddp: the group heals in generation 1 (test)");
+      EXPECT_THROW(model(at::ones({1, 64})).sum().backward(), ddp::CollectiveError);
+      comm.replace(std::make_unique<Forwarding>(w.cpu()), 1);
+      model.module()->zero_grad();
+      EXPECT_NO_THROW(model(at::ones({1, 64})).sum().backward()) << "overlap " << ddp::to_string(overlap);
+      EXPECT_TRUE(model.module()->fc1->weight.grad().defined());
+    });
+  }
 }
 
 TEST_F(DdpTest, BucketsDuringOrAfterBackwardTrainAlike) {

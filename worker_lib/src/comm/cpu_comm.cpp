@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/gloo_communicator.h"
+#include "comm/rank_ordered_reduce.h"
 #include "comm/shm_communicator.h"
 #include "comm/two_level_communicator.h"
 #include "comm/watched_store.h"
@@ -26,7 +27,9 @@ std::unique_ptr<Communicator> gloo(ddprun::Store& store, int me, int size, const
 // Shared memory for members of one node. Where it cannot be set up (no room
 // in /dev/shm, a member that cannot open the segment) every member learns
 // it in the setup's last step and all fall back to Gloo together, with a
-// warning; under DDPRUN_CPU_COMM=shm that is an error instead.
+// warning; under DDPRUN_CPU_COMM=shm that is an error instead. The fallback
+// sums in shared memory's order (RankOrderedReduce): a group that loses
+// /dev/shm in a heal goes on bit for bit as it began.
 std::unique_ptr<Communicator> shm_or_gloo(ddprun::Store& store, int me, int size, const std::string& what,
                                           const CpuCommSetup& s) {
   ShmGroupOptions o;
@@ -45,10 +48,12 @@ std::unique_ptr<Communicator> shm_or_gloo(ddprun::Store& store, int me, int size
       throw CollectiveError(std::string(e.what()) + " (DDPRUN_CPU_COMM=shm; auto would fall back to Gloo)");
     }
     if (me == 0) {
-      std::fprintf(stderr, "ddp: warning: shared memory for %s failed, CPU tensors go through Gloo: %s\n",
+      std::fprintf(stderr,
+                   "ddp: warning: shared memory for %s failed, CPU tensors go through Gloo (summed rank by rank, "
+                   "as shared memory sums): %s\n",
                    what.c_str(), e.what());
     }
-    return gloo(store, me, size, s);
+    return std::make_unique<RankOrderedReduce>(gloo(store, me, size, s));
   }
 }
 

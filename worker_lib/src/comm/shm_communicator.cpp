@@ -16,6 +16,8 @@ void check_cpu(const at::Tensor& t, const char* op) {
   }
 }
 
+}  // namespace
+
 ShmDtype shm_dtype(at::ScalarType t) {
   switch (t) {
     case at::kFloat: return ShmDtype::kFloat32;
@@ -30,8 +32,6 @@ ShmDtype shm_dtype(at::ScalarType t) {
       throw std::invalid_argument("ddp: all_reduce does not support dtype " + std::string(c10::toString(t)));
   }
 }
-
-}  // namespace
 
 ShmCommunicator::ShmCommunicator(ddprun::Store& store, const ShmGroupOptions& options) : group_(store, options) {}
 

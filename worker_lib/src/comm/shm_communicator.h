@@ -12,6 +12,10 @@
 
 namespace ddp {
 
+// The shared-memory kernel's element type for a tensor's; throws
+// std::invalid_argument for a dtype it cannot reduce.
+ShmDtype shm_dtype(at::ScalarType t);
+
 class ShmCommunicator final : public Communicator {
  public:
   // Collective over `store` (prefix it per group and round); see ShmGroup.

@@ -312,12 +312,14 @@ void Reducer::run_buckets_after_backward() {
     Bucket& b = buckets_[next_launch_];
     TraceSpan span(*tracer_, TracePhase::kAllReduce, TraceTrack::kMain, static_cast<int64_t>(next_launch_),
                    b.buffer.nbytes());
-    if (comm_.enqueues_on_device()) {
-      start_bucket(b);
-      continue;
-    }
+    // Asking the communicator fails too once its connection was aborted (a
+    // peer died, the group heals): kept like the collective's own failure.
     try {
-      average_bucket(b);
+      if (comm_.enqueues_on_device()) {
+        start_bucket(b);
+      } else {
+        average_bucket(b);
+      }
     } catch (...) {
       b.error = std::current_exception();
     }
@@ -388,8 +390,26 @@ void Reducer::finalize() {
 
 void Reducer::prepare_for_backward() {
   if (!sync_enabled_ || !hook_driven()) return;
+  {
+    std::lock_guard lock(mu_);
+    finalized_ = false;
+    if (!iteration_open_) return;
+  }
+  // A backward that never reached its end (it threw: a collective failed
+  // inside it, and the step is being done again after a heal) left its
+  // iteration open: wait for what it launched, forget its errors, and
+  // start clean, or its flags would read as gradients given twice.
+  for (auto& b : buckets_) {
+    try {
+      if (b.work.valid()) b.work.get();
+      finish_bucket(b);
+    } catch (...) {
+    }
+  }
   std::lock_guard lock(mu_);
-  finalized_ = false;
+  reset_iteration_locked();
+  iteration_open_ = false;
+  backward_begin_ns_ = 0;
 }
 
 void Reducer::run_finalize() {
@@ -465,10 +485,15 @@ void Reducer::finalize_hooked() {
       }
     }
   }
-  if (!overlap_) run_buckets_after_backward();
   // Wait for everything launched, in order, before anything else touches the
-  // communicator; keep the first error.
+  // communicator; keep the first error. Whatever fails, the iteration's
+  // flags are reset below: a step done again after a heal starts clean.
   std::exception_ptr error;
+  try {
+    if (!overlap_) run_buckets_after_backward();
+  } catch (...) {
+    error = std::current_exception();
+  }
   {
     TraceSpan wait(*tracer_, TracePhase::kFinalizeWait);
     for (auto& b : buckets_) {
