@@ -282,9 +282,10 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   refill_standby_ = false;
   last_progress_log_ = std::chrono::steady_clock::now();
   heal_generation_ = a.heal_generation;
-  go.on_monitor = [this, attempt, &a, &joined] {
+  WorkerGroup* running = nullptr;  // the group below, once it exists (a shrink renumbers it)
+  go.on_monitor = [this, attempt, &a, &joined, &running] {
     watch_progress(attempt, a);
-    report_workers_heal(a);
+    report_workers_heal(a, running);
     if (refill_standby_) {
       // After a heal took the warm standby (off the heal's path: the
       // replacement was released first).
@@ -315,7 +316,6 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
       return s;
     };
   }
-  WorkerGroup* running = nullptr;  // the group below, once it exists (a shrink renumbers it)
   uint64_t heal_request = 0;
   if (names_heals_at_rendezvous()) {
     // A failed worker's replacement heals in the generation the rendezvous

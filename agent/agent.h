@@ -84,7 +84,7 @@ class Agent {
   // On the monitor's beat: tells the rendezvous whether all local workers
   // heal in place in this round (a takeover, a grow or a worker heal needs
   // every other member's).
-  void report_workers_heal(const Assignment& a);
+  void report_workers_heal(const Assignment& a, const WorkerGroup* group);
   // Across nodes: writes into every local slot whether a heal would come
   // for a failed peer (every member's workers heal: view). A lost node that
   // no spare takes over and no shrink heals around then costs a round: the

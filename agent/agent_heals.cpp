@@ -30,10 +30,12 @@ void Agent::warm_up_spare(int attempt, const NodeView& view) {
   if (!standbys_.empty()) spdlog::info("warmed up {} worker(s) to take over a lost node's ranks", standbys_.size());
 }
 
-void Agent::report_workers_heal(const Assignment& a) {
+void Agent::report_workers_heal(const Assignment& a, const WorkerGroup* group) {
   if (!names_heals_at_rendezvous()) return;
-  bool all = true;
-  for (int lr = 0; lr < cfg_.nproc && all; ++lr) all = heartbeats_->heal_ready(lr);
+  // A replacement still joining heals too (a failure during its heal begins
+  // the next generation), and so does a failed worker waiting for its
+  // generation: a node lost meanwhile is taken over or shrunk past.
+  const bool all = group && group->all_heal_in_place();
   lease_->set_workers_heal_round(all ? a.round : -1);
 }
 

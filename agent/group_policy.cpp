@@ -16,6 +16,7 @@ GroupPolicy::GroupPolicy(int workers, GroupPolicyOptions options, TimePoint star
       hung_(workers, false),
       beats_(workers, 0),
       beat_changed_(workers, started),
+      start_grace_(workers, std::chrono::milliseconds(0)),
       started_(started),
       heal_ready_(workers, false),
       joining_(workers, false),
@@ -146,6 +147,7 @@ std::vector<GroupCommand> GroupPolicy::replace_workers(const std::vector<int>& w
     joining_[w] = true;
     beats_[w] = 0;
     beat_changed_[w] = now;
+    start_grace_[w] = first_beat_after_;  // until replacement_started says it came from a standby
     ++heals_[w];
     ++heal_count_;
     GroupCommand c;
@@ -196,25 +198,22 @@ std::vector<GroupCommand> GroupPolicy::on_signal(int sig, TimePoint now) {
   return begin_stop(sig, now);
 }
 
+void GroupPolicy::replacement_started(int w, bool from_standby, TimePoint now) {
+  beat_changed_[w] = now;
+  start_grace_[w] = from_standby ? std::chrono::milliseconds(0) : first_beat_after_;
+}
+
 // A worker whose counter has not moved for hang_timeout (after it started
-// beating: programs without worker_lib never do) is hung: it is killed at
-// once (it may be stopped, or stuck) and the others are stopped.
+// beating: programs without worker_lib never do; a replacement, which runs
+// worker_lib, from its start plus its allowance) is hung: it is killed at
+// once (it may be stopped, or stuck), and replaced if it may heal, else the
+// others are stopped. No silence is excused: a worker that waits for its
+// peers beats (worker_lib's waiting pulse), and a stopped one cannot.
 std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& counts, TimePoint now) {
   std::vector<GroupCommand> out;
   if (!options_.heartbeats || stopping_) return out;
-  // While a replacement starts and takes the state, the others wait for it
-  // without beating: nobody's silence counts until it says it can heal.
-  bool joining = false;
   for (size_t w = 0; w < alive_.size(); ++w) {
     if (joining_[w] && heal_ready_[w]) joining_[w] = false;
-    if (joining_[w] && alive_[w]) joining = true;
-  }
-  if (joining) {
-    for (size_t w = 0; w < alive_.size() && w < counts.size(); ++w) {
-      beats_[w] = counts[w];
-      beat_changed_[w] = now;
-    }
-    return out;
   }
   bool all_beating = true;
   for (size_t w = 0; w < alive_.size() && w < counts.size(); ++w) {
@@ -223,15 +222,30 @@ std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& cou
     if (std::find(to_replace_.begin(), to_replace_.end(), static_cast<int>(w)) != to_replace_.end()) continue;
     if (counts[w] == 0) all_beating = false;
     if (counts[w] != beats_[w]) {
+      if (beats_[w] == 0 && heals_[w] == 0) {
+        // A first worker's first beat: how long a fresh process takes.
+        first_beat_after_ = std::max(first_beat_after_,
+                                     std::chrono::duration_cast<std::chrono::milliseconds>(now - started_));
+      }
       beats_[w] = counts[w];
       beat_changed_[w] = now;
       continue;
     }
     const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - beat_changed_[w]);
-    if (counts[w] == 0 || options_.hang_timeout.count() == 0 || silent < options_.hang_timeout) continue;
-    char why[160];
-    std::snprintf(why, sizeof(why), "hung: no heartbeat for %.1f s (--hang-timeout %.1f s)",
-                  silent.count() / 1000.0, options_.hang_timeout.count() / 1000.0);
+    if (options_.hang_timeout.count() == 0) continue;
+    if (counts[w] == 0 && !joining_[w]) continue;  // not beating yet, maybe never (no worker_lib)
+    const auto allowed = options_.hang_timeout + (counts[w] == 0 ? start_grace_[w] : std::chrono::milliseconds(0));
+    if (silent < allowed) continue;
+    char why[200];
+    if (counts[w] == 0) {
+      std::snprintf(why, sizeof(why),
+                    "hung: a replacement that never beat, %.1f s after its start (--hang-timeout %.1f s, "
+                    "and %.1f s to start)",
+                    silent.count() / 1000.0, options_.hang_timeout.count() / 1000.0, start_grace_[w].count() / 1000.0);
+    } else {
+      std::snprintf(why, sizeof(why), "hung: no heartbeat for %.1f s (--hang-timeout %.1f s)",
+                    silent.count() / 1000.0, options_.hang_timeout.count() / 1000.0);
+    }
     GroupCommand kill;
     kill.kind = GroupCommand::kKillWorker;
     kill.worker = static_cast<int>(w);

@@ -96,6 +96,10 @@ class GroupPolicy {
   // the waiting workers in, or 0 when it refused (then they are failures
   // and the group stops).
   std::vector<GroupCommand> on_generation(uint32_t generation, TimePoint now);
+  // Whether worker w heals in place as things stand: it said it can, or it
+  // is a replacement still joining, or a failed worker that waits for the
+  // generation to be replaced in (see heal_allowed).
+  bool can_heal(int w) const { return heal_ready_[w] || joining_[w] || awaiting_generation(w); }
   // Whether failed worker w waits for the rendezvous to name its heal's
   // generation (it is not alive meanwhile).
   bool awaiting_generation(int w) const {
@@ -111,7 +115,16 @@ class GroupPolicy {
   // neither as silence (hang detection) nor towards the stop timeout.
   std::vector<GroupCommand> on_signal(int sig, TimePoint now);
   // The workers' heartbeat counters (one per worker; ignored for exited ones).
+  // A worker whose counter stays still for hang_timeout is hung, during a
+  // heal too: worker_lib beats for a worker that waits for its peers (the
+  // next generation, a replacement, the state), so only one that stopped
+  // (SIGSTOP, a stuck syscall) falls silent. A replacement that has not
+  // beaten yet is judged from its start, allowing a fresh process the time
+  // the first workers took to beat (see replacement_started).
   std::vector<GroupCommand> on_beats(const std::vector<uint64_t>& counts, TimePoint now);
+  // Worker w's replacement (kReplaceWorker) started now, from a warm
+  // standby (in ddp::init already: it beats at once) or as a fresh process.
+  void replacement_started(int w, bool from_standby, TimePoint now);
   // The rendezvous says the workers must stop (a new round, the job failed).
   std::vector<GroupCommand> on_control(const std::string& why, TimePoint now);
   // The clock: SIGKILL for workers still running stop_timeout after a stop;
@@ -151,6 +164,10 @@ class GroupPolicy {
   std::vector<bool> hung_;       // judged hung: its failure is recorded already
   std::vector<uint64_t> beats_;  // counter last seen
   std::vector<TimePoint> beat_changed_;
+  // How long the slowest of the first workers took from its start to its
+  // first beat: what a fresh replacement is allowed before its own.
+  std::chrono::milliseconds first_beat_after_{0};
+  std::vector<std::chrono::milliseconds> start_grace_;  // a joining replacement's allowance
   bool stopping_ = false;
   bool killed_ = false;
   bool any_failed_ = false;

@@ -75,7 +75,7 @@ void WorkerGroup::start_all() {
   }
 }
 
-void WorkerGroup::start(size_t i, bool append_logs, const std::map<std::string, std::string>& extra_vars) {
+bool WorkerGroup::start(size_t i, bool append_logs, const std::map<std::string, std::string>& extra_vars) {
   Worker& w = *workers_[i];
   WorkerLaunch& launch = launches_[i];
   unlink(launch.error_file.c_str());  // a stale one would be mistaken for this run's
@@ -114,6 +114,15 @@ void WorkerGroup::start(size_t i, bool append_logs, const std::map<std::string, 
     if (!extra_vars.empty()) f["heal_generation"] = policy_->generation();
     options_.events->write(channel::events::kSpawn, std::move(f));
   }
+  return from_standby;
+}
+
+bool WorkerGroup::all_heal_in_place() const {
+  if (!policy_) return false;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (!policy_->can_heal(static_cast<int>(i))) return false;
+  }
+  return true;
 }
 
 void WorkerGroup::read_heal_ready() {
@@ -147,8 +156,9 @@ void WorkerGroup::replace(int i, uint32_t generation) {
   if (options_.take_standby) {
     if (auto standby = options_.take_standby()) launches_[static_cast<size_t>(i)].standby = std::move(*standby);
   }
-  start(static_cast<size_t>(i), /*append_logs=*/true,
-        {{channel::kHeals, "1"}, {channel::kHealGeneration, std::to_string(generation)}});
+  const bool from_standby = start(static_cast<size_t>(i), /*append_logs=*/true,
+                                  {{channel::kHeals, "1"}, {channel::kHealGeneration, std::to_string(generation)}});
+  policy_->replacement_started(i, from_standby, std::chrono::steady_clock::now());
   if (options_.events) {
     options_.events->write(channel::events::kHeal, {{"attempt", options_.attempt}, {"rank", w.launch->id.rank},
                                                     {"local_rank", local_rank}, {"pid", w.pid},
@@ -461,6 +471,7 @@ void WorkerGroup::check_monitor() {
   const auto now = std::chrono::steady_clock::now();
   if (now < next_monitor_) return;
   next_monitor_ = now + options_.monitor_interval;
+  read_heal_ready();  // for all_heal_in_place(), which the agent reports
   options_.on_monitor();
 }
 

@@ -110,6 +110,9 @@ class WorkerGroup {
   // on node node_rank of num_nodes, from now on, in messages, events and
   // the failure summary. Call from the group's own callbacks (on_control).
   void renumber(int first_global_rank, int world_size, int node_rank, int num_nodes);
+  // Whether every worker of the group heals in place now (GroupPolicy::can_heal):
+  // what the agent's keep-alives tell the rendezvous. False before the start.
+  bool all_heal_in_place() const;
 
  private:
   struct Worker;
@@ -134,8 +137,9 @@ class WorkerGroup {
   // What the policy judges heals by, as it stands now: which workers say
   // they can heal, and (heal_namer) whether other nodes run.
   void read_heal_ready();
-  // Starts worker i's process (from its standby if it has one).
-  void start(size_t i, bool append_logs, const std::map<std::string, std::string>& extra_vars);
+  // Starts worker i's process (from its standby if it has one); true when
+  // it came from a standby.
+  bool start(size_t i, bool append_logs, const std::map<std::string, std::string>& extra_vars);
 
   std::vector<WorkerLaunch> launches_;
   SignalChannel& signals_;

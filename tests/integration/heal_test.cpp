@@ -4,12 +4,16 @@
 // from a peer, and the job ends with exactly the parameters of a run that
 // nothing interrupted.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "support/job_helpers.h"
 #include "support/process.h"
@@ -131,6 +135,111 @@ TEST(Heal, AStoppedWorkerIsFoundHungKilledAndHealedAround) {
   EXPECT_EQ(occurrences(f.err, "replacing it while the other workers go on"), 1) << f.err;
   EXPECT_FALSE(contains(f.err, "restarting the workers")) << f.err;
   EXPECT_EQ(checksum_in(summary), want);
+}
+
+// A worker that stops beating during a heal is hung, like any other: a
+// survivor stopped before its peer is killed (so the heal cannot finish
+// without it) and the warm standby stopped before it is released as the
+// replacement are both found hung within --hang-timeout, killed and
+// replaced; the job still ends bit for bit as an uninterrupted one.
+TEST(Heal, WorkersThatStopDuringAHealAreFoundHungAndHealedAround) {
+  const std::string want = reference(4, "shm");
+  ASSERT_FALSE(want.empty());
+  const fs::path summary = temp("hung-in-heal.json");
+  Process p(train_job(4, {"--hang-timeout", "3"}, {"--summary-json", summary.string()}), {"DDPRUN_CPU_COMM=shm"});
+  ASSERT_TRUE(reach_step(p, 15)) << p.out();
+  // The warm standby for a heal comes once every worker beats.
+  pid_t standby = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (standby == 0 && std::chrono::steady_clock::now() < deadline) {
+    for (pid_t c : ddptest::children_of(p.pid())) {
+      if (ddptest::started_as_standby(c)) standby = c;
+    }
+    if (standby == 0) std::this_thread::sleep_for(50ms);  // polling for the process, not a synchronisation
+  }
+  ASSERT_NE(standby, 0) << "no warm standby";
+  std::vector<pid_t> workers = workers_of(p.pid());
+  ASSERT_EQ(workers.size(), 4u);
+  kill(standby, SIGSTOP);
+  kill(workers[1], SIGSTOP);
+  kill(workers[2], SIGKILL);
+  Finished f = p.finish(4min);
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 1 (pid " + std::to_string(workers[1]) + ") hung: no heartbeat")) << f.err;
+  EXPECT_TRUE(contains(f.err, "hung: a replacement that never beat")) << f.err;
+  EXPECT_FALSE(contains(f.err, "restarting the workers")) << f.err;
+  EXPECT_EQ(checksum_in(summary), want);
+}
+
+// Holds open every file of a /dev/shm and every segment the given processes
+// have mapped from it (an unlinked one too, through /proc/PID/map_files):
+// their space stays taken when they go. Then fills what is left: no new
+// segment can be made there.
+struct DevShmFiller {
+  std::vector<int> fds;
+  DevShmFiller(const fs::path& dir, const std::vector<pid_t>& mappers) {
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const int fd = open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) fds.push_back(fd);
+    }
+    for (pid_t pid : mappers) {
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/map_files", ec)) {
+        if (fs::read_symlink(e.path(), ec).string().rfind("/dev/shm/", 0) != 0) continue;
+        const int fd = open(e.path().c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) fds.push_back(fd);
+      }
+    }
+    const int fd = open((dir / "ddprun-test-filler").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return;
+    fds.push_back(fd);
+    struct statvfs st {};
+    if (fstatvfs(fd, &st) == 0) {
+      const off_t free_bytes = static_cast<off_t>(st.f_bavail) * static_cast<off_t>(st.f_frsize);
+      // All but 512 KiB: less than any group's segment.
+      if (free_bytes > (512 << 10)) posix_fallocate(fd, 0, free_bytes - (512 << 10));
+    }
+  }
+  ~DevShmFiller() {
+    for (int fd : fds) close(fd);
+  }
+};
+
+// A heal that finds no room in /dev/shm: 4 ranks on shared memory lose
+// rank 1 while /dev/shm is full (the segments in use held, the rest
+// filled), so the healed group connects over Gloo. It sums rank by rank as
+// shared memory does: the job ends bit for bit as one that ran on shared
+// memory throughout (Gloo's ring would end a few bits apart with 4 ranks).
+TEST(Heal, AHealWithNoRoomInDevShmGoesOnOverGlooBitwiseEqual) {
+  if (!fs::exists("/usr/bin/unshare")) GTEST_SKIP() << "no /usr/bin/unshare";
+  const std::string want = reference(4, "auto");
+  ASSERT_FALSE(want.empty());
+  const fs::path summary = temp("no-room.json");
+  std::vector<std::string> argv{"/usr/bin/unshare", "--mount", "--propagation", "private", "sh", "-c",
+                                "mount -t tmpfs -o size=64m,mode=1777 tmpfs /dev/shm || exit 99; exec \"$@\"", "sh"};
+  for (const auto& a : train_job(4, {}, {"--summary-json", summary.string()})) argv.push_back(a);
+  Process p(argv);
+  if (!reach_step(p, 15)) {
+    Finished f = p.finish();
+    if (f.exit_code == 99 || contains(f.err, "unshare: ")) GTEST_SKIP() << "cannot mount a tmpfs here (needs root): " << f.err;
+    FAIL() << f.out << f.err;
+  }
+  // The job runs in the mount namespace: ddprun is unshare's exec'd child.
+  const fs::path shm = fs::path("/proc") / std::to_string(p.pid()) / "root/dev/shm";
+  std::vector<pid_t> workers = workers_of(p.pid());
+  ASSERT_EQ(workers.size(), 4u);
+  {
+    DevShmFiller full(shm, workers);
+    kill(workers[1], SIGKILL);
+    ASSERT_TRUE(p.wait_for_err_line([](const std::string& l) { return contains(l, "summed rank by rank"); }, 60s))
+        << p.err();
+    ASSERT_TRUE(reach_step(p, 40)) << p.out();
+  }
+  Finished f = p.finish(4min);
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "no room for")) << f.err;
+  EXPECT_FALSE(contains(f.err, "restarting the workers")) << f.err;
+  EXPECT_EQ(checksum_in(summary), want) << "the heal over Gloo did not end as the run on shared memory";
 }
 
 TEST(Heal, MaxHealsZeroRestartsTheGroupAsBefore) {

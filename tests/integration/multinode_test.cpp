@@ -312,8 +312,8 @@ std::vector<std::string> lab_node(const NetLab& lab, int i, const fs::path& ckpt
 // worker, node 0's rendezvous, 3 restarts, a 3 s stop timeout, `conf` as
 // --rdzv-conf; pinned to node rank i unless `pin` is false (a spare).
 std::vector<std::string> lab_flags(const NetLab& lab, int i, const std::string& nnodes, const std::string& id,
-                                   const std::string& conf = "join_timeout=120", bool pin = true) {
-  std::vector<std::string> flags{"--nnodes", nnodes, "--nproc", "1", "--rdzv-endpoint", lab.addr(0) + ":29400",
+                                   const std::string& conf = "join_timeout=120", bool pin = true, int nproc = 1) {
+  std::vector<std::string> flags{"--nnodes", nnodes, "--nproc", std::to_string(nproc), "--rdzv-endpoint", lab.addr(0) + ":29400",
                                  "--rdzv-id", id, "--max-restarts", "3", "--stop-timeout", "3",
                                  "--rdzv-conf", conf};
   if (pin) flags.insert(flags.end(), {"--node-rank", std::to_string(i)});
@@ -567,6 +567,120 @@ TEST(NetNodes, AKilledWorkerOfOneNodeIsReplacedThereAndTheJobEndsBitwiseEqual) {
   EXPECT_EQ(checksum_in(summary), want) << "the healed run's parameters differ from an uninterrupted run's";
 }
 
+// Compound: a node is lost while another node's worker heals. Node 2 is
+// paused (its agent and workers: its lease runs out 3 s later) and node 1's
+// worker killed: the rendezvous names a heal generation for the world of 3,
+// which cannot connect without node 2, then drops node 2 and shrinks the
+// world to 2 in the next generation. The replacement on node 1 must connect
+// that generation as one of 2 ranks, not wait for node 2's keys until its
+// store timeout.
+TEST(NetNodes, ANodeLostDuringAnotherNodesHealShrinksTheWorldTheReplacementJoins) {
+  std::string why;
+  auto lab = lab_or_skip(3, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1", "DDPRUN_TIMEOUT_S=40"};
+  const fs::path summary = temp("heal-loss.json");
+  auto node = [&](int i) {
+    return lab->wrap(i, node_cmd(lab_flags(*lab, i, "2:3", "heal-loss", "join_timeout=120,last_call_timeout=60"),
+                                 heal_job(summary)));
+  };
+  Process n0(node(0), env);
+  Process n1(node(1), env);
+  Process n2(node(2), env);
+  ASSERT_TRUE(reach_step(n0, 40)) << n0.out() << n0.err();
+  const pid_t before = worker_of(n0);
+  const pid_t victim = worker_of(n1);
+  ASSERT_NE(victim, 0);
+  // Node 2 stops: its agent (no more keep-alives) and its processes.
+  for (pid_t c : ddptest::children_of(n2.pid())) kill(c, SIGSTOP);
+  n2.signal(SIGSTOP);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(n1.wait_for_err_line([](const std::string& l) { return contains(l, "heals from the other workers in generation 1"); }, 60s))
+      << n1.err();
+  ASSERT_TRUE(n0.wait_for_line([](const std::string& l) { return contains(l, "world size now 2"); }, 90s))
+      << n0.out() << n0.err();
+  const pid_t after = worker_of(n0);
+  Finished f0 = n0.finish(4min);
+  Finished f1 = n1.finish(4min);
+  for (pid_t c : ddptest::children_of(n2.pid())) kill(c, SIGKILL);
+  n2.signal(SIGKILL);
+  n2.finish(10s);
+  EXPECT_EQ(f0.exit_code, 0) << f0.err;
+  EXPECT_EQ(f1.exit_code, 0) << f1.err;
+  EXPECT_TRUE(contains(f0.err, "the job goes on with 2 node(s), world size 2")) << f0.err;
+  for (const Finished* f : {&f0, &f1}) {
+    EXPECT_FALSE(contains(f->err, "restarting the workers")) << f->err;
+    EXPECT_FALSE(contains(f->err, "superseded")) << f->err;
+  }
+  EXPECT_NE(before, 0);
+  EXPECT_EQ(after, before) << "node 0's worker was restarted";
+  EXPECT_TRUE(contains(f0.out, "]:parameters identical on all 2 ranks")) << f0.out;
+  // One heal on node 1: its replacement connected the shrunk world at once
+  // (one that kept the world of 3 waits for node 2, or fails and heals again).
+  EXPECT_EQ(ddptest::occurrences(f1.err, "its replacement heals from the other workers"), 1) << f1.err;
+  EXPECT_FALSE(contains(f1.out, "error:")) << f1.out;
+}
+
+// Waiting for a replacement on another node is no hang. Two nodes of two
+// workers, --hang-timeout 3: node 1's warm standbys are stopped, then one of
+// its workers killed; the standby released as the replacement never beats.
+// Node 0's workers wait for it (and beat while they wait): they are not
+// declared hung. Node 1 finds its replacement hung, replaces it afresh, and
+// the job ends on both nodes with node 0's workers the same processes.
+TEST(NetNodes, WaitingForAStoppedReplacementOnAnotherNodeIsNoHang) {
+  std::string why;
+  auto lab = lab_or_skip(2, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
+  const fs::path summary = temp("paused-replacement.json");
+  auto node = [&](int i) {
+    std::vector<std::string> flags = lab_flags(*lab, i, "2", "paused", "join_timeout=120", true, 2);
+    flags.insert(flags.end(), {"--hang-timeout", "3"});
+    return lab->wrap(i, node_cmd(flags, heal_job(summary)));
+  };
+  Process n0(node(0), env);
+  Process n1(node(1), env);
+  ASSERT_TRUE(reach_step(n0, 20)) << n0.out() << n0.err();
+  auto children = [](Process& p, bool standbys) {
+    std::vector<pid_t> out;
+    for (pid_t c : ddptest::children_of(p.pid())) {
+      if (ddptest::started_as_standby(c) == standbys) out.push_back(c);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  std::vector<pid_t> standby;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while ((standby = children(n1, true)).empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);  // polling for the process, not a synchronisation
+  }
+  ASSERT_FALSE(standby.empty()) << "node 1 keeps no warm standby";
+  const std::vector<pid_t> before = children(n0, false);
+  const std::vector<pid_t> victims = children(n1, false);
+  ASSERT_EQ(before.size(), 2u);
+  ASSERT_FALSE(victims.empty());
+  for (pid_t p : standby) kill(p, SIGSTOP);  // whichever is released as the replacement
+  ASSERT_EQ(kill(victims.front(), SIGKILL), 0);
+  if (!n1.wait_for_err_line([](const std::string& l) { return contains(l, "hung: a replacement that never beat"); },
+                                   90s)) {
+    Finished x1 = n1.finish(60s);
+    Finished x0 = n0.finish(60s);
+    FAIL() << x1.err << x1.out.substr(x1.out.size() > 4000 ? x1.out.size() - 4000 : 0) << "\n---\n" << x0.err << x0.out.substr(x0.out.size() > 3000 ? x0.out.size() - 3000 : 0);
+  }
+  ASSERT_TRUE(reach_step(n0, 80)) << n0.out() << n0.err();
+  const std::vector<pid_t> after = children(n0, false);
+  Finished f0 = n0.finish(4min);
+  Finished f1 = n1.finish(4min);
+  EXPECT_EQ(f0.exit_code, 0) << f0.err;
+  EXPECT_EQ(f1.exit_code, 0) << f1.err;
+  // None of node 0's own workers was found hung (it only relays node 1's news).
+  EXPECT_FALSE(std::regex_search(f0.err, std::regex(R"(\(pid \d+\) hung)"))) << f0.err;
+  EXPECT_TRUE(contains(f0.err, "hung: a replacement that never beat")) << f0.err;
+  for (const Finished* f : {&f0, &f1}) EXPECT_FALSE(contains(f->err, "restarting the workers")) << f->err;
+  EXPECT_EQ(after, before) << "node 0's workers were restarted";
+  EXPECT_TRUE(contains(f0.out, "]:parameters identical on all 4 ranks")) << f0.out;
+}
+
 // The checksum heal_job ends with when it runs on `before` ranks with a
 // checkpoint after every step, and that of `step` is resumed on `after`
 // ranks ("" when something failed, and the test failed with it).
@@ -735,6 +849,13 @@ TEST(NetNodes, ALateNodeJoinsTheRunningRoundAndTheJobEndsAsAResumeAtTwoRanksWoul
   };
   Process n0(node(0), env);
   ASSERT_TRUE(reach_step(n0, 30)) << n0.out() << n0.err();
+  // Node 1 comes once the rendezvous knows that node 0's workers heal (its
+  // agent tells it at once, but on a fast machine step 30 can come first):
+  // `ddprun status` shows it. Before that, a restart is the right answer.
+  const Finished heals = ddptest::run_until(
+      lab->wrap(0, node_cmd({"status", "--rdzv-endpoint", lab->addr(0) + ":29400", "--rdzv-id", "grow", "--json"}, {})),
+      "\"heals\": true");
+  ASSERT_TRUE(contains(heals.out, "\"heals\": true")) << heals.out << heals.err;
   const pid_t before = worker_of(n0);
   Process n1(node(1), env);
   ASSERT_TRUE(n0.wait_for_line([](const std::string& l) { return contains(l, "world size now 2"); }, 90s))

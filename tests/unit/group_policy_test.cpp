@@ -292,6 +292,55 @@ TEST(GroupPolicy, AHungWorkerIsKilledAndReplacedWhileTheOthersGoOn) {
   EXPECT_FALSE(p.stopping());
 }
 
+// Waiting for a replacement is no hang (worker_lib beats for a worker that
+// waits for its peers), but a worker that stops beating during a heal is
+// one: a survivor paused while a replacement joins is found hung and
+// replaced in turn, not excused until the replacement has the state.
+TEST(GroupPolicy, ASurvivorThatStopsBeatingWhileAReplacementJoinsIsHung) {
+  GroupPolicy p(4, healing(3, 1s), t0);
+  all_ready(p, 4);
+  EXPECT_TRUE(p.on_beats({1, 1, 1, 1}, t0).empty());
+  EXPECT_EQ(p.on_exit(2, true), WorkerEnd::kHealed);
+  ASSERT_EQ(replacements(p.after_exits(t0 + 100ms)).size(), 1u);
+  p.set_heal_ready(2, false);
+  p.replacement_started(2, /*from_standby=*/true, t0 + 100ms);
+  // Workers 0 and 1 wait and beat; worker 3 was stopped; the replacement beats.
+  uint64_t b = 1;
+  std::vector<GroupCommand> cs;
+  for (auto t = 200ms; t <= 1500ms && cs.empty(); t += 100ms) {
+    ++b;
+    cs = p.on_beats({b, b, b, 1}, t0 + t);
+  }
+  ASSERT_EQ(cs.size(), 1u);
+  EXPECT_EQ(cs[0].kind, GroupCommand::kKillWorker);
+  EXPECT_EQ(cs[0].worker, 3);
+  EXPECT_TRUE(cs[0].heal) << "the joining replacement and two survivors hold the state";
+  EXPECT_FALSE(p.stopping());
+}
+
+// A replacement is judged from its start: from a standby (already past its
+// start-up) within --hang-timeout, a fresh process allowed as long as the
+// first workers took to beat on top. A stopped standby, released, never beats.
+TEST(GroupPolicy, AReplacementThatNeverBeatsIsHungAfterItsAllowance) {
+  for (bool standby : {true, false}) {
+    GroupPolicy p(3, healing(3, 1s), t0);
+    EXPECT_TRUE(p.on_beats({0, 0, 0}, t0 + 1s).empty());
+    EXPECT_TRUE(p.on_beats({1, 1, 1}, t0 + 3s).empty());  // the first workers took 3 s to beat
+    all_ready(p, 3);
+    EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kHealed);
+    ASSERT_EQ(replacements(p.after_exits(t0 + 10s)).size(), 1u);
+    p.set_heal_ready(1, false);
+    p.replacement_started(1, standby, t0 + 10s);
+    const auto allowed = standby ? 1s : 4s;
+    EXPECT_TRUE(p.on_beats({50, 0, 50}, t0 + 10s + allowed - 100ms).empty()) << "standby " << standby;
+    const auto cs = p.on_beats({60, 0, 60}, t0 + 10s + allowed + 100ms);
+    ASSERT_EQ(cs.size(), 1u) << "standby " << standby;
+    EXPECT_EQ(cs[0].worker, 1);
+    EXPECT_TRUE(cs[0].heal);
+    EXPECT_NE(cs[0].why.find("never beat"), std::string::npos) << cs[0].why;
+  }
+}
+
 // Healing workers of a multi-node job: the rendezvous names generations.
 GroupPolicyOptions across_nodes() {
   GroupPolicyOptions o = healing(3);

@@ -66,7 +66,8 @@ Healer::Healer(World& world, Healable state, HealOptions options)
   report_.world_size = world_.size();
   if (world_.replacement()) {
     // The survivors wait in their heal for this: take the newest state. If
-    // a peer fails meanwhile, in the next generation.
+    // a peer fails meanwhile, in the next generation. (The heartbeat has
+    // beaten for this process since its World connected: set_joining.)
     joined_ = true;
     const auto begin = Clock::now();
     while (true) {
@@ -77,6 +78,7 @@ Healer::Healer(World& world, Healable state, HealOptions options)
         next_generation(e.what());  // a peer failed while this process joined
       }
     }
+    if (world_.info().heals) world_.heartbeat_handle()->set_joining(false);
     report_.transfer_seconds = seconds_since(begin);
     report_.heals = 1;
     report_.generation = world_.generation();
@@ -172,6 +174,9 @@ void Healer::next_generation(const std::string& why) {
 }
 
 void Healer::heal(const std::string& why) {
+  // Waiting for the peers (the agent's generation, a replacement, the
+  // state): beats go on, so the agent tells waiting from hanging.
+  Heartbeat::WaitScope waiting(*world_.heartbeat_handle());
   report_.wait_seconds = report_.connect_seconds = report_.transfer_seconds = 0;
   std::string cause = why;
   while (true) {

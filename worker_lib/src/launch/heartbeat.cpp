@@ -95,7 +95,33 @@ void Heartbeat::wake_heal_waiters() const {
   if (heal_generation_) syscall(SYS_futex, heal_generation_, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
+void Heartbeat::waiting(int delta) {
+  if (!counter_) return;
+  {
+    std::lock_guard lock(pulse_mu_);
+    waiting_ += delta;
+    if (waiting_ > 0 && !pulse_.joinable()) pulse_ = std::thread([this] { pulse_loop(); });
+  }
+  pulse_cv_.notify_all();
+}
+
+void Heartbeat::pulse_loop() {
+  std::unique_lock lock(pulse_mu_);
+  while (true) {
+    pulse_cv_.wait(lock, [this] { return pulse_stop_ || waiting_ > 0; });
+    if (pulse_stop_) return;
+    beat();
+    pulse_cv_.wait_for(lock, kWaitPulse, [this] { return pulse_stop_; });
+  }
+}
+
 Heartbeat::~Heartbeat() {
+  {
+    std::lock_guard lock(pulse_mu_);
+    pulse_stop_ = true;
+  }
+  pulse_cv_.notify_all();
+  if (pulse_.joinable()) pulse_.join();  // before the counter goes
   if (map_) ::munmap(map_, map_len_);
 }
 

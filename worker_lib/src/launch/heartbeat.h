@@ -1,15 +1,22 @@
 // The worker's side of hang detection: a counter in a small shared-memory
 // file that the agent reads. beat() is one relaxed atomic increment, cheap
 // enough for every collective; a worker whose counter stops moving for
-// --hang-timeout is treated as failed. No LibTorch here.
+// --hang-timeout is treated as failed. While the worker waits for its peers
+// in a heal (WaitScope, or a replacement until it has the state), a thread
+// of its own beats for it: waiting for a replacement is not a hang, but a
+// worker that is stopped (SIGSTOP stops every thread) still falls silent.
+// No LibTorch here.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "channel/heartbeat_layout.h"
 
@@ -68,7 +75,30 @@ class Heartbeat {
   // Whether the agent gave this worker a slot (a heartbeat file).
   bool has_slot() const { return heal_generation_ != nullptr; }
 
+  // How often the waiting pulse beats: well inside any --hang-timeout.
+  static constexpr std::chrono::milliseconds kWaitPulse{50};
+  // While one lives, the worker waits for its peers (the next generation,
+  // connecting, the state going across) and the pulse beats for it.
+  class WaitScope {
+   public:
+    explicit WaitScope(Heartbeat& hb) : hb_(hb) { hb_.waiting(+1); }
+    ~WaitScope() { hb_.waiting(-1); }
+    WaitScope(const WaitScope&) = delete;
+    WaitScope& operator=(const WaitScope&) = delete;
+
+   private:
+    Heartbeat& hb_;
+  };
+  // A replacement joins (its World connects, its program builds the model
+  // and loads data, its Healer takes the state) while the others wait for
+  // it: the pulse beats for it from World's start until set_joining(false).
+  void set_joining(bool joining) {
+    if (joining_.exchange(joining) != joining) waiting(joining ? +1 : -1);
+  }
+
  private:
+  void waiting(int delta);
+  void pulse_loop();
   void* map_ = nullptr;
   size_t map_len_ = 0;
   uint64_t* counter_ = nullptr;
@@ -77,6 +107,14 @@ class Heartbeat {
   uint32_t* heal_generation_ = nullptr;
   uint32_t* no_heal_coming_ = nullptr;
   uint32_t* placement_ = nullptr;
+  // The waiting pulse: a thread made on the first wait, beating while
+  // waiting_ > 0.
+  std::mutex pulse_mu_;
+  std::condition_variable pulse_cv_;
+  int waiting_ = 0;
+  bool pulse_stop_ = false;
+  std::atomic<bool> joining_{false};
+  std::thread pulse_;
 };
 
 }  // namespace ddp

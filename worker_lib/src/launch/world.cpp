@@ -92,10 +92,15 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
   group_store_ = std::make_unique<ddprun::PrefixStore>("group", *round_store_);
   user_store_ = std::make_unique<ddprun::PrefixStore>("user", *round_store_);
   // A replacement connects straight into the generation it was started
-  // for, or a newer one if a peer failed while it connected.
+  // for, or a newer one if a peer failed while it connected. Each try takes
+  // the placement the agent wrote for it: a node lost meanwhile shrinks the
+  // world, and the next generation connects without that node's ranks.
   uint32_t generation = info_.heal_generation;
-  take_placement();  // a replacement in a round that shrank runs where its predecessor did
+  // The others wait for a replacement until its Healer has the state: it
+  // beats meanwhile (a stopped one falls silent, see --hang-timeout).
+  if (replacement() && info_.heals) heartbeat_->set_joining(true);
   while (true) {
+    take_placement();  // a replacement in a round that shrank runs where its predecessor did
     try {
       cpu_ = std::make_unique<SwappableCommunicator>(connect_generation(generation), generation);
       break;
