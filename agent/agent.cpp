@@ -153,7 +153,7 @@ JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
   JoinArgs args;
   args.job_id = cfg_.run_id;
   args.node = NodeSpec{node_id_,         cfg_.host,          cfg_.nproc,       cfg_.local_addr,
-                       cfg_.node_rank,   cfg_.wants_nccl_id, cfg_.master_port, takes_over()};
+                       cfg_.node_rank,   cfg_.wants_nccl_id, cfg_.master_port, takes_over(), program_identity()};
   args.settings = cfg_.rdzv;
   args.intent = intent;
   args.lease = cfg_.lease_timeout;
@@ -343,6 +343,11 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
                      st.view->nodes_waiting, cfg_.rdzv.max_nodes);
       }
       nodes_waiting_ = st.view->nodes_waiting;
+      if (st.view->refusals > refusals_told_) {
+        spdlog::warn("the rendezvous {}", st.view->refusal);  // it runs on; the late node exits
+        events_.write(ev::kRefused, {{"attempt", attempt}, {"detail", st.view->refusal}});
+        refusals_told_ = st.view->refusals;
+      }
       if (st.view->round == a.round && st.view->heal_generation > heal_generation_) {
         const Placement& p = st.view->placement;
         if (p.node_rank >= 0 && !(p == a.placement())) {  // the round shrank or grew: this node's place moved

@@ -85,6 +85,9 @@ class Agent {
   // heal in place in this round (a takeover, a grow or a worker heal needs
   // every other member's).
   void report_workers_heal(const Assignment& a, const WorkerGroup* group);
+  // What this node's workers run, as the rendezvous compares it with a
+  // running round's members: the program's name and its arguments.
+  std::string program_identity() const;
   // Across nodes: writes into every local slot whether a heal would come
   // for a failed peer (every member's workers heal: view). A lost node that
   // no spare takes over and no shrink heals around then costs a round: the
@@ -144,6 +147,7 @@ class Agent {
   std::vector<Standby> standbys_;  // for the next attempt
   bool refill_standby_ = false;     // a heal took one: warm another
   int nodes_waiting_ = 0;          // late nodes last reported waiting
+  uint32_t refusals_told_ = 0;     // nodes refused for another program, said so far
   uint32_t heal_generation_ = 0;   // the running round's, as told to the workers
   std::vector<LogLoss> log_losses_;  // of every attempt, told at the end
   int duplicate_fd_[2] = {-1, -1};   // filtered_std{out,err}.log (--duplicate-*-filters)

@@ -12,6 +12,7 @@
 
 #include "agent/agent.h"
 #include "channel/event_log.h"
+#include "rendezvous/printable.h"
 
 namespace ddprun {
 
@@ -28,6 +29,14 @@ void Agent::warm_up_spare(int attempt, const NodeView& view) {
   guess.assignment.world_size = cfg_.rdzv.max_nodes * cfg_.nproc;
   spawn_standbys(attempt, guess);
   if (!standbys_.empty()) spdlog::info("warmed up {} worker(s) to take over a lost node's ranks", standbys_.size());
+}
+
+std::string Agent::program_identity() const {
+  // The name, not the path: nodes install the same program in other places.
+  std::string id = cfg_.argv.empty() ? cfg_.program : cfg_.argv.front();
+  id = id.substr(id.find_last_of('/') == std::string::npos ? 0 : id.find_last_of('/') + 1);
+  for (size_t i = 1; i < cfg_.argv.size(); ++i) id += " " + cfg_.argv[i];
+  return printable(id, false).substr(0, kMaxProgramBytes);
 }
 
 void Agent::report_workers_heal(const Assignment& a, const WorkerGroup* group) {

@@ -14,7 +14,7 @@ bool news(const std::optional<NodeView>& a, const NodeView& b) {
   return !a || a->known != b.known || a->round != b.round || a->phase != b.phase ||
          a->nodes_waiting != b.nodes_waiting || a->heal_generation != b.heal_generation ||
          a->takeover_ready != b.takeover_ready || !(a->placement == b.placement) ||
-         a->heal_request_id != b.heal_request_id;
+         a->heal_request_id != b.heal_request_id || a->refusals != b.refusals;
 }
 
 int64_t mono_ns() {

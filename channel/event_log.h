@@ -29,6 +29,7 @@ inline constexpr const char* kTakeover = "takeover";      // attempt, generation
 inline constexpr const char* kShrink = "shrink";          // attempt, generation, node_rank, num_nodes, world_size, first_rank, detail
 inline constexpr const char* kGrow = "grow";              // attempt, generation, node_rank, num_nodes, world_size, first_rank, detail
 inline constexpr const char* kPeerHeal = "peer_heal";     // attempt, generation, detail (another node replaced a failed worker)
+inline constexpr const char* kRefused = "refused";        // attempt, detail (a late node that runs another program)
 inline constexpr const char* kRestart = "restart";        // attempt, restart_count, max_restarts, reason
 inline constexpr const char* kNodeLost = "node_lost";     // nodes
 inline constexpr const char* kCheckpointSaved = "checkpoint_saved";       // attempt, rank, step

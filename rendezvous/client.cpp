@@ -113,6 +113,7 @@ JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
   n->set_wants_nccl_id(a.node.wants_nccl_id);
   n->set_master_port(a.node.master_port);
   n->set_heals(a.node.heals);
+  n->set_program(a.node.program);
   req.set_min_nodes(a.settings.min_nodes);
   req.set_max_nodes(a.settings.max_nodes);
   req.set_last_call_ms(a.settings.last_call.count());
@@ -205,6 +206,8 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
   v.heal_request_id = resp.heal_request_id();
   v.heal_request_generation = resp.heal_request_generation();
   v.heal_reason = static_cast<HealReason>(resp.heal_reason());
+  v.refusals = resp.refusals();
+  v.refusal = printable(resp.refusal(), false);
   if (resp.has_placement()) {
     const auto& p = resp.placement();
     v.placement = Placement{p.node_rank(), p.num_nodes(), p.world_size(), p.first_global_rank()};

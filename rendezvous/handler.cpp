@@ -306,9 +306,15 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
     return refuse(ctx, invalid_argument("node id, host or local_addr longer than 512 bytes"));
   }
   // Every agent prints them (in a takeover's, a shrink's or a grow's news).
+  if (n.program().size() > kMaxProgramBytes) {
+    return refuse(ctx, invalid_argument("node '" + printable(n.node_id(), false) + "' has a program of " +
+                                            std::to_string(n.program().size()) + " bytes; at most " +
+                                            std::to_string(kMaxProgramBytes)));
+  }
   for (const auto& [field, v] : {std::pair<const char*, const std::string*>{"node id", &n.node_id()},
                                  {"host", &n.host()},
-                                 {"local_addr", &n.local_addr()}}) {
+                                 {"local_addr", &n.local_addr()},
+                                 {"program", &n.program()}}) {
     if (printable(*v, false) != *v) {
       return refuse(ctx, invalid_argument(std::string(field) + " '" + printable(*v, false) +
                                               "' holds control characters"));
@@ -330,7 +336,7 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
   JoinCall call;
   call.job_id = req->job_id();
   call.node = NodeSpec{n.node_id(),       n.host(),          n.local_world_size(), n.local_addr(),
-                       n.node_rank_hint(), n.wants_nccl_id(), n.master_port(), n.heals()};
+                       n.node_rank_hint(), n.wants_nccl_id(), n.master_port(), n.heals(), n.program()};
   call.settings = RoundSettings{req->min_nodes(), req->max_nodes(),
                                 std::chrono::milliseconds(req->last_call_ms()), req->max_restarts()};
   call.intent = JoinIntent{req->last_round(), req->workers_failed()};
@@ -371,6 +377,8 @@ Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliv
     resp->set_heal_request_id(v.heal_request_id);
     resp->set_heal_request_generation(v.heal_request_generation);
     resp->set_heal_reason(static_cast<v1::HealReason>(v.heal_reason));
+    resp->set_refusals(v.refusals);
+    resp->set_refusal(v.refusal);
     if (v.placement.node_rank >= 0) {
       v1::Placement* p = resp->mutable_placement();
       p->set_node_rank(v.placement.node_rank);

@@ -102,6 +102,7 @@ void RoundState::join(const NodeSpec& node, const RoundSettings& settings, const
       }
     }
   }
+  check_program(node, std::find(waiting_.begin(), waiting_.end(), id) != waiting_.end());
   // A node new to the job keeps the lease key it brought (or gets one);
   // one that is back keeps its key (the caller checked it) and what it
   // spent of its heal requests.
@@ -145,6 +146,19 @@ void RoundState::join(const NodeSpec& node, const RoundSettings& settings, const
     ++generation_;
   }
   advance(now);
+}
+
+void RoundState::check_program(const NodeSpec& node, bool waiting) {
+  if (!closed_ || members_.empty() || is_member(node.node_id) || waiting) return;
+  const NodeSpec& member = nodes_.at(members_.front()).spec;
+  if (node.program.empty() || member.program.empty() || node.program == member.program) return;
+  ++refusals_;
+  ++generation_;
+  refusal_ = "refused node " + quote_id(node.node_id) + " (" + node.host + "): it runs `" + node.program +
+             "`, but the running round's nodes run `" + member.program + "`";
+  throw ProgramMismatch("rendezvous: " + refusal_ +
+                        "; a node joins a running job only with the same program and arguments (give it the "
+                        "others' command line, or another --rdzv-id for another job)");
 }
 
 void RoundState::add_member(const std::string& id, TimePoint now) {
@@ -414,6 +428,8 @@ NodeView RoundState::view(const std::string& node_id) const {
   v.restart_count = restarts_;
   v.heal_generation = heal_generation_;
   v.heal_reason = heal_reason_;
+  v.refusals = refusals_;
+  v.refusal = refusal_;
   v.takeover_ready = closed_ && members_.size() >= 2 && members_heal();
   if (auto a = assignment(node_id)) v.placement = a->placement();
   if (auto it = nodes_.find(node_id); it != nodes_.end()) {

@@ -61,6 +61,14 @@
 // it) instead of naming a generation, so no member can make the job heal
 // without end.
 //
+// A node that arrives while a round runs (to take a lost node's place, to
+// grow the round, to wait, or to be admitted) must run the program the
+// members run, with the same arguments: a spare's or a newcomer's workers
+// start as replacements that take the others' state, and another program
+// (another model) deadlocks or fails the job. It is refused (ProgramMismatch)
+// and the members learn it (the view's refusal). A round that is forming
+// takes what it is given, as torchrun does.
+//
 // Node ranks stay where they were when the same nodes return, so node 0
 // keeps rank 0 while it lives. Once a node reports success the job is
 // finished; once restarts are used up it has failed; either way nothing more
@@ -183,6 +191,9 @@ class RoundState {
   // it has none left (the request waits).
   static bool take_heal_credit(Node& n, TimePoint now);
   void validate_join(const NodeSpec& node, const RoundSettings& settings) const;
+  // Throws ProgramMismatch (counting the refusal) when `node` arrives while
+  // a round runs with another program than its members'.
+  void check_program(const NodeSpec& node, bool waiting);
   void add_member(const std::string& id, TimePoint now);
   void remove_member(const std::string& id);
   void open_next_round(RoundReason reason, std::string detail, TimePoint now);
@@ -222,6 +233,8 @@ class RoundState {
   RoundReason reason_ = RoundReason::kFirst;
   std::string detail_;
   uint32_t heal_generation_ = 0;  // takeovers, shrinks and worker heals in the current round
+  uint32_t refusals_ = 0;         // nodes refused for another program (ProgramMismatch)
+  std::string refusal_;           // the newest, in words
   HealReason heal_reason_ = HealReason::kNone;  // of the newest
 
   std::unordered_map<std::string, Node> nodes_;  // every node in the job

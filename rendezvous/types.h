@@ -35,7 +35,12 @@ struct NodeSpec {
   // take over a lost member's ranks in a running round (RoundState::drop).
   // Members say whether theirs do in each keep-alive instead.
   bool heals = false;
+  // What its workers run: the program's name and its arguments. A node that
+  // arrives while a round runs must run what the members run ("" from
+  // older agents: not checked).
+  std::string program;
 };
+inline constexpr size_t kMaxProgramBytes = 4096;
 
 // Why a round was opened; followers of a round change learn it.
 enum class RoundReason { kFirst, kWorkerFailure, kNodeLost, kNodeLeft, kAdmit };
@@ -145,6 +150,10 @@ struct NodeView {
   uint64_t heal_request_id = 0;
   uint32_t heal_request_generation = 0;
   HealReason heal_reason = HealReason::kNone;  // what named heal_generation
+  // Nodes refused for running another program than the running round's
+  // (so far), and the newest refusal in words: members say so once each.
+  uint32_t refusals = 0;
+  std::string refusal;
 };
 
 // Training progress as the agent of global rank 0 reports it (from the
@@ -197,6 +206,13 @@ struct JobStatus {
 class RendezvousError : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
+};
+
+// A node that would join a running round but runs another program than its
+// members: it is refused, and told why.
+class ProgramMismatch : public RendezvousError {
+ public:
+  using RendezvousError::RendezvousError;
 };
 
 // A call for a node that did not carry the node's lease key: someone (with

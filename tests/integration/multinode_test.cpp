@@ -881,6 +881,33 @@ TEST(NetNodes, ALateNodeJoinsTheRunningRoundAndTheJobEndsAsAResumeAtTwoRanksWoul
       << "the grown run's parameters differ from a resume at 2 ranks from step " << grew_at;
 }
 
+// A late node must run the job's program: one started with another model
+// (the same program, other arguments) is refused by the running round, with
+// a message on both sides; the job goes on as if it had never come.
+TEST(NetNodes, ALateNodeRunningAnotherModelIsRefusedAndTheJobGoesOn) {
+  std::string why;
+  auto lab = lab_or_skip(2, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
+  const fs::path summary = temp("mismatch.json");
+  Process n0(lab->wrap(0, node_cmd(lab_flags(*lab, 0, "1:2", "mismatch"), heal_job(summary))), env);
+  ASSERT_TRUE(reach_step(n0, 20)) << n0.out() << n0.err();
+  std::vector<std::string> other = heal_job(summary);
+  other.insert(other.end(), {"--model", "mlp"});
+  Finished f1 = ddptest::run(lab->wrap(1, node_cmd(lab_flags(*lab, 1, "1:2", "mismatch"), other)), env, 2min);
+  EXPECT_EQ(f1.exit_code, 1) << f1.err;
+  EXPECT_TRUE(contains(f1.err, "--model mlp`, but the running round's nodes run `train --limit 8000")) << f1.err;
+  EXPECT_TRUE(contains(f1.err, "same program and arguments")) << f1.err;
+  ASSERT_TRUE(n0.wait_for_err_line([](const std::string& l) { return contains(l, "the rendezvous refused node"); }, 60s))
+      << n0.err();
+  Finished f0 = n0.finish(4min);
+  EXPECT_EQ(f0.exit_code, 0) << f0.err;
+  EXPECT_FALSE(contains(f0.err, "restarting the workers")) << f0.err;
+  EXPECT_FALSE(contains(f0.err, "admitting node")) << f0.err;
+  EXPECT_FALSE(contains(f0.err, "joined the running round")) << f0.err;
+  EXPECT_TRUE(contains(f0.out, "]:parameters identical on all 1 ranks")) << f0.out;
+}
+
 // Without heals a late node is admitted by a new round: the workers restart
 // from the checkpoint, with no restart spent.
 TEST(NetNodes, ALateNodeIsAdmittedAndBothFinishTogether) {

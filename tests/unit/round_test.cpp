@@ -629,6 +629,53 @@ TEST(Round, HealRequestsAreBoundedPerNodeAndOneOverTheBoundIsAnsweredLater) {
   EXPECT_EQ(r.keep_alive("a", t0 + 8000ms, 0, HealRequest{1, "rank 0 failed"}).heal_request_generation, now + 1);
 }
 
+// A node that arrives while a round runs must run the members' program
+// with their arguments: its workers would take their state. Another is
+// refused, whatever it would have done (grow the round, wait as a spare, be
+// admitted), nothing changes, and the members' view says so. A forming
+// round takes what comes, as torchrun does.
+TEST(Round, ANodeRunningAnotherProgramIsRefusedByARunningRound) {
+  RoundSettings s{1, 4, 0ms, 5};
+  auto runs = [](NodeSpec n, const std::string& program) {
+    n.program = program;
+    return n;
+  };
+  RoundState r(s);
+  r.join(runs(healing("a"), "train --limit 8000"), s, kFirst, 0ms, t0);
+  ASSERT_TRUE(r.closed());
+  r.keep_alive("a", t0, 0);
+  const uint64_t g0 = r.generation();
+  EXPECT_THROW(r.join(runs(healing("b"), "hello"), s, kFirst, 0ms, t0 + 1s), ProgramMismatch);
+  try {
+    r.join(runs(healing("c"), "train --limit 8000 --model mlp"), s, kFirst, 0ms, t0 + 2s);
+    FAIL() << "a node running another model joined";
+  } catch (const ProgramMismatch& e) {
+    EXPECT_NE(std::string(e.what()).find("runs `train --limit 8000 --model mlp`, but the running round's nodes run "
+                                         "`train --limit 8000`"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(r.knows("b"));
+  EXPECT_FALSE(r.knows("c"));
+  EXPECT_EQ(r.num_members(), 1u);
+  EXPECT_EQ(r.current_round(), 0);
+  EXPECT_EQ(r.heal_generation(), 0u);
+  EXPECT_GT(r.generation(), g0);  // news for the members
+  const NodeView a = r.keep_alive("a", t0 + 2s, 0);
+  EXPECT_EQ(a.refusals, 2u);
+  EXPECT_NE(a.refusal.find("refused node 'c'"), std::string::npos) << a.refusal;
+  // The same program grows the round.
+  r.join(runs(healing("d"), "train --limit 8000"), s, kFirst, 0ms, t0 + 3s);
+  EXPECT_EQ(r.num_members(), 2u);
+  EXPECT_EQ(r.heal_generation(), 1u);
+  // While a round forms, nothing is compared.
+  RoundSettings two{2, 2, 0ms, 5};
+  RoundState forming(two);
+  forming.join(runs(node("a"), "train"), two, kFirst, 0ms, t0);
+  EXPECT_NO_THROW(forming.join(runs(node("b"), "hello"), two, kFirst, 0ms, t0));
+  EXPECT_TRUE(forming.closed());
+}
+
 // Each node new to the job gets a lease key; its later calls must show it
 // (a stranger with the job's token cannot speak for it), and it keeps the
 // same key when it joins again.

@@ -258,6 +258,13 @@ at::Tensor empty_for_receiving(const std::vector<int64_t>& sizes, at::ScalarType
   return at::from_blob(p, sizes, [bytes](void* q) { munmap(q, bytes); }, at::TensorOptions().dtype(dtype));
 }
 
+// "[32, 784]".
+std::string shape_text(const std::vector<int64_t>& sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
+  return out + "]";
+}
+
 // Broadcasts root's 1-d tensor `t` (its length first: the others do not
 // know it); returns it on every rank.
 at::Tensor broadcast_sized(Communicator& comm, at::Tensor t, at::ScalarType dtype, int root) {
@@ -327,14 +334,13 @@ void Healer::sync_state(bool have_state) {
     // then adopts. A survivor behind receives into new memory only: if the
     // heal fails half-way, it still holds its own state, whole.
     std::map<std::string, at::Tensor> own;
-    if (mine < 0) {
-      for (const auto& p : state_.module->named_parameters(true)) own[p.key()] = p.value();
-      for (const auto& b : state_.module->named_buffers(true)) own[b.key()] = b.value();
-    }
+    for (const auto& p : state_.module->named_parameters(true)) own[p.key()] = p.value();
+    for (const auto& b : state_.module->named_buffers(true)) own[b.key()] = b.value();
     const auto* v = shapes.data_ptr<int64_t>();
     int64_t at_ = 0;
     std::map<const at::Tensor*, std::string> names;
     for (auto& [name, t] : state.model) names[&t] = name;
+    size_t model_tensors = 0;
     for (at::Tensor* t : tensors_of(state)) {
       const auto dtype = static_cast<at::ScalarType>(v[at_]);
       const int64_t ndim = v[at_ + 1];
@@ -342,11 +348,31 @@ void Healer::sync_state(bool have_state) {
       at_ += 2 + ndim;
       auto name = names.find(t);
       auto mine_t = name == names.end() ? own.end() : own.find(name->second);
-      if (mine_t != own.end() && mine_t->second.sizes().vec() == sizes && mine_t->second.scalar_type() == dtype &&
-          mine_t->second.is_contiguous() && mine_t->second.device().is_cpu()) {
+      if (name != names.end()) {
+        // Another program, or another model, on this rank: its state cannot
+        // be this one's. Say so, rather than fail somewhere in apply_state.
+        ++model_tensors;
+        if (mine_t == own.end() || mine_t->second.sizes().vec() != sizes) {
+          throw std::runtime_error("ddp: heal: this rank's model does not match the state rank " + std::to_string(source) +
+                              " sends: '" + name->second + "' is " + shape_text(sizes) + " there, " +
+                              (mine_t == own.end() ? "absent here" : shape_text(mine_t->second.sizes().vec()) + " here") +
+                              " (is every node running the same program, with the same model?)");
+        }
+      }
+      if (mine < 0 && mine_t != own.end() && mine_t->second.scalar_type() == dtype &&
+          mine_t->second.sizes().vec() == sizes && mine_t->second.is_contiguous() && mine_t->second.device().is_cpu()) {
         *t = mine_t->second.detach();
       } else {
         *t = empty_for_receiving(sizes, dtype);
+      }
+    }
+    if (model_tensors != own.size()) {
+      for (const auto& [name, t] : own) {
+        if (!state.model.count(name)) {
+          throw std::runtime_error("ddp: heal: this rank's model does not match the state rank " + std::to_string(source) +
+                              " sends: '" + name + "' is here, not there (is every node running the same program, "
+                              "with the same model?)");
+        }
       }
     }
   }
