@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -179,11 +180,16 @@ int run(const Options& opt) {
   // it. Across nodes, with no spare node to take a lost node's place, the
   // survivors go on as a smaller world instead (rank and ws change).
   int64_t epoch = start_epoch;
+  // The epoch's loss so far, the same on every rank: the world's sum of its
+  // micro-batches' losses and how many there were (the sum's bits in an
+  // int64). They travel with the healed state and are put back with an
+  // abandoned step, so a heal changes no reported loss.
+  int64_t epoch_loss_bits = std::bit_cast<int64_t>(0.0), epoch_losses = 0;
   ddp::Healer healer(*world, {.module = model.module().get(),
                               .optimizer = &optimizer,
                               .sampler = &sampler,
                               .step = &steps,
-                              .counters = {&epoch, &batch_world}});
+                              .counters = {&epoch, &batch_world, &epoch_loss_bits, &epoch_losses}});
   if (healer.joined()) {
     start_epoch = epoch;
     start_global = sampler.global_position();
@@ -216,20 +222,20 @@ int run(const Options& opt) {
     const auto epoch_start = std::chrono::steady_clock::now();
     sampler.set_epoch(epoch);
     if (epoch == start_epoch) sampler.set_global_position(start_global);
+    if (epoch != start_epoch) {
+      epoch_loss_bits = std::bit_cast<int64_t>(0.0);
+      epoch_losses = 0;
+    }
     const int64_t first_sample = sampler.global_position();
-    torch::Tensor loss_sum = torch::zeros({1}, torch::kFloat64);
-    int64_t loss_count = 0;
     // One optimizer step per grad_accum micro-batches; the last, short group
     // of an epoch still steps. Every rank has as many micro-batches.
     while (sampler.position() < sampler.num_samples() && !stopped) {
       // One step; if a peer dies inside, it is healed around and the step
       // runs again (ddp::Healer), so the loss adds up only once it is done.
-      torch::Tensor step_loss_sum = torch::zeros({1}, torch::kFloat64);
-      int64_t step_loss_count = 0;
       const int redone_before = healer.report().steps_redone;
       healer.step([&] {
-        step_loss_sum.zero_();
-        step_loss_count = 0;
+        torch::Tensor step_loss_sum = torch::zeros({1}, torch::kFloat64);
+        int64_t step_loss_count = 0;
         // Step boundaries and the data and optimizer phases for --trace (DDP
         // records forward, backward and the all-reduces itself).
         tracer.step(steps);
@@ -266,6 +272,10 @@ int run(const Options& opt) {
             model.finalize();
           }
         }
+        // The world's loss of this step (a tiny all_reduce: every rank adds
+        // the same to the epoch's, so its report needs no other rank).
+        torch::Tensor totals = torch::cat({step_loss_sum, torch::full({1}, double(step_loss_count), torch::kFloat64)});
+        world->all_reduce(totals, ddp::ReduceOp::kSum);
         // The learning rate falls linearly to zero over the run: the last
         // steps settle instead of bouncing around the minimum.
         {
@@ -273,6 +283,8 @@ int run(const Options& opt) {
           for (auto& group : optimizer.param_groups()) static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
           optimizer.step();
         }
+        epoch_loss_bits = std::bit_cast<int64_t>(std::bit_cast<double>(epoch_loss_bits) + totals[0].item<double>());
+        epoch_losses += static_cast<int64_t>(totals[1].item<double>());
         ++steps;  // the commit (ddp::Healer): from here on the step is done
         // For the agent's progress line and `ddprun status` (rank 0 prints it
         // itself when run without ddprun): samples of the whole job so far,
@@ -296,8 +308,6 @@ int run(const Options& opt) {
           stopped = true;
         }
       });
-      loss_sum += step_loss_sum;
-      loss_count += step_loss_count;
       if (world->size() != ws) {
         // The job shrank inside that step: the survivors healed among
         // themselves and go on as a smaller world.
@@ -326,10 +336,7 @@ int run(const Options& opt) {
     }
     // The epoch's evaluation is no part of its last step.
     tracer.end_step();
-    if (loss_count > 0) {
-      world->all_reduce(loss_sum, ddp::ReduceOp::kAvg);
-      last_loss = loss_sum.item<double>() / loss_count;
-    }
+    if (epoch_losses > 0) last_loss = std::bit_cast<double>(epoch_loss_bits) / epoch_losses;
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - epoch_start).count();
     accuracy = test_accuracy(*world, model.module(), test);

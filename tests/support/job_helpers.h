@@ -102,6 +102,15 @@ inline std::string checksum_in(const std::filesystem::path& summary) {
   return m[1];
 }
 
+// The "final_loss" train wrote to --summary-json, as written; empty if none.
+inline std::string final_loss_in(const std::filesystem::path& summary) {
+  std::ifstream in(summary);
+  std::string json((std::istreambuf_iterator<char>(in)), {});
+  std::smatch m;
+  if (!std::regex_search(json, m, std::regex(R"re("final_loss": ([-+0-9.eE]+))re"))) return "";
+  return m[1];
+}
+
 // Waits for rank 0's "step N done" (train --print-steps) with N >= step.
 inline bool reach_step(Process& p, int step,
                        std::chrono::milliseconds timeout = std::chrono::seconds(90)) {
