@@ -180,6 +180,7 @@ JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
   });
   int stop = 0;
   bool told_lost = false;
+  std::optional<NodeView> ended;  // the job ended while this node joined
   auto tell_lost = [&](const LeaseStatus& st) {
     if (!st.contact_lost || told_lost) return;
     spdlog::warn("no answer from the rendezvous at {} ({}); waiting for it up to "
@@ -199,6 +200,12 @@ JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
       const LeaseStatus st = lease_->take();
       tell_lost(st);
       if (st.view) warm_up_spare(attempt, *st.view);
+      if (st.view && st.view->phase != JobPhase::kActive && !ended) {
+        // Over while this node waited (its join may be stuck on a link that
+        // was cut): nothing to join any more.
+        ended = st.view;
+        canceller.cancel();
+      }
     }
     if (fds[0].revents & POLLIN) {
       while (auto sig = signals_.next()) {
@@ -220,6 +227,9 @@ JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
   if (stop != 0) {
     end.signal = stop;
     if (end.joined) end.joined.reset();  // joined at the last moment: leave all the same
+  } else if (ended && !end.joined) {
+    end.job_ended = true;
+    end.error = "rendezvous: " + ended->detail + "; nothing more to join";
   }
   return end;
 }
@@ -449,10 +459,11 @@ std::string Agent::leave(LeaveKind kind, const std::string& message, std::option
 void Agent::await_others(LeaveKind how_this_node_left) {
   if (!nodes_in_rendezvous_) return;
   // After a success the others finish their last steps; after a failure
-  // they only need to hear of it (one keep-alive) and leave.
+  // they only need to hear of it (one keep-alive) and leave. Nodes lost in
+  // the job's last moments count too, for two leases (a flapping link).
   const auto patience = how_this_node_left == LeaveKind::kSucceeded
                             ? cfg_.join_timeout
-                            : std::max(cfg_.lease_timeout, std::chrono::milliseconds(1000));
+                            : std::max(2 * cfg_.lease_timeout, std::chrono::milliseconds(1000));
   const auto deadline = std::chrono::steady_clock::now() + patience;
   size_t announced = 0;
   while (true) {

@@ -60,9 +60,11 @@ void LeaseKeeper::hold_loop() {
   while (true) {
     stop_cv_.wait(lock, [this] { return stop_ || hold_wanted_; });
     if (stop_) return;
+    auto cancel = std::make_shared<CallCanceller>();
+    hold_cancel_ = cancel;
     lock.unlock();
     // News from the service: the keep-alive goes now, not at its interval.
-    client_.hold(options_.job_id, options_.node_id, &hold_cancel_, nullptr, [this] {
+    client_.hold(options_.job_id, options_.node_id, cancel.get(), nullptr, [this] {
       {
         std::lock_guard news_lock(mu_);
         send_now_ = true;
@@ -70,6 +72,7 @@ void LeaseKeeper::hold_loop() {
       stop_cv_.notify_all();
     });
     lock.lock();
+    hold_cancel_.reset();
     if (stop_) return;
     stop_cv_.wait_for(lock, options_.interval, [this] { return stop_; });
   }
@@ -81,7 +84,10 @@ LeaseKeeper::~LeaseKeeper() {
     stop_ = true;
   }
   stop_cv_.notify_all();
-  hold_cancel_.cancel();
+  {
+    std::lock_guard lock(mu_);
+    if (hold_cancel_) hold_cancel_->cancel();
+  }
   thread_.join();
   hold_thread_.join();
   close(event_fd_);
@@ -172,6 +178,12 @@ void LeaseKeeper::loop() {
       if (!status_.contact_lost && now - last_answer >= options_.lease) {
         status_.contact_lost = true;
         changed = true;
+        // A fresh connection for what follows (keep-alives, the next join):
+        // the old one may hold answers back long after the link is up. The
+        // Hold call moves to it too (the service ignores the old one's end:
+        // a node's newest Hold is the one that counts).
+        client_.reconnect();
+        if (hold_cancel_) hold_cancel_->cancel();
       }
     }
     if (changed) notify();

@@ -3,7 +3,10 @@
 // a heal is asked for) and keeps the latest answer. The agent's event loop polls
 // fd(), which becomes readable when the answer changes (a new round, the job
 // ended, the node was dropped) or when the rendezvous has not answered for a
-// whole lease; it never blocks on the network itself.
+// whole lease; it never blocks on the network itself. When contact is lost
+// it has the client connect afresh (a cut link can leave the old
+// connection holding answers back for seconds after the link is up) and
+// opens its Hold call again on the new connection.
 #pragma once
 
 #include <atomic>
@@ -99,7 +102,7 @@ class LeaseKeeper {
   HealRequest heal_;          // the newest request (id 0: none yet)
   bool heal_unanswered_ = false;
   bool send_now_ = false;     // wakes the loop before its interval is up
-  CallCanceller hold_cancel_;
+  std::shared_ptr<CallCanceller> hold_cancel_;  // the Hold call open now (null: none)
   std::thread thread_;
   std::thread hold_thread_;
 };

@@ -47,6 +47,9 @@ std::shared_ptr<grpc::Channel> make_rendezvous_channel(const std::string& target
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 20);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // A channel of its own connections: a new channel (RendezvousClient::
+  // reconnect) must not share the old one's, which a cut link left stuck.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return grpc::CreateCustomChannel(target, channel_credentials(tls), args);
 }
 
@@ -82,9 +85,21 @@ struct RendezvousClient::Stub {
 };
 
 RendezvousClient::RendezvousClient(const std::string& target, const RendezvousAuth& auth)
-    : target_(target), stub_(std::make_shared<Stub>()) {
-  stub_->stub = v1::Rendezvous::NewStub(make_rendezvous_channel(target, auth.tls));
-  stub_->token = auth.token;
+    : target_(target), auth_(auth) {
+  reconnect();
+}
+
+void RendezvousClient::reconnect() {
+  auto fresh = std::make_shared<Stub>();
+  fresh->stub = v1::Rendezvous::NewStub(make_rendezvous_channel(target_, auth_.tls));
+  fresh->token = auth_.token;
+  std::lock_guard lock(stub_mu_);
+  stub_ = std::move(fresh);
+}
+
+std::shared_ptr<RendezvousClient::Stub> RendezvousClient::stub() const {
+  std::lock_guard lock(stub_mu_);
+  return stub_;
 }
 
 std::string RendezvousClient::lease_key(const std::string& job_id, const std::string& node_id) const {
@@ -137,10 +152,11 @@ JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up_at - Clock::now());
     req.set_timeout_ms(std::max<int64_t>(1, left.count()));
     grpc::ClientContext ctx;
-    attach_token(ctx, stub_->token);
+    const std::shared_ptr<Stub> now = this->stub();  // each try on the newest connection
+    attach_token(ctx, now->token);
     prepare(ctx, std::max(left, std::chrono::milliseconds(1)) + kTripMargin);
     if (canceller) canceller->attach(&ctx);
-    s = stub_->stub->Join(&ctx, req, &resp);
+    s = now->stub->Join(&ctx, req, &resp);
     if (canceller) canceller->detach();
     if (!is_transport_error(s) || Clock::now() >= give_up_at || (canceller && canceller->cancelled())) break;
   }
@@ -173,6 +189,7 @@ JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
 NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::string& node_id,
                                       std::chrono::milliseconds timeout, int64_t workers_heal_round,
                                       const HealRequest& heal) {
+  const std::shared_ptr<Stub> stub = this->stub();  // reconnect() may swap it meanwhile
   v1::KeepAliveRequest req;
   req.set_job_id(job_id);
   req.set_node_id(node_id);
@@ -184,9 +201,9 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
   }
   v1::KeepAliveResponse resp;
   grpc::ClientContext ctx;
-  attach_token(ctx, stub_->token);
+  attach_token(ctx, stub->token);
   ctx.set_deadline(Clock::now() + timeout);  // no wait_for_ready: a lost link must show
-  grpc::Status s = stub_->stub->KeepAlive(&ctx, req, &resp);
+  grpc::Status s = stub->stub->KeepAlive(&ctx, req, &resp);
   if (!s.ok()) {
     throw RendezvousCallError("rendezvous at " + target_ + ": keep-alive failed: " + describe(s),
                               s.error_code());
@@ -218,14 +235,15 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
 std::string RendezvousClient::hold(const std::string& job_id, const std::string& node_id,
                                   CallCanceller* canceller, const std::function<void()>& on_open,
                                   const std::function<void()>& on_news) {
+  const std::shared_ptr<Stub> stub = this->stub();  // reconnect() may swap it meanwhile
   v1::KeepAliveRequest req;
   req.set_job_id(job_id);
   req.set_node_id(node_id);
   req.set_lease_key(lease_key(job_id, node_id));
   grpc::ClientContext ctx;  // no deadline: it stays open while the node lives
-  attach_token(ctx, stub_->token);
+  attach_token(ctx, stub->token);
   if (canceller) canceller->attach(&ctx);
-  auto reader = stub_->stub->Hold(&ctx, req);
+  auto reader = stub->stub->Hold(&ctx, req);
   reader->WaitForInitialMetadata();
   if (on_open) on_open();
   v1::KeepAliveResponse news;  // empty: the job has news, ask for it
@@ -240,6 +258,7 @@ std::string RendezvousClient::hold(const std::string& job_id, const std::string&
 void RendezvousClient::leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
                              const std::string& message, std::chrono::milliseconds timeout,
                              std::optional<int64_t> round) {
+  const std::shared_ptr<Stub> stub = this->stub();  // reconnect() may swap it meanwhile
   v1::LeaveRequest req;
   if (round) req.set_round(*round);
   req.set_job_id(job_id);
@@ -249,9 +268,9 @@ void RendezvousClient::leave(const std::string& job_id, const std::string& node_
   req.set_message(message);
   v1::LeaveResponse resp;
   grpc::ClientContext ctx;
-  attach_token(ctx, stub_->token);
+  attach_token(ctx, stub->token);
   ctx.set_deadline(Clock::now() + timeout);
-  grpc::Status s = stub_->stub->Leave(&ctx, req, &resp);
+  grpc::Status s = stub->stub->Leave(&ctx, req, &resp);
   if (!s.ok()) {
     throw RendezvousCallError("rendezvous at " + target_ + ": leave failed: " + describe(s),
                               s.error_code());
@@ -261,6 +280,7 @@ void RendezvousClient::leave(const std::string& job_id, const std::string& node_
 void RendezvousClient::report_progress(const std::string& job_id, const std::string& node_id,
                                        const ProgressInfo& progress,
                                        std::chrono::milliseconds timeout) {
+  const std::shared_ptr<Stub> stub = this->stub();  // reconnect() may swap it meanwhile
   v1::ProgressReport req;
   req.set_job_id(job_id);
   req.set_node_id(node_id);
@@ -268,9 +288,9 @@ void RendezvousClient::report_progress(const std::string& job_id, const std::str
   to_proto(progress, req.mutable_progress());
   v1::ProgressReportResponse resp;
   grpc::ClientContext ctx;
-  attach_token(ctx, stub_->token);
+  attach_token(ctx, stub->token);
   ctx.set_deadline(Clock::now() + timeout);
-  grpc::Status s = stub_->stub->ReportProgress(&ctx, req, &resp);
+  grpc::Status s = stub->stub->ReportProgress(&ctx, req, &resp);
   if (!s.ok()) {
     throw RendezvousCallError("rendezvous at " + target_ + ": progress report failed: " +
                                   describe(s),
@@ -279,13 +299,14 @@ void RendezvousClient::report_progress(const std::string& job_id, const std::str
 }
 
 JobStatus RendezvousClient::status(const std::string& job_id, std::chrono::milliseconds timeout) {
+  const std::shared_ptr<Stub> stub = this->stub();  // reconnect() may swap it meanwhile
   v1::StatusRequest req;
   req.set_job_id(job_id);
   v1::StatusResponse resp;
   grpc::ClientContext ctx;
-  attach_token(ctx, stub_->token);
+  attach_token(ctx, stub->token);
   ctx.set_deadline(Clock::now() + timeout);  // no wait_for_ready: nothing there must show
-  grpc::Status s = stub_->stub->Status(&ctx, req, &resp);
+  grpc::Status s = stub->stub->Status(&ctx, req, &resp);
   if (!s.ok()) throw RendezvousCallError(describe(s), s.error_code());
   return from_proto(resp);
 }

@@ -104,13 +104,21 @@ class RendezvousClient {
   // UNAVAILABLE or DEADLINE_EXCEEDED when nothing answers).
   JobStatus status(const std::string& job_id, std::chrono::milliseconds timeout);
   const std::string& target() const { return target_; }
+  // Drops the connection for a new one: calls from now on go over a fresh
+  // TCP connection, calls in flight finish on the old one. After a cut
+  // link the old connection can hold answers back for seconds (TCP's
+  // retransmission back-off) while a new one carries them at once.
+  void reconnect();
 
  private:
   struct Stub;
+  std::shared_ptr<Stub> stub() const;
   // The lease key of node `node_id` in job `job_id` (made at its first join;
   // "" before).
   std::string lease_key(const std::string& job_id, const std::string& node_id) const;
   std::string target_;
+  RendezvousAuth auth_;
+  mutable std::mutex stub_mu_;
   std::shared_ptr<Stub> stub_;
   mutable std::mutex keys_mu_;
   std::map<std::pair<std::string, std::string>, std::string> lease_keys_;  // (job, node) -> key

@@ -101,7 +101,7 @@ class HoldReactor final : public grpc::ServerWriteReactor<v1::KeepAliveResponse>
  public:
   HoldReactor(JobRegistry& registry, std::string job_id, std::string node_id)
       : registry_(registry), job_id_(std::move(job_id)), node_id_(std::move(node_id)),
-        writes_(std::make_shared<Writes>()) {
+        hold_(registry_.hold_opened(job_id_, node_id_)), writes_(std::make_shared<Writes>()) {
     writes_->reactor = this;
     StartSendInitialMetadata();  // tells the client the hold is in place
     // The registry holds the writes weakly: a nudge after OnDone finds no
@@ -122,7 +122,7 @@ class HoldReactor final : public grpc::ServerWriteReactor<v1::KeepAliveResponse>
     }
   }
   void OnCancel() override {
-    registry_.connection_lost(job_id_, node_id_);
+    registry_.connection_lost(job_id_, node_id_, hold_);
     {
       std::lock_guard lock(writes_->mu);
       writes_->finished = true;
@@ -159,6 +159,7 @@ class HoldReactor final : public grpc::ServerWriteReactor<v1::KeepAliveResponse>
   JobRegistry& registry_;
   std::string job_id_;
   std::string node_id_;
+  uint64_t hold_;  // its id (JobRegistry::hold_opened)
   std::shared_ptr<Writes> writes_;
   uint64_t ticket_ = 0;
 };

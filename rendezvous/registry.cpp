@@ -182,6 +182,9 @@ void JobRegistry::settle_locked(Job& job, Clock::time_point now, std::vector<Com
   RoundState& rounds = *job.rounds;
   rounds.advance(now);
   news_locked(job, out);
+  // A node that left or was lost: the end of a Hold it opened before says
+  // nothing about it if it comes back (its agent opens another).
+  std::erase_if(job.holds, [&](const auto& h) { return !rounds.knows(h.first); });
   // Keys of rounds that are over are never read again: free them.
   if (rounds.current_round() > job.store_round) {
     for (int64_t r = job.store_round; r < rounds.current_round(); ++r) {
@@ -204,6 +207,7 @@ void JobRegistry::settle_locked(Job& job, Clock::time_point now, std::vector<Com
     bool finished = true;
     std::shared_ptr<RoundNcclId> nccl;
     if (rounds.phase() != JobPhase::kActive) {
+      job.told_end.insert(p.node_id);
       outcome = failure<JobEnded>("rendezvous: " + rounds.end_message());
     } else if (auto a = rounds.assignment(p.node_id)) {
       nccl = round_nccl_id_locked(job);  // the id itself is made by run()
@@ -238,6 +242,7 @@ uint64_t JobRegistry::join_async(JoinCall call, JoinDone done) {
       if (closed_) throw RegistryClosed("rendezvous: shutting down");
       Job& job = job_locked(call.job_id);
       if (!job.rounds) job.rounds.emplace(call.settings);
+      if (job.rounds->phase() != JobPhase::kActive) job.told_end.insert(call.node.node_id);  // its join says so
       const auto now = Clock::now();
       job.rounds->check_lease(call.node.node_id, call.lease_key);  // nobody joins as another node
       job.rounds->join(call.node, call.settings, call.intent, call.lease, now, call.lease_key);
@@ -312,6 +317,7 @@ NodeView JobRegistry::keep_alive(const std::string& job_id, const std::string& n
     const auto now = Clock::now();
     settle_locked(*job, now, completions);  // expire others' leases first
     v = job->rounds->keep_alive(node_id, now, workers_heal_round, heal);
+    if (v.phase != JobPhase::kActive) job->told_end.insert(node_id);
     news_locked(*job, completions);  // a heal generation named for this node
   }
   run(completions);
@@ -335,13 +341,24 @@ void JobRegistry::leave(const std::string& job_id, const std::string& node_id, c
   run(completions);
 }
 
-void JobRegistry::connection_lost(const std::string& job_id, const std::string& node_id) {
+uint64_t JobRegistry::hold_opened(const std::string& job_id, const std::string& node_id) {
+  std::lock_guard lock(mu_);
+  const uint64_t id = next_hold_++;
+  if (Job* job = find_locked(job_id)) job->holds[node_id] = id;
+  return id;
+}
+
+void JobRegistry::connection_lost(const std::string& job_id, const std::string& node_id, uint64_t hold) {
   std::vector<Completion> completions;
   {
     std::lock_guard lock(mu_);
     if (closed_) return;
     Job* job = find_locked(job_id);
     if (!job || !job->rounds) return;
+    // Only the node's newest Hold speaks for its agent.
+    auto newest = job->holds.find(node_id);
+    if (newest == job->holds.end() || newest->second != hold) return;
+    job->holds.erase(newest);
     const auto now = Clock::now();
     job->rounds->lose(node_id, "its agent's connection to the rendezvous closed", now);
     settle_locked(*job, now, completions);
@@ -402,8 +419,21 @@ JobStatus JobRegistry::status(const std::string& job_id) {
 
 size_t JobRegistry::nodes_in_all_jobs() {
   std::lock_guard lock(mu_);
+  const auto now = Clock::now();
   size_t n = 0;
-  for (const auto& [id, job] : jobs_) n += job->rounds ? job->rounds->num_nodes() : 0;
+  for (const auto& [id, job] : jobs_) {
+    if (!job->rounds) continue;
+    n += job->rounds->num_nodes();
+    if (job->rounds->phase() == JobPhase::kActive) continue;
+    std::set<std::string> waiting;  // each node once, however often it was lost
+    for (const LostNode& l : job->rounds->lost()) {
+      if (l.lease.count() > 0 && now < l.dropped_at + 2 * l.lease && !job->told_end.count(l.node_id) &&
+          !job->rounds->knows(l.node_id)) {
+        waiting.insert(l.node_id);
+      }
+    }
+    n += waiting.size();
+  }
   return n;
 }
 

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -100,8 +101,13 @@ class JobRegistry {
   // when that round is over).
   void leave(const std::string& job_id, const std::string& node_id, const std::string& lease_key,
              LeaveKind kind, const std::string& message, std::optional<int64_t> round = std::nullopt);
-  // The node's Hold call ended without a Leave: its agent is gone.
-  void connection_lost(const std::string& job_id, const std::string& node_id);
+  // A Hold call of the node opened (after holds() said yes): its id. The
+  // node's newest Hold is the one that counts: an agent that connected
+  // afresh (a cut link) opens another, and the old one's end means nothing.
+  uint64_t hold_opened(const std::string& job_id, const std::string& node_id);
+  // Hold `hold` of the node ended without a Leave: its agent is gone,
+  // unless a newer Hold of the node is open.
+  void connection_lost(const std::string& job_id, const std::string& node_id, uint64_t hold);
   // News for a job's agents sooner than their next keep-alive: `nudge` runs
   // (never under the registry's lock) each time the job's view changes in a
   // way its nodes act on at once: a round opens or closes, a heal
@@ -121,7 +127,10 @@ class JobRegistry {
   // Where the job stands (UnknownJob when nobody joined it); progress.age
   // is how old the report is now.
   JobStatus status(const std::string& job_id);
-  // Nodes (not left, not lost) in any job this registry serves.
+  // Nodes (not left, not lost) in any job this registry serves, and nodes a
+  // job that is over lost in its last moments (within two leases of now)
+  // and could not tell yet that it is over: a node on a flapping link comes
+  // back to hear it, if the rendezvous is still there.
   size_t nodes_in_all_jobs();
 
   // The job's store. Refuses a job no agent joined (UnknownJob), a job that
@@ -171,6 +180,8 @@ class JobRegistry {
     int64_t store_round = 0;  // keys of earlier rounds are gone
     int64_t nccl_round = -1;
     std::shared_ptr<RoundNcclId> nccl;  // null: nobody in the round asked
+    std::unordered_map<std::string, uint64_t> holds;  // each node's newest Hold call
+    std::set<std::string> told_end;  // node ids that heard the job is over
     std::optional<ProgressInfo> progress;    // last reported
     std::chrono::steady_clock::time_point progress_at;  // when the worker made that report
   };
@@ -211,6 +222,7 @@ class JobRegistry {
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   std::map<uint64_t, std::pair<std::string, std::string>> tickets_;  // → job id, node id
   uint64_t next_ticket_ = 1;
+  uint64_t next_hold_ = 1;
   std::map<uint64_t, std::pair<std::string, Nudge>> news_watchers_;  // ticket → job id, nudge
   bool closed_ = false;
   std::thread timer_;

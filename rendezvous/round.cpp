@@ -276,7 +276,7 @@ void RoundState::drop(const std::string& id, TimePoint now, const std::string& w
   const auto silent = std::chrono::duration_cast<Duration>(now - n.last_seen);
   const std::string how =
       why.empty() ? "no keep-alive for " + std::to_string(silent.count()) + " ms" : why;
-  lost_.push_back(LostNode{id, n.spec.host, n.last_seen, how});
+  lost_.push_back(LostNode{id, n.spec.host, n.last_seen, how, now, n.lease});
   expected_.erase(id);
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
   ++generation_;

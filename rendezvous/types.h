@@ -121,6 +121,8 @@ struct LostNode {
   std::string host;
   std::chrono::steady_clock::time_point last_seen;
   std::string why;  // "no keep-alive for 3000 ms", "its agent's connection ... closed"
+  std::chrono::steady_clock::time_point dropped_at;
+  std::chrono::milliseconds lease{0};  // the lease it held
 };
 
 // What a keep-alive tells a node about the job.

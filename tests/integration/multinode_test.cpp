@@ -462,12 +462,19 @@ std::vector<std::string> heal_job(const fs::path& summary) {
   return {TRAIN_BIN, "--limit", "8000", "--epochs", "2", "--print-steps", "--summary-json", summary.string()};
 }
 
-// The checksum an uninterrupted run of heal_job on 2 ranks ends with.
-std::string uninterrupted_checksum(const ddptest::EnvChanges& env, const std::string& name) {
+// How a run of heal_job ended (its summary): the parameters' checksum and
+// the last epoch's loss, which a heal changes neither of.
+std::string outcome_in(const fs::path& summary) {
+  const std::string sum = checksum_in(summary);
+  return sum.empty() ? "" : "checksum " + sum + ", final loss " + ddptest::final_loss_in(summary);
+}
+
+// How an uninterrupted run of heal_job on 2 ranks ends.
+std::string uninterrupted_outcome(const ddptest::EnvChanges& env, const std::string& name) {
   const fs::path ref = temp(name + "-ref.json");
   Finished one = ddptest::run(node_cmd({"--nproc", "2"}, heal_job(ref)), env);
   EXPECT_EQ(one.exit_code, 0) << one.err;
-  return checksum_in(ref);
+  return outcome_in(ref);
 }
 
 void expect_spare_takes_over(Loss loss) {
@@ -477,7 +484,7 @@ void expect_spare_takes_over(Loss loss) {
   // A cut-off peer closes no socket: node 0's worker is released when the
   // takeover is named (or, where Gloo cannot abort, at this timeout).
   const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1", "DDPRUN_TIMEOUT_S=30"};
-  const std::string want = uninterrupted_checksum(env, "spare");
+  const std::string want = uninterrupted_outcome(env, "spare");
   ASSERT_FALSE(want.empty());
 
   const fs::path summary = temp("spare.json");
@@ -514,7 +521,7 @@ void expect_spare_takes_over(Loss loss) {
   EXPECT_NE(before, 0);
   EXPECT_EQ(after, before) << "node 0's worker was restarted";
   EXPECT_TRUE(contains(f2.out, "joined at step")) << f2.out;
-  EXPECT_EQ(checksum_in(summary), want) << "the healed run's parameters differ from an uninterrupted run's";
+  EXPECT_EQ(outcome_in(summary), want) << "the healed run's parameters or loss differ from an uninterrupted run's";
 }
 
 TEST(NetNodes, ASpareNodeTakesOverAKilledNodesRanksAndTheJobEndsBitwiseEqual) {
@@ -534,7 +541,7 @@ TEST(NetNodes, AKilledWorkerOfOneNodeIsReplacedThereAndTheJobEndsBitwiseEqual) {
   auto lab = lab_or_skip(2, &why);
   if (!lab) GTEST_SKIP() << why;
   const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
-  const std::string want = uninterrupted_checksum(env, "worker-heal");
+  const std::string want = uninterrupted_outcome(env, "worker-heal");
   ASSERT_FALSE(want.empty());
 
   const fs::path summary = temp("worker-heal.json");
@@ -564,7 +571,7 @@ TEST(NetNodes, AKilledWorkerOfOneNodeIsReplacedThereAndTheJobEndsBitwiseEqual) {
   EXPECT_NE(before, 0);
   EXPECT_EQ(after, before) << "node 0's worker was restarted";
   EXPECT_TRUE(contains(f1.out, "joined at step")) << f1.out;
-  EXPECT_EQ(checksum_in(summary), want) << "the healed run's parameters differ from an uninterrupted run's";
+  EXPECT_EQ(outcome_in(summary), want) << "the healed run's parameters or loss differ from an uninterrupted run's";
 }
 
 // Compound: a node is lost while another node's worker heals. Node 2 is
@@ -906,6 +913,58 @@ TEST(NetNodes, ALateNodeRunningAnotherModelIsRefusedAndTheJobGoesOn) {
   EXPECT_FALSE(contains(f0.err, "admitting node")) << f0.err;
   EXPECT_FALSE(contains(f0.err, "joined the running round")) << f0.err;
   EXPECT_TRUE(contains(f0.out, "]:parameters identical on all 1 ranks")) << f0.out;
+}
+
+// A flapping link: node 1's link goes down for 4 s (past its 3 s lease) and
+// up for 3 s, four times (no sleep could be replaced here: the flapping is
+// the point). Each time it is lost the job shrinks; each time it comes back
+// it joins the running round again, and learns it at once (its agent
+// connects afresh after a lost contact: the old connection held the answer
+// back for seconds, while node 0 waited for its workers). Whenever the job
+// ends, node 1 hears it and ends too: never waiting, silent, for a job that
+// is over. (A loss that lands outside a step, in the evaluation, restarts
+// the workers: --max-restarts is large for that.)
+TEST(NetNodes, AFlappingLinkEndsWithBothNodesDone) {
+  std::string why;
+  auto lab = lab_or_skip(2, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1", "DDPRUN_TIMEOUT_S=60"};
+  const fs::path summary = temp("flap.json");
+  std::vector<std::string> prog = heal_job(summary);
+  prog[4] = "8";  // --epochs
+  auto node = [&](int i) {
+    std::vector<std::string> flags = lab_flags(*lab, i, "1:2", "flap", "join_timeout=120,last_call_timeout=60");
+    flags.insert(flags.end(), {"--max-restarts", "20"});
+    return lab->wrap(i, node_cmd(flags, prog));
+  };
+  Process n0(node(0), env);
+  Process n1(node(1), env);
+  ASSERT_TRUE(reach_step(n0, 20)) << n0.out() << n0.err();
+  for (int i = 0; i < 4; ++i) {
+    lab->link_down(1);
+    std::this_thread::sleep_for(4s);
+    lab->link_up(1);
+    std::this_thread::sleep_for(3s);
+  }
+  Finished f0 = n0.finish(5min);
+  const auto ended = std::chrono::steady_clock::now();
+  Finished f1 = n1.finish(2min);
+  const auto after = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - ended);
+  EXPECT_EQ(f0.exit_code, 0) << f0.err;
+  EXPECT_GE(f1.exit_code, 0) << "node 1 was still running " << after.count() << " s after node 0 ended:\n" << f1.err;
+  EXPECT_LT(after.count(), 30) << f1.err;
+  // Each grow reached node 1 while node 0 went on: its heal into the grown
+  // world never waited seconds for node 1's workers.
+  const std::regex connecting(R"(([0-9.]+) s connecting)");
+  int heals = 0;
+  for (auto it = std::sregex_iterator(f0.err.begin(), f0.err.end(), connecting); it != std::sregex_iterator(); ++it) {
+    ++heals;
+    EXPECT_LT(std::stod((*it)[1]), 3.0) << "a heal waited " << (*it)[1] << " s to connect:\n" << f0.err;
+  }
+  EXPECT_GT(heals, 0) << f0.err;
+  if (f1.exit_code != 0) {
+    EXPECT_TRUE(contains(f1.err, "job finished")) << f1.err;
+  }
 }
 
 // Without heals a late node is admitted by a new round: the workers restart

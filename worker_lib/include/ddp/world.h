@@ -144,6 +144,15 @@ class World {
   // them in the same order, so the n-th mesh names its groups alike.
   int next_mesh_id() { return mesh_count_++; }
 
+  // Whether this rank is inside a step of a ddp::Healer (it says so). A
+  // generation that only grows the world (a node joined the running round:
+  // nobody was lost, so no collective waits for a dead peer) named while
+  // the rank is outside a step, in an evaluation say, does not abort the
+  // connection: the rank finishes what it does with the old world and
+  // heals at its next step (Healer::step), where a heal can put things
+  // right. Any other generation aborts the connection at once.
+  void set_in_step(bool in_step) { in_step_.store(in_step); }
+
  private:
   std::unique_ptr<Communicator> connect_generation(uint32_t generation);
   // The rank and size the agent placed this worker at when the job shrank
@@ -171,6 +180,7 @@ class World {
   // (last: stopped before the communicators go).
   std::unique_ptr<HealWatcher> heal_watcher_;
   std::atomic<int> mesh_count_{0};
+  std::atomic<bool> in_step_{false};
 };
 
 // Waits for its assignment if it is a standby worker (--standby), reads the

@@ -26,7 +26,7 @@ void HealWatcher::loop() {
   uint32_t seen = connected_;
   while (!stop_.load(std::memory_order_acquire)) {
     // Sleeps until the agent writes the word (or the destructor wakes it).
-    const uint32_t now = heartbeat_->wait_heal_generation(seen, std::chrono::hours(24), &stop_);
+    const uint32_t now = heartbeat_->wait_heal_generation(seen, std::chrono::hours(24), &stop_, /*heed_no_heal=*/false);
     if (now > seen) on_newer_(now);
     seen = now;
   }

@@ -112,6 +112,17 @@ void Healer::put_back(const Snapshot& s) {
 }
 
 void Healer::step(const std::function<void()>& body) {
+  // Inside a step from here (a grow named now aborts the connection; one
+  // named before, outside a step, is healed into first).
+  world_.set_in_step(true);
+  struct Outside {
+    World& w;
+    ~Outside() { w.set_in_step(false); }
+  } outside{world_};
+  if (world_.info().heals && world_.heartbeat_handle()->heal_generation() > world_.generation()) {
+    heal("the world changed in generation " + std::to_string(world_.heartbeat_handle()->heal_generation()) +
+         " while this rank was outside a step");
+  }
   Snapshot before;
   take_snapshot(before);
   const int64_t start = *state_.step;

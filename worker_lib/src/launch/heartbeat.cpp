@@ -74,12 +74,14 @@ uint32_t Heartbeat::heal_generation() const {
 }
 
 uint32_t Heartbeat::wait_heal_generation(uint32_t seen, std::chrono::milliseconds timeout,
-                                         const std::atomic<bool>* cancel) const {
+                                         const std::atomic<bool>* cancel, bool heed_no_heal) const {
   if (!heal_generation_) return seen;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     const uint32_t now = heal_generation();
-    if (now != seen || no_heal_coming() || (cancel && cancel->load(std::memory_order_acquire))) return now;
+    if (now != seen || (heed_no_heal && no_heal_coming()) || (cancel && cancel->load(std::memory_order_acquire))) {
+      return now;
+    }
     const auto left = deadline - std::chrono::steady_clock::now();
     if (left <= std::chrono::nanoseconds(0)) return now;
     // The agent stores the word, then wakes every sleeper on it (a shared

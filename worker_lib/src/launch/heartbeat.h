@@ -60,9 +60,11 @@ class Heartbeat {
   // agent says no heal comes (no_heal_coming: it stops the workers, or no
   // spare or shrink can heal a lost node) or (with `cancel`) *cancel is set
   // and wake_heal_waiters() called; returns the generation then. Without a
-  // file, returns `seen` at once.
+  // file, returns `seen` at once. heed_no_heal false: only a change of the
+  // generation (or the cancel) ends the wait (a watcher of the word, which
+  // must not spin while no heal comes).
   uint32_t wait_heal_generation(uint32_t seen, std::chrono::milliseconds timeout,
-                                const std::atomic<bool>* cancel = nullptr) const;
+                                const std::atomic<bool>* cancel = nullptr, bool heed_no_heal = true) const;
   void wake_heal_waiters() const;
   // Whether the agent says no heal will come for a failed peer (it stops
   // the workers; or across nodes, a member's workers cannot heal): heal no

@@ -112,6 +112,11 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
     // A collective blocked on a peer that will not answer (cut off, its
     // node gone) fails as soon as the agent names the next generation.
     heal_watcher_ = std::make_unique<HealWatcher>(heartbeat_, generation_, [this](uint32_t g) {
+      // A grow (this rank keeps its place, the world is bigger) outside a
+      // step waits for the next step; see set_in_step.
+      const auto p = heartbeat_->placement();
+      const bool grows = p && p->generation == g && p->world_size > info_.world_size && p->rank == info_.rank;
+      if (grows && !in_step_.load()) return;
       cpu_->abort_older_than(g, "ddp: the group heals in generation " + std::to_string(g) +
                                     " (a peer failed, or the world changed)");
     });
