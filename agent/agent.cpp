@@ -383,7 +383,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   running = &group;
   GroupResult result = group.run();
   if (lease_) lease_->set_workers_heal_round(-1);  // none of them runs any more
-  if (!result.healed.empty()) {
+  if (!result.healed.empty() && result.outcome != GroupResult::kWorkerFailed) {
     spdlog::info("{} failed worker(s) were replaced while the others went on (heal generation {}; no restart)",
                  result.healed.size(), result.heal_generation);
   }

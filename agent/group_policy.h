@@ -100,6 +100,9 @@ class GroupPolicy {
   // is a replacement still joining, or a failed worker that waits for the
   // generation to be replaced in (see heal_allowed).
   bool can_heal(int w) const { return heal_ready_[w] || joining_[w] || awaiting_generation(w); }
+  // Whether worker w is a replacement that has not said it can heal yet
+  // (its heal is not over).
+  bool joining(int w) const { return joining_[w]; }
   // Whether failed worker w waits for the rendezvous to name its heal's
   // generation (it is not alive meanwhile).
   bool awaiting_generation(int w) const {

@@ -378,6 +378,7 @@ void WorkerGroup::reap() {
                    "job; --max-heals {} per rank)",
                    e.rank, e.pid, failure_of(e), policy_->heal_count(),
                    options_.max_heals);
+      latest_heal_[i] = result_.healed.size();
       result_.healed.push_back(std::move(e));
     } else {
       spdlog::warn("rank {} (pid {}) failed ({}); stopping the other workers", e.rank, e.pid, describe_exit(e));
@@ -450,6 +451,7 @@ void WorkerGroup::check_heal_answer() {
       spdlog::warn("rank {} (pid {}): its replacement heals from the other workers in generation {} (heal {} of "
                    "the node; --max-heals {} per rank)",
                    e.rank, e.pid, *generation, policy_->heal_count(), options_.max_heals);
+      latest_heal_[i] = result_.healed.size();
       result_.healed.push_back(std::move(e));
     }
   }
@@ -577,6 +579,21 @@ GroupResult WorkerGroup::run() {
   // Workers that waited for a heal generation when the group stopped failed.
   for (auto& [i, e] : awaiting_) result_.failures.push_back(std::move(e));
   awaiting_.clear();
+  // A group that failed while a heal was under way (its replacement had not
+  // taken the state yet: the survivors failed outside a step, say) failed
+  // of that worker's failure too, and it came first: the root cause is
+  // among the failures, not among the heals.
+  if (policy_->outcome() == GroupPolicy::kWorkerFailed) {
+    std::vector<size_t> unfinished;
+    for (const auto& [i, at] : latest_heal_) {
+      if (policy_->joining(i)) unfinished.push_back(at);
+    }
+    std::sort(unfinished.rbegin(), unfinished.rend());
+    for (size_t at : unfinished) {
+      result_.failures.push_back(std::move(result_.healed[at]));
+      result_.healed.erase(result_.healed.begin() + static_cast<std::ptrdiff_t>(at));
+    }
+  }
 
   // The workers are done. A console that reads slowly gets the rest; one
   // that does not read at all loses it.

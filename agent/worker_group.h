@@ -155,6 +155,8 @@ class WorkerGroup {
   // generation (HealNamer).
   std::vector<std::pair<int, WorkerExit>> awaiting_;
   std::map<int, std::string> killed_hung_;
+  // Each worker's latest heal: its index in result_.healed.
+  std::map<int, size_t> latest_heal_;
 };
 
 }  // namespace ddprun

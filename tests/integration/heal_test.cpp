@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <random>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -247,6 +249,38 @@ TEST(Heal, AHealWithNoRoomInDevShmGoesOnOverGlooBitwiseEqual) {
   EXPECT_TRUE(contains(f.err, "no room for")) << f.err;
   EXPECT_FALSE(contains(f.err, "restarting the workers")) << f.err;
   EXPECT_EQ(outcome_in(summary), want) << "the heal over Gloo did not end as the run on shared memory";
+}
+
+// A worker killed in the epoch's evaluation (outside a step: the others,
+// in an all_reduce with it, cannot heal there) fails the group; the
+// failure summary and the `failure` event name that worker's SIGKILL as
+// the root cause, not a survivor's error, and nothing says it was replaced.
+TEST(Heal, AWorkerKilledOutsideAStepIsTheRootCauseOfTheFailure) {
+  const fs::path logs = temp("eval-kill-logs");
+  Process p(train_job(4, {"--log-dir", logs.string()}, {}), {"DDPRUN_CPU_COMM=shm"});
+  // 4 ranks read 8000 images in 63 steps: rank 0 says step 63 is done, and
+  // every rank goes on to evaluate the epoch.
+  ASSERT_TRUE(reach_step(p, 63)) << p.out();
+  std::vector<pid_t> workers = workers_of(p.pid());
+  ASSERT_EQ(workers.size(), 4u);
+  kill(workers[1], SIGKILL);
+  Finished f = p.finish(4min);
+  EXPECT_EQ(f.exit_code, 1) << f.err;
+  EXPECT_TRUE(contains(f.err, "root cause (earliest failure): rank 1 (local rank 1, pid " + std::to_string(workers[1]) +
+                                  ", host"))
+      << f.err;
+  EXPECT_TRUE(std::regex_search(f.err, std::regex(R"(root cause[^\n]*\n?[^\n]*killed by SIGKILL)"))) << f.err;
+  EXPECT_FALSE(contains(f.err, "were replaced while the others went on")) << f.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(f.err, m, std::regex(R"(worker logs are in (\S+))"))) << f.err;
+  std::ifstream in(fs::path(m[1].str()) / "events.jsonl");
+  std::string line, failure;
+  while (std::getline(in, line)) {
+    if (contains(line, "\"event\":\"failure\"")) failure = line;
+  }
+  EXPECT_TRUE(contains(failure, "\"rank\":1,")) << failure;
+  EXPECT_TRUE(contains(failure, "\"signal\":\"SIGKILL\"")) << failure;
+  fs::remove_all(logs);
 }
 
 TEST(Heal, MaxHealsZeroRestartsTheGroupAsBefore) {
