@@ -150,6 +150,10 @@ class GroupPolicy {
   int stopped_count() const { return stopped_count_; }
   // Heals so far, and the generation of the last one (0: none).
   int heal_count() const { return heal_count_; }
+  // Worker w's replacements so far, and whether they are all --max-heals
+  // allows it (its next failure stops the group).
+  int heals_of(int w) const { return heals_[w]; }
+  bool heals_ran_out(int w) const { return options_.max_heals > 0 && heals_[w] >= options_.max_heals; }
   uint32_t generation() const { return generation_; }
 
  private:

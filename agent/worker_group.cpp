@@ -358,7 +358,12 @@ void WorkerGroup::reap() {
       heal_pending_.emplace_back(static_cast<int>(i), std::move(e));
       continue;
     }
-    if (!was_stopping) {
+    if (!was_stopping && policy_->heals_ran_out(static_cast<int>(i))) {
+      spdlog::warn("rank {} (pid {}) failed ({}); its heals ran out: it was replaced {} time(s), all that "
+                   "--max-heals {} allows per rank (raise --max-heals to replace it again); stopping the other "
+                   "workers",
+                   e.rank, e.pid, describe_exit(e), policy_->heals_of(static_cast<int>(i)), options_.max_heals);
+    } else if (!was_stopping) {
       spdlog::warn("rank {} (pid {}) failed ({}); stopping the other workers", e.rank, e.pid,
                    describe_exit(e));
     }

@@ -283,6 +283,28 @@ TEST(Heal, AWorkerKilledOutsideAStepIsTheRootCauseOfTheFailure) {
   fs::remove_all(logs);
 }
 
+// A rank that keeps failing is replaced --max-heals times; its next
+// failure stops the group, and ddprun says that its heals ran out and what
+// to raise.
+TEST(Heal, GoingPastMaxHealsSaysTheRanksHealsRanOutAndWhatToRaise) {
+  Process p(train_job(2, {"--max-heals", "1", "--no-standby"}, {}), {"DDPRUN_CPU_COMM=shm"});
+  ASSERT_TRUE(reach_step(p, 10)) << p.out();
+  std::vector<pid_t> first = workers_of(p.pid());
+  ASSERT_EQ(first.size(), 2u);
+  kill(first[1], SIGKILL);
+  ASSERT_TRUE(p.wait_for_line([](const std::string& l) { return contains(l, "joined at step"); }, 60s)) << p.out();
+  std::vector<pid_t> now = workers_of(p.pid());
+  ASSERT_EQ(now.size(), 2u);
+  ASSERT_NE(now[1], first[1]);
+  kill(now[1], SIGKILL);
+  Finished f = p.finish(4min);
+  EXPECT_EQ(f.exit_code, 1) << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 1 (pid " + std::to_string(now[1]) +
+                                  ") failed (killed by SIGKILL); its heals ran out: it was replaced 1 time(s), all "
+                                  "that --max-heals 1 allows per rank (raise --max-heals to replace it again)"))
+      << f.err;
+}
+
 TEST(Heal, MaxHealsZeroRestartsTheGroupAsBefore) {
   const fs::path summary = temp("no-heal.json"), dir = temp("no-heal-ckpt");
   Process p(train_job(2, {"--max-heals", "0", "--max-restarts", "1", "--no-standby"},
