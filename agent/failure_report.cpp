@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <ctime>
 #include <set>
 #include <sstream>
@@ -36,6 +37,16 @@ std::string trimmed(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
 }
 
+// A stderr line as an error file holds it: without the "[rank1]: " that
+// PyTorch 2.x puts before each line of an uncaught exception.
+std::string without_rank_prefix(const std::string& line) {
+  if (line.rfind("[rank", 0) != 0) return line;
+  size_t i = 5;
+  while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
+  if (i == 5 || line.compare(i, 2, "]:") != 0) return line;
+  return line.substr(i + 2);
+}
+
 void describe_worker(std::ostringstream& os, const WorkerExit& e, const char* indent) {
   os << "rank " << e.rank << " (local rank " << e.local_rank << ", pid " << e.pid << ", host "
      << e.host << "): " << describe_exit(e) << " at " << format_time(e.time) << "\n";
@@ -60,7 +71,7 @@ void describe_worker(std::ostringstream& os, const WorkerExit& e, const char* in
   }
   std::vector<std::string> tail;
   for (const auto& l : e.stderr_tail) {
-    if (!in_message.count(trimmed(l))) tail.push_back(l);
+    if (!in_message.count(trimmed(without_rank_prefix(l)))) tail.push_back(l);
   }
   if (!tail.empty()) {
     os << indent << "last " << tail.size() << " line(s) of stderr"

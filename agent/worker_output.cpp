@@ -63,10 +63,13 @@ void WorkerOutput::on_line(int idx, std::string_view line) {
   Stream& s = streams_[idx];
   if (s.console) {
     // Whole lines only, and no more than the backlog: the rest is counted.
+    // PyTorch 2.x prefixes an uncaught exception's lines with the rank as
+    // ddprun does ("[rank1]: Traceback ..."): such a line gets no second one.
+    const bool own_prefix = options_.console_prefix.empty() && line.substr(0, prefix_.size()) == prefix_;
     if (s.pending_console.size() + prefix_.size() + line.size() + 1 > kConsoleBacklog) {
       ++s.dropped;
     } else {
-      s.pending_console.append(prefix_);
+      if (!own_prefix) s.pending_console.append(prefix_);
       s.pending_console.append(line);
       s.pending_console.push_back('\n');
     }

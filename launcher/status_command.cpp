@@ -76,12 +76,18 @@ std::string checked_endpoint(const std::string& value) {
   return host + ":" + port;
 }
 
-// One line for a call that failed: what the user should check.
-std::string call_failure(const std::string& job_id, const std::string& endpoint,
-                         const RendezvousCallError& e) {
+}  // namespace
+
+std::string status_call_failure(const std::string& job_id, const std::string& endpoint,
+                                const RendezvousCallError& e) {
   const std::string where = "job '" + job_id + "' at " + endpoint + ": ";
   switch (e.code()) {
     case grpc::StatusCode::UNAVAILABLE:
+      // The service itself said so: its job is over and ddprun is exiting.
+      if (std::string(e.what()).find("rendezvous: shutting down") != std::string::npos) {
+        return where + "the job is ending (its rendezvous is shutting down)";
+      }
+      [[fallthrough]];
     case grpc::StatusCode::DEADLINE_EXCEEDED:
       return where + "the rendezvous does not answer (is the job running, and the endpoint "
                      "and TLS settings right?)";
@@ -94,6 +100,8 @@ std::string call_failure(const std::string& job_id, const std::string& endpoint,
       return where + e.what();
   }
 }
+
+namespace {
 
 struct Target {
   std::string job_id;
@@ -314,7 +322,7 @@ int run_status_command(const std::vector<std::string>& args) {
       reports.push_back(json ? format_status_json(t.job_id, t.endpoint, s, t.pid)
                              : format_status(t.job_id, t.endpoint, s, t.pid));
     } catch (const RendezvousCallError& e) {
-      std::fprintf(stderr, "ddprun: error: status: %s\n", call_failure(t.job_id, t.endpoint, e).c_str());
+      std::fprintf(stderr, "ddprun: error: status: %s\n", status_call_failure(t.job_id, t.endpoint, e).c_str());
       exit_code = kExitWorkerFailed;
     } catch (const AuthConfigError& e) {
       std::fprintf(stderr, "ddprun: error: status: --rdzv-tls-*: %s\n", e.what());

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/client.h"
 #include "rendezvous/types.h"
 
 namespace ddprun {
@@ -15,6 +16,11 @@ namespace ddprun {
 // stdout (--json: JSON); returns the exit code: 0, 1 when a job could not
 // be asked (unreachable, wrong token, unknown job), 2 for a bad command line.
 int run_status_command(const std::vector<std::string>& args);
+
+// One line for a Status call that failed: what the user should check (a
+// job whose rendezvous is shutting down is ending, not unreachable).
+std::string status_call_failure(const std::string& job_id, const std::string& endpoint,
+                                const RendezvousCallError& e);
 
 // The report of one job, in words (tests read it).
 std::string format_status(const std::string& job_id, const std::string& endpoint,

@@ -305,6 +305,29 @@ TEST(Heal, GoingPastMaxHealsSaysTheRanksHealsRanOutAndWhatToRaise) {
       << f.err;
 }
 
+// On one node the agent names its heals itself: `ddprun status` counts
+// them all the same (the agent reports the generation with rank 0's
+// progress), instead of "heals": 0.
+TEST(Heal, StatusCountsTheHealsOfAOneNodeJob) {
+  const fs::path runtime = temp("status-runtime");
+  fs::create_directories(runtime);
+  fs::permissions(runtime, fs::perms::owner_all);
+  const ddptest::EnvChanges env{"XDG_RUNTIME_DIR=" + runtime.string(), "DDPRUN_CPU_COMM=shm"};
+  std::vector<std::string> job = train_job(2, {}, {});
+  job[job.size() - 2] = "50";  // --epochs: it runs until the test stops it
+  Process p(job, env);
+  ASSERT_TRUE(reach_step(p, 10)) << p.out();
+  std::vector<pid_t> workers = workers_of(p.pid());
+  ASSERT_EQ(workers.size(), 2u);
+  kill(workers[1], SIGKILL);
+  ASSERT_TRUE(p.wait_for_line([](const std::string& l) { return contains(l, "joined at step"); }, 60s)) << p.out();
+  const Finished status = ddptest::run_until({DDPRUN_BIN, "status", "--json"}, "\"heals\": 1", env);
+  EXPECT_TRUE(contains(status.out, "\"heals\": 1")) << status.out << status.err;
+  p.signal(SIGINT);
+  p.finish(2min);
+  fs::remove_all(runtime);
+}
+
 TEST(Heal, MaxHealsZeroRestartsTheGroupAsBefore) {
   const fs::path summary = temp("no-heal.json"), dir = temp("no-heal-ckpt");
   Process p(train_job(2, {"--max-heals", "0", "--max-restarts", "1", "--no-standby"},

@@ -148,6 +148,36 @@ main()
   fs::remove_all(dir);
 }
 
+// The same with a process group: PyTorch 2.x then prefixes each line of
+// the uncaught exception with "[rankN]: ". The console shows one prefix
+// (torchrun shows PyTorch's alone), and the summary the traceback once.
+TEST(TorchrunCompat, RecordedFailureOfAProcessGroupShowsOnePrefixAndItsTracebackOnce) {
+  fs::path dir = fresh_dir("fail-pg");
+  fs::path script = write_file(dir / "fail.py", R"(import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+@record
+def main():
+    dist.init_process_group("gloo")
+    raise RuntimeError(f"deliberate failure on rank {dist.get_rank()}")
+main()
+)");
+  Finished f = run(ddprun({"--nproc-per-node=2", script}), {std::string("PYTHON_EXEC=") + PYTHON_BIN});
+  ASSERT_EQ(f.exit_code, 1) << f.out << f.err;
+  EXPECT_FALSE(contains(f.err, "[rank0]:[rank0]:")) << f.err;
+  EXPECT_FALSE(contains(f.err, "[rank1]:[rank1]:")) << f.err;
+  EXPECT_TRUE(std::regex_search(f.err, std::regex(R"(\[rank1\]: ?Traceback \(most recent call last\))"))) << f.err;
+  const auto at = f.err.find("ddprun: job");
+  ASSERT_NE(at, std::string::npos) << f.err;
+  const std::string summary = f.err.substr(at);
+  for (const char* last : {"RuntimeError: deliberate failure on rank 0", "RuntimeError: deliberate failure on rank 1"}) {
+    size_t count = 0;
+    for (size_t p = summary.find(last); p != std::string::npos; p = summary.find(last, p + 1)) ++count;
+    EXPECT_LE(count, 1u) << last << "\n" << summary;
+  }
+  EXPECT_LE(ddptest::occurrences(summary, "Traceback (most recent call last)"), 2) << summary;  // one per rank
+  fs::remove_all(dir);
+}
+
 // Two ranks that fail by themselves at nearly the same moment are both
 // failures with their own exit code, not "stopped by ddprun". They meet
 // first (files, no sleeps) and ignore SIGTERM, so both exit 3 whenever

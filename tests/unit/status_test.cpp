@@ -10,6 +10,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "launcher/status_command.h"
 #include "rendezvous/client.h"
 #include "rendezvous/registry.h"
 #include "rendezvous/security.h"
@@ -247,6 +248,21 @@ TEST(StatusCall, IsRefusedWithoutTheTokenAndForAnUnknownJob) {
   EXPECT_EQ(call_code([&] { svc.client.status("nope", 5s); }), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(call_code([&] { svc.client.status("", 5s); }), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_FALSE(svc.client.status("job", 5s).progress.has_value());
+}
+
+// A job at its end: its rendezvous is shutting down. `ddprun status` says
+// the job is ending, not that nothing answers.
+TEST(StatusCall, AJobWhoseRendezvousShutsDownIsEndingNotUnreachable) {
+  Service svc;
+  svc.server.registry().close();
+  try {
+    svc.client.status("job", 5s);
+    FAIL() << "a closed registry answered";
+  } catch (const RendezvousCallError& e) {
+    EXPECT_EQ(status_call_failure("job", "h:1", e), "job 'job' at h:1: the job is ending (its rendezvous is shutting down)");
+  }
+  const RendezvousCallError unreachable("failed to connect", grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(status_call_failure("job", "h:1", unreachable).find("does not answer"), std::string::npos);
 }
 
 TEST(StatusCall, BadProgressValuesAreRefusedAndNotStored) {
