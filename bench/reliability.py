@@ -11,6 +11,7 @@ the job finished and the checksums match.
     bench/reliability.py --faults 100    # the long run
     bench/reliability.py --seed 7        # replay one sequence of faults
     bench/reliability.py --restart       # no heals: every fault restarts the group
+    bench/reliability.py --compound      # a second fault during a heal (bench/compound_faults.py)
 
 By default train heals (ddp::Healer): a killed or hung worker is replaced
 while the others keep running, and the replacement takes the state from a
@@ -43,6 +44,7 @@ STEP = re.compile(r"step (\d+) done")
 
 sys.path.insert(0, HERE)
 from recovery import working_children  # noqa: E402  (ddprun's workers, from /proc; not its standbys)
+import compound_faults  # noqa: E402
 
 
 def checksum(path):
@@ -152,6 +154,37 @@ def run_with_faults(args, cmd, total_steps, rng):
     return code, tally, "\n".join(err_text)
 
 
+def compound(args):
+    """The compound faults (compound_faults.py), each against the same job's
+    uninterrupted run where the world keeps its size."""
+    def train(name, summary=None):
+        return [os.path.join(args.build, "train"), "--limit", "8000", "--epochs", "2", "--print-steps",
+                "--summary-json", summary or os.path.join(args.work, name + ".json")]
+
+    def job_cmd(summary, flags=()):
+        return [os.path.join(args.build, "ddprun"), "--nproc", "4", *flags] + train("", summary)
+
+    ref_summary = os.path.join(args.work, "reference-4.json")
+    ref = subprocess.run(job_cmd(ref_summary), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    want = checksum(ref_summary)
+    if ref.returncode != 0 or not want:
+        print(ref.stderr[-4000:])
+        print("the uninterrupted reference run failed (exit %d)" % ref.returncode)
+        return 2
+    rows = [compound_faults.node_lost_during_heal(args, train),
+            compound_faults.fallback_during_heal(args, job_cmd, checksum, want),
+            compound_faults.paused_replacement(args, job_cmd, checksum, want)]
+    print()
+    print("| compound fault | outcome | detail | seconds |")
+    print("|---|---|---|---|")
+    for fault, outcome, detail, secs in rows:
+        print("| %s | %s | %s | %.0f |" % (fault, outcome, detail, secs))
+    not_run = [r[0] for r in rows if r[1] == "NOT RUN"]
+    if not_run:
+        print("NOT RUN (say so, do not count it as passed): " + ", ".join(not_run))
+    return 0 if all(r[1] in ("ok", "bitwise equal") for r in rows) else 1
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--faults", type=int, default=3)
@@ -170,7 +203,16 @@ def main():
                    help="seconds the faulty run may take before it counts as hung [60 + 30 per fault]")
     p.add_argument("--build", default=os.path.join(ROOT, "build", "bin"))
     p.add_argument("--verbose", action="store_true", help="echo the job's output")
+    p.add_argument("--compound", action="store_true",
+                   help="instead: a node lost during a heal, a fallback to Gloo during one, a paused replacement")
     args = p.parse_args()
+    if args.compound:
+        args.budget = args.budget or 300
+        args.work = tempfile.mkdtemp(prefix="ddprun-compound-")
+        try:
+            return compound(args)
+        finally:
+            shutil.rmtree(args.work, ignore_errors=True)
     if args.epochs is None:
         steps_per_epoch = -(-args.limit // (args.nproc * 32))  # train's default batch of 32 per rank
         args.epochs = max(1, -(-args.faults * args.checkpoint_every // steps_per_epoch))
