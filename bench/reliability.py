@@ -215,7 +215,10 @@ def main():
             shutil.rmtree(args.work, ignore_errors=True)
     if args.epochs is None:
         steps_per_epoch = -(-args.limit // (args.nproc * 32))  # train's default batch of 32 per rank
-        args.epochs = max(1, -(-args.faults * args.checkpoint_every // steps_per_epoch))
+        # A fault comes within two checkpoint periods of the recovery from the
+        # one before (one on average), and a heal costs a step: half as much
+        # again, and an epoch more, so that every fault lands.
+        args.epochs = max(1, -(-3 * args.faults * args.checkpoint_every // (2 * steps_per_epoch)) + 1)
     if args.budget is None:
         args.budget = 60 + 30 * args.faults
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
@@ -239,9 +242,9 @@ def main():
         got = checksum(summary)
         restarts = err.count("restarting the workers")
         heals = err.count("replacing it while the other workers go on")
-        # One hang can flag several workers (its peers wait in a collective,
-        # not beating either): count the attempts that ended in a hang.
-        hangs = sum(1 for attempt in err.split("restarting the workers") if "hung: no heartbeat" in attempt)
+        # Each worker found hung is said once ("rank R (pid P) hung: ...");
+        # its peers wait for it beating, so they are not.
+        hangs = len(re.findall(r"\(pid \d+\) hung: ", err))
         ok = code == 0 and got == want and not tally.get("timed out")
         if not ok:
             print("\n".join(err.splitlines()[-40:]))

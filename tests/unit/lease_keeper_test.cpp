@@ -1,7 +1,9 @@
-// The lease keeper's news travels at once: what the agent learns of its own
-// workers (they heal in place) reaches the rendezvous without waiting for
-// the next keep-alive interval, so that a node arriving meanwhile joins the
-// running round instead of restarting it.
+// The lease keeper: its news travels at once (what the agent learns of its
+// own workers reaches the rendezvous without waiting for the next
+// keep-alive interval, so that a node arriving meanwhile joins the running
+// round instead of restarting it), and ddprun --trace's clock alignment
+// (the service stamps each keep-alive answer with its CLOCK_MONOTONIC, and
+// the keeper keeps the offset of the sample with the smallest round trip).
 #include <gtest/gtest.h>
 
 #include <poll.h>
@@ -21,6 +23,24 @@ using namespace std::chrono_literals;
 
 std::string no_nccl() { throw std::runtime_error("no NCCL in this test"); }
 
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Node n0 of job "job" joins `client`'s service (alone in its round, up to
+// 2 nodes, a lease); the round it joined.
+int64_t join_n0(RendezvousClient& client) {
+  JoinArgs a;
+  a.job_id = "job";
+  a.node.node_id = "n0";
+  a.node.local_world_size = 1;
+  a.settings = RoundSettings{1, 2, 0ms, 0};
+  a.lease = 10min;
+  a.timeout = 5s;
+  return client.join(a).assignment.round;
+}
+
 bool heals_at_rendezvous(RendezvousClient& client) {
   const JobStatus s = client.status("job", 5s);
   return !s.nodes.empty() && s.nodes.front().heals;
@@ -29,15 +49,7 @@ bool heals_at_rendezvous(RendezvousClient& client) {
 TEST(LeaseKeeper, WorkersThatHealAreToldAtOnceNotAtTheNextInterval) {
   RendezvousServer server(ServerOptions{"127.0.0.1", 0, {}, {}}, no_nccl);
   RendezvousClient client(server.address());
-  JoinArgs a;
-  a.job_id = "job";
-  a.node.node_id = "n0";
-  a.node.local_world_size = 1;
-  a.settings = RoundSettings{1, 2, 0ms, 0};
-  a.lease = 10min;
-  a.timeout = 5s;
-  const int64_t round = client.join(a).assignment.round;
-
+  const int64_t round = join_n0(client);
   // Keep-alives every 10 minutes: only news can make one go sooner.
   LeaseKeeper keeper(client, LeaseOptions{"job", "n0", 10min, 10min});
   pollfd fd{keeper.fd(), POLLIN, 0};
@@ -55,6 +67,43 @@ TEST(LeaseKeeper, WorkersThatHealAreToldAtOnceNotAtTheNextInterval) {
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_FALSE(heals_at_rendezvous(client)) << "nor that they stopped healing";
+}
+
+TEST(ClockOffset, MidpointOfTheRoundTripAndTheShortestWins) {
+  // Sent at 1000, answered at 1400, the service said 10200: offset 9000.
+  ClockEstimate e = better_clock_estimate(std::nullopt, 1000, 1400, 10200);
+  EXPECT_EQ(e.offset_ns, 9000);
+  EXPECT_EQ(e.rtt_ns, 400);
+  // A slower sample (rtt 1000) does not replace it; a faster one (100) does.
+  e = better_clock_estimate(e, 2000, 3000, 99999);
+  EXPECT_EQ(e.offset_ns, 9000);
+  e = better_clock_estimate(e, 5000, 5100, 14000);
+  EXPECT_EQ(e.offset_ns, 8950);
+  EXPECT_EQ(e.rtt_ns, 100);
+  // A service clock behind ours: a negative offset.
+  EXPECT_EQ(better_clock_estimate(std::nullopt, 5000, 5002, 1001).offset_ns, -4000);
+}
+
+TEST(ClockOffset, KeepAlivesCarryTheServiceClockAndTheLeaseKeeperEstimatesIt) {
+  RendezvousServer server(ServerOptions{"127.0.0.1", 0, {}, {}}, no_nccl);
+  RendezvousClient client(server.address());
+  join_n0(client);
+
+  // Same host, same clock: the stamp falls between send and answer.
+  const int64_t before = now_ns();
+  NodeView v = client.keep_alive("job", "n0", 5s);
+  const int64_t after = now_ns();
+  EXPECT_GE(v.server_mono_ns, before);
+  EXPECT_LE(v.server_mono_ns, after);
+
+  LeaseKeeper keeper(client, LeaseOptions{"job", "n0", 20ms, 5s});
+  EXPECT_FALSE(keeper.clock() && keeper.clock()->rtt_ns < 0);
+  pollfd fd{keeper.fd(), POLLIN, 0};
+  ASSERT_EQ(poll(&fd, 1, 5000), 1);  // the first answer is news
+  auto clock = keeper.clock();
+  ASSERT_TRUE(clock);
+  EXPECT_GT(clock->rtt_ns, 0);
+  EXPECT_LE(std::abs(clock->offset_ns), clock->rtt_ns / 2 + 1);
 }
 
 }  // namespace
