@@ -33,9 +33,13 @@ void Agent::warm_up_spare(int attempt, const NodeView& view) {
 
 std::string Agent::program_identity() const {
   // The name, not the path: nodes install the same program in other places.
-  std::string id = cfg_.argv.empty() ? cfg_.program : cfg_.argv.front();
+  // A script's interpreter is left out (python3 here, python3.11 there).
+  size_t first = 0;
+  if (!cfg_.python.empty() && !cfg_.argv.empty()) first = cfg_.argv.size() > 1 && cfg_.argv[1] == "-u" ? 2 : 1;
+  if (first >= cfg_.argv.size()) return printable(cfg_.program, false).substr(0, kMaxProgramBytes);
+  std::string id = cfg_.argv[first];
   id = id.substr(id.find_last_of('/') == std::string::npos ? 0 : id.find_last_of('/') + 1);
-  for (size_t i = 1; i < cfg_.argv.size(); ++i) id += " " + cfg_.argv[i];
+  for (size_t i = first + 1; i < cfg_.argv.size(); ++i) id += " " + cfg_.argv[i];
   return printable(id, false).substr(0, kMaxProgramBytes);
 }
 

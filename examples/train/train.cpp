@@ -232,7 +232,6 @@ int run(const Options& opt) {
     while (sampler.position() < sampler.num_samples() && !stopped) {
       // One step; if a peer dies inside, it is healed around and the step
       // runs again (ddp::Healer), so the loss adds up only once it is done.
-      const int redone_before = healer.report().steps_redone;
       healer.step([&] {
         torch::Tensor step_loss_sum = torch::zeros({1}, torch::kFloat64);
         int64_t step_loss_count = 0;
@@ -314,9 +313,10 @@ int run(const Options& opt) {
         rank = world->rank();
         ws = world->size();
         if (rank == 0) {
-          // The step the smaller world went on from: this one's state when
-          // it ran again, or its own when it was done before the failure.
-          const int64_t from = steps - (healer.report().steps_redone > redone_before ? 1 : 0);
+          // The step the resized world went on from: where the heal left
+          // the state (this step ran again after it, or ran first after a
+          // grow healed at its start).
+          const int64_t from = healer.report().step;
           std::printf("world size now %d, going on from step %lld (epoch %lld)%s\n", ws,
                       static_cast<long long>(from), static_cast<long long>(epoch + 1),
                       opt.keep_global_batch ? ", global batch kept" : "");

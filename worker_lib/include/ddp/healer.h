@@ -90,6 +90,7 @@ struct HealReport {
   double transfer_seconds = 0; // agreeing on the newest state and sending it
   uint32_t generation = 0;
   int world_size = 0;          // the world's size after the last heal (it shrinks when a node is lost)
+  int64_t step = -1;           // the steps done when the last heal ended: where the healed world went on from
 };
 
 struct HealOptions {

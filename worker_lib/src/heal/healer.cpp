@@ -82,6 +82,7 @@ Healer::Healer(World& world, Healable state, HealOptions options)
     report_.transfer_seconds = seconds_since(begin);
     report_.heals = 1;
     report_.generation = world_.generation();
+    report_.step = *state_.step;
   }
   if (world_.info().heals) world_.heartbeat_handle()->set_heal_ready(true);
 }
@@ -211,6 +212,7 @@ void Healer::heal(const std::string& why) {
   }
   ++report_.heals;
   report_.generation = world_.generation();
+  report_.step = *state_.step;
   const int was = report_.world_size;
   report_.world_size = world_.size();
   // The job shrank (or this rank moved): the rest of the epoch is shared
