@@ -320,6 +320,14 @@ std::vector<std::string> lab_flags(const NetLab& lab, int i, const std::string& 
   return flags;
 }
 
+// An agent's worker (not a standby it warmed up); 0 if none.
+pid_t worker_of(Process& agent) {
+  for (pid_t c : ddptest::children_of(agent.pid())) {
+    if (!ddptest::started_as_standby(c)) return c;
+  }
+  return 0;
+}
+
 // Without heals (--max-heals 0; or a program without a Healer) a lost node
 // costs a round: the survivor restarts its worker from the checkpoint.
 TEST(NetNodes, AKilledNodeCostsTheSurvivorsARoundNotTheJob) {
@@ -410,8 +418,7 @@ TEST(NetNodes, ANodeCutOffForHalfAMinuteRejoinsWhenTheLinkReturns) {
   const fs::path ckpt = temp("long-cut-ckpt");
   auto node = [&](int i) {
     std::vector<std::string> flags = lab_flags(*lab, i, "1:2", "longcut");
-    // Long enough to outlast the cut on node 0 alone (about 5k images/s).
-    std::vector<std::string> prog{TRAIN_BIN, "--epochs", "4", "--print-steps", "--checkpoint-dir",
+    std::vector<std::string> prog{TRAIN_BIN, "--limit", "8000", "--epochs", "2", "--print-steps", "--checkpoint-dir",
                                   ckpt.string(), "--checkpoint-every", "50"};
     return lab->wrap(i, node_cmd(flags, prog));
   };
@@ -422,10 +429,21 @@ TEST(NetNodes, ANodeCutOffForHalfAMinuteRejoinsWhenTheLinkReturns) {
   ASSERT_TRUE(n1.wait_for_err_line(
                     [](const std::string& l) { return contains(l, "lost contact with the rendezvous"); }, 30s)
                   .has_value());
+  // Node 0's worker waits out the cut and node 1's return (stopped):
+  // however fast this machine trains, the job still runs when node 1 is back.
+  const pid_t w0 = worker_of(n0);
+  ASSERT_NE(w0, 0);
+  kill(w0, SIGSTOP);
   // Half a minute without a packet either way (no sleep could be replaced
   // here: the cut's length is the point).
   std::this_thread::sleep_for(30s);
   lab->link_up(1);
+  const bool back = n1.wait_for_err_line(
+                        [](const std::string& l) { return contains(l, "joining the running round as node rank 1"); },
+                        2min)
+                        .has_value();
+  kill(w0, SIGCONT);
+  ASSERT_TRUE(back) << n1.err();
   Finished f1 = n1.finish(4min);
   Finished f0 = n0.finish(4min);
   EXPECT_EQ(f1.exit_code, 0) << f1.err;
@@ -448,13 +466,6 @@ TEST(NetNodes, ANodeCutOffForHalfAMinuteRejoinsWhenTheLinkReturns) {
 // nothing interrupted.
 enum class Loss { kKilled, kCutOff };
 
-// An agent's worker (not a standby it warmed up); 0 if none.
-pid_t worker_of(Process& agent) {
-  for (pid_t c : ddptest::children_of(agent.pid())) {
-    if (!ddptest::started_as_standby(c)) return c;
-  }
-  return 0;
-}
 
 // The healing tests' job: train on 8000 images for 2 epochs, its
 // parameters' checksum in `summary`.
