@@ -438,8 +438,9 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
 }
 
 std::string Agent::leave(LeaveKind kind, const std::string& message, std::optional<int64_t> round) {
-  // Before the Leave: the host merges the trace once every node has left.
-  write_trace_clock();
+  // Before the Leave: the host merges the trace once every node has left
+  // (and answers keep-alives until then).
+  write_trace_clock(cfg_.lease_timeout);
   try {
     rdzv_.leave(cfg_.run_id, node_id_, kind, message, std::chrono::seconds(5),
                 kind == LeaveKind::kSucceeded ? round : std::nullopt);
@@ -557,7 +558,7 @@ int Agent::run() {
   // Lost log lines do not change the exit code (the job did what it did),
   // but are never lost silently.
   write_all(cfg_.console_err_fd, format_log_losses(log_losses_));
-  write_trace_clock();
+  write_trace_clock(std::chrono::milliseconds(0));
   status_.reset();
   lease_.reset();
   dismiss_standbys();

@@ -125,7 +125,7 @@ class Agent {
   void stop_progress_display();
   void await_others(LeaveKind how_this_node_left);
   // --trace: this node's clock offset to the rendezvous host, in clock.json.
-  void write_trace_clock();
+  void write_trace_clock(std::chrono::milliseconds wait);
 
   AgentConfig cfg_;
   RendezvousClient& rdzv_;

@@ -125,14 +125,15 @@ void Agent::prepare_files() {
 }
 
 // The node hosting the rendezvous (and a one-node job) is the reference:
-// offset 0. The others take their lease keeper's best estimate; without
-// one (no keep-alive answered yet) their times stay as they are, and the
-// file says so with rtt_ns -1.
-void Agent::write_trace_clock() {
+// offset 0. The others take their lease keeper's best estimate, waiting up
+// to `wait` for a first one (a job shorter than a keep-alive interval);
+// without one their times stay as they are, and the file says so with
+// rtt_ns -1.
+void Agent::write_trace_clock(std::chrono::milliseconds wait) {
   if (trace_node_dir_.empty()) return;
   ClockEstimate clock;
   if (!cfg_.hosts_rendezvous && lease_) {
-    auto estimate = lease_->clock();
+    auto estimate = lease_->clock_within(wait);
     clock = estimate ? *estimate : ClockEstimate{0, -1};
   }
   const std::string path = trace_node_dir_ + "/clock.json";

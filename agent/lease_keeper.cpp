@@ -36,6 +36,16 @@ std::optional<ClockEstimate> LeaseKeeper::clock() const {
   return clock_;
 }
 
+std::optional<ClockEstimate> LeaseKeeper::clock_within(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!clock_) {
+    send_now_ = true;
+    stop_cv_.notify_all();
+    clock_cv_.wait_for(lock, timeout, [this] { return clock_.has_value() || stop_; });
+  }
+  return clock_;
+}
+
 LeaseKeeper::LeaseKeeper(RendezvousClient& client, LeaseOptions options)
     : client_(client), options_(std::move(options)) {
   event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -163,6 +173,7 @@ void LeaseKeeper::loop() {
     if (view && view->heal_request_id >= heal_.id) heal_unanswered_ = false;
     if (view && view->server_mono_ns != 0) {
       clock_ = better_clock_estimate(clock_, send_ns, recv_ns, view->server_mono_ns);
+      clock_cv_.notify_all();
     }
     bool changed = false;
     if (epoch != epoch_) {

@@ -82,6 +82,10 @@ class LeaseKeeper {
   // The clock offset estimated so far; nullopt before the first answer
   // stamped with the service's clock.
   std::optional<ClockEstimate> clock() const;
+  // The same, but with none yet a keep-alive goes at once and its answer is
+  // waited for, up to `timeout` (a job shorter than one interval still
+  // measures its clocks).
+  std::optional<ClockEstimate> clock_within(std::chrono::milliseconds timeout);
 
  private:
   void loop();
@@ -93,6 +97,7 @@ class LeaseKeeper {
   int event_fd_ = -1;
   mutable std::mutex mu_;
   std::condition_variable stop_cv_;
+  std::condition_variable clock_cv_;  // a clock sample came
   bool stop_ = false;
   uint64_t epoch_ = 0;  // bumped by reset()
   LeaseStatus status_;
