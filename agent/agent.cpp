@@ -64,6 +64,7 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
   job.local_addr = cfg_.local_addr;
   job.local_ifname = cfg_.local_ifname;
   job.heartbeat_file = heartbeats_ ? heartbeats_->path() : "";
+  job.python_startup_dir = python_startup_dir_;
   job.agent_store = static_cast<bool>(fresh_key_space_);
   job.heals = heals_in(a) || heals_across(a);
   job.heal_generation = a.heal_generation;
@@ -286,6 +287,14 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   go.monitor_interval = cfg_.monitor_interval;
   go.events = &events_;
   go.attempt = attempt;
+  // A hang's stacks outlive the job: beside the logs, or in TMPDIR.
+  if (files_dir_is_temp_) {
+    const char* tmp = getenv("TMPDIR");
+    go.stacks_path = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddprun-" + cfg_.run_id + "-stacks-attempt_" +
+                     std::to_string(attempt) + ".txt";
+  } else {
+    go.stacks_path = files_dir_ + "/stacks-attempt_" + std::to_string(attempt) + ".txt";
+  }
   seen_.assign(cfg_.nproc, channel::Progress{});
   meter_.reset();
   logged_step_ = -1;

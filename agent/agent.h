@@ -135,6 +135,7 @@ class Agent {
   std::string node_id_;
   std::string files_dir_;  // log dir, or a temporary folder for error files
   bool files_dir_is_temp_ = false;
+  std::string python_startup_dir_;  // PYTHONPATH's first folder for Python workers ("" : none)
   bool wants_files_ = false;
   std::string trace_node_dir_;  // --trace DIR/<node id made file-safe>; empty: off
   std::unique_ptr<HeartbeatTable> heartbeats_;

@@ -19,6 +19,7 @@
 #include "agent/temp_dir.h"
 #include "channel/event_log.h"
 #include "channel/output_file.h"
+#include "channel/python_startup.h"
 
 namespace ddprun {
 namespace {
@@ -122,6 +123,21 @@ void Agent::prepare_files() {
                                                           ? "; make room there or point TMPDIR at another folder"
                                                           : "; make room there or pick another --log-dir"));
   }
+  // Python workers dump their stacks on ddprun's signal (python_startup.h).
+  if (!cfg_.python.empty()) {
+    const std::string dir = heartbeats_->path() + ".python";
+    std::error_code ec;
+    std::filesystem::create_directory(dir, ec);
+    const std::string err = ec ? ec.message()
+                               : channel::write_output_file(dir + "/" + channel::kPythonStartupFile,
+                                                            channel::kPythonStartup);
+    if (err.empty()) {
+      python_startup_dir_ = dir;
+    } else {
+      spdlog::warn("cannot write the Python workers' start-up in {} ({}): a hang will show no Python stacks",
+                   dir, err);
+    }
+  }
 }
 
 // The node hosting the rendezvous (and a one-node job) is the reference:
@@ -177,6 +193,10 @@ void Agent::open_consoles() {
 }
 
 void Agent::remove_temp_files() {
+  if (!python_startup_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(python_startup_dir_, ec);
+  }
   if (!files_dir_is_temp_) return;
   heartbeats_.reset();
   std::error_code ec;

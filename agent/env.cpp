@@ -56,6 +56,10 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id, co
     v[ch::kHeartbeatFile] = job.heartbeat_file;
     v[ch::kHeartbeatSlot] = s(id.local_rank);
   }
+  if (!job.python_startup_dir.empty()) {
+    const char* path = getenv("PYTHONPATH");
+    v["PYTHONPATH"] = job.python_startup_dir + (path && *path ? std::string(":") + path : "");
+  }
   if (job.progress_by_agent && id.rank == 0) v[ch::kProgressByAgent] = "1";
   if (job.heals) v[ch::kHeals] = "1";
   if (job.heal_generation > 0) v[ch::kHealGeneration] = s(job.heal_generation);

@@ -33,6 +33,8 @@ struct JobEnv {
   std::string local_addr;
   std::string local_ifname;  // empty: leave the *_SOCKET_IFNAME variables alone
   std::string heartbeat_file;  // empty: no hang detection
+  // Put first on PYTHONPATH (channel/python_startup.h); empty: nothing.
+  std::string python_startup_dir;
   // The agent shows rank 0's progress (DDPRUN_PROGRESS_BY_AGENT=1 to the
   // worker of global rank 0 only).
   bool progress_by_agent = false;

@@ -12,6 +12,7 @@
 
 #include "channel/heartbeat_layout.h"
 #include "channel/output_file.h"
+#include "channel/stack_dump.h"
 
 namespace ddprun {
 
@@ -33,13 +34,26 @@ HeartbeatTable::HeartbeatTable(std::string path, int slots) : path_(std::move(pa
   ::close(fd);
   if (map_ == MAP_FAILED) {
     map_ = nullptr;
+    ::unlink(path_.c_str());
     throw std::runtime_error("cannot map heartbeat file " + path_ + ": " + std::strerror(errno));
+  }
+  // The workers append their stacks there; without one a hang shows none.
+  for (int i = 0; i < slots_; ++i) {
+    const int sfd = channel::open_output_file(stack_file(i), O_WRONLY | O_TRUNC, 0600);
+    if (sfd >= 0) ::close(sfd);
   }
 }
 
 HeartbeatTable::~HeartbeatTable() {
   if (map_) ::munmap(map_, channel::heartbeat_file_bytes(slots_));
   ::unlink(path_.c_str());
+  for (int i = 0; i < slots_; ++i) ::unlink(stack_file(i).c_str());
+}
+
+std::string HeartbeatTable::stack_file(int slot) const { return channel::stack_file_path(path_, slot); }
+
+std::vector<channel::FlightEntry> HeartbeatTable::flight(int slot) const {
+  return channel::read_flight(channel::flight_ring(channel::heartbeat_slot(map_, slot)));
 }
 
 uint64_t HeartbeatTable::read(int slot) const {

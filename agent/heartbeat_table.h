@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "channel/heartbeat_layout.h"
 
@@ -21,6 +22,12 @@ class HeartbeatTable {
   HeartbeatTable& operator=(const HeartbeatTable&) = delete;
 
   const std::string& path() const { return path_; }
+  // The stack file of `slot` (channel/stack_dump.h), made beside the table
+  // and removed with it.
+  std::string stack_file(int slot) const;
+  // The last collectives the worker in `slot` ran (its flight record),
+  // oldest first.
+  std::vector<channel::FlightEntry> flight(int slot) const;
   uint64_t read(int slot) const;
   // What the worker in `slot` last reported; false when it was mid-write
   // (try again on the next tick). Nothing reported: flags == 0.

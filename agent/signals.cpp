@@ -7,6 +7,8 @@
 
 #include <stdexcept>
 
+#include "channel/stack_dump.h"
+
 namespace ddprun {
 
 sigset_t SignalChannel::handled() {
@@ -15,6 +17,8 @@ sigset_t SignalChannel::handled() {
   for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT}) {
     sigaddset(&set, s);
   }
+  // Sent to ddprun: every worker's stacks, the job goes on (WorkerGroup).
+  sigaddset(&set, channel::stack_dump_signal());
   return set;
 }
 
@@ -49,6 +53,7 @@ bool is_stop_signal(int sig) {
 std::string signal_name(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   if (abbrev) return std::string("SIG") + abbrev;
+  if (sig >= SIGRTMIN && sig <= SIGRTMAX) return "SIGRTMIN+" + std::to_string(sig - SIGRTMIN);
   return "signal " + std::to_string(sig);
 }
 

@@ -1,5 +1,7 @@
 #include "agent/worker_group.h"
 
+#include "agent/hang_verdict.h"
+
 #include <errno.h>
 #include <algorithm>
 #include <poll.h>
@@ -14,7 +16,9 @@
 #include "agent/shm_cleanup.h"
 #include "channel/env_names.h"
 #include "channel/shm_names.h"
+#include "channel/stack_dump.h"
 #include "channel/event_log.h"
+#include "channel/output_file.h"
 
 #include <spdlog/spdlog.h>
 
@@ -180,63 +184,167 @@ void WorkerGroup::renumber(int first_global_rank, int world_size, int node_rank,
 
 void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
   for (const auto& c : commands) {
-    switch (c.kind) {
-      case GroupCommand::kSignalRunning:
-        // Workers that exited since the last reap failed (or not) before
-        // this signal could reach them: their exit is their own.
-        for (size_t i = 0; i < workers_.size(); ++i) {
-          siginfo_t info{};
-          if (policy_->alive(static_cast<int>(i)) &&
-              waitid(P_PID, static_cast<id_t>(workers_[i]->pid), &info,
-                     WEXITED | WNOHANG | WNOWAIT) == 0 &&
-              info.si_pid == workers_[i]->pid) {
-            workers_[i]->exited_before_stop = true;
-          }
+    // A hung worker: every worker's stacks first, then the kill and what
+    // follows it (stopping the others would lose their stacks). While the
+    // stacks are asked for (3 s at most) every command waits its turn.
+    if (c.kind == GroupCommand::kKillWorker || (collecting_ && collecting_for_hang_)) {
+      deferred_.push_back(c);
+      if (!collecting_) start_stack_collection(/*for_hang=*/true);
+      collecting_for_hang_ = true;  // one asked for already serves the hang
+      continue;
+    }
+    run_command(c);
+  }
+}
+
+void WorkerGroup::run_command(const GroupCommand& c) {
+  switch (c.kind) {
+    case GroupCommand::kSignalRunning:
+      // Workers that exited since the last reap failed (or not) before
+      // this signal could reach them: their exit is their own.
+      for (size_t i = 0; i < workers_.size(); ++i) {
+        siginfo_t info{};
+        if (policy_->alive(static_cast<int>(i)) &&
+            waitid(P_PID, static_cast<id_t>(workers_[i]->pid), &info,
+                   WEXITED | WNOHANG | WNOWAIT) == 0 &&
+            info.si_pid == workers_[i]->pid) {
+          workers_[i]->exited_before_stop = true;
         }
-        for (size_t i = 0; i < workers_.size(); ++i) {
-          if (!options_.heartbeats || !policy_->alive(static_cast<int>(i))) continue;
-          const int lr = workers_[i]->launch->id.local_rank;
-          if (c.agent_decided) options_.heartbeats->set_stop_reason(lr, channel::kAgentDecided);
-          // A worker that waits for a heal generation gives up: none comes.
-          if (policy_->stopping()) options_.heartbeats->set_no_heal_coming(lr, true);
-        }
-        for (size_t i = 0; i < workers_.size(); ++i) {
-          // The whole process group: the worker and whatever it started.
-          if (policy_->alive(static_cast<int>(i))) kill(-workers_[i]->pid, c.sig);
-        }
-        break;
-      case GroupCommand::kKillWorker:
-        record_hung(c);
-        kill(-workers_[c.worker]->pid, SIGKILL);
-        break;
-      case GroupCommand::kReplaceWorker:
-        replace(c.worker, c.generation);
-        break;
-      case GroupCommand::kAskGeneration: {
-        std::string why;
-        for (const auto& [i, e] : awaiting_) {
-          why += (why.empty() ? "" : "; ") + ("rank " + std::to_string(e.rank) + " failed (" +
-                                             failure_of(e) + ")");
-        }
-        options_.heal_namer.ask(why);
-        break;
       }
-      case GroupCommand::kSuspendSelf:
-        suspend_self();
-        break;
-      case GroupCommand::kWarmStandbys:
-        if (options_.on_all_beating) {
-          auto ready = std::move(options_.on_all_beating);
-          options_.on_all_beating = nullptr;
-          ready();
-        }
-        break;
+      for (size_t i = 0; i < workers_.size(); ++i) {
+        if (!options_.heartbeats || !policy_->alive(static_cast<int>(i))) continue;
+        const int lr = workers_[i]->launch->id.local_rank;
+        if (c.agent_decided) options_.heartbeats->set_stop_reason(lr, channel::kAgentDecided);
+        // A worker that waits for a heal generation gives up: none comes.
+        if (policy_->stopping()) options_.heartbeats->set_no_heal_coming(lr, true);
+      }
+      for (size_t i = 0; i < workers_.size(); ++i) {
+        // The whole process group: the worker and whatever it started.
+        if (policy_->alive(static_cast<int>(i))) kill(-workers_[i]->pid, c.sig);
+      }
+      break;
+    case GroupCommand::kKillWorker:
+      record_hung(c);
+      if (policy_->alive(c.worker)) kill(-workers_[c.worker]->pid, SIGKILL);
+      break;
+    case GroupCommand::kReplaceWorker:
+      replace(c.worker, c.generation);
+      break;
+    case GroupCommand::kAskGeneration: {
+      std::string why;
+      for (const auto& [i, e] : awaiting_) {
+        why += (why.empty() ? "" : "; ") + ("rank " + std::to_string(e.rank) + " failed (" +
+                                           failure_of(e) + ")");
+      }
+      options_.heal_namer.ask(why);
+      break;
+    }
+    case GroupCommand::kSuspendSelf:
+      suspend_self();
+      break;
+    case GroupCommand::kWarmStandbys:
+      if (options_.on_all_beating) {
+        auto ready = std::move(options_.on_all_beating);
+        options_.on_all_beating = nullptr;
+        ready();
+      }
+      break;
+  }
+}
+
+void WorkerGroup::start_stack_collection(bool for_hang) {
+  collecting_for_hang_ = for_hang;
+  std::vector<StackTarget> targets;
+  if (options_.heartbeats) {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (!policy_->alive(static_cast<int>(i))) continue;
+      const auto& id = workers_[i]->launch->id;
+      targets.push_back({id.rank, workers_[i]->pid, options_.heartbeats->stack_file(id.local_rank)});
+    }
+  }
+  if (for_hang) {
+    spdlog::warn("rank(s) hung: asking {} worker(s) for their stacks before any kill", targets.size());
+  } else {
+    spdlog::info("asked for the stacks ({}): asking {} worker(s); the job goes on",
+                 signal_name(channel::stack_dump_signal()), targets.size());
+  }
+  collecting_ = std::make_unique<StackCollection>(std::move(targets), std::chrono::steady_clock::now());
+}
+
+void WorkerGroup::check_stack_collection(bool now) {
+  if (!collecting_ || !(collecting_->done(std::chrono::steady_clock::now()) || now)) return;
+  const std::string verdict = finish_stack_collection();
+  collecting_.reset();
+  auto commands = std::move(deferred_);
+  deferred_.clear();
+  for (const auto& c : commands) {
+    if (c.kind == GroupCommand::kKillWorker) {
+      record_hung(c, verdict);
+      if (policy_->alive(c.worker)) kill(-workers_[c.worker]->pid, SIGKILL);
+    } else {
+      run_command(c);
     }
   }
 }
 
+// The verdict, the stacks in short on the console and whole in the stacks
+// file; returns the verdict.
+std::string WorkerGroup::finish_stack_collection() {
+  const std::vector<StackReport> reports = collecting_->reports();
+  const int64_t now_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count();
+  std::vector<RankView> views;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const auto& id = workers_[i]->launch->id;
+    RankView v;
+    v.rank = id.rank;
+    for (const auto& c : deferred_) {
+      v.hung = v.hung || (c.kind == GroupCommand::kKillWorker && c.worker == static_cast<int>(i));
+    }
+    if (options_.heartbeats) v.flight = options_.heartbeats->flight(id.local_rank);
+    v.stacks.state = StackReport::kGone;
+    for (const auto& r : reports) {
+      if (r.rank == id.rank && r.pid == workers_[i]->pid) v.stacks = r;
+    }
+    if (!policy_->alive(static_cast<int>(i)) && v.flight.empty()) continue;
+    views.push_back(std::move(v));
+  }
+  std::sort(views.begin(), views.end(), [](const RankView& a, const RankView& b) { return a.rank < b.rank; });
+  const std::string verdict = hang_verdict(views, now_ns);
+  const char* title = collecting_for_hang_ ? "hang" : "stacks";
+  spdlog::warn("{}: {}", title, verdict);
+  for (const auto& v : views) {
+    if (v.stacks.state == StackReport::kAnswered && !v.stacks.where.empty()) {
+      spdlog::warn("  rank {} (pid {}) is in: {}", v.rank, v.stacks.pid, v.stacks.where);
+    } else if (v.stacks.state != StackReport::kAnswered) {
+      spdlog::warn("  rank {}: {}", v.rank, describe_state(v.stacks.state));
+    }
+  }
+  std::string path = options_.stacks_path;
+  if (!collecting_for_hang_ && !path.empty()) {
+    // Asked for on a live job: a file per request.
+    const auto dot = path.rfind(".txt");
+    path = path.substr(0, dot) + "-asked-" + std::to_string(++asked_) + ".txt";
+  }
+  if (!path.empty()) {
+    std::string text = std::string(title) + ": " + verdict + "\n";
+    for (const auto& v : views) {
+      text += "\n=== rank " + std::to_string(v.rank) + " (pid " + std::to_string(v.stacks.pid) + "): " +
+              (v.stacks.state == StackReport::kAnswered ? "stacks" : describe_state(v.stacks.state)) + "\n" +
+              v.stacks.text;
+    }
+    if (const std::string err = channel::write_output_file(path, text); !err.empty()) {
+      spdlog::warn("cannot write the stacks: {}", err);
+    } else {
+      spdlog::warn("every rank's stacks, all threads: {}", path);
+    }
+  }
+  return verdict;
+}
+
 // Its failure dates from its last sign of life.
-void WorkerGroup::record_hung(const GroupCommand& kill) {
+void WorkerGroup::record_hung(const GroupCommand& kill, const std::string& verdict) {
   const Worker& w = *workers_[kill.worker];
   WorkerExit e;
   e.rank = w.launch->id.rank;
@@ -245,13 +353,14 @@ void WorkerGroup::record_hung(const GroupCommand& kill) {
   e.host = options_.host;
   e.time = std::chrono::system_clock::now() -
            std::chrono::duration_cast<std::chrono::system_clock::duration>(kill.silent);
-  e.reason = kill.why;
+  e.reason = kill.why + (verdict.empty() ? "" : "; " + verdict);
   spdlog::warn("rank {} (pid {}) {}; killing it and {}", e.rank, e.pid, e.reason,
                kill.heal ? "replacing it while the others go on" : "stopping the other workers");
   if (options_.events) {
     options_.events->write(channel::events::kHang,
                            {{"attempt", options_.attempt}, {"rank", e.rank}, {"local_rank", e.local_rank},
-                            {"silent_s", kill.silent.count() / 1000.0}});
+                            {"silent_s", kill.silent.count() / 1000.0}, {"verdict", verdict},
+                            {"stacks_file", options_.stacks_path}});
   }
   if (kill.heal) {
     killed_hung_[kill.worker] = kill.why;  // its exit is a heal's, told when it is reaped
@@ -530,8 +639,10 @@ GroupResult WorkerGroup::run() {
     for (auto& w : workers_) {
       for (Console* c : w->output->waiting_consoles()) fds.push_back({c->fd(), POLLOUT, 0});
     }
-    const int timeout_ms = with_monitor(policy_->poll_timeout_ms(std::chrono::steady_clock::now()),
-                                        static_cast<bool>(options_.on_monitor), next_monitor_);
+    int timeout_ms = with_monitor(policy_->poll_timeout_ms(std::chrono::steady_clock::now()),
+                                  static_cast<bool>(options_.on_monitor), next_monitor_);
+    // Workers answering for their stacks are looked at every 10 ms.
+    if (collecting_) timeout_ms = timeout_ms < 0 ? 10 : std::min(timeout_ms, 10);
     int n = poll(fds.data(), fds.size(), timeout_ms);
     if (n < 0 && errno != EINTR) throw std::runtime_error("poll failed");
 
@@ -545,6 +656,10 @@ GroupResult WorkerGroup::run() {
       while (auto sig = signals_.next()) {
         if (*sig == SIGCHLD) {
           reap();
+          continue;
+        }
+        if (*sig == channel::stack_dump_signal()) {
+          if (!collecting_) start_stack_collection(/*for_hang=*/false);
           continue;
         }
         if (*sig == SIGTSTP) {
@@ -572,6 +687,7 @@ GroupResult WorkerGroup::run() {
     if (control && (fds[1].revents & POLLIN)) check_control();
     check_heal_answer();
     check_heartbeats();
+    check_stack_collection();
     check_monitor();
     auto ticked = policy_->on_tick(std::chrono::steady_clock::now());
     if (!ticked.empty() && ticked.front().kind == GroupCommand::kSignalRunning) {
@@ -581,6 +697,8 @@ GroupResult WorkerGroup::run() {
     execute(ticked);
   }
 
+  // Every worker exited while their stacks were asked for: what they gave.
+  check_stack_collection(/*now=*/true);
   // Workers that waited for a heal generation when the group stopped failed.
   for (auto& [i, e] : awaiting_) result_.failures.push_back(std::move(e));
   awaiting_.clear();

@@ -20,6 +20,7 @@
 #include "agent/heartbeat_table.h"
 #include "agent/signals.h"
 #include "agent/spawn.h"
+#include "agent/stack_collection.h"
 #include "agent/standby.h"
 #include "agent/worker_output.h"
 
@@ -95,6 +96,10 @@ struct GroupOptions {
   // Set across nodes: a replacement waits for the rendezvous to name its
   // generation (and control_fd to say the answer came).
   HealNamer heal_namer;
+  // Where a hang's stacks go, every rank's in full (empty: printed only);
+  // those asked for on a live job (the stack signal sent to ddprun) go
+  // beside it, "-asked-N" added.
+  std::string stacks_path;
 };
 
 class WorkerGroup {
@@ -130,7 +135,14 @@ class WorkerGroup {
   void drain_consoles(std::chrono::milliseconds limit);
   // Carries the policy's commands out.
   void execute(const std::vector<GroupCommand>& commands);
-  void record_hung(const GroupCommand& kill);
+  void run_command(const GroupCommand& c);
+  void record_hung(const GroupCommand& kill, const std::string& verdict = "");
+  // A hang: before any kill, every live worker is asked for its stacks;
+  // the kill and every command after it wait (deferred_) until they
+  // answered or their time is up; the kills then carry the verdict.
+  void start_stack_collection(bool for_hang);
+  void check_stack_collection(bool now = false);
+  std::string finish_stack_collection();
   // Starts a replacement for worker i in `generation` and tells the
   // others to heal in it.
   void replace(int i, uint32_t generation);
@@ -157,6 +169,10 @@ class WorkerGroup {
   std::map<int, std::string> killed_hung_;
   // Each worker's latest heal: its index in result_.healed.
   std::map<int, size_t> latest_heal_;
+  std::unique_ptr<StackCollection> collecting_;
+  bool collecting_for_hang_ = false;  // else asked for (the stack signal sent to ddprun)
+  int asked_ = 0;                     // stacks asked for so far
+  std::vector<GroupCommand> deferred_;
 };
 
 }  // namespace ddprun

@@ -1,6 +1,8 @@
-// The agent ↔ worker contract, part 2: the heartbeat file. One 128-byte slot
+// The agent ↔ worker contract, part 2: the heartbeat file. One 2048-byte slot
 // per local rank (no false sharing between workers), mapped by the agent
-// (agent/heartbeat_table) and by each worker (worker_lib's ddp::Heartbeat):
+// (agent/heartbeat_table) and by each worker (worker_lib's ddp::Heartbeat).
+// Its first 128 bytes are the heartbeat words below; the rest is the
+// worker's flight record (flight_record.h):
 //
 //   bytes 0..7    beats: a counter the worker increments and the agent reads,
 //                 both with relaxed atomics (hang detection, standby warm-up);
@@ -40,9 +42,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "channel/flight_record.h"
+
 namespace ddprun::channel {
 
-inline constexpr size_t kHeartbeatSlotBytes = 128;
+inline constexpr size_t kHeartbeatSlotBytes = 2048;
+inline constexpr size_t kHeartbeatWordsBytes = 128;  // the flight record follows
 
 inline size_t heartbeat_file_bytes(int slots) {
   return static_cast<size_t>(slots) * kHeartbeatSlotBytes;
@@ -160,6 +165,8 @@ enum StopReason : uint32_t { kForwarded = 0, kAgentDecided = 1 };
 
 inline constexpr size_t kStopReasonOffset = 120;
 static_assert(kPlacementOffset + 4 * kPlacementWords <= kStopReasonOffset);
+static_assert(kStopReasonOffset + 4 <= kHeartbeatWordsBytes);
+static_assert(kFlightOffset >= kHeartbeatWordsBytes && kFlightOffset + sizeof(FlightRing) <= kHeartbeatSlotBytes);
 
 inline uint32_t* stop_reason_word(void* map, int slot) {
   return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kStopReasonOffset);

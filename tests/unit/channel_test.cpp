@@ -35,11 +35,16 @@ TEST(Channel, ErrorFilesRoundTripAndTorchrunsFormsAreRead) {
 TEST(Channel, HeartbeatSlotsAreWholeCacheLines) {
   alignas(64) char table[3 * kHeartbeatSlotBytes] = {};
   EXPECT_EQ(heartbeat_file_bytes(3), sizeof(table));
-  EXPECT_EQ(reinterpret_cast<char*>(heartbeat_counter(table, 2)) - table, 2 * 128);
-  // Progress sits after the counter, inside its own slot.
+  EXPECT_EQ(kHeartbeatSlotBytes % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<char*>(heartbeat_counter(table, 2)) - table, 2 * static_cast<long>(kHeartbeatSlotBytes));
+  // Progress sits after the counter, inside its own slot's words.
   const char* block = reinterpret_cast<char*>(progress_block(table, 1));
-  EXPECT_EQ(block - table, 128 + 8);
-  EXPECT_LE(block + sizeof(ProgressBlock) - table, 2 * 128);
+  EXPECT_EQ(block - table, static_cast<long>(kHeartbeatSlotBytes) + 8);
+  EXPECT_LE(block + sizeof(ProgressBlock) - table, static_cast<long>(kHeartbeatSlotBytes + kHeartbeatWordsBytes));
+  // The flight record fills the rest of the slot, on a cache line of its own.
+  const char* ring = reinterpret_cast<char*>(flight_ring(heartbeat_slot(table, 1)));
+  EXPECT_EQ((ring - table) % 64, 0);
+  EXPECT_LE(ring + sizeof(FlightRing) - table, 2 * static_cast<long>(kHeartbeatSlotBytes));
 }
 
 TEST(Channel, ProgressReadsBackWhatWasWritten) {

@@ -11,6 +11,8 @@
 // watcher does), and it never aborts a connection of the generation it names.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -18,6 +20,7 @@
 #include <string>
 #include <utility>
 
+#include "channel/flight_record.h"
 #include "ddp/communicator.h"
 
 namespace ddp {
@@ -42,6 +45,7 @@ class SwappableCommunicator final : public Communicator {
     inner_ = std::move(next);
     generation_ = generation;
     aborted_by_ = 0;
+    seq_ = 0;  // numbered afresh in each generation, as on every other rank
     rank_ = inner_->rank();
     size_ = inner_->size();
     timeout_ = inner_->default_timeout();
@@ -73,15 +77,37 @@ class SwappableCommunicator final : public Communicator {
   int size() const override { return size_; }
   Timeout default_timeout() const override { return timeout_; }
   std::string backend() const override { return backend_; }
-  void all_reduce(at::Tensor& tensor, ReduceOp op, Timeout timeout) override { get().all_reduce(tensor, op, timeout); }
+  void all_reduce(at::Tensor& tensor, ReduceOp op, Timeout timeout) override {
+    recorded(ddprun::channel::FlightOp::kAllReduce, bytes_of(tensor), [&] { get().all_reduce(tensor, op, timeout); });
+  }
+  // On a communicator that enqueues on device streams, "finished" in the
+  // flight record means enqueued.
   std::unique_ptr<Work> all_reduce_async(at::Tensor tensor, ReduceOp op, Timeout timeout) override {
-    return get().all_reduce_async(std::move(tensor), op, timeout);
+    std::unique_ptr<Work> work;
+    recorded(ddprun::channel::FlightOp::kAllReduce, bytes_of(tensor),
+             [&] { work = get().all_reduce_async(std::move(tensor), op, timeout); });
+    return work;
   }
   bool enqueues_on_device() const override { return get().enqueues_on_device(); }
   bool overlap_pays() const override { return get().overlap_pays(); }
-  void broadcast(at::Tensor& tensor, int root, Timeout timeout) override { get().broadcast(tensor, root, timeout); }
-  at::Tensor all_gather(const at::Tensor& input, Timeout timeout) override { return get().all_gather(input, timeout); }
-  void barrier(Timeout timeout) override { get().barrier(timeout); }
+  void broadcast(at::Tensor& tensor, int root, Timeout timeout) override {
+    recorded(ddprun::channel::FlightOp::kBroadcast, bytes_of(tensor), [&] { get().broadcast(tensor, root, timeout); });
+  }
+  at::Tensor all_gather(const at::Tensor& input, Timeout timeout) override {
+    at::Tensor out;
+    recorded(ddprun::channel::FlightOp::kAllGather, bytes_of(input), [&] { out = get().all_gather(input, timeout); });
+    return out;
+  }
+  void barrier(Timeout timeout) override {
+    recorded(ddprun::channel::FlightOp::kBarrier, 0, [&] { get().barrier(timeout); });
+  }
+
+  // Every collective from now on goes into `ring` (the worker's flight
+  // record, in its heartbeat slot) as communicator `comm` (0: CPU, 1: CUDA).
+  void record_into(ddprun::channel::FlightRing* ring, uint32_t comm) {
+    ring_ = ring;
+    comm_ = comm;
+  }
   void abort(const std::string& why) override {
     std::lock_guard lock(mu_);
     if (inner_) inner_->abort(why);
@@ -95,6 +121,24 @@ class SwappableCommunicator final : public Communicator {
     return *inner_;
   }
   Communicator& get() const { return const_cast<SwappableCommunicator*>(this)->get(); }
+  static uint64_t bytes_of(const at::Tensor& t) { return static_cast<uint64_t>(t.numel()) * t.element_size(); }
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  // Runs one collective between its flight-record entries (a lock-free
+  // write of a few words each side).
+  template <class Call>
+  void recorded(ddprun::channel::FlightOp op, uint64_t bytes, Call&& call) {
+    const uint64_t id = ddprun::channel::flight_begin(ring_, op, seq_.fetch_add(1) + 1, bytes, generation_, comm_, now_ns());
+    try {
+      call();
+    } catch (...) {
+      ddprun::channel::flight_end(ring_, id, /*failed=*/true, now_ns());
+      throw;
+    }
+    ddprun::channel::flight_end(ring_, id, /*failed=*/false, now_ns());
+  }
   std::mutex mu_;  // inner_ and generation_ against abort_older_than()
   std::unique_ptr<Communicator> inner_;
   uint32_t generation_ = 0;
@@ -104,6 +148,9 @@ class SwappableCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   Timeout timeout_{0};
   std::string backend_;
+  ddprun::channel::FlightRing* ring_ = nullptr;
+  uint32_t comm_ = 0;
+  std::atomic<uint64_t> seq_{0};
 };
 
 }  // namespace ddp

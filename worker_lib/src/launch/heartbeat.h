@@ -50,6 +50,8 @@ class Heartbeat {
   // The slot's progress block (heartbeat_layout.h), null without a file.
   // One writer at a time: ddp::ProgressReporter serialises them.
   ddprun::channel::ProgressBlock* progress_block() const { return progress_; }
+  // The slot's flight record (flight_record.h), null without a file.
+  ddprun::channel::FlightRing* flight_ring() const { return flight_; }
 
   // Checkpointless recovery (the slot's heal words): tells the agent this
   // worker can heal around a failed peer, or no longer can.
@@ -105,6 +107,7 @@ class Heartbeat {
   size_t map_len_ = 0;
   uint64_t* counter_ = nullptr;
   ddprun::channel::ProgressBlock* progress_ = nullptr;
+  ddprun::channel::FlightRing* flight_ = nullptr;
   uint32_t* heal_ready_ = nullptr;
   uint32_t* heal_generation_ = nullptr;
   uint32_t* no_heal_coming_ = nullptr;

@@ -14,6 +14,8 @@
 #include "heal/heal_watcher.h"
 #include "launch/env_store.h"
 #include "launch/heartbeat.h"
+#include "launch/stack_dumper.h"
+#include "channel/stack_dump.h"
 #include "launch/local_addr.h"
 #include "launch/standby.h"
 #include "rendezvous/client.h"
@@ -108,6 +110,13 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
       generation = heartbeat_->heal_generation();
     }
   }
+  cpu_->record_into(heartbeat_->flight_ring(), 0);
+  if (heartbeat_->has_slot()) {
+    // A hang shows where this rank stood (ddprun asks for the stacks).
+    const std::string err =
+        install_stack_dumper(ddprun::channel::stack_file_path(info_.heartbeat_file, info_.heartbeat_slot));
+    if (!err.empty()) std::fprintf(stderr, "ddp: warning: %s; a hang will show no stack of this rank\n", err.c_str());
+  }
   if (info_.heals && heartbeat_->has_slot()) {
     // A collective blocked on a peer that will not answer (cut off, its
     // node gone) fails as soon as the agent names the next generation.
@@ -179,7 +188,10 @@ void World::reconnect(uint32_t generation) {
 
 Communicator& World::cuda() {
   std::lock_guard lock(cuda_mu_);
-  if (!cuda_) cuda_ = std::make_unique<SwappableCommunicator>(connect_nccl(), [this] { return connect_nccl(); });
+  if (!cuda_) {
+    cuda_ = std::make_unique<SwappableCommunicator>(connect_nccl(), [this] { return connect_nccl(); });
+    cuda_->record_into(heartbeat_->flight_ring(), 1);
+  }
   return *cuda_;
 }
 

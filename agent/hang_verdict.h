@@ -1,0 +1,31 @@
+// Who waits for whom when a worker hangs: from every local rank's flight
+// record (channel/flight_record.h) and stacks (StackCollection), one
+// paragraph such as
+//   ranks 0,1,3 wait in all_reduce #1234 (25.0 MB) since 12.0 s; rank 2
+//   never entered it (its last: all_reduce #1233, finished 12.1 s ago);
+//   rank 2 is in: wait_for_input (loader.cpp:88)
+// A pure function of its inputs, unit-tested without processes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "agent/stack_collection.h"
+#include "channel/flight_record.h"
+
+namespace ddprun {
+
+struct RankView {
+  int rank = 0;
+  bool hung = false;  // its heartbeat stopped for --hang-timeout
+  std::vector<channel::FlightEntry> flight;
+  StackReport stacks;  // state kGone with no text when none were asked for
+};
+
+std::string hang_verdict(const std::vector<RankView>& ranks, int64_t now_ns);
+
+// "0,1,3"
+std::string rank_list(const std::vector<int>& ranks);
+
+}  // namespace ddprun

@@ -1,0 +1,87 @@
+// Hangs explained, with real processes: before ddprun kills a hung worker,
+// every worker's stacks (all threads, native frames named, or Python
+// frames) and a verdict naming the rank the others wait for; the same on a
+// live job when ddprun gets the stack signal.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "support/job_helpers.h"
+#include "support/process.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using ddptest::contains;
+using ddptest::ddprun;
+
+// The file ddprun named for every rank's stacks ("" when none).
+std::string stacks_file(const std::string& err) {
+  std::smatch m;
+  if (!std::regex_search(err, m, std::regex(R"(every rank's stacks, all threads: (\S+))"))) return "";
+  std::ifstream in(m[1].str());
+  std::stringstream s;
+  s << in.rdbuf();
+  std::filesystem::remove(m[1].str());
+  return s.str();
+}
+
+TEST(Hang, TheRankTheOthersWaitForIsNamedWithItsStackBeforeTheKill) {
+  ddptest::Finished f = ddptest::run(
+      ddprun({"--nproc", "3", "--hang-timeout", "2", HANG_CHECK_BIN, "--stuck", "1", "--at", "5"}));
+  EXPECT_NE(f.exit_code, 0) << f.err;
+  // The verdict, from the flight records: who waits in which collective,
+  // who never came, and where that one is (its own function, by name).
+  EXPECT_TRUE(contains(f.err, "hang: ranks 0,2 wait in all_reduce #6 (4.0 KB) since")) << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 1 never entered it (its last: all_reduce #5, finished")) << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 1 is in: stuck_outside_any_collective()")) << f.err;
+  // It is the failure's reason too: in the summary's root cause.
+  const auto root = f.err.find("root cause");
+  ASSERT_NE(root, std::string::npos) << f.err;
+  EXPECT_TRUE(contains(f.err.substr(root), "rank 1 never entered it")) << f.err;
+  // Every rank's stacks, every thread, in the file: the waiting ranks in
+  // the all_reduce, the stuck one in its function.
+  const std::string stacks = stacks_file(f.err);
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(contains(stacks, "=== rank " + std::to_string(r) + " (pid ")) << stacks;
+  EXPECT_EQ(ddptest::occurrences(stacks, "ddp::SwappableCommunicator::all_reduce"), 2) << stacks;
+  EXPECT_TRUE(contains(stacks, "stuck_outside_any_collective() (")) << stacks;
+  EXPECT_GT(ddptest::occurrences(stacks, "native thread "), 3) << stacks;  // helper threads too
+}
+
+TEST(Hang, AStoppedRankIsNamedAsOneThatCannotAnswer) {
+  ddptest::Finished f = ddptest::run(ddprun(
+      {"--nproc", "2", "--hang-timeout", "2", HANG_CHECK_BIN, "--stuck", "1", "--at", "3", "--stop-self"}));
+  EXPECT_NE(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 0 waits in all_reduce #4")) << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 1 stopped (SIGSTOP, or a debugger holds it): it cannot answer")) << f.err;
+  stacks_file(f.err);
+}
+
+// ddprun started the interpreters, so a script needs no change: the stack
+// signal sent to ddprun shows every rank's Python frames, and the job goes on.
+TEST(Hang, AStuckPythonScriptShowsItsPythonFrameOnDemand) {
+  ddptest::Process p(ddprun({"--nproc", "2", HANG_SCRIPT}), {"DDPRUN_PYTHON=" PYTHON_BIN});
+  ASSERT_TRUE(p.wait_for_line([](const std::string& l) { return contains(l, "rank 1 is stuck"); }, 120s))
+      << p.finish(10s).err;
+  p.signal(SIGRTMIN + 5);
+  auto where = p.wait_for_err_line([](const std::string& l) { return contains(l, "rank 1 (pid"); }, 60s);
+  ASSERT_TRUE(where) << p.finish(10s).err;
+  EXPECT_TRUE(contains(*where, "is in: File \"" HANG_SCRIPT "\", line ")) << *where;
+  EXPECT_TRUE(contains(*where, " in stuck_in_python")) << *where;
+  // Still running: asking changed nothing. Then it is stopped.
+  EXPECT_EQ(kill(p.pid(), 0), 0);
+  p.signal(SIGTERM);
+  ddptest::Finished f = p.finish(60s);
+  EXPECT_TRUE(contains(f.err, "stacks: rank 0 waits in torch.distributed (all_reduce); rank 1 is not in it")) << f.err;
+  EXPECT_TRUE(contains(f.err, "received SIGTERM")) << f.err;
+  const std::string stacks = stacks_file(f.err);
+  EXPECT_TRUE(contains(stacks, "in stuck_in_python")) << stacks;
+  EXPECT_TRUE(contains(stacks, "torch/distributed/")) << stacks;
+}
+
+}  // namespace

@@ -1,0 +1,46 @@
+// A worker_lib program for hang diagnosis: every rank all-reduces a small
+// tensor each step and beats; at step --at, rank --stuck stops in
+// stuck_outside_any_collective() (it reads a pipe nobody writes) while its
+// peers wait for it in the next all_reduce. With --stop-self the stuck
+// rank stops itself with SIGSTOP instead (a rank that cannot answer).
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "ddp/ddp.h"
+
+// Not inlined, so that its name is on the stack.
+__attribute__((noinline)) void stuck_outside_any_collective() {
+  int fds[2];
+  if (pipe(fds) != 0) std::abort();
+  char c;
+  while (read(fds[0], &c, 1) != 0) {
+  }
+  std::abort();  // never reached: nobody writes
+}
+
+int main(int argc, char** argv) {
+  int stuck = 1, at = 5;
+  bool stop_self = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--stuck" && i + 1 < argc) stuck = std::atoi(argv[++i]);
+    else if (a == "--at" && i + 1 < argc) at = std::atoi(argv[++i]);
+    else if (a == "--stop-self") stop_self = true;
+  }
+  auto world = ddp::init();
+  at::Tensor t = at::ones({1024});
+  for (int step = 0;; ++step) {
+    if (step == at && world->rank() == stuck) {
+      std::printf("rank %d gets stuck at step %d\n", world->rank(), step);
+      std::fflush(stdout);
+      if (stop_self) raise(SIGSTOP);
+      stuck_outside_any_collective();
+    }
+    world->cpu().all_reduce(t);
+    world->heartbeat();
+  }
+}
