@@ -287,6 +287,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   go.monitor_interval = cfg_.monitor_interval;
   go.events = &events_;
   go.attempt = attempt;
+  go.asked_stacks_copy = cfg_.asked_stacks_copy;
   // A hang's stacks outlive the job: beside the logs, or in TMPDIR.
   if (files_dir_is_temp_) {
     const char* tmp = getenv("TMPDIR");

@@ -78,6 +78,9 @@ struct AgentConfig {
   // --trace: workers record into DIR/<node>/attempt_A/rankR.trace
   // (channel/trace_format.h); the agent keeps clock.json there. Empty: off.
   std::string trace_dir;
+  // Stacks asked for on a live job are copied here too, whole, for
+  // `ddprun status --stacks` (empty: not).
+  std::string asked_stacks_copy;
   std::string trace_steps;  // --trace-steps "A:B", handed to workers as it is
   StdSelection redirects;
   StdSelection tee;

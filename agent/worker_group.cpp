@@ -339,6 +339,11 @@ std::string WorkerGroup::finish_stack_collection() {
     } else {
       spdlog::warn("every rank's stacks, all threads: {}", path);
     }
+    if (!collecting_for_hang_ && !options_.asked_stacks_copy.empty()) {
+      // Renamed into place: `ddprun status --stacks` waits for the rename.
+      const std::string tmp = options_.asked_stacks_copy + ".tmp";
+      if (channel::write_output_file(tmp, text).empty()) std::rename(tmp.c_str(), options_.asked_stacks_copy.c_str());
+    }
   }
   return verdict;
 }

@@ -100,6 +100,9 @@ struct GroupOptions {
   // those asked for on a live job (the stack signal sent to ddprun) go
   // beside it, "-asked-N" added.
   std::string stacks_path;
+  // Stacks asked for on a live job are also copied here (renamed into
+  // place, for `ddprun status --stacks`); empty: not.
+  std::string asked_stacks_copy;
 };
 
 class WorkerGroup {

@@ -167,8 +167,14 @@ JobFile::JobFile(const JobFileEntry& entry, const std::string& dir) {
   }
 }
 
+std::string asked_stacks_path(const std::string& dir, long pid) {
+  return dir + "/stacks-" + std::to_string(pid) + ".txt";
+}
+
 JobFile::~JobFile() {
   unlinkat(dir_fd_, name_.c_str(), 0);
+  const std::string stacks = "stacks-" + std::to_string(getpid()) + ".txt";
+  unlinkat(dir_fd_, stacks.c_str(), 0);
   close(dir_fd_);
 }
 

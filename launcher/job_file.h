@@ -60,6 +60,10 @@ class JobFile {
 std::vector<JobFileEntry> running_jobs(std::vector<std::string>& warnings,
                                        const std::string& dir = job_dir());
 
+// Where the ddprun of pid `pid` copies the stacks asked of it
+// (`ddprun status --stacks`): in the job folder, beside its job file.
+std::string asked_stacks_path(const std::string& dir, long pid);
+
 // The start time of process pid (field 22 of /proc/PID/stat), "" if gone.
 std::string process_start_time(long pid);
 

@@ -260,6 +260,7 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       spdlog::warn("`ddprun status` will not find this job: {}", e.what());
     }
+    if (job_file) plan.agent.asked_stacks_copy = asked_stacks_path(job_dir(), static_cast<long>(getpid()));
     // The workers' c10d store (PyTorch's env:// rendezvous) is hosted here,
     // on MASTER_PORT, before any worker starts, as torchrun's agent does:
     // workers are clients at once, with nothing to retry. Every agent hosts

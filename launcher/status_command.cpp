@@ -1,5 +1,15 @@
 #include "launcher/status_command.h"
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
 #include <grpcpp/grpcpp.h>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +24,7 @@
 #include "launcher/cli.h"
 #include "launcher/subcommand_parse.h"
 #include "launcher/job_file.h"
+#include "channel/stack_dump.h"
 #include "rendezvous/client.h"
 
 namespace ddprun {
@@ -243,6 +254,60 @@ std::string format_status_json(const std::string& job_id, const std::string& end
   return j.dump(2);
 }
 
+namespace {
+
+// `ddprun status --stacks`: signals the ddprun of each local job (each of
+// its agents on this machine) and prints the stacks it copies to the job
+// folder, waiting for each copy's rename with inotify.
+int print_asked_stacks(const std::vector<JobFileEntry>& jobs, const std::string& dir, double timeout_s) {
+  const int in = inotify_init1(IN_CLOEXEC);
+  if (in < 0 || inotify_add_watch(in, dir.c_str(), IN_MOVED_TO) < 0) {
+    std::fprintf(stderr, "ddprun: error: status: --stacks: cannot watch %s: %s\n", dir.c_str(), std::strerror(errno));
+    if (in >= 0) close(in);
+    return kExitWorkerFailed;
+  }
+  int exit_code = kExitOk;
+  for (const auto& j : jobs) {
+    const std::string path = asked_stacks_path(dir, j.pid);
+    const std::string name = path.substr(path.rfind('/') + 1);
+    if (process_start_time(j.pid) != j.start_time || kill(static_cast<pid_t>(j.pid), channel::stack_dump_signal()) != 0) {
+      std::fprintf(stderr, "ddprun: error: status: --stacks: job '%s' (ddprun pid %ld) has ended\n", j.run_id.c_str(), j.pid);
+      exit_code = kExitWorkerFailed;
+      continue;
+    }
+    // The workers answer within 3 s (or are named as unable to).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    bool got = false;
+    while (!got) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd p{in, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      alignas(inotify_event) char buf[4096];
+      const ssize_t n = read(in, buf, sizeof(buf));
+      for (ssize_t at = 0; at < n;) {
+        const auto* e = reinterpret_cast<const inotify_event*>(buf + at);
+        if (e->len && name == e->name) got = true;
+        at += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
+      }
+    }
+    if (!got) {
+      std::fprintf(stderr, "ddprun: error: status: --stacks: job '%s' (ddprun pid %ld) gave no stacks within %g s "
+                   "(its workers may not run now; raise --timeout)\n", j.run_id.c_str(), j.pid, timeout_s);
+      exit_code = kExitWorkerFailed;
+      continue;
+    }
+    std::ifstream f(path);
+    std::stringstream text;
+    text << f.rdbuf();
+    std::printf("job %s (ddprun pid %ld)\n%s\n", j.run_id.c_str(), j.pid, text.str().c_str());
+  }
+  close(in);
+  return exit_code;
+}
+
+}  // namespace
+
 int run_status_command(const std::vector<std::string>& args) {
   CLI::App app{
       "ddprun status: where a running job stands (round, restarts, nodes and ranks, last step\n"
@@ -265,10 +330,20 @@ int run_status_command(const std::vector<std::string>& args) {
   app.add_option("--timeout", timeout_s, "Seconds to wait for an answer [default: 5]")
       ->check(CLI::Range(0.1, 3600.0));
   app.add_flag("--json", json, "Print JSON (an array when several jobs are shown)");
+  bool stacks = false;
+  app.add_flag("--stacks", stacks,
+               "Print every worker's stacks and who waits for whom; the job goes on (this user's jobs on "
+               "this machine)");
   if (auto done = parse_subcommand(app, args, "status")) return *done;
+  bool timeout_given = app.count("--timeout") > 0;
 
   std::vector<Target> targets;
   try {
+    if (stacks && !endpoint.empty()) {
+      throw UsageError("--stacks: only for this user's jobs on this machine (it signals their ddprun); "
+                       "run it on the job's nodes without --rdzv-endpoint");
+    }
+    if (stacks && json) throw UsageError("--stacks: prints text, not --json");
     if (!endpoint.empty()) {
       if (job_id.empty()) throw UsageError("--rdzv-id: needed with --rdzv-endpoint (the job's id)");
       std::vector<std::string> warnings;  // a token on the command line is the user's choice here
@@ -290,6 +365,13 @@ int run_status_command(const std::vector<std::string>& args) {
         return kExitWorkerFailed;
       }
       for (const auto& w : warnings) std::fprintf(stderr, "ddprun: warning: status: %s\n", w.c_str());
+      if (stacks) {
+        std::vector<JobFileEntry> mine;
+        for (const auto& j : jobs) {
+          if (job_id.empty() || j.run_id == job_id) mine.push_back(j);
+        }
+        if (!mine.empty()) return print_asked_stacks(mine, dir, timeout_given ? timeout_s : 10.0);
+      }
       for (auto& j : jobs) {
         if (!job_id.empty() && j.run_id != job_id) continue;
         // Several agents of one job on this machine: the job once.

@@ -47,10 +47,14 @@ TEST(Hang, TheRankTheOthersWaitForIsNamedWithItsStackBeforeTheKill) {
   // Every rank's stacks, every thread, in the file: the waiting ranks in
   // the all_reduce, the stuck one in its function.
   const std::string stacks = stacks_file(f.err);
-  for (int r = 0; r < 3; ++r) EXPECT_TRUE(contains(stacks, "=== rank " + std::to_string(r) + " (pid ")) << stacks;
-  EXPECT_EQ(ddptest::occurrences(stacks, "ddp::SwappableCommunicator::all_reduce"), 2) << stacks;
-  EXPECT_TRUE(contains(stacks, "stuck_outside_any_collective() (")) << stacks;
-  EXPECT_GT(ddptest::occurrences(stacks, "native thread "), 3) << stacks;  // helper threads too
+  for (int r = 0; r < 3; ++r) {
+    const auto at = stacks.find("=== rank " + std::to_string(r) + " (pid ");
+    ASSERT_NE(at, std::string::npos) << stacks;
+    const std::string own = stacks.substr(at, stacks.find("=== rank ", at + 1) - at);
+    EXPECT_EQ(contains(own, "ddp::SwappableCommunicator::all_reduce("), r != 1) << own;
+    EXPECT_EQ(contains(own, "stuck_outside_any_collective()"), r == 1) << own;
+    EXPECT_GT(ddptest::occurrences(own, "native thread "), 1) << own;  // helper threads too
+  }
 }
 
 TEST(Hang, AStoppedRankIsNamedAsOneThatCannotAnswer) {
@@ -82,6 +86,38 @@ TEST(Hang, AStuckPythonScriptShowsItsPythonFrameOnDemand) {
   const std::string stacks = stacks_file(f.err);
   EXPECT_TRUE(contains(stacks, "in stuck_in_python")) << stacks;
   EXPECT_TRUE(contains(stacks, "torch/distributed/")) << stacks;
+}
+
+}  // namespace
+
+namespace {
+
+// `ddprun status --stacks`: the same from another terminal, printed there.
+TEST(Hang, StatusStacksPrintsEveryRanksStacksOfALiveJob) {
+  const std::string id = "stacks-" + std::to_string(getpid());
+  ddptest::Process p(ddprun({"--nproc", "2", "--rdzv-id", id, HANG_CHECK_BIN, "--stuck", "1", "--at", "3"}));
+  ASSERT_TRUE(p.wait_for_line([](const std::string& l) { return contains(l, "rank 1 gets stuck"); }, 120s))
+      << p.finish(10s).err;
+  ddptest::Finished s = ddptest::run(ddprun({"status", "--stacks", "--rdzv-id", id}));
+  EXPECT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_TRUE(contains(s.out, "job " + id + " (ddprun pid " + std::to_string(p.pid()) + ")")) << s.out;
+  EXPECT_TRUE(contains(s.out, "stacks: rank 0 waits in all_reduce #4")) << s.out;
+  EXPECT_TRUE(contains(s.out, "rank 1 is in: stuck_outside_any_collective()")) << s.out;
+  EXPECT_TRUE(contains(s.out, "=== rank 1 (pid ")) << s.out;
+  // Careless use: one line each, exit code 2.
+  for (const auto& bad : {std::vector<std::string>{"status", "--stacks", "--json"},
+                          std::vector<std::string>{"status", "--stacks", "--rdzv-endpoint", "127.0.0.1:1", "--rdzv-id", id}}) {
+    ddptest::Finished u = ddptest::run(ddprun(bad));
+    EXPECT_EQ(u.exit_code, 2) << u.err;
+    EXPECT_EQ(ddptest::lines(u.err).size(), 1u) << u.err;
+    EXPECT_TRUE(contains(u.err, "--stacks: ")) << u.err;
+  }
+  // The job went on all along.
+  EXPECT_EQ(kill(p.pid(), 0), 0);
+  p.signal(SIGTERM);
+  ddptest::Finished f = p.finish(60s);
+  EXPECT_TRUE(contains(f.err, "received SIGTERM")) << f.err;
+  stacks_file(f.err);
 }
 
 }  // namespace
