@@ -169,9 +169,14 @@ bool StackCollection::done(Clock::time_point now) {
       p.answered = true;
       continue;
     }
-    p.why = s.state == 'T' || s.state == 't' ? StackReport::kStopped
-            : s.state == 'D'                 ? StackReport::kInKernel
-                                             : StackReport::kNoAnswer;
+    if (s.state == 'T' || s.state == 't') {
+      // Stopped (SIGSTOP, a debugger): it answers only once continued,
+      // which may be never. Not waited for.
+      p.sent = false;
+      p.why = StackReport::kStopped;
+      continue;
+    }
+    p.why = s.state == 'D' ? StackReport::kInKernel : StackReport::kNoAnswer;
     all = false;
   }
   return all || now >= deadline_;

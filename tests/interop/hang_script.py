@@ -16,4 +16,5 @@ dist.init_process_group("gloo")
 if dist.get_rank() == 1:
     stuck_in_python()
 t = torch.ones(4)
+print(f"rank {dist.get_rank()} enters all_reduce", flush=True)
 dist.all_reduce(t)
