@@ -140,6 +140,8 @@ StackCollection::StackCollection(std::vector<StackTarget> targets, Clock::time_p
     const TaskStatus s = task_status(p.target.pid);
     if (!s.exists || is_zombie(s.state)) {
       p.why = StackReport::kGone;
+    } else if (s.state == 'T' || s.state == 't') {
+      p.why = StackReport::kStopped;  // it would answer only once continued
     } else if (!(s.caught & signal_bit())) {
       p.why = StackReport::kNoHandler;
     } else {
@@ -196,6 +198,8 @@ std::vector<StackReport> StackCollection::reports() const {
       if (!raw.str().empty()) {
         r.text = symbolized(raw.str(), p.target.pid);
         r.where = main_thread_frame(r.text, p.target.pid);
+      } else if (p.answered) {
+        r.text = "(it handled the signal but wrote nothing: its stack file was not open)\n";
       }
     }
     out.push_back(std::move(r));

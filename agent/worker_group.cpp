@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "agent/job_cgroup.h"
 #include "agent/shm_cleanup.h"
@@ -252,6 +253,39 @@ void WorkerGroup::run_command(const GroupCommand& c) {
   }
 }
 
+namespace {
+
+// Writes text to a new file named after `base` ("X.txt" gives
+// "X-a1B2c3.txt"), made with O_EXCL and mode 0600 (mkstemps), so that a
+// file planted under a guessable name in a shared TMPDIR is never written
+// to. Returns its path, or "" with err set.
+std::string write_new_file(const std::string& base, const std::string& text, std::string& err) {
+  const auto dot = base.rfind(".txt");
+  std::string name = base.substr(0, dot) + "-XXXXXX.txt";
+  const int fd = mkstemps(name.data(), 4);
+  if (fd < 0) {
+    err = name + ": " + std::strerror(errno);
+    return "";
+  }
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = name + ": " + std::strerror(n < 0 ? errno : EIO);
+      ::close(fd);
+      return "";
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return name;
+}
+
+}  // namespace
+
 void WorkerGroup::start_stack_collection(bool for_hang) {
   collecting_for_hang_ = for_hang;
   std::vector<StackTarget> targets;
@@ -334,10 +368,12 @@ std::string WorkerGroup::finish_stack_collection() {
               (v.stacks.state == StackReport::kAnswered ? "stacks" : describe_state(v.stacks.state)) + "\n" +
               v.stacks.text;
     }
-    if (const std::string err = channel::write_output_file(path, text); !err.empty()) {
+    std::string err;
+    stacks_file_ = write_new_file(path, text, err);
+    if (stacks_file_.empty()) {
       spdlog::warn("cannot write the stacks: {}", err);
     } else {
-      spdlog::warn("every rank's stacks, all threads: {}", path);
+      spdlog::warn("every rank's stacks, all threads: {}", stacks_file_);
     }
     if (!collecting_for_hang_ && !options_.asked_stacks_copy.empty()) {
       // Renamed into place: `ddprun status --stacks` waits for the rename.
@@ -365,7 +401,7 @@ void WorkerGroup::record_hung(const GroupCommand& kill, const std::string& verdi
     options_.events->write(channel::events::kHang,
                            {{"attempt", options_.attempt}, {"rank", e.rank}, {"local_rank", e.local_rank},
                             {"silent_s", kill.silent.count() / 1000.0}, {"verdict", verdict},
-                            {"stacks_file", options_.stacks_path}});
+                            {"stacks_file", stacks_file_}});
   }
   if (kill.heal) {
     killed_hung_[kill.worker] = kill.why;  // its exit is a heal's, told when it is reaped

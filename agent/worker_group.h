@@ -175,6 +175,7 @@ class WorkerGroup {
   std::unique_ptr<StackCollection> collecting_;
   bool collecting_for_hang_ = false;  // else asked for (the stack signal sent to ddprun)
   int asked_ = 0;                     // stacks asked for so far
+  std::string stacks_file_;           // where the last ones went
   std::vector<GroupCommand> deferred_;
 };
 
