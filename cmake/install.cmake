@@ -43,8 +43,9 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/worker_lib/include/ddp DESTINATION ${DDP
         FILES_MATCHING PATTERN "*.h")
 install(FILES ${PROJECT_SOURCE_DIR}/rendezvous/store.h DESTINATION ${DDPRUN_INSTALL_INCLUDEDIR}/rendezvous)
 # The agent <-> worker contract headers the public ones include (the heartbeat
-# slot with its progress block, the trace file format).
-install(FILES ${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h ${PROJECT_SOURCE_DIR}/channel/trace_format.h
+# slot with its progress block and flight record, the trace file format).
+install(FILES ${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h ${PROJECT_SOURCE_DIR}/channel/flight_record.h
+              ${PROJECT_SOURCE_DIR}/channel/trace_format.h
         DESTINATION ${DDPRUN_INSTALL_INCLUDEDIR}/channel)
 
 # A private Gloo (cmake/Gloo.cmake) travels with the worker library.
