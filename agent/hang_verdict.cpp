@@ -47,9 +47,22 @@ std::optional<FlightEntry> latest(const RankView& v, uint32_t comm) {
   return best;
 }
 
-std::string where_line(const RankView& v) {
+// Where a rank is; for one that gave no stacks, where its flight record
+// last saw it (unless the verdict said so already: last_said).
+std::string where_line(const RankView& v, int64_t now_ns, bool last_said) {
   if (v.stacks.state != StackReport::kAnswered) {
-    return "rank " + std::to_string(v.rank) + " " + describe_state(v.stacks.state);
+    std::string s = "rank " + std::to_string(v.rank) + " " + describe_state(v.stacks.state);
+    const FlightEntry* last = nullptr;
+    for (const auto& e : v.flight) {
+      if (!last || e.id > last->id) last = &e;
+    }
+    if (last && !last_said) {
+      s += "; its flight record last saw it " +
+           (last->state == static_cast<uint32_t>(FlightState::kStarted)
+                ? "inside " + name_of(*last) + " since " + seconds_text(now_ns - last->started_ns)
+                : "after " + name_of(*last) + ", finished " + seconds_text(now_ns - last->finished_ns) + " ago");
+    }
+    return s;
   }
   if (v.stacks.where.empty()) return "";
   return "rank " + std::to_string(v.rank) + " is in: " + v.stacks.where;
@@ -66,6 +79,7 @@ std::string rank_list(const std::vector<int>& ranks) {
 std::string hang_verdict(const std::vector<RankView>& ranks, int64_t now_ns) {
   std::vector<std::string> parts;
   std::vector<const RankView*> suspects;
+  std::vector<int> last_said;  // ranks whose last collective the verdict names
 
   // The CPU communicator's records, else the CUDA one's.
   uint32_t comm = 0;
@@ -151,6 +165,7 @@ std::string hang_verdict(const std::vector<RankView>& ranks, int64_t now_ns) {
         }
         parts.push_back(s);
         suspects.push_back(&ranks[i]);
+        last_said.push_back(ranks[i].rank);
       }
       if (behind.empty()) {
         // Everyone is inside it here: the one it waits for is elsewhere.
@@ -168,7 +183,8 @@ std::string hang_verdict(const std::vector<RankView>& ranks, int64_t now_ns) {
     }
   }
   for (const RankView* v : suspects) {
-    if (std::string w = where_line(*v); !w.empty()) parts.push_back(w);
+    const bool said = std::find(last_said.begin(), last_said.end(), v->rank) != last_said.end();
+    if (std::string w = where_line(*v, now_ns, said); !w.empty()) parts.push_back(w);
   }
   std::string out;
   for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;

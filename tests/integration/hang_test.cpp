@@ -58,6 +58,28 @@ TEST(Hang, TheRankTheOthersWaitForIsNamedWithItsStackBeforeTheKill) {
   }
 }
 
+// The verdict reaches the event log (the hang and the failure); the
+// stacks go beside the logs.
+TEST(Hang, TheVerdictIsInTheEventLog) {
+  const std::filesystem::path dir = ddptest::temp_path("hang", "logs");
+  ddptest::Finished f = ddptest::run(ddprun({"--nproc", "2", "--hang-timeout", "2", "--log-dir", dir.string(),
+                                             HANG_CHECK_BIN, "--stuck", "1", "--at", "3"}));
+  EXPECT_NE(f.exit_code, 0) << f.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(f.err, m, std::regex(R"(worker logs are in (\S+))"))) << f.err;
+  std::ifstream events(std::filesystem::path(m[1].str()) / "events.jsonl");
+  std::string line, hang, failure;
+  while (std::getline(events, line)) {
+    if (contains(line, "\"event\":\"hang\"")) hang = line;
+    if (contains(line, "\"event\":\"failure\"")) failure = line;
+  }
+  EXPECT_TRUE(contains(hang, "rank 0 waits in all_reduce #4")) << hang;
+  EXPECT_TRUE(contains(hang, "rank 1 never entered it")) << hang;
+  EXPECT_TRUE(contains(hang, "\"stacks_file\":\"" + m[1].str())) << hang;  // beside the logs
+  EXPECT_TRUE(contains(failure, "rank 1 never entered it")) << failure;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Hang, AStoppedRankIsNamedAsOneThatCannotAnswer) {
   ddptest::Finished f = ddptest::run(ddprun(
       {"--nproc", "2", "--hang-timeout", "2", HANG_CHECK_BIN, "--stuck", "1", "--at", "3", "--stop-self"}));

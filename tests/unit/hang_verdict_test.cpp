@@ -104,6 +104,17 @@ TEST(HangVerdict, OutsideAnyCollectiveTheHungRankIsNamed) {
   EXPECT_FALSE(has(v, "rank 0 is in")) << v;
 }
 
+TEST(HangVerdict, ARankWithoutStacksIsPlacedByItsFlightRecord) {
+  std::vector<RankView> ranks = {
+      rank(0, {record(7, FlightState::kFinished, 10, 11)}, "main (train.cpp:40) [train]"),
+      rank(1, {record(7, FlightState::kFinished, 10, 11)}, "", true),
+  };
+  ranks[1].stacks.state = StackReport::kInKernel;
+  const std::string v = hang_verdict(ranks, 20 * kSecond);
+  EXPECT_TRUE(has(v, "rank 1 stuck in the kernel (uninterruptible sleep): it cannot answer; its flight record "
+                     "last saw it after all_reduce #7, finished 9.0 s ago")) << v;
+}
+
 TEST(HangVerdict, OnlyTheNewestHealGenerationCounts) {
   FlightEntry old = record(40, FlightState::kFinished, 1, 2);
   FlightEntry fresh = record(2, FlightState::kStarted, 5);
