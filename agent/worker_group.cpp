@@ -629,7 +629,34 @@ void WorkerGroup::check_monitor() {
   if (now < next_monitor_) return;
   next_monitor_ = now + options_.monitor_interval;
   read_heal_ready();  // for all_heal_in_place(), which the agent reports
+  check_stragglers();
   options_.on_monitor();
+}
+
+void WorkerGroup::check_stragglers() {
+  if (!options_.heartbeats || policy_->stopping()) return;
+  std::map<int, std::vector<channel::FlightEntry>> records;
+  std::map<int, int> local_of;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (!policy_->alive(static_cast<int>(i))) return;  // a heal or an exit under way: not now
+    const auto& id = workers_[i]->launch->id;
+    records[id.rank] = options_.heartbeats->flight(id.local_rank);
+    local_of[id.rank] = id.local_rank;
+  }
+  stragglers_.update(records);
+  for (int rank : stragglers_.stragglers()) {
+    if (std::find(stragglers_said_.begin(), stragglers_said_.end(), rank) != stragglers_said_.end()) continue;
+    stragglers_said_.push_back(rank);
+    const StragglerScore& s = stragglers_.scores().at(rank);
+    spdlog::warn("rank {} is a straggler: the others wait for it at {:.0f}% of their collectives, {:.1f} ms on "
+                 "average; it is {:.0f}% of their time between collectives (score {:.2f})",
+                 rank, 100 * s.last_share, s.late_ms, 100 * s.score, s.score);
+    if (options_.events) {
+      options_.events->write(channel::events::kStraggler,
+                             {{"attempt", options_.attempt}, {"rank", rank}, {"local_rank", local_of[rank]},
+                              {"score", s.score}, {"last_share", s.last_share}, {"late_ms", s.late_ms}});
+    }
+  }
 }
 
 // How long poll may wait: the policy's limit, and the monitor's next beat.

@@ -21,6 +21,7 @@
 #include "agent/signals.h"
 #include "agent/spawn.h"
 #include "agent/stack_collection.h"
+#include "agent/straggler_scores.h"
 #include "agent/standby.h"
 #include "agent/worker_output.h"
 
@@ -133,6 +134,7 @@ class WorkerGroup {
   // The rendezvous's answer for the workers that wait for a heal generation.
   void check_heal_answer();
   void check_monitor();
+  void check_stragglers();
   // Gives a console that is slow, not stalled, the lines it has not taken
   // yet: waits while it takes some within a second, for at most `limit`.
   void drain_consoles(std::chrono::milliseconds limit);
@@ -176,6 +178,10 @@ class WorkerGroup {
   bool collecting_for_hang_ = false;  // else asked for (the stack signal sent to ddprun)
   int asked_ = 0;                     // stacks asked for so far
   std::string stacks_file_;           // where the last ones went
+  // Stragglers among the local ranks (their flight records, read with the
+  // monitor), each said once per attempt.
+  StragglerScores stragglers_;
+  std::vector<int> stragglers_said_;
   std::vector<GroupCommand> deferred_;
 };
 

@@ -161,3 +161,43 @@ TEST(Hang, StatusStacksPrintsEveryRanksStacksOfALiveJob) {
 }
 
 }  // namespace
+
+namespace {
+
+// Stragglers: a rank that computes three times as long is named (the
+// job runs until it is, then is stopped); two CPU hogs and no slow rank
+// name nobody over 3000 steps.
+TEST(Straggler, ASlowRankIsNamedAndNoOtherIs) {
+  const std::filesystem::path dir = ddptest::temp_path("straggler", "logs");
+  ddptest::Process p(ddprun({"--nproc", "3", "--monitor-interval", "0.02", "--log-dir", dir.string(),
+                             HANG_CHECK_BIN, "--at", "-1", "--work-ms", "2", "--slow", "1", "--slow-factor", "3"}));
+  auto said = p.wait_for_err_line([](const std::string& l) { return contains(l, "is a straggler"); }, 120s);
+  ASSERT_TRUE(said) << p.finish(10s).err;
+  EXPECT_TRUE(contains(*said, "rank 1 is a straggler: the others wait for it at")) << *said;
+  p.signal(SIGTERM);
+  ddptest::Finished f = p.finish(60s);
+  EXPECT_EQ(ddptest::occurrences(f.err, "is a straggler"), 1) << f.err;  // once, and only rank 1
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(f.err, m, std::regex(R"(worker logs are in (\S+))"))) << f.err;
+  std::ifstream events(std::filesystem::path(m[1].str()) / "events.jsonl");
+  std::string line, event;
+  while (std::getline(events, line)) {
+    if (contains(line, "\"event\":\"straggler\"")) event = line;
+  }
+  EXPECT_TRUE(contains(event, "\"rank\":1")) << event;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Straggler, TwoCpuHogsAndNoSlowRankNameNobody) {
+  std::vector<std::unique_ptr<ddptest::Process>> hogs;
+  for (int i = 0; i < 2; ++i) {
+    hogs.push_back(std::make_unique<ddptest::Process>(std::vector<std::string>{"/bin/sh", "-c", "while :; do :; done"}));
+  }
+  ddptest::Finished f = ddptest::run(ddprun({"--nproc", "2", "--monitor-interval", "0.02", HANG_CHECK_BIN, "--at",
+                                             "-1", "--work-ms", "1", "--steps", "3000"}));
+  for (auto& h : hogs) h->signal(SIGKILL);
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_FALSE(contains(f.err, "straggler")) << f.err;
+}
+
+}  // namespace

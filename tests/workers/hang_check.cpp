@@ -1,14 +1,18 @@
-// A worker_lib program for hang diagnosis: every rank all-reduces a small
-// tensor each step and beats; at step --at, rank --stuck stops in
-// stuck_outside_any_collective() (it reads a pipe nobody writes) while its
-// peers wait for it in the next all_reduce. With --stop-self the stuck
-// rank stops itself with SIGSTOP instead (a rank that cannot answer).
+// A worker_lib program for hang and straggler diagnosis: every rank
+// all-reduces a small tensor each step and beats; at step --at, rank
+// --stuck stops in stuck_outside_any_collective() (it reads a pipe nobody
+// writes) while its peers wait for it in the next all_reduce. With
+// --stop-self the stuck rank stops itself with SIGSTOP instead (a rank that
+// cannot answer). With --work-ms W each step first sleeps W ms ("compute"),
+// rank --slow F times as long (--slow-factor), and --steps N ends the run.
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "ddp/ddp.h"
 
@@ -23,19 +27,28 @@ __attribute__((noinline)) void stuck_outside_any_collective() {
 }
 
 int main(int argc, char** argv) {
-  int stuck = 1, at = 5;
+  int stuck = 1, at = 5, slow = -1;
+  long steps = -1;
+  double work_ms = 0, slow_factor = 1.5;
   bool stop_self = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--stuck" && i + 1 < argc) stuck = std::atoi(argv[++i]);
     else if (a == "--at" && i + 1 < argc) at = std::atoi(argv[++i]);
     else if (a == "--stop-self") stop_self = true;
+    else if (a == "--work-ms" && i + 1 < argc) work_ms = std::atof(argv[++i]);
+    else if (a == "--slow" && i + 1 < argc) slow = std::atoi(argv[++i]);
+    else if (a == "--slow-factor" && i + 1 < argc) slow_factor = std::atof(argv[++i]);
+    else if (a == "--steps" && i + 1 < argc) steps = std::atol(argv[++i]);
   }
   auto world = ddp::init();
   at::Tensor t = at::ones({1024});
-  for (int step = 0;; ++step) {
+  const auto work = std::chrono::microseconds(static_cast<int64_t>(
+      1000 * work_ms * (world->rank() == slow ? slow_factor : 1.0)));
+  for (long step = 0; step != steps; ++step) {
+    if (work.count() > 0) std::this_thread::sleep_for(work);
     if (step == at && world->rank() == stuck) {
-      std::printf("rank %d gets stuck at step %d\n", world->rank(), step);
+      std::printf("rank %d gets stuck at step %ld\n", world->rank(), step);
       std::fflush(stdout);
       if (stop_self) raise(SIGSTOP);
       stuck_outside_any_collective();
@@ -43,4 +56,5 @@ int main(int argc, char** argv) {
     world->cpu().all_reduce(t);
     world->heartbeat();
   }
+  return 0;
 }

@@ -1,0 +1,117 @@
+// Straggler scores from synthetic flight records: a rank that computes 1.5x
+// as long is found, with DDP-like buckets too; random delays on random
+// ranks flag nobody; a heal's new numbering starts over.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <vector>
+
+#include "agent/straggler_scores.h"
+
+namespace {
+
+using namespace ddprun;
+using channel::FlightEntry;
+
+constexpr int64_t kMs = 1000000;
+
+// Records steps of `ranks` ranks, each computing work_ms (rank `slow`
+// slow_factor times as long, plus jitter) then running `buckets`
+// collectives back to back (0.1 ms each); fed to the scores as an agent
+// reads rings of 16: every `per_read` collectives.
+struct Job {
+  int ranks = 2;
+  int buckets = 1;
+  double work_ms = 2;
+  int slow = -1;
+  double slow_factor = 1.5;
+  double jitter_ms = 0;  // a delay, on a random rank, now and then
+  uint32_t generation = 0;
+  std::mt19937 rng{7};
+  int64_t now = 0;
+  uint64_t seq = 0;
+  std::map<int, std::vector<FlightEntry>> rings;
+
+  void step(StragglerScores& scores) {
+    std::vector<int64_t> arrive(static_cast<size_t>(ranks));
+    std::uniform_int_distribution<int> who(0, ranks - 1);
+    std::uniform_real_distribution<double> chance(0, 1);
+    const int delayed = chance(rng) < 0.3 ? who(rng) : -1;
+    for (int r = 0; r < ranks; ++r) {
+      double w = work_ms * (r == slow ? slow_factor : 1.0);
+      if (r == delayed) w += jitter_ms;
+      arrive[static_cast<size_t>(r)] = now + static_cast<int64_t>(w * kMs);
+    }
+    for (int b = 0; b < buckets; ++b) {
+      ++seq;
+      int64_t done = 0;
+      for (int r = 0; r < ranks; ++r) {
+        FlightEntry e;
+        e.id = seq;
+        e.seq = seq;
+        e.generation = generation;
+        e.started_ns = arrive[static_cast<size_t>(r)];
+        auto& ring = rings[r];
+        ring.push_back(e);
+        if (ring.size() > 16) ring.erase(ring.begin());
+        done = std::max(done, arrive[static_cast<size_t>(r)]);
+      }
+      done += kMs / 10;
+      for (auto& a : arrive) a = done;  // the next bucket: everyone leaves together
+    }
+    now = arrive[0];
+    scores.update(rings);
+  }
+};
+
+TEST(StragglerScores, ARankOneAndAHalfTimesAsSlowIsFoundWithinFiftySteps) {
+  for (int buckets : {1, 4}) {
+    StragglerScores scores;
+    Job job;
+    job.ranks = 4;
+    job.buckets = buckets;
+    job.slow = 2;
+    int steps = 0;
+    while (scores.stragglers().empty() && steps < 200) {
+      job.step(scores);
+      ++steps;
+    }
+    EXPECT_EQ(scores.stragglers(), std::vector<int>{2}) << buckets << " bucket(s)";
+    EXPECT_LE(steps, 50) << buckets << " bucket(s)";
+    EXPECT_NEAR(scores.scores().at(2).score, 1.0 / 3, 0.06) << buckets;
+    EXPECT_LT(scores.scores().at(0).score, 0.02) << buckets;
+    EXPECT_GT(scores.scores().at(2).last_share, 0.95) << buckets;
+    EXPECT_GT(scores.scores().at(2).late_ms, 4 * scores.scores().at(0).late_ms) << buckets;
+  }
+}
+
+TEST(StragglerScores, RandomDelaysOnRandomRanksFlagNobody) {
+  StragglerScores scores;
+  Job job;
+  job.ranks = 2;
+  job.buckets = 3;
+  job.jitter_ms = 4;  // twice the work, on one rank in three steps
+  for (int i = 0; i < 10000; ++i) {
+    job.step(scores);
+    ASSERT_TRUE(scores.stragglers().empty()) << "step " << i << ": rank " << scores.stragglers()[0];
+  }
+}
+
+TEST(StragglerScores, AHealsNewNumberingStartsOverAndTheSlowRankIsFoundAgain) {
+  StragglerScores scores;
+  Job job;
+  job.slow = 1;
+  for (int i = 0; i < 60; ++i) job.step(scores);
+  ASSERT_EQ(scores.stragglers(), std::vector<int>{1});
+  // A heal: numbers from 1 again, and the new rank 1 is as fast as the rest.
+  job.generation = 1;
+  job.seq = 0;
+  job.slow = -1;
+  for (auto& [r, ring] : job.rings) ring.clear();
+  for (int i = 0; i < 200; ++i) job.step(scores);
+  EXPECT_TRUE(scores.stragglers().empty());
+  EXPECT_LT(scores.scores().at(1).score, 0.05);
+}
+
+}  // namespace
