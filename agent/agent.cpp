@@ -129,6 +129,7 @@ void Agent::spawn_standbys(int attempt, const JoinResult& guess, int count) {
     if (!cfg_.standby_argv.empty()) l.spawn.argv = cfg_.standby_argv;
     try {
       standbys_.push_back(spawn_standby(l.spawn));
+      standbys_.back().vars = l.vars;
     } catch (const std::exception& e) {
       spdlog::warn("cannot start a standby worker ({}); the next restart starts fresh ones", e.what());
       dismiss_standbys();

@@ -37,7 +37,11 @@ Standby spawn_standby(SpawnRequest req) {
 }
 
 void release_standby(Standby& s, const std::map<std::string, std::string>& vars) {
-  const std::string msg = standby_message(vars);
+  std::vector<std::string> unset;
+  for (const auto& [k, v] : s.vars) {
+    if (!vars.count(k)) unset.push_back(k);
+  }
+  const std::string msg = channel::encode_standby_message(vars, unset);
   size_t off = 0;
   while (off < msg.size()) {
     ssize_t n = write(s.control, msg.data() + off, msg.size() - off);

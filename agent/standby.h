@@ -17,6 +17,9 @@ namespace ddprun {
 struct Standby {
   SpawnedProcess process;
   int control = -1;  // write end of the control pipe; -1 once released
+  // What ddprun set when it started it (for the assignment it guessed):
+  // those the release does not set again are removed.
+  std::map<std::string, std::string> vars;
 };
 
 // Starts req as a standby worker (adds DDPRUN_STANDBY_FD=3 to its env).

@@ -40,6 +40,8 @@ def _ddprun_standby():
         key, eq, value = entry.partition(b"=")
         if eq:
             os.environb[key] = value
+        elif key:
+            os.environb.pop(key, None)  # set for another assignment
     # Run the entrypoint as `python SCRIPT ARGS` / `python -m MODULE ARGS` would.
     import runpy
     args = sys.argv[1:]

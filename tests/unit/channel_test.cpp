@@ -13,11 +13,20 @@ TEST(Channel, StandbyMessagesRoundTrip) {
   const std::string msg = encode_standby_message(vars);
   EXPECT_TRUE(standby_message_complete(msg));
   EXPECT_FALSE(standby_message_complete(msg.substr(0, msg.size() - 1)));
-  auto back = decode_standby_message(msg);
-  std::map<std::string, std::string> got(back.begin(), back.end());
+  std::map<std::string, std::string> got;
+  for (const auto& [k, v] : decode_standby_message(msg)) {
+    ASSERT_TRUE(v.has_value()) << k;
+    got[k] = *v;
+  }
   EXPECT_EQ(got, vars);
   EXPECT_TRUE(standby_message_complete(encode_standby_message({})));
   EXPECT_TRUE(decode_standby_message(encode_standby_message({})).empty());
+  // Variables to remove travel as bare names.
+  const auto with_unset = decode_standby_message(encode_standby_message({{"RANK", "1"}}, {"DDPRUN_HEAL_GENERATION"}));
+  ASSERT_EQ(with_unset.size(), 2u);
+  EXPECT_EQ(with_unset[0].first, "DDPRUN_HEAL_GENERATION");
+  EXPECT_FALSE(with_unset[0].second.has_value());
+  EXPECT_EQ(with_unset[1].second, std::optional<std::string>("1"));
 }
 
 TEST(Channel, ErrorFilesRoundTripAndTorchrunsFormsAreRead) {

@@ -107,6 +107,21 @@ TEST(Standby, WaitsForItsVariablesThenRunsWithThem) {
   close(s.process.stderr_fd);
 }
 
+// A standby started for one assignment (a replacement's heal generation)
+// and released for another (a restart's fresh round) keeps none of the
+// first one's variables that the second does not set: the restarted
+// worker once connected a heal generation the round never had.
+TEST(Standby, AVariableOfTheAssignmentItWasStartedForIsRemoved) {
+  Standby s = spawn_standby(SpawnRequest{PROBE_BIN, {"probe", "standby-env"}, {"RANK=stale", "PROBE_EXTRA=gen 2"}});
+  s.vars = {{"RANK", "stale"}, {"PROBE_EXTRA", "gen 2"}};
+  release_standby(s, {{"RANK", "5"}});
+  EXPECT_EQ(read_to_eof(s.process.stdout_fd), "released RANK=5 PROBE_EXTRA=<unset>\n");
+  int status = wait_status(s.process.pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  close(s.process.stdout_fd);
+  close(s.process.stderr_fd);
+}
+
 TEST(Standby, DismissedStandbysAreGone) {
   Standby s = spawn_standby(SpawnRequest{PROBE_BIN, {"probe", "standby-env"}, {}});
   const pid_t pid = s.process.pid;

@@ -31,7 +31,11 @@ bool wait_if_standby() {
   close(fd);
   unsetenv(ddprun::channel::kStandbyFd);
   for (const auto& [key, value] : ddprun::channel::decode_standby_message(msg)) {
-    setenv(key.c_str(), value.c_str(), 1);
+    if (!value) {
+      unsetenv(key.c_str());
+      continue;
+    }
+    setenv(key.c_str(), value->c_str(), 1);
   }
   return true;
 }
