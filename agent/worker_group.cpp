@@ -267,21 +267,8 @@ std::string write_new_file(const std::string& base, const std::string& text, std
     err = name + ": " + std::strerror(errno);
     return "";
   }
-  const char* p = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      err = name + ": " + std::strerror(n < 0 ? errno : EIO);
-      ::close(fd);
-      return "";
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  ::close(fd);
-  return name;
+  err = channel::write_and_close(fd, name, text);
+  return err.empty() ? name : "";
 }
 
 }  // namespace

@@ -22,6 +22,10 @@ std::string open_error_text(int err) {
 std::string write_output_file(const std::string& path, const std::string& text) {
   const int fd = open_output_file(path, O_TRUNC);
   if (fd < 0) return path + ": " + open_error_text(errno);
+  return write_and_close(fd, path, text);
+}
+
+std::string write_and_close(int fd, const std::string& path, const std::string& text) {
   const char* p = text.data();
   size_t left = text.size();
   while (left > 0) {

@@ -26,6 +26,10 @@ int open_output_file(const std::string& path, int flags, mode_t mode = 0644);
 // Returns "" or why it could not ("<path>: <reason>").
 std::string write_output_file(const std::string& path, const std::string& text);
 
+// Writes `text` to fd (an open file at `path`) and closes it; returns "" or
+// why it could not ("<path>: <reason>").
+std::string write_and_close(int fd, const std::string& path, const std::string& text);
+
 // Gives fd's file `len` bytes with their blocks allocated (see above).
 // Returns 0 or the error number (ENOSPC on a full file system).
 int allocate_file(int fd, size_t len);
