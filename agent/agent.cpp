@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 #include <thread>
 
+#include "agent/temp_dir.h"
 #include "channel/event_log.h"
 #include "channel/output_file.h"
 
@@ -290,13 +291,8 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   go.attempt = attempt;
   go.asked_stacks_copy = cfg_.asked_stacks_copy;
   // A hang's stacks outlive the job: beside the logs, or in TMPDIR.
-  if (files_dir_is_temp_) {
-    const char* tmp = getenv("TMPDIR");
-    go.stacks_path = std::string(tmp && *tmp ? tmp : "/tmp") + "/ddprun-" + cfg_.run_id + "-stacks-attempt_" +
-                     std::to_string(attempt) + ".txt";
-  } else {
-    go.stacks_path = files_dir_ + "/stacks-attempt_" + std::to_string(attempt) + ".txt";
-  }
+  go.stacks_stem = (files_dir_is_temp_ ? temp_base() + "/ddprun-" + cfg_.run_id + "-" : files_dir_ + "/") +
+                   "stacks-attempt_" + std::to_string(attempt);
   seen_.assign(cfg_.nproc, channel::Progress{});
   meter_.reset();
   logged_step_ = -1;

@@ -80,8 +80,7 @@ void Agent::prepare_files() {
     spdlog::info("worker logs are in {}", files_dir_);
     events_.add_file(files_dir_ + "/" + ev::kFileName);
   } else {
-    const char* tmp = getenv("TMPDIR");
-    const std::string base = tmp && *tmp ? tmp : "/tmp";
+    const std::string base = temp_base();
     // Folders that SIGKILLed agents left behind go first.
     if (int n = remove_stale_temp_dirs(base); n > 0) {
       spdlog::debug("removed {} temporary folder(s) that ended agents left in {}", n, base);

@@ -38,11 +38,11 @@ std::string ranks_do(const std::vector<int>& r, const std::string& verb) {
   return ranks_word(r) + " " + verb + (r.size() == 1 ? "s" : "");
 }
 
-// A rank's newest record on communicator `comm`.
-std::optional<FlightEntry> latest(const RankView& v, uint32_t comm) {
+// A rank's newest record on communicator `comm` (none: on any).
+std::optional<FlightEntry> latest(const RankView& v, std::optional<uint32_t> comm) {
   std::optional<FlightEntry> best;
   for (const auto& e : v.flight) {
-    if (e.comm == comm && (!best || e.id > best->id)) best = e;
+    if ((!comm || e.comm == *comm) && (!best || e.id > best->id)) best = e;
   }
   return best;
 }
@@ -52,10 +52,7 @@ std::optional<FlightEntry> latest(const RankView& v, uint32_t comm) {
 std::string where_line(const RankView& v, int64_t now_ns, bool last_said) {
   if (v.stacks.state != StackReport::kAnswered) {
     std::string s = "rank " + std::to_string(v.rank) + " " + describe_state(v.stacks.state);
-    const FlightEntry* last = nullptr;
-    for (const auto& e : v.flight) {
-      if (!last || e.id > last->id) last = &e;
-    }
+    const auto last = latest(v, std::nullopt);
     if (last && !last_said) {
       s += "; its flight record last saw it " +
            (last->state == static_cast<uint32_t>(FlightState::kStarted)

@@ -52,6 +52,10 @@ uint64_t signal_bit() { return uint64_t{1} << (channel::stack_dump_signal() - 1)
 
 bool is_zombie(char state) { return state == 'Z' || state == 'X'; }
 
+// Stopped (SIGSTOP, a debugger): it would answer only once continued,
+// which may be never. Not waited for.
+bool is_stopped(char state) { return state == 'T' || state == 't'; }
+
 // A dump's native blocks symbolized in place; other text (a Python
 // traceback) stays as it is.
 std::string symbolized(const std::string& raw, pid_t pid) {
@@ -140,8 +144,8 @@ StackCollection::StackCollection(std::vector<StackTarget> targets, Clock::time_p
     const TaskStatus s = task_status(p.target.pid);
     if (!s.exists || is_zombie(s.state)) {
       p.why = StackReport::kGone;
-    } else if (s.state == 'T' || s.state == 't') {
-      p.why = StackReport::kStopped;  // it would answer only once continued
+    } else if (is_stopped(s.state)) {
+      p.why = StackReport::kStopped;
     } else if (!(s.caught & signal_bit())) {
       p.why = StackReport::kNoHandler;
     } else {
@@ -171,9 +175,7 @@ bool StackCollection::done(Clock::time_point now) {
       p.answered = true;
       continue;
     }
-    if (s.state == 'T' || s.state == 't') {
-      // Stopped (SIGSTOP, a debugger): it answers only once continued,
-      // which may be never. Not waited for.
+    if (is_stopped(s.state)) {
       p.sent = false;
       p.why = StackReport::kStopped;
       continue;

@@ -13,10 +13,6 @@
 
 namespace ddprun {
 
-std::string standby_message(const std::map<std::string, std::string>& vars) {
-  return channel::encode_standby_message(vars);
-}
-
 Standby spawn_standby(SpawnRequest req) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw SpawnError(std::string("pipe: ") + strerror(errno));

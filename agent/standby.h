@@ -33,6 +33,5 @@ void release_standby(Standby& s, const std::map<std::string, std::string>& vars)
 void dismiss_standby(Standby& s);
 
 // The message for vars (exposed for tests).
-std::string standby_message(const std::map<std::string, std::string>& vars);
 
 }  // namespace ddprun

@@ -10,6 +10,10 @@ constexpr double kAlpha = 0.02;  // the weight of the newest collective: about t
 
 void smooth(double& v, double x) { v += kAlpha * (x - v); }
 
+// An EWMA that started from nothing after n samples, as a mean: the
+// weights it gave them sum to 1 - (1 - kAlpha)^n, not 1.
+double unbiased(double ewma, int64_t n) { return ewma / (1.0 - std::pow(1.0 - kAlpha, static_cast<double>(n))); }
+
 }  // namespace
 
 void StragglerScores::update(const std::map<int, std::vector<channel::FlightEntry>>& records) {
@@ -53,7 +57,6 @@ void StragglerScores::update(const std::map<int, std::vector<channel::FlightEntr
     // collectives it had.
     smooth(period_ns_, static_cast<double>(period));
     ++scored_;
-    const double unbias = 1.0 - std::pow(1.0 - kAlpha, static_cast<double>(scored_));
     // Someone waited for someone (more than a twentieth of the period):
     // who came last counts towards its share.
     const bool waited = (last - first) * 20 > period;
@@ -61,14 +64,12 @@ void StragglerScores::update(const std::map<int, std::vector<channel::FlightEntr
       smooth(late_ns_[rank], static_cast<double>(t - first));
       StragglerScore& s = scores_[rank];
       s.score = std::clamp(late_ns_[rank] / period_ns_, 0.0, 1.0);
-      s.late_ms = late_ns_[rank] / unbias / 1e6;
+      s.late_ms = unbiased(late_ns_[rank], scored_) / 1e6;
       if (waited) {
-        // A mean that leans to the recent: the EWMA over what it has seen
-        // (it starts from nothing, not from 0).
         double& raw = last_raw_[rank];
         smooth(raw, t == last ? 1.0 : 0.0);
         ++s.samples;
-        s.last_share = raw / (1.0 - std::pow(1.0 - kAlpha, static_cast<double>(s.samples)));
+        s.last_share = unbiased(raw, s.samples);  // a mean that leans to the recent
       }
     }
   }

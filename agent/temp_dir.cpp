@@ -26,6 +26,11 @@ std::string pid_namespace() {
 
 }  // namespace
 
+std::string temp_base() {
+  const char* tmp = getenv("TMPDIR");
+  return tmp && *tmp ? tmp : "/tmp";
+}
+
 std::string make_temp_dir(const std::string& base, const std::string& run_id, bool disposable) {
   std::string pattern = base + "/ddprun-" + run_id + "-XXXXXX";
   if (!mkdtemp(pattern.data())) {

@@ -19,6 +19,9 @@ namespace ddprun {
 // no owner file and is never swept.
 std::string make_temp_dir(const std::string& base, const std::string& run_id, bool disposable);
 
+// Where temporary files go: $TMPDIR, else /tmp.
+std::string temp_base();
+
 // Removes the ddprun-* folders under `base` whose owner process is gone
 // from this pid namespace; returns how many.
 int remove_stale_temp_dirs(const std::string& base);

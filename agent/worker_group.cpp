@@ -225,7 +225,7 @@ void WorkerGroup::run_command(const GroupCommand& c) {
       }
       break;
     case GroupCommand::kKillWorker:
-      record_hung(c);
+      record_hung(c, hang_verdict_);
       if (policy_->alive(c.worker)) kill(-workers_[c.worker]->pid, SIGKILL);
       break;
     case GroupCommand::kReplaceWorker:
@@ -255,13 +255,12 @@ void WorkerGroup::run_command(const GroupCommand& c) {
 
 namespace {
 
-// Writes text to a new file named after `base` ("X.txt" gives
-// "X-a1B2c3.txt"), made with O_EXCL and mode 0600 (mkstemps), so that a
-// file planted under a guessable name in a shared TMPDIR is never written
-// to. Returns its path, or "" with err set.
-std::string write_new_file(const std::string& base, const std::string& text, std::string& err) {
-  const auto dot = base.rfind(".txt");
-  std::string name = base.substr(0, dot) + "-XXXXXX.txt";
+// Writes text to a new file STEM-XXXXXX.txt ("-a1B2c3"), made with O_EXCL
+// and mode 0600 (mkstemps), so that a file planted under a guessable name
+// in a shared TMPDIR is never written to. Returns its path, or "" with err
+// set.
+std::string write_new_file(const std::string& stem, const std::string& text, std::string& err) {
+  std::string name = stem + "-XXXXXX.txt";
   const int fd = mkstemps(name.data(), 4);
   if (fd < 0) {
     err = name + ": " + std::strerror(errno);
@@ -294,18 +293,11 @@ void WorkerGroup::start_stack_collection(bool for_hang) {
 
 void WorkerGroup::check_stack_collection(bool now) {
   if (!collecting_ || !(collecting_->done(std::chrono::steady_clock::now()) || now)) return;
-  const std::string verdict = finish_stack_collection();
+  hang_verdict_ = finish_stack_collection();
   collecting_.reset();
   auto commands = std::move(deferred_);
   deferred_.clear();
-  for (const auto& c : commands) {
-    if (c.kind == GroupCommand::kKillWorker) {
-      record_hung(c, verdict);
-      if (policy_->alive(c.worker)) kill(-workers_[c.worker]->pid, SIGKILL);
-    } else {
-      run_command(c);
-    }
-  }
+  for (const auto& c : commands) run_command(c);  // the kills carry the verdict
 }
 
 // The verdict, the stacks in short on the console and whole in the stacks
@@ -342,13 +334,10 @@ std::string WorkerGroup::finish_stack_collection() {
       spdlog::warn("  rank {}: {}", v.rank, describe_state(v.stacks.state));
     }
   }
-  std::string path = options_.stacks_path;
-  if (!collecting_for_hang_ && !path.empty()) {
-    // Asked for on a live job: a file per request.
-    const auto dot = path.rfind(".txt");
-    path = path.substr(0, dot) + "-asked-" + std::to_string(++asked_) + ".txt";
-  }
-  if (!path.empty()) {
+  std::string stem = options_.stacks_stem;
+  // Asked for on a live job: a file per request.
+  if (!collecting_for_hang_ && !stem.empty()) stem += "-asked-" + std::to_string(++asked_);
+  if (!stem.empty()) {
     std::string text = std::string(title) + ": " + verdict + "\n";
     for (const auto& v : views) {
       text += "\n=== rank " + std::to_string(v.rank) + " (pid " + std::to_string(v.stacks.pid) + "): " +
@@ -356,7 +345,7 @@ std::string WorkerGroup::finish_stack_collection() {
               v.stacks.text;
     }
     std::string err;
-    stacks_file_ = write_new_file(path, text, err);
+    stacks_file_ = write_new_file(stem, text, err);
     if (stacks_file_.empty()) {
       spdlog::warn("cannot write the stacks: {}", err);
     } else {

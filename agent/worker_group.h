@@ -97,10 +97,10 @@ struct GroupOptions {
   // Set across nodes: a replacement waits for the rendezvous to name its
   // generation (and control_fd to say the answer came).
   HealNamer heal_namer;
-  // Where a hang's stacks go, every rank's in full (empty: printed only);
-  // those asked for on a live job (the stack signal sent to ddprun) go
-  // beside it, "-asked-N" added.
-  std::string stacks_path;
+  // Where a hang's stacks go, every rank's in full: a new file
+  // STEM-XXXXXX.txt (empty: printed only); those asked for on a live job
+  // (the stack signal sent to ddprun) go beside, STEM-asked-N-XXXXXX.txt.
+  std::string stacks_stem;
   // Stacks asked for on a live job are also copied here (renamed into
   // place, for `ddprun status --stacks`); empty: not.
   std::string asked_stacks_copy;
@@ -141,7 +141,7 @@ class WorkerGroup {
   // Carries the policy's commands out.
   void execute(const std::vector<GroupCommand>& commands);
   void run_command(const GroupCommand& c);
-  void record_hung(const GroupCommand& kill, const std::string& verdict = "");
+  void record_hung(const GroupCommand& kill, const std::string& verdict);
   // A hang: before any kill, every live worker is asked for its stacks;
   // the kill and every command after it wait (deferred_) until they
   // answered or their time is up; the kills then carry the verdict.
@@ -178,6 +178,7 @@ class WorkerGroup {
   bool collecting_for_hang_ = false;  // else asked for (the stack signal sent to ddprun)
   int asked_ = 0;                     // stacks asked for so far
   std::string stacks_file_;           // where the last ones went
+  std::string hang_verdict_;          // the last ones' verdict, which the kills they held carry
   // Stragglers among the local ranks (their flight records, read with the
   // monitor), each said once per attempt.
   StragglerScores stragglers_;

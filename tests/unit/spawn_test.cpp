@@ -7,6 +7,7 @@
 #include "agent/signals.h"
 #include "agent/spawn.h"
 #include "agent/standby.h"
+#include "channel/standby_message.h"
 
 namespace ddprun {
 namespace {
@@ -128,7 +129,7 @@ TEST(Standby, DismissedStandbysAreGone) {
   dismiss_standby(s);
   EXPECT_EQ(s.process.pid, -1);
   EXPECT_EQ(kill(pid, 0), -1);  // reaped: no such process
-  EXPECT_EQ(standby_message({{"A", "1"}, {"B", "x=y"}}), std::string("A=1\0B=x=y\0\0", 11));
+  EXPECT_EQ(channel::encode_standby_message({{"A", "1"}, {"B", "x=y"}}), std::string("A=1\0B=x=y\0\0", 11));
 }
 
 TEST(Signals, Names) {
