@@ -286,6 +286,11 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   go.stop_timeout = cfg_.stop_timeout;
   go.heartbeats = heartbeats_.get();
   go.hang_timeout = cfg_.hang_timeout;
+  if (cfg_.hang_auto_floor.count() > 0) {
+    LearnedTimeoutOptions learned;
+    learned.floor = cfg_.hang_auto_floor;
+    go.learned_hang = learned;
+  }
   go.monitor_interval = cfg_.monitor_interval;
   go.events = &events_;
   go.attempt = attempt;

@@ -52,8 +52,11 @@ struct AgentConfig {
   std::chrono::milliseconds monitor_interval{100};
   std::chrono::milliseconds stop_timeout{std::chrono::seconds(10)};  // SIGTERM → SIGKILL
   // A worker whose heartbeat (worker_lib) stops for this long counts as
-  // failed; 0 turns hang detection off.
+  // failed; 0: no fixed limit.
   std::chrono::milliseconds hang_timeout{0};
+  // --hang-timeout auto: the limit is learned (agent/learned_timeout.h),
+  // never below this; 0: not learned.
+  std::chrono::milliseconds hang_auto_floor{0};
   // Rank 0's progress (heartbeat_layout.h), shown by the agent that runs
   // it: on a terminal stderr a status line under the output; elsewhere a
   // log line this often when the step moved (0: none).

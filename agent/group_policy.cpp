@@ -17,10 +17,15 @@ GroupPolicy::GroupPolicy(int workers, GroupPolicyOptions options, TimePoint star
       beats_(workers, 0),
       beat_changed_(workers, started),
       start_grace_(workers, std::chrono::milliseconds(0)),
+      in_phase_(workers, false),
+      phase_seen_(workers, false),
+      phase_left_(workers, started),
       started_(started),
       heal_ready_(workers, false),
       joining_(workers, false),
-      heals_(workers, 0) {}
+      heals_(workers, 0) {
+  if (options_.learned_hang) learned_.emplace(workers, *options_.learned_hang);
+}
 
 // A failed (or hung) worker is replaced only while the group runs on its
 // own (no stop under way, no failure that stops it, nobody finished) and
@@ -201,14 +206,53 @@ std::vector<GroupCommand> GroupPolicy::on_signal(int sig, TimePoint now) {
 void GroupPolicy::replacement_started(int w, bool from_standby, TimePoint now) {
   beat_changed_[w] = now;
   start_grace_[w] = from_standby ? std::chrono::milliseconds(0) : first_beat_after_;
+  if (learned_) learned_->restart(w);
+  in_phase_[w] = phase_seen_[w] = false;
 }
 
-// A worker whose counter has not moved for hang_timeout (after it started
-// beating: programs without worker_lib never do; a replacement, which runs
-// worker_lib, from its start plus its allowance) is hung: it is killed at
-// once (it may be stopped, or stuck), and replaced if it may heal, else the
-// others are stopped. No silence is excused: a worker that waits for its
-// peers beats (worker_lib's waiting pulse), and a stopped one cannot.
+// Silence that is a hang: beyond an explicit --hang-timeout, or beyond
+// the learned limit (--hang-timeout auto) for a worker it watches outside
+// an announced phase. Programs without worker_lib never beat and are never
+// judged; a replacement, which runs worker_lib, is judged from its start
+// plus its allowance (the time the first workers took to beat).
+std::string GroupPolicy::hung_because(int w, uint64_t count, TimePoint now) const {
+  using std::chrono::milliseconds;
+  const auto s = [](milliseconds t) { return t.count() / 1000.0; };
+  const auto silent = std::chrono::duration_cast<milliseconds>(now - beat_changed_[w]);
+  if (count == 0 && !joining_[w]) return "";  // not beating yet, maybe never (no worker_lib)
+  const milliseconds grace = count == 0 ? start_grace_[w] : milliseconds(0);
+  char head[96];
+  if (count == 0) {
+    std::snprintf(head, sizeof(head), "hung: a replacement that never beat, %.1f s after its start", s(silent));
+  } else {
+    std::snprintf(head, sizeof(head), "hung: no heartbeat for %.1f s", s(silent));
+  }
+  char start[48] = "";
+  if (count == 0) std::snprintf(start, sizeof(start), ", and %.1f s to start", s(grace));
+  char why[320];
+  if (options_.hang_timeout.count() > 0 && silent >= options_.hang_timeout + grace) {
+    std::snprintf(why, sizeof(why), "%s (--hang-timeout %.1f s%s)", head, s(options_.hang_timeout), start);
+    return why;
+  }
+  if (!learned_ || in_phase_[w]) return "";
+  // A fresh replacement is judged once the job has learned its rhythm from
+  // the others; any other worker once it showed its own.
+  const bool judged = count == 0 ? learned_->longest().count() > 0 : learned_->watching(w);
+  if (!judged) return "";
+  const auto quiet = std::chrono::duration_cast<milliseconds>(now - std::max(beat_changed_[w], phase_left_[w]));
+  if (quiet < learned_->limit() + grace) return "";
+  std::snprintf(why, sizeof(why),
+                "%s (--hang-timeout auto: %.1f s, %dx the longest gap between heartbeats, %.2f s, and at least "
+                "%.1f s%s)",
+                head, s(learned_->limit()), learned_->options().multiple, s(learned_->longest()),
+                s(learned_->options().floor), start);
+  return why;
+}
+
+// A worker judged hung (hung_because) is killed at once (it may be
+// stopped, or stuck), and replaced if it may heal, else the others are
+// stopped. No silence is excused: a worker that waits for its peers beats
+// (worker_lib's waiting pulse), and a stopped one cannot.
 std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& counts, TimePoint now) {
   std::vector<GroupCommand> out;
   if (!options_.heartbeats || stopping_) return out;
@@ -227,30 +271,23 @@ std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& cou
         first_beat_after_ = std::max(first_beat_after_,
                                      std::chrono::duration_cast<std::chrono::milliseconds>(now - started_));
       }
+      // The rhythm, leaving out gaps that spanned an announced phase.
+      if (learned_ && beats_[w] != 0 && !phase_seen_[w]) {
+        learned_->on_gap(static_cast<int>(w), std::chrono::duration_cast<std::chrono::milliseconds>(now - beat_changed_[w]));
+      }
+      phase_seen_[w] = in_phase_[w];
       beats_[w] = counts[w];
       beat_changed_[w] = now;
       continue;
     }
-    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - beat_changed_[w]);
-    if (options_.hang_timeout.count() == 0) continue;
-    if (counts[w] == 0 && !joining_[w]) continue;  // not beating yet, maybe never (no worker_lib)
-    const auto allowed = options_.hang_timeout + (counts[w] == 0 ? start_grace_[w] : std::chrono::milliseconds(0));
-    if (silent < allowed) continue;
-    char why[200];
-    if (counts[w] == 0) {
-      std::snprintf(why, sizeof(why),
-                    "hung: a replacement that never beat, %.1f s after its start (--hang-timeout %.1f s, "
-                    "and %.1f s to start)",
-                    silent.count() / 1000.0, options_.hang_timeout.count() / 1000.0, start_grace_[w].count() / 1000.0);
-    } else {
-      std::snprintf(why, sizeof(why), "hung: no heartbeat for %.1f s (--hang-timeout %.1f s)",
-                    silent.count() / 1000.0, options_.hang_timeout.count() / 1000.0);
-    }
+    if (!hang_watching()) continue;
+    const std::string why = hung_because(static_cast<int>(w), counts[w], now);
+    if (why.empty()) continue;
     GroupCommand kill;
     kill.kind = GroupCommand::kKillWorker;
     kill.worker = static_cast<int>(w);
     kill.why = why;
-    kill.silent = silent;
+    kill.silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - beat_changed_[w]);
     kill.heal = heal_allowed(static_cast<int>(w));
     if (kill.heal) {
       to_replace_.push_back(static_cast<int>(w));  // replaced once its exit is seen
@@ -299,8 +336,7 @@ int GroupPolicy::poll_timeout_ms(TimePoint now) const {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at_ - now);
     return static_cast<int>(std::max<int64_t>(0, left.count()));
   }
-  const bool watching =
-      options_.heartbeats && (options_.hang_timeout.count() > 0 || options_.wants_standbys);
+  const bool watching = options_.heartbeats && (hang_watching() || options_.wants_standbys);
   if (watching && !stopping_) return static_cast<int>(options_.monitor_interval.count());
   if (standbys_by_clock()) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

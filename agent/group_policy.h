@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "agent/learned_timeout.h"
+
 namespace ddprun {
 
 // How a worker's exit counts.
@@ -44,7 +46,10 @@ struct GroupCommand {
 
 struct GroupPolicyOptions {
   std::chrono::milliseconds stop_timeout{std::chrono::seconds(10)};  // SIGTERM → SIGKILL
-  std::chrono::milliseconds hang_timeout{0};                         // 0: no hang detection
+  std::chrono::milliseconds hang_timeout{0};                         // 0: none set (--hang-timeout)
+  // --hang-timeout auto: the limit learned from the job's heartbeats
+  // (learned_timeout.h), beside any explicit one. Absent: not learned.
+  std::optional<LearnedTimeoutOptions> learned_hang;
   std::chrono::milliseconds monitor_interval{100};
   bool heartbeats = false;      // counters can be read
   bool wants_standbys = false;  // warm them once every worker beats
@@ -100,6 +105,21 @@ class GroupPolicy {
   // is a replacement still joining, or a failed worker that waits for the
   // generation to be replaced in (see heal_allowed).
   bool can_heal(int w) const { return heal_ready_[w] || joining_[w] || awaiting_generation(w); }
+  // Whether worker w is silent for a reason now: it announces a phase
+  // without collectives (a checkpoint, an evaluation: heartbeat_layout.h's
+  // phase word), or it waits inside a collective (its flight record), for
+  // a peer that the peer's own silence will name. The learned hang timeout
+  // neither learns from nor fires on that silence, and counts the silence
+  // after it from its end; an explicit --hang-timeout still counts it.
+  void set_silence_expected(int w, bool announced, TimePoint now) {
+    in_phase_[w] = announced;
+    if (announced) {
+      phase_seen_[w] = true;
+      phase_left_[w] = now;
+    }
+  }
+  // The learned hang timeout, when --hang-timeout auto.
+  const std::optional<LearnedTimeout>& learned() const { return learned_; }
   // Whether worker w is a replacement that has not said it can heal yet
   // (its heal is not over).
   bool joining(int w) const { return joining_[w]; }
@@ -162,6 +182,10 @@ class GroupPolicy {
   GroupCommand warm_standbys();
   bool standbys_by_clock() const;
   bool heal_allowed(int w) const;
+  // Why worker w, whose counter (`count`) has not moved since
+  // beat_changed_[w], is hung by now; empty while it is not.
+  std::string hung_because(int w, uint64_t count, TimePoint now) const;
+  bool hang_watching() const { return options_.hang_timeout.count() > 0 || learned_.has_value(); }
   // Starts replacements for `workers` in generation_ (already advanced).
   std::vector<GroupCommand> replace_workers(const std::vector<int>& workers, TimePoint now);
 
@@ -175,6 +199,12 @@ class GroupPolicy {
   // first beat: what a fresh replacement is allowed before its own.
   std::chrono::milliseconds first_beat_after_{0};
   std::vector<std::chrono::milliseconds> start_grace_;  // a joining replacement's allowance
+  // The learned hang timeout, and the announced phases it skips: whether
+  // the worker is in one, has been since its last beat, and when it last was.
+  std::optional<LearnedTimeout> learned_;
+  std::vector<bool> in_phase_;
+  std::vector<bool> phase_seen_;
+  std::vector<TimePoint> phase_left_;
   bool stopping_ = false;
   bool killed_ = false;
   bool any_failed_ = false;

@@ -74,6 +74,10 @@ bool HeartbeatTable::heal_ready(int slot) const {
   return __atomic_load_n(channel::heal_ready_word(map_, slot), __ATOMIC_ACQUIRE) == 1;
 }
 
+channel::Phase HeartbeatTable::phase(int slot) const {
+  return static_cast<channel::Phase>(__atomic_load_n(channel::phase_word(map_, slot), __ATOMIC_RELAXED));
+}
+
 uint32_t HeartbeatTable::heal_generation(int slot) const {
   return __atomic_load_n(channel::heal_generation_word(map_, slot), __ATOMIC_ACQUIRE);
 }

@@ -38,6 +38,8 @@ class HeartbeatTable {
   void set_stop_reason(int slot, channel::StopReason reason);
   // Whether the worker in `slot` says it can heal around a failed peer.
   bool heal_ready(int slot) const;
+  // What the worker in `slot` announces it does (kNone: nothing).
+  channel::Phase phase(int slot) const;
   // Tells the worker in `slot` to heal in `generation` (and wakes it if it
   // sleeps on the word).
   void set_heal_generation(int slot, uint32_t generation);

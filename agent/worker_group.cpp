@@ -520,14 +520,26 @@ void WorkerGroup::reap() {
   execute(commands);
 }
 
+// Whether the worker in `slot` waits inside a collective: the newest entry
+// of its flight record started and has not returned.
+bool WorkerGroup::in_collective(int slot) const {
+  const auto flight = options_.heartbeats->flight(slot);
+  return !flight.empty() && flight.back().state == static_cast<uint32_t>(channel::FlightState::kStarted);
+}
+
 void WorkerGroup::check_heartbeats() {
   if (!options_.heartbeats) return;
   read_heal_ready();
+  const auto now = std::chrono::steady_clock::now();
   std::vector<uint64_t> counts(workers_.size(), 0);
   for (size_t i = 0; i < workers_.size(); ++i) {
-    if (policy_->alive(static_cast<int>(i))) counts[i] = options_.heartbeats->read(workers_[i]->launch->id.local_rank);
+    if (!policy_->alive(static_cast<int>(i))) continue;
+    const int lr = workers_[i]->launch->id.local_rank;
+    policy_->set_silence_expected(static_cast<int>(i),
+                                  options_.heartbeats->phase(lr) != channel::Phase::kNone || in_collective(lr), now);
+    counts[i] = options_.heartbeats->read(lr);
   }
-  execute(policy_->on_beats(counts, std::chrono::steady_clock::now()));
+  execute(policy_->on_beats(counts, now));
 }
 
 // News from the rendezvous (only while the workers run on their own: once
@@ -647,6 +659,7 @@ GroupResult WorkerGroup::run() {
   GroupPolicyOptions po;
   po.stop_timeout = options_.stop_timeout;
   po.hang_timeout = options_.hang_timeout;
+  po.learned_hang = options_.learned_hang;
   po.monitor_interval = options_.monitor_interval;
   po.heartbeats = options_.heartbeats != nullptr;
   po.wants_standbys = static_cast<bool>(options_.on_all_beating);

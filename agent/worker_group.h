@@ -70,6 +70,7 @@ struct GroupOptions {
   // monitor_interval.
   HeartbeatTable* heartbeats = nullptr;
   std::chrono::milliseconds hang_timeout{0};
+  std::optional<LearnedTimeoutOptions> learned_hang;  // --hang-timeout auto
   std::chrono::milliseconds monitor_interval{100};
   // Called once, the first time every worker has beaten (needs heartbeats),
   // or standby_warmup after the start when that is > 0 (programs that
@@ -130,6 +131,7 @@ class WorkerGroup {
   bool failed_on_its_own(const Worker& w, const WorkerExit& e) const;
   void drain(Worker& w, bool until_eof);
   void check_heartbeats();
+  bool in_collective(int slot) const;
   void check_control();
   // The rendezvous's answer for the workers that wait for a heal generation.
   void check_heal_answer();

@@ -28,6 +28,10 @@
 //                 rank, the world size, its node's rank and the number of
 //                 nodes. Written before the heal generation names it; the
 //                 worker connects that generation with these ranks;
+//   bytes 112..115 phase: written by the worker, nonzero while the program
+//                 announces a long stretch without collectives (start-up,
+//                 a checkpoint, an evaluation: channel::Phase); the learned
+//                 hang timeout (--hang-timeout auto) does not judge it;
 //   bytes 120..123 stop reason: written by the agent just before it signals
 //                 the worker to stop, read by the worker's signal handler
 //                 (worker_lib's StopFlag): whether the stop is the agent's own
@@ -156,6 +160,32 @@ inline uint32_t* placement_words(void* map, int slot) {
   return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kPlacementOffset);
 }
 
+// What a worker announces it does (the slot's phase word): while one is
+// announced, silence is expected and the learned hang timeout waits.
+// kCollective: a Python script waits in a torch.distributed collective
+// (channel/python_startup.h); worker_lib's collectives say so in the flight
+// record instead.
+enum class Phase : uint32_t { kNone = 0, kStartup = 1, kCheckpoint = 2, kEvaluation = 3, kOther = 4, kCollective = 5 };
+
+inline const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::kStartup: return "start-up";
+    case Phase::kCheckpoint: return "checkpoint";
+    case Phase::kEvaluation: return "evaluation";
+    case Phase::kOther: return "announced phase";
+    case Phase::kCollective: return "collective";
+    case Phase::kNone: break;
+  }
+  return "none";
+}
+
+inline constexpr size_t kPhaseOffset = 112;
+static_assert(kPlacementOffset + 4 * kPlacementWords <= kPhaseOffset);
+
+inline uint32_t* phase_word(void* map, int slot) {
+  return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kPhaseOffset);
+}
+
 // Why the agent stops a worker (the slot's stop-reason word). kForwarded
 // (0, also "not stopping"): a signal the user sent ddprun, which a program
 // may take as preemption (checkpoint, exit 0). kAgentDecided: ddprun's own
@@ -164,7 +194,7 @@ inline uint32_t* placement_words(void* map, int slot) {
 enum StopReason : uint32_t { kForwarded = 0, kAgentDecided = 1 };
 
 inline constexpr size_t kStopReasonOffset = 120;
-static_assert(kPlacementOffset + 4 * kPlacementWords <= kStopReasonOffset);
+static_assert(kPhaseOffset + 4 <= kStopReasonOffset);
 static_assert(kStopReasonOffset + 4 <= kHeartbeatWordsBytes);
 static_assert(kFlightOffset >= kHeartbeatWordsBytes && kFlightOffset + sizeof(FlightRing) <= kHeartbeatSlotBytes);
 

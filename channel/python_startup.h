@@ -5,7 +5,15 @@
 // all, handles the stack dump signal (stack_dump.h) with faulthandler,
 // writing every thread's traceback into its stack file. Then it loads the
 // sitecustomize it hides, if there is one (Debian's, a virtualenv's), as
-// the interpreter would have. An interpreter run with -I, -E or -S skips
+// the interpreter would have.
+//
+// It also gives an unmodified PyTorch script a heartbeat (heartbeat_layout.h)
+// for hang detection: once torch is imported, every optimizer step beats
+// (torch 2.x's global step hook; on 1.x, Optimizer.zero_grad), and the
+// script's own phases are announced in the slot's phase word: an
+// evaluation from module.eval() until module.train(), a checkpoint inside
+// torch.save/torch.load, a wait inside a torch.distributed collective it
+// calls (a peer's long phase is no hang of its own). An interpreter run with -I, -E or -S skips
 // it; the agent then sees no handler and says so instead of signalling.
 #pragma once
 
@@ -33,6 +41,154 @@ def _ddprun_stacks_on_signal():
     globals()["_ddprun_stack_file"] = f  # faulthandler writes to its fd
 
 
+def _ddprun_heartbeat():
+    hb = os.environ.get("DDPRUN_HEARTBEAT_FILE")
+    slot = os.environ.get("DDPRUN_HEARTBEAT_SLOT")
+    if not hb or slot is None:
+        return None
+    import ctypes
+    import mmap
+    try:
+        with open(hb, "r+b") as f:
+            m = mmap.mmap(f.fileno(), 0)
+        base = int(slot) * 2048
+        # The counter (bytes 0..7) and the phase word (bytes 112..115).
+        return ctypes.c_uint64.from_buffer(m, base), ctypes.c_uint32.from_buffer(m, base + 112)
+    except (OSError, ValueError):
+        return None
+
+
+class _DdprunTorchHooks:
+    """A meta path finder that lets torch load, then hooks it (once)."""
+
+    words = None  # the slot's counter and phase word, mapped at the first use
+    evaluating = False
+    depth = 0  # announced phases under way (nested)
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(cls)
+        import importlib.util
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_then_hook(module):
+            load(module)
+            try:
+                cls.install(module)
+            except Exception as e:  # never the script's failure
+                print(f"ddprun: no heartbeat from this script ({e})", file=sys.stderr)
+
+        spec.loader.exec_module = exec_then_hook
+        return spec
+
+    @classmethod
+    def slot(cls):
+        # Mapped when first needed: a standby imports torch before its
+        # assignment names its slot (python_standby.h).
+        if cls.words is None:
+            cls.words = _ddprun_heartbeat() or False
+        return cls.words
+
+    @classmethod
+    def beat(cls, *args, **kwargs):
+        if cls.slot():
+            cls.words[0].value += 1
+
+    @classmethod
+    def say(cls, phase):
+        if cls.slot():
+            cls.words[1].value = phase
+
+    @classmethod
+    def enter(cls, phase):
+        cls.depth += 1
+        if cls.depth == 1:
+            cls.say(phase)
+        cls.beat()
+
+    @classmethod
+    def leave(cls):
+        cls.beat()
+        cls.depth -= 1
+        if cls.depth == 0:
+            cls.say(3 if cls.evaluating else 0)
+
+    @classmethod
+    def within(cls, phase, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            cls.enter(phase)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                cls.leave()
+        return wrapped
+
+    @classmethod
+    def install(cls, torch):
+        import importlib
+        import torch.nn
+        import torch.optim
+        optimizer = importlib.import_module("torch.optim.optimizer")
+        if hasattr(optimizer, "register_optimizer_step_post_hook"):
+            optimizer.register_optimizer_step_post_hook(cls.beat)
+        else:
+            zero_grad = torch.optim.Optimizer.zero_grad
+
+            def beat_then_zero_grad(*args, **kwargs):
+                cls.beat()
+                return zero_grad(*args, **kwargs)
+
+            torch.optim.Optimizer.zero_grad = beat_then_zero_grad
+        # module.eval() / module.train(): the outermost call says which.
+        train = torch.nn.Module.train
+
+        def train_then_say(module, mode=True):
+            outer = not getattr(cls, "in_train", False)
+            cls.in_train = True
+            try:
+                return train(module, mode)
+            finally:
+                if outer:
+                    cls.in_train = False
+                    cls.evaluating = not mode
+                    if cls.depth == 0:
+                        cls.say(3 if cls.evaluating else 0)
+                    cls.beat()
+
+        torch.nn.Module.train = train_then_say
+        torch.save = cls.within(2, torch.save)  # channel::Phase::kCheckpoint
+        torch.load = cls.within(2, torch.load)
+        import torch.distributed as dist
+        if dist.is_available():
+            c10d = dist.distributed_c10d
+            for name in ("all_reduce", "broadcast", "all_gather", "all_gather_object", "broadcast_object_list",
+                         "reduce", "gather", "scatter", "reduce_scatter", "all_to_all", "barrier",
+                         "monitored_barrier", "all_gather_into_tensor", "reduce_scatter_tensor"):
+                fn = getattr(c10d, name, None)
+                if fn is None:
+                    continue
+                wrapped = cls.within(5, fn)  # channel::Phase::kCollective
+                setattr(c10d, name, wrapped)
+                if getattr(dist, name, None) is fn:
+                    setattr(dist, name, wrapped)
+
+
+def _ddprun_hook_torch():
+    if "torch" in sys.modules:
+        return
+    if not (os.environ.get("DDPRUN_HEARTBEAT_FILE") or os.environ.get("DDPRUN_STANDBY_FD")):
+        return
+    sys.meta_path.insert(0, _DdprunTorchHooks)
+
+
 def _ddprun_next_sitecustomize():
     here = os.path.dirname(os.path.abspath(__file__))
     import importlib.machinery
@@ -47,6 +203,7 @@ def _ddprun_next_sitecustomize():
 
 
 _ddprun_stacks_on_signal()
+_ddprun_hook_torch()
 _ddprun_next_sitecustomize()
 )PY";
 

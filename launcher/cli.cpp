@@ -159,7 +159,7 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   o.duplicate_stdout_filters = parse_filters(v.dup_stdout);
   o.duplicate_stderr_filters = parse_filters(v.dup_stderr);
   if (!v.signals.empty()) o.signals_to_handle = parse_signals(v.signals);
-  o.hang_timeout_s = parse_seconds("--hang-timeout", v.hang_timeout, true);
+  parse_hang_timeout(v.hang_timeout, o);
   o.progress_interval_s = parse_seconds("--progress-interval", v.progress_interval, true);
   o.master_port = parse_int("--master-port", v.master_port, 0, 65535);
   if (o.master_addr.empty()) throw UsageError("--master-addr: must not be empty");

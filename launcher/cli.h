@@ -42,7 +42,10 @@ struct CliOptions {
   int max_heals = 3;  // --max-heals: replacements per rank while the others go on
   double monitor_interval_s = 0.1;
   double stop_timeout_s = 10;
-  double hang_timeout_s = 0;  // 0: no hang detection
+  double hang_timeout_s = 0;  // --hang-timeout SECONDS; 0: none set
+  // --hang-timeout auto[:SECONDS] (the default): learn the limit, at least
+  // this long; 0: not learned (a number or 0 was given).
+  double hang_auto_floor_s = 15;
   double progress_interval_s = 10;  // 0: no progress lines (the terminal's status line stays)
   bool standby = false;     // --standby: the default with --max-restarts > 0
   bool no_standby = false;  // --no-standby

@@ -163,9 +163,11 @@ std::unique_ptr<CLI::App> make_ddprun_app(CliOptions& o, FlagValues& v) {
       ->group(g);
 
   app->add_option("--hang-timeout,--hang_timeout", v.hang_timeout,
-                 "Seconds without a heartbeat from a worker_lib worker before it counts as hung "
-                 "[default: 0, off]")
-      ->type_name("SECONDS")
+                 "When a worker_lib worker (or a PyTorch script's optimizer) that stops beating counts "
+                 "as hung: auto learns the job's rhythm and fires after 10x the longest gap between "
+                 "its heartbeats, never before 15 s (auto:SECONDS sets that floor); SECONDS fixes it; "
+                 "0 turns it off [default: auto]")
+      ->type_name("auto[:SECONDS]|SECONDS")
       ->group(g);
 
   app->add_option("--progress-interval,--progress_interval", v.progress_interval,

@@ -56,6 +56,27 @@ double parse_seconds(const std::string& flag, const std::string& value, bool all
   return v;
 }
 
+// --hang-timeout: "auto" (learned, at least 15 s), "auto:SECONDS" (learned,
+// at least SECONDS), a number of seconds (fixed), or 0 (off).
+void parse_hang_timeout(const std::string& value, CliOptions& o) {
+  const std::string flag = "--hang-timeout";
+  if (value == "auto") {
+    o.hang_timeout_s = 0;
+    o.hang_auto_floor_s = 15;
+    return;
+  }
+  if (value.rfind("auto:", 0) == 0) {
+    o.hang_timeout_s = 0;
+    o.hang_auto_floor_s = parse_seconds(flag + " auto:SECONDS", value.substr(5), false, 0.1, 30 * 86400.0);
+    return;
+  }
+  if (value.find_first_not_of("0123456789.eE+-") != std::string::npos) {
+    throw UsageError(flag + ": expected auto, auto:SECONDS or a number of seconds (0: off), got " + quote(value));
+  }
+  o.hang_timeout_s = parse_seconds(flag, value, true);
+  o.hang_auto_floor_s = 0;
+}
+
 void check_nproc(const std::string& value) {
   if (value == "auto" || value == "gpu" || value == "cpu") return;
   if (value == "xpu") {

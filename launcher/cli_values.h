@@ -15,6 +15,7 @@ int parse_int(const std::string& flag, const std::string& value, int min, int ma
 double parse_seconds(const std::string& flag, const std::string& value, bool allow_zero,
                      double min = 0.001, double max = 30 * 86400.0);
 void check_nproc(const std::string& value);                          // --nproc-per-node
+void parse_hang_timeout(const std::string& value, CliOptions& o);   // auto, auto:SECONDS, SECONDS
 void parse_nnodes(const std::string& value, CliOptions& o);          // N or MIN:MAX
 void parse_endpoint(const std::string& value, CliOptions& o);        // --rdzv-endpoint HOST[:PORT]
 std::string parse_host_mode(const std::string& flag, const std::string& value);  // auto, on, off

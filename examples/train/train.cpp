@@ -73,6 +73,9 @@ void print_checkpoint_report(const ddp::CheckpointReport& r) {
 template <typename Net>
 double test_accuracy(ddp::World& world, Net& net, const examples::Dataset& test) {
   torch::NoGradGuard no_grad;
+  // No collectives until the end: say so, and no learned hang timeout
+  // (--hang-timeout auto) takes the silence for a hang.
+  const ddp::PhaseScope evaluating = world.announce(ddp::Phase::kEvaluation);
   net->eval();
   const int ws = world.size(), rank = world.rank();
   const int64_t per_rank = (test.size() + ws - 1) / ws;
@@ -80,7 +83,7 @@ double test_accuracy(ddp::World& world, Net& net, const examples::Dataset& test)
   const int64_t len = std::min<int64_t>(per_rank, test.size() - begin);
   torch::Tensor counts = torch::zeros({2}, torch::kInt64);
   for (int64_t at = 0; at < len; at += 1000) {
-    world.heartbeat();  // no collectives in here: tell the agent we are alive
+    world.heartbeat();  // for an explicit --hang-timeout, which counts announced silence too
     const int64_t n = std::min<int64_t>(1000, len - at);
     torch::Tensor pred = net->forward(test.slice(begin + at, n)).argmax(1);
     counts[0] += pred.eq(test.labels.narrow(0, begin + at, n)).sum();

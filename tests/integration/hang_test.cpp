@@ -58,6 +58,29 @@ TEST(Hang, TheRankTheOthersWaitForIsNamedWithItsStackBeforeTheKill) {
   }
 }
 
+// No --hang-timeout: the default learns the job's rhythm (5 ms steps) and
+// fires at its floor (auto:2 here, 15 s by default), before any kill the
+// verdict as with a fixed timeout.
+TEST(Hang, TheDefaultLearnsTheRhythmAndCatchesAHangAtItsFloor) {
+  ddptest::Finished f = ddptest::run(ddprun({"--nproc", "2", "--hang-timeout", "auto:2", "--monitor-interval", "0.02",
+                                             HANG_CHECK_BIN, "--work-ms", "5", "--stuck", "1", "--at", "300"}));
+  EXPECT_NE(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "(--hang-timeout auto: 2.0 s, 10x the longest gap between heartbeats")) << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 1 never entered it")) << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 1 is in: stuck_outside_any_collective()")) << f.err;
+}
+
+// An evaluation the program announces (ddp::World::announce) is no hang,
+// however much longer than the learned limit; the job ends well.
+TEST(Hang, AnAnnouncedEvaluationLongerThanTheLimitIsNoHang) {
+  ddptest::Finished f =
+      ddptest::run(ddprun({"--nproc", "2", "--hang-timeout", "auto:1", "--monitor-interval", "0.02", HANG_CHECK_BIN,
+                           "--work-ms", "5", "--stuck", "-1", "--evaluate-at", "200", "--evaluate-ms", "3000",
+                           "--steps", "300"}));
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_FALSE(contains(f.err, "hung")) << f.err;
+}
+
 // The verdict reaches the event log (the hang and the failure); the
 // stacks go beside the logs.
 TEST(Hang, TheVerdictIsInTheEventLog) {
@@ -121,6 +144,26 @@ TEST(Hang, AStuckPythonScriptShowsItsPythonFrameOnDemand) {
   for (auto it = std::sregex_iterator(f.err.begin(), f.err.end(), file); it != std::sregex_iterator(); ++it) {
     std::filesystem::remove((*it)[1].str());
   }
+}
+
+// An unmodified PyTorch script gets a heartbeat from ddprun's Python
+// start-up (its optimizer steps; its waits in torch.distributed excused):
+// the learned default finds the rank stuck in Python and names it, and
+// the rank that waits for it is not taken for hung.
+TEST(Hang, TheDefaultCatchesAStuckPythonScriptAndNamesItsFrame) {
+  ddptest::Finished f = ddptest::run(ddprun({"--nproc", "2", "--hang-timeout", "auto:2", "--monitor-interval", "0.02",
+                                             HANG_SCRIPT, "--train-steps", "150"}),
+                                     {"DDPRUN_PYTHON=" PYTHON_BIN});
+  EXPECT_NE(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 1 (pid ")) << f.err;
+  EXPECT_TRUE(contains(f.err, "hung: no heartbeat for ")) << f.err;
+  EXPECT_TRUE(contains(f.err, "--hang-timeout auto: 2.0 s")) << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 0 waits in torch.distributed (all_reduce); rank 1 is not in it")) << f.err;
+  EXPECT_TRUE(contains(f.err, " in stuck_in_python")) << f.err;
+  EXPECT_TRUE(std::regex_search(f.err, std::regex(R"(rank 1 \(pid \d+\) hung)"))) << f.err;
+  EXPECT_FALSE(std::regex_search(f.err, std::regex(R"(rank 0 \(pid \d+\) hung)"))) << "the waiting rank is not hung\n"
+                                                                                   << f.err;
+  stacks_file(f.err);
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
 # An unmodified PyTorch script that hangs: rank 1 stops in a Python
 # function of its own while the other ranks wait for it in all_reduce.
+# With --train-steps N the ranks first train N steps (an optimizer that
+# steps, gradients all-reduced), so that ddprun's learned hang timeout
+# knows the script's rhythm.
+import sys
 import time
 
 import torch
@@ -12,7 +16,21 @@ def stuck_in_python():
         time.sleep(0.05)
 
 
+def train(steps):
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(torch.ones(8, 4)).sum().backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+        opt.step()
+        time.sleep(0.01)
+
+
 dist.init_process_group("gloo")
+if "--train-steps" in sys.argv:
+    train(int(sys.argv[sys.argv.index("--train-steps") + 1]))
 if dist.get_rank() == 1:
     stuck_in_python()
 t = torch.ones(4)

@@ -54,6 +54,29 @@ TEST(Cli, TorchrunSpellingsAreAccepted) {
   EXPECT_EQ(dashed.max_restarts, 1);
 }
 
+// --hang-timeout: learned by default (at least 15 s), auto:SECONDS sets
+// that floor, a number fixes the limit, 0 turns detection off.
+TEST(Cli, HangTimeoutIsLearnedUnlessANumberIsGiven) {
+  auto o = parse({"p"});
+  EXPECT_EQ(o.hang_timeout_s, 0);
+  EXPECT_EQ(o.hang_auto_floor_s, 15);
+  o = parse({"--hang-timeout", "auto:2.5", "p"});
+  EXPECT_EQ(o.hang_timeout_s, 0);
+  EXPECT_EQ(o.hang_auto_floor_s, 2.5);
+  o = parse({"--hang-timeout", "30", "p"});
+  EXPECT_EQ(o.hang_timeout_s, 30);
+  EXPECT_EQ(o.hang_auto_floor_s, 0);
+  o = parse({"--hang-timeout", "0", "p"});
+  EXPECT_EQ(o.hang_timeout_s, 0);
+  EXPECT_EQ(o.hang_auto_floor_s, 0);
+  EXPECT_EQ(error_of({"--hang-timeout", "soon", "p"}),
+            "--hang-timeout: expected auto, auto:SECONDS or a number of seconds (0: off), got 'soon'");
+  EXPECT_EQ(error_of({"--hang-timeout", "auto:0", "p"}), "--hang-timeout auto:SECONDS: must be greater than 0, got 0");
+  EXPECT_EQ(error_of({"--hang-timeout", "auto:", "p"}),
+            "--hang-timeout auto:SECONDS: expected a number of seconds, got ''");
+  EXPECT_EQ(error_of({"--hang-timeout", "-3", "p"}), "--hang-timeout: must be at least 0, got -3");
+}
+
 TEST(Cli, DoubleDashBeforeTheEntrypointIsSkipped) {
   auto o = parse({"--nproc", "2", "--", "prog", "-x"});
   EXPECT_EQ(o.entrypoint, "prog");

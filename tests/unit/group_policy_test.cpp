@@ -113,6 +113,137 @@ TEST(GroupPolicy, ASilentWorkerIsKilledAsHungAndTheOthersStopped) {
   EXPECT_EQ(p.outcome(), GroupPolicy::kWorkerFailed);
 }
 
+// --hang-timeout auto: two workers beat every `gap` for `n` gaps from
+// `from`; returns when the last beat was.
+GroupPolicyOptions learning(std::chrono::milliseconds floor = 2s) {
+  GroupPolicyOptions o = opts();
+  o.heartbeats = true;
+  LearnedTimeoutOptions l;
+  l.floor = floor;
+  o.learned_hang = l;
+  return o;
+}
+
+// Beats until a worker is watched: the first beat, 3 start-up gaps, 20 learned.
+constexpr int kUntilWatched = 1 + 3 + 20;
+
+TP beat_steadily(GroupPolicy& p, uint64_t& count, TP from, std::chrono::milliseconds gap, int n) {
+  TP t = from;
+  for (int i = 0; i < n; ++i) {
+    t += gap;
+    ++count;
+    EXPECT_TRUE(p.on_beats({count, count}, t).empty()) << "gap " << i;
+  }
+  return t;
+}
+
+// The learned limit: start-up is never judged, and after it a silence of
+// 10x the longest gap (at least the floor) is a hang, named as learned.
+TEST(GroupPolicy, TheLearnedHangTimeoutFiresAfterTenTimesTheLongestGap) {
+  GroupPolicy p(2, learning(2s), t0);
+  EXPECT_EQ(p.poll_timeout_ms(t0), 100);  // watching from the start
+  uint64_t n = 0;
+  // Start-up: a long silence before the first beats and between them is no hang.
+  EXPECT_TRUE(p.on_beats({0, 0}, t0 + 60s).empty());
+  TP t = beat_steadily(p, n, t0 + 60s, 30s, 3);  // the first beat and 2 start-up gaps of 30 s
+  EXPECT_TRUE(p.on_beats({n, n}, t + 29s).empty());  // not watched yet
+  t = beat_steadily(p, n, t + 29s, 400ms, kUntilWatched - 3);  // a third start-up gap of 29.4 s
+  EXPECT_EQ(p.learned()->longest(), 400ms) << "start-up gaps are not learned";
+  EXPECT_EQ(p.learned()->limit(), 4s);
+  EXPECT_TRUE(p.on_beats({n, n}, t + 4s - 1ms).empty());
+  EXPECT_FALSE(p.on_beats({n, n}, t + 4s).empty());
+}
+
+TEST(GroupPolicy, TheLearnedLimitIsTenTimesTheLongestSteadyGapAtLeastTheFloor) {
+  GroupPolicy p(2, learning(2s), t0);
+  uint64_t n = 0;
+  TP t = beat_steadily(p, n, t0 + 5s, 300ms, kUntilWatched);
+  EXPECT_EQ(p.learned()->longest(), 300ms);
+  EXPECT_EQ(p.learned()->limit(), 3s);
+  // Worker 0 goes on; worker 1 falls silent.
+  uint64_t n0 = n;
+  for (int i = 1; i <= 9; ++i) EXPECT_TRUE(p.on_beats({++n0, n}, t + i * 300ms).empty());
+  const auto cs = p.on_beats({++n0, n}, t + 3s);
+  ASSERT_FALSE(cs.empty());
+  EXPECT_EQ(cs[0].kind, GroupCommand::kKillWorker);
+  EXPECT_EQ(cs[0].worker, 1);
+  EXPECT_NE(cs[0].why.find("hung: no heartbeat for 3.0 s (--hang-timeout auto: 3.0 s, 10x the longest gap "
+                           "between heartbeats, 0.30 s, and at least 2.0 s)"),
+            std::string::npos)
+      << cs[0].why;
+  EXPECT_TRUE(signals(cs, SIGTERM));
+
+  // A fast job: the floor holds.
+  GroupPolicy fast(2, learning(2s), t0);
+  n = 0;
+  t = beat_steadily(fast, n, t0, 10ms, kUntilWatched);
+  EXPECT_EQ(fast.learned()->limit(), 2s);
+  EXPECT_TRUE(fast.on_beats({n, n}, t + 1990ms).empty());
+  EXPECT_FALSE(fast.on_beats({n, n}, t + 2s).empty());
+}
+
+// An announced phase (an evaluation) is neither judged nor learned, and
+// the silence after it counts from its end; an explicit --hang-timeout
+// still counts it.
+TEST(GroupPolicy, AnAnnouncedPhaseIsNotAHangAndNotLearned) {
+  GroupPolicy p(2, learning(2s), t0);
+  uint64_t n = 0;
+  TP t = beat_steadily(p, n, t0, 100ms, kUntilWatched);
+  p.set_silence_expected(0, true, t);
+  p.set_silence_expected(1, true, t);
+  for (int s = 1; s <= 60; ++s) {
+    p.set_silence_expected(0, true, t + s * 1s);
+    p.set_silence_expected(1, true, t + s * 1s);
+    ASSERT_TRUE(p.on_beats({n, n}, t + s * 1s).empty()) << s;
+  }
+  t += 60s;
+  p.set_silence_expected(0, false, t + 100ms);
+  p.set_silence_expected(1, false, t + 100ms);
+  ++n;
+  EXPECT_TRUE(p.on_beats({n, n}, t + 100ms).empty());
+  EXPECT_EQ(p.learned()->longest(), 100ms) << "the 60 s evaluation was not learned";
+  EXPECT_TRUE(p.on_beats({n, n}, t + 2000ms).empty());
+  EXPECT_FALSE(p.on_beats({n, n}, t + 2100ms).empty()) << "silence after the phase is judged";
+
+  GroupPolicyOptions both = learning(2s);
+  both.hang_timeout = 5s;
+  GroupPolicy q(2, both, t0);
+  n = 0;
+  t = beat_steadily(q, n, t0, 100ms, kUntilWatched);
+  q.set_silence_expected(1, true, t + 4s);
+  EXPECT_TRUE(q.on_beats({n + 1, n}, t + 4s).empty());
+  q.set_silence_expected(1, true, t + 5s);
+  const auto cs = q.on_beats({n + 2, n}, t + 5s);
+  ASSERT_FALSE(cs.empty());
+  EXPECT_NE(cs[0].why.find("(--hang-timeout 5.0 s)"), std::string::npos) << cs[0].why;
+}
+
+// A replacement starts its start-up afresh: its own gaps are not judged
+// until it has shown its rhythm, but one that never beats is judged by
+// what the job learned, plus the time a fresh process took to start.
+TEST(GroupPolicy, ALearnedReplacementThatNeverBeatsIsHung) {
+  GroupPolicyOptions o = learning(2s);
+  o.max_heals = 3;
+  GroupPolicy p(2, o, t0);
+  p.set_heal_ready(0, true);
+  p.set_heal_ready(1, true);
+  uint64_t n = 0;
+  TP t = beat_steadily(p, n, t0 + 1s, 100ms, kUntilWatched);
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kHealed);
+  const auto cs = p.after_exits(t);
+  ASSERT_FALSE(cs.empty());
+  p.replacement_started(1, /*from_standby=*/false, t);
+  uint64_t n0 = n;
+  // Allowance: the limit (2 s) and the 1.1 s the first workers took to beat.
+  for (int i = 1; i <= 30; ++i) ASSERT_TRUE(p.on_beats({++n0, 0}, t + i * 100ms).empty()) << i;
+  const auto kill = p.on_beats({++n0, 0}, t + 3100ms);
+  ASSERT_FALSE(kill.empty());
+  EXPECT_EQ(kill[0].worker, 1);
+  EXPECT_NE(kill[0].why.find("a replacement that never beat, 3.1 s after its start (--hang-timeout auto: 2.0 s"),
+            std::string::npos)
+      << kill[0].why;
+}
+
 TEST(GroupPolicy, StandbysWarmOnceEveryWorkerBeats) {
   GroupPolicy p(2, opts(0ms, true), t0);
   EXPECT_TRUE(p.on_beats({1, 0}, t0).empty());

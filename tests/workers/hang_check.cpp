@@ -5,6 +5,8 @@
 // --stop-self the stuck rank stops itself with SIGSTOP instead (a rank that
 // cannot answer). With --work-ms W each step first sleeps W ms ("compute"),
 // rank --slow F times as long (--slow-factor), and --steps N ends the run.
+// At step --evaluate-at every rank announces an evaluation and spends
+// --evaluate-ms in it without collectives.
 #include <signal.h>
 #include <unistd.h>
 
@@ -27,7 +29,8 @@ __attribute__((noinline)) void stuck_outside_any_collective() {
 }
 
 int main(int argc, char** argv) {
-  int stuck = 1, at = 5, slow = -1;
+  int stuck = 1, at = 5, slow = -1, evaluate_at = -1;
+  double evaluate_ms = 0;
   long steps = -1;
   double work_ms = 0, slow_factor = 1.5;
   bool stop_self = false;
@@ -40,6 +43,8 @@ int main(int argc, char** argv) {
     else if (a == "--slow" && i + 1 < argc) slow = std::atoi(argv[++i]);
     else if (a == "--slow-factor" && i + 1 < argc) slow_factor = std::atof(argv[++i]);
     else if (a == "--steps" && i + 1 < argc) steps = std::atol(argv[++i]);
+    else if (a == "--evaluate-at" && i + 1 < argc) evaluate_at = std::atoi(argv[++i]);
+    else if (a == "--evaluate-ms" && i + 1 < argc) evaluate_ms = std::atof(argv[++i]);
   }
   auto world = ddp::init();
   at::Tensor t = at::ones({1024});
@@ -52,6 +57,11 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       if (stop_self) raise(SIGSTOP);
       stuck_outside_any_collective();
+    }
+    if (step == evaluate_at) {
+      // A long evaluation without collectives, announced: no hang.
+      const ddp::PhaseScope evaluating = world->announce(ddp::Phase::kEvaluation);
+      std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(1000 * evaluate_ms)));
     }
     world->cpu().all_reduce(t);
     world->heartbeat();

@@ -48,6 +48,24 @@ struct InitOptions {
 };
 
 using Collective = ddprun::channel::CollectiveKind;
+
+// Stretches a program spends without collectives, announced to the agent
+// with World::announce.
+enum class Phase { kStartup = 1, kCheckpoint = 2, kEvaluation = 3, kOther = 4 };
+
+// While it lives, the worker is in an announced phase (see World::announce).
+class PhaseScope {
+ public:
+  PhaseScope(std::shared_ptr<Heartbeat> heartbeat, Phase phase);
+  ~PhaseScope();
+  PhaseScope(PhaseScope&& other) noexcept : heartbeat_(std::move(other.heartbeat_)) {}
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+  PhaseScope& operator=(PhaseScope&&) = delete;
+
+ private:
+  std::shared_ptr<Heartbeat> heartbeat_;
+};
 class SwappableCommunicator;
 class HealWatcher;
 
@@ -107,6 +125,13 @@ class World {
   // Tells the agent this worker is alive (see --hang-timeout). Collectives
   // do it themselves; call it in long stretches without any.
   void heartbeat();
+  // Announces a long stretch without collectives (an evaluation, writing a
+  // checkpoint in the loop, a slow start-up) until the returned scope ends:
+  // ddprun's learned hang timeout (--hang-timeout auto) neither fires on
+  // that silence nor learns from it. An explicit --hang-timeout SECONDS
+  // still counts it (beat with heartbeat() there). Scopes may nest.
+  //   { auto eval = world->announce(ddp::Phase::kEvaluation); evaluate(); }
+  [[nodiscard]] PhaseScope announce(Phase phase) { return PhaseScope(heartbeat_, phase); }
   // worker_lib's own parts (heals, checkpoints, communicators) reach the slot here.
   const std::shared_ptr<Heartbeat>& heartbeat_handle() const { return heartbeat_; }
 

@@ -45,6 +45,17 @@ Heartbeat::Heartbeat(const std::string& path, int slot) {
   heal_generation_ = ddprun::channel::heal_generation_word(map_, slot);
   no_heal_coming_ = ddprun::channel::no_heal_coming_word(map_, slot);
   placement_ = ddprun::channel::placement_words(map_, slot);
+  phase_ = ddprun::channel::phase_word(map_, slot);
+}
+
+void Heartbeat::enter_phase(uint32_t phase) {
+  if (phase_depth_.fetch_add(1) == 0 && phase_) __atomic_store_n(phase_, phase, __ATOMIC_RELAXED);
+  beat();  // the silence before it was the step's, not the phase's
+}
+
+void Heartbeat::leave_phase() {
+  beat();
+  if (phase_depth_.fetch_sub(1) == 1 && phase_) __atomic_store_n(phase_, 0u, __ATOMIC_RELAXED);
 }
 
 std::optional<HealPlacement> Heartbeat::placement() const {

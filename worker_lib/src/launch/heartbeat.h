@@ -53,6 +53,12 @@ class Heartbeat {
   // The slot's flight record (flight_record.h), null without a file.
   ddprun::channel::FlightRing* flight_ring() const { return flight_; }
 
+  // The program announces a stretch without collectives (the slot's phase
+  // word, channel::Phase): nested announcements keep the outermost's kind
+  // until the last one ends.
+  void enter_phase(uint32_t phase);
+  void leave_phase();
+
   // Checkpointless recovery (the slot's heal words): tells the agent this
   // worker can heal around a failed peer, or no longer can.
   void set_heal_ready(bool ready);
@@ -112,6 +118,8 @@ class Heartbeat {
   uint32_t* heal_generation_ = nullptr;
   uint32_t* no_heal_coming_ = nullptr;
   uint32_t* placement_ = nullptr;
+  uint32_t* phase_ = nullptr;
+  std::atomic<int> phase_depth_{0};
   // The waiting pulse: a thread made on the first wait, beating while
   // waiting_ > 0.
   std::mutex pulse_mu_;

@@ -138,6 +138,17 @@ Communicator& World::cpu() { return *cpu_; }
 
 void World::heartbeat() { heartbeat_->beat(); }
 
+static_assert(static_cast<uint32_t>(Phase::kStartup) == static_cast<uint32_t>(ddprun::channel::Phase::kStartup) &&
+              static_cast<uint32_t>(Phase::kOther) == static_cast<uint32_t>(ddprun::channel::Phase::kOther));
+
+PhaseScope::PhaseScope(std::shared_ptr<Heartbeat> heartbeat, Phase phase) : heartbeat_(std::move(heartbeat)) {
+  if (heartbeat_) heartbeat_->enter_phase(static_cast<uint32_t>(phase));
+}
+
+PhaseScope::~PhaseScope() {
+  if (heartbeat_) heartbeat_->leave_phase();
+}
+
 // The world's CPU communicator of `generation`: its keys are the round's
 // "gloo/" at the start and "heal<g>/gloo/" after heal g, so that no rank
 // ever meets a key a connection of another generation left.
