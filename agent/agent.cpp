@@ -317,6 +317,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   };
   const bool heals = heals_in(a) || heals_across(a) || names_heals_at_rendezvous();
   go.max_heals = heals ? cfg_.max_heals : 0;
+  go.replace_stragglers = cfg_.replace_stragglers;
   const bool restart_standbys = cfg_.standby && life.can_restart();
   const bool heal_standby = heals && cfg_.heal_standby;
   if (restart_standbys || heal_standby) {

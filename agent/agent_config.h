@@ -73,6 +73,9 @@ struct AgentConfig {
   // running, at most this many times per rank; 0: every failure restarts
   // the group (rdzv.max_restarts).
   int max_heals = 3;
+  // --straggler-action replace: a rank found slow is replaced through a
+  // heal (within max_heals); otherwise only named.
+  bool replace_stragglers = false;
   // Keep one warm standby for a heal's replacement (off with --no-standby).
   bool heal_standby = true;
 

@@ -307,6 +307,19 @@ std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& cou
   return out;
 }
 
+std::vector<GroupCommand> GroupPolicy::replace_straggler(int w, const std::string& why) {
+  if (!alive_[w] || !heal_allowed(w)) return {};
+  if (std::find(to_replace_.begin(), to_replace_.end(), w) != to_replace_.end()) return {};
+  to_replace_.push_back(w);  // replaced once its exit is seen
+  GroupCommand kill;
+  kill.kind = GroupCommand::kKillWorker;
+  kill.worker = w;
+  kill.why = why;
+  kill.heal = true;
+  kill.straggler = true;
+  return {kill};
+}
+
 GroupCommand GroupPolicy::warm_standbys() {
   options_.wants_standbys = false;  // once
   GroupCommand c;

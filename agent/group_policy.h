@@ -39,6 +39,7 @@ struct GroupCommand {
   int worker = -1;  // kKillWorker (always SIGKILL, the worker's whole process group), kReplaceWorker
   uint32_t generation = 0;  // kReplaceWorker
   bool heal = false;        // kKillWorker: the hung worker will be replaced, the others go on
+  bool straggler = false;   // kKillWorker: a straggler replaced (--straggler-action replace), not hung
   // kKillWorker of a hung worker: why, and how long it had been silent.
   std::string why;
   std::chrono::milliseconds silent{0};
@@ -145,6 +146,10 @@ class GroupPolicy {
   // beaten yet is judged from its start, allowing a fresh process the time
   // the first workers took to beat (see replacement_started).
   std::vector<GroupCommand> on_beats(const std::vector<uint64_t>& counts, TimePoint now);
+  // --straggler-action replace: worker w is slow; kill it to be replaced
+  // through a heal (within --max-heals), or nothing when it cannot heal
+  // now (see heal_allowed): the job goes on at its pace.
+  std::vector<GroupCommand> replace_straggler(int w, const std::string& why);
   // Worker w's replacement (kReplaceWorker) started now, from a warm
   // standby (in ddp::init already: it beats at once) or as a fresh process.
   void replacement_started(int w, bool from_standby, TimePoint now);

@@ -26,9 +26,10 @@ void StragglerScores::update(const std::map<int, std::vector<channel::FlightEntr
     }
   }
   if (gen != generation_) {
+    // A heal: new processes, new connections. What was learned of the old
+    // ones says nothing of them; start over.
+    *this = StragglerScores();
     generation_ = gen;
-    last_seq_ = 0;
-    last_first_ = 0;
   }
   // seq → each rank's start, for the CPU communicator's collectives of
   // this generation that every rank has in its ring.
@@ -47,7 +48,9 @@ void StragglerScores::update(const std::map<int, std::vector<channel::FlightEntr
     }
     // Scored only against the collective just before it: after a gap (the
     // ring went round between two reads) the period is unknown.
-    const bool next = last_seq_ != 0 && seq == last_seq_ + 1 && first > last_first_;
+    // The first collectives of a generation are its start (connecting, a
+    // replacement taking the state, warming up): no rank's pace.
+    const bool next = last_seq_ != 0 && seq == last_seq_ + 1 && first > last_first_ && seq > kSettling;
     const int64_t period = first - last_first_;
     last_seq_ = seq;
     last_first_ = first;
@@ -58,18 +61,21 @@ void StragglerScores::update(const std::map<int, std::vector<channel::FlightEntr
     smooth(period_ns_, static_cast<double>(period));
     ++scored_;
     // Someone waited for someone (more than a twentieth of the period):
-    // who came last counts towards its share.
+    // who came last is who they waited for, for as long as they waited. A
+    // step of several collectives has short waits at random among the long
+    // ones for the straggler; weighed by time, those count for little.
     const bool waited = (last - first) * 20 > period;
+    if (waited) smooth(wait_ns_, static_cast<double>(last - first));
     for (const auto& [rank, t] : by_rank) {
       smooth(late_ns_[rank], static_cast<double>(t - first));
       StragglerScore& s = scores_[rank];
       s.score = std::clamp(late_ns_[rank] / period_ns_, 0.0, 1.0);
       s.late_ms = unbiased(late_ns_[rank], scored_) / 1e6;
       if (waited) {
-        double& raw = last_raw_[rank];
-        smooth(raw, t == last ? 1.0 : 0.0);
+        double& waited_for = waited_for_ns_[rank];
+        smooth(waited_for, t == last ? static_cast<double>(last - first) : 0.0);
         ++s.samples;
-        s.last_share = unbiased(raw, s.samples);  // a mean that leans to the recent
+        s.wait_share = wait_ns_ > 0 ? std::clamp(waited_for / wait_ns_, 0.0, 1.0) : 0.0;
       }
     }
   }
@@ -78,7 +84,7 @@ void StragglerScores::update(const std::map<int, std::vector<channel::FlightEntr
 std::vector<int> StragglerScores::stragglers() const {
   std::vector<int> out;
   for (const auto& [rank, s] : scores_) {
-    if (s.samples >= kMinSamples && s.score >= kFlagScore && s.last_share >= kFlagLastShare) out.push_back(rank);
+    if (s.samples >= kMinSamples && s.score >= kFlagScore && s.wait_share >= kFlagWaitShare) out.push_back(rank);
   }
   return out;
 }

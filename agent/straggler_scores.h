@@ -4,8 +4,9 @@
 // between collectives. A rank that computes 1.5x as long as its peers
 // arrives a third of each step late; noise spreads over the ranks.
 // Smoothed (EWMA, about the last 50 collectives, weighed by their time)
-// into a 0-1 score per rank, with how often it came last when the
-// others waited.
+// into a 0-1 score per rank, with its share of the time the others
+// waited (the time they waited for it, when it came last).
+// A heal (a new generation in the records) starts the scores over.
 // Pure: fed records and read back, no I/O.
 #pragma once
 
@@ -19,7 +20,7 @@ namespace ddprun {
 
 struct StragglerScore {
   double score = 0;      // 0-1: the share of each period the others waited for it
-  double last_share = 0;  // how often it came last when the others waited
+  double wait_share = 0;  // its share of the time the others waited: the time they waited for it
   double late_ms = 0;     // how long after the first arriver it came (smoothed)
   int64_t samples = 0;   // collectives at which the others waited
 };
@@ -27,16 +28,20 @@ struct StragglerScore {
 class StragglerScores {
  public:
   // A rank is a straggler once the others waited at this many collectives
-  // and its score and its share of last arrivals are at least these (a
-  // slow rank is last nearly every time; delays that strike ranks at
-  // random share it out).
+  // and its score and its share of their waiting are at least these (the
+  // others wait for a slow rank nearly all the time they wait; delays that
+  // strike ranks at random share it out).
   static constexpr int64_t kMinSamples = 40;
   static constexpr double kFlagScore = 0.25;
-  static constexpr double kFlagLastShare = 0.8;
+  static constexpr double kFlagWaitShare = 0.8;
+  // Collectives of each generation (the start, each heal) left unscored.
+  static constexpr uint64_t kSettling = 5;
 
   // The flight records of every local rank (rank → its records), read now.
   void update(const std::map<int, std::vector<channel::FlightEntry>>& records);
   const std::map<int, StragglerScore>& scores() const { return scores_; }
+  // The heal generation the scores are of (they start over at each).
+  uint32_t generation() const { return generation_; }
   // Ranks that are stragglers as things stand.
   std::vector<int> stragglers() const;
 
@@ -49,7 +54,8 @@ class StragglerScores {
   double period_ns_ = 0;
   int64_t scored_ = 0;  // collectives scored
   std::map<int, double> late_ns_;
-  std::map<int, double> last_raw_;  // the EWMA behind last_share
+  double wait_ns_ = 0;                   // smoothed: how long the first arriver waited for the last
+  std::map<int, double> waited_for_ns_;  // smoothed: the same, counted for the rank they waited for
 };
 
 }  // namespace ddprun

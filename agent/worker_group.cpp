@@ -188,7 +188,7 @@ void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
     // A hung worker: every worker's stacks first, then the kill and what
     // follows it (stopping the others would lose their stacks). While the
     // stacks are asked for (3 s at most) every command waits its turn.
-    if (c.kind == GroupCommand::kKillWorker || (collecting_ && collecting_for_hang_)) {
+    if ((c.kind == GroupCommand::kKillWorker && !c.straggler) || (collecting_ && collecting_for_hang_)) {
       deferred_.push_back(c);
       if (!collecting_) start_stack_collection(/*for_hang=*/true);
       collecting_for_hang_ = true;  // one asked for already serves the hang
@@ -225,7 +225,14 @@ void WorkerGroup::run_command(const GroupCommand& c) {
       }
       break;
     case GroupCommand::kKillWorker:
-      record_hung(c, hang_verdict_);
+      if (c.straggler) {
+        killed_hung_[c.worker] = c.why;  // its exit is a heal's, told when it is reaped
+        spdlog::warn("rank {} (pid {}) is {}; killing it and replacing it while the others go on "
+                     "(--straggler-action replace)",
+                     workers_[c.worker]->launch->id.rank, workers_[c.worker]->pid, c.why);
+      } else {
+        record_hung(c, hang_verdict_);
+      }
       if (policy_->alive(c.worker)) kill(-workers_[c.worker]->pid, SIGKILL);
       break;
     case GroupCommand::kReplaceWorker:
@@ -624,25 +631,45 @@ void WorkerGroup::check_monitor() {
 void WorkerGroup::check_stragglers() {
   if (!options_.heartbeats || policy_->stopping()) return;
   std::map<int, std::vector<channel::FlightEntry>> records;
-  std::map<int, int> local_of;
+  std::map<int, int> worker_of;  // rank → index in workers_
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (!policy_->alive(static_cast<int>(i))) return;  // a heal or an exit under way: not now
     const auto& id = workers_[i]->launch->id;
     records[id.rank] = options_.heartbeats->flight(id.local_rank);
-    local_of[id.rank] = id.local_rank;
+    worker_of[id.rank] = static_cast<int>(i);
   }
+  const uint32_t generation = stragglers_.generation();
   stragglers_.update(records);
+  if (stragglers_.generation() != generation) stragglers_said_.clear();  // a heal: judged afresh
   for (int rank : stragglers_.stragglers()) {
     if (std::find(stragglers_said_.begin(), stragglers_said_.end(), rank) != stragglers_said_.end()) continue;
     stragglers_said_.push_back(rank);
     const StragglerScore& s = stragglers_.scores().at(rank);
-    spdlog::warn("rank {} is a straggler: the others wait for it at {:.0f}% of their collectives, {:.1f} ms on "
-                 "average; it is {:.0f}% of their time between collectives (score {:.2f})",
-                 rank, 100 * s.last_share, s.late_ms, 100 * s.score, s.score);
+    const int w = worker_of[rank];
+    char why[200];
+    std::snprintf(why, sizeof(why),
+                  "a straggler: %.0f%% of the time the others wait is for it, %.1f ms a collective on average; "
+                  "it is %.0f%% of their time between collectives (score %.2f)",
+                  100 * s.wait_share, s.late_ms, 100 * s.score, s.score);
+    std::string action = "warn";
+    if (options_.replace_stragglers) {
+      auto kill = policy_->replace_straggler(w, why);
+      action = kill.empty() ? "kept" : "replace";
+      if (kill.empty()) {
+        spdlog::warn("rank {} is {}; it is not replaced: {}", rank, why,
+                     policy_->heals_ran_out(w)
+                         ? "its heals ran out (--max-heals " + std::to_string(options_.max_heals) + ")"
+                         : std::string("not every worker can heal around it now"));
+      }
+      execute(kill);
+    } else {
+      spdlog::warn("rank {} is {} (--straggler-action replace would replace it)", rank, why);
+    }
     if (options_.events) {
       options_.events->write(channel::events::kStraggler,
-                             {{"attempt", options_.attempt}, {"rank", rank}, {"local_rank", local_of[rank]},
-                              {"score", s.score}, {"last_share", s.last_share}, {"late_ms", s.late_ms}});
+                             {{"attempt", options_.attempt}, {"rank", rank},
+                              {"local_rank", workers_[w]->launch->id.local_rank}, {"score", s.score},
+                              {"wait_share", s.wait_share}, {"late_ms", s.late_ms}, {"action", action}});
     }
   }
 }

@@ -71,6 +71,9 @@ struct GroupOptions {
   HeartbeatTable* heartbeats = nullptr;
   std::chrono::milliseconds hang_timeout{0};
   std::optional<LearnedTimeoutOptions> learned_hang;  // --hang-timeout auto
+  // --straggler-action replace: a rank found slow is replaced through a
+  // heal (within max_heals); otherwise it is only named.
+  bool replace_stragglers = false;
   std::chrono::milliseconds monitor_interval{100};
   // Called once, the first time every worker has beaten (needs heartbeats),
   // or standby_warmup after the start when that is > 0 (programs that

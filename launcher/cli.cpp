@@ -155,6 +155,9 @@ CliResult parse_canonical(const std::vector<std::string>& args,
     throw UsageError("--numa-binding: expected node, socket, exclusive or core-complex, got " +
                      quote(o.numa_binding));
   }
+  if (o.straggler_action != "warn" && o.straggler_action != "replace") {
+    throw UsageError("--straggler-action: expected warn or replace, got " + quote(o.straggler_action));
+  }
   if (!v.local_ranks_filter.empty()) o.local_ranks_filter = parse_local_ranks(v.local_ranks_filter);
   o.duplicate_stdout_filters = parse_filters(v.dup_stdout);
   o.duplicate_stderr_filters = parse_filters(v.dup_stderr);

@@ -71,6 +71,7 @@ struct CliOptions {
   std::vector<std::string> signals_to_handle;  // as given; ddprun always forwards its six
   bool virtual_local_rank = false;    // LOCAL_RANK=0, CUDA_VISIBLE_DEVICES one GPU per worker
   std::string numa_binding;           // "", node, socket, exclusive or core-complex
+  std::string straggler_action = "warn";  // warn or replace
   bool verbose = false;
   bool quiet = false;
   std::string entrypoint;

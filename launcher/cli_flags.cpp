@@ -140,6 +140,12 @@ std::unique_ptr<CLI::App> make_ddprun_app(CliOptions& o, FlagValues& v) {
                  "[default: 3]")
       ->type_name("N")
       ->group(g);
+  app->add_option("--straggler-action,--straggler_action", o.straggler_action,
+                 "What to do with a rank the others keep waiting for (scored from every collective): warn "
+                 "names it; replace swaps it for a fresh process through a heal (within --max-heals), "
+                 "which helps when the slowness is the process's, not its GPU's or node's [default: warn]")
+      ->type_name("warn|replace")
+      ->group(g);
   app->add_option("--monitor-interval,--monitor_interval", v.monitor,
                  "Seconds between health checks; exits are seen at once [default: 0.1]")
       ->type_name("SECONDS")->group(g);

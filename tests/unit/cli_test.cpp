@@ -77,6 +77,12 @@ TEST(Cli, HangTimeoutIsLearnedUnlessANumberIsGiven) {
   EXPECT_EQ(error_of({"--hang-timeout", "-3", "p"}), "--hang-timeout: must be at least 0, got -3");
 }
 
+TEST(Cli, StragglerActionIsWarnOrReplace) {
+  EXPECT_EQ(parse({"p"}).straggler_action, "warn");
+  EXPECT_EQ(parse({"--straggler-action", "replace", "p"}).straggler_action, "replace");
+  EXPECT_EQ(error_of({"--straggler-action", "kill", "p"}), "--straggler-action: expected warn or replace, got 'kill'");
+}
+
 TEST(Cli, DoubleDashBeforeTheEntrypointIsSkipped) {
   auto o = parse({"--nproc", "2", "--", "prog", "-x"});
   EXPECT_EQ(o.entrypoint, "prog");

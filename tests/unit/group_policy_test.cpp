@@ -404,6 +404,30 @@ TEST(GroupPolicy, NoHealOnceAWorkerHasFinished) {
   EXPECT_EQ(p.outcome(), GroupPolicy::kWorkerFailed);
 }
 
+// --straggler-action replace: a slow worker is killed to be replaced
+// through a heal, counted against --max-heals; one that cannot heal now is
+// kept (nothing is stopped for being slow).
+TEST(GroupPolicy, AStragglerIsReplacedThroughAHealWithinMaxHeals) {
+  GroupPolicy p(2, healing(1), t0);
+  EXPECT_TRUE(p.replace_straggler(1, "a straggler").empty()) << "nobody said it can heal yet";
+  all_ready(p, 2);
+  const auto kill = p.replace_straggler(1, "a straggler: score 0.40");
+  ASSERT_EQ(kill.size(), 1u);
+  EXPECT_EQ(kill[0].kind, GroupCommand::kKillWorker);
+  EXPECT_EQ(kill[0].worker, 1);
+  EXPECT_TRUE(kill[0].heal);
+  EXPECT_TRUE(kill[0].straggler);
+  EXPECT_EQ(kill[0].why, "a straggler: score 0.40");
+  EXPECT_TRUE(p.replace_straggler(1, "again").empty()) << "already being replaced";
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kHealed);
+  ASSERT_EQ(replacements(p.after_exits(t0 + 1s)).size(), 1u);
+  EXPECT_FALSE(p.stopping());
+  p.set_heal_ready(1, true);
+  EXPECT_TRUE(p.heals_ran_out(1));
+  EXPECT_TRUE(p.replace_straggler(1, "slow again").empty()) << "--max-heals 1 is spent";
+  EXPECT_FALSE(p.stopping());
+}
+
 TEST(GroupPolicy, AHungWorkerIsKilledAndReplacedWhileTheOthersGoOn) {
   GroupPolicy p(2, healing(3, 1s), t0);
   all_ready(p, 2);

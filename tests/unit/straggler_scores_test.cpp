@@ -81,7 +81,7 @@ TEST(StragglerScores, ARankOneAndAHalfTimesAsSlowIsFoundWithinFiftySteps) {
     EXPECT_LE(steps, 50) << buckets << " bucket(s)";
     EXPECT_NEAR(scores.scores().at(2).score, 1.0 / 3, 0.06) << buckets;
     EXPECT_LT(scores.scores().at(0).score, 0.02) << buckets;
-    EXPECT_GT(scores.scores().at(2).last_share, 0.95) << buckets;
+    EXPECT_GT(scores.scores().at(2).wait_share, 0.95) << buckets;
     EXPECT_GT(scores.scores().at(2).late_ms, 4 * scores.scores().at(0).late_ms) << buckets;
   }
 }
