@@ -306,7 +306,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   heal_generation_ = a.heal_generation;
   WorkerGroup* running = nullptr;  // the group below, once it exists (a shrink renumbers it)
   go.on_monitor = [this, attempt, &a, &joined, &running] {
-    watch_progress(attempt, a);
+    watch_progress(attempt, a, running);
     report_workers_heal(a, running);
     if (refill_standby_) {
       // After a heal took the warm standby (off the heal's path: the

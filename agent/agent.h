@@ -120,7 +120,9 @@ class Agent {
   std::string leave(LeaveKind kind, const std::string& message, std::optional<int64_t> round);
   // On the monitor's beat while workers run: checkpoints in the event log,
   // rank 0's progress on the console. Never blocks.
-  void watch_progress(int attempt, const Assignment& a);
+  // `group`: the running workers (null between attempts), whose straggler
+  // scores the progress line shows.
+  void watch_progress(int attempt, const Assignment& a, const WorkerGroup* group = nullptr);
   void start_progress_display();
   void stop_progress_display();
   void await_others(LeaveKind how_this_node_left);

@@ -14,7 +14,7 @@ namespace ddprun {
 
 namespace ev = channel::events;
 
-void Agent::watch_progress(int attempt, const Assignment& a) {
+void Agent::watch_progress(int attempt, const Assignment& a, const WorkerGroup* group) {
   using channel::Progress;
   const auto now = std::chrono::steady_clock::now();
   for (int lr = 0; lr < cfg_.nproc; ++lr) {
@@ -36,8 +36,10 @@ void Agent::watch_progress(int attempt, const Assignment& a) {
   }
   if (a.first_global_rank != 0 || !meter_.any()) return;
 
-  const std::string line = format_progress(meter_.last(), meter_.rates());
+  std::string line = format_progress(meter_.last(), meter_.rates());
   if (line.empty()) return;
+  // This node's straggler scores, once there are any.
+  if (const std::string slow = group ? group->stragglers().slowest() : ""; !slow.empty()) line += " · " + slow;
   if (progress_on_terminal_) {
     // At most 4 draws a second (each one a write to the terminal).
     if (now - last_status_draw_ < std::chrono::milliseconds(250)) return;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace ddprun {
 namespace {
@@ -79,6 +80,19 @@ void StragglerScores::update(const std::map<int, std::vector<channel::FlightEntr
       }
     }
   }
+}
+
+std::string StragglerScores::slowest() const {
+  const std::pair<const int, StragglerScore>* top = nullptr;
+  for (const auto& entry : scores_) {
+    if (entry.second.samples >= kMinSamples && (!top || entry.second.score > top->second.score)) top = &entry;
+  }
+  if (!top) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "slowest: rank %d (%.2f)", top->first, top->second.score);
+  const auto flagged = stragglers();
+  const bool straggler = std::find(flagged.begin(), flagged.end(), top->first) != flagged.end();
+  return std::string(buf) + (straggler ? " straggler" : "");
 }
 
 std::vector<int> StragglerScores::stragglers() const {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "channel/flight_record.h"
@@ -42,6 +43,10 @@ class StragglerScores {
   const std::map<int, StragglerScore>& scores() const { return scores_; }
   // The heal generation the scores are of (they start over at each).
   uint32_t generation() const { return generation_; }
+  // The rank the others wait for most once scored enough (kMinSamples),
+  // and its score: "" before, else "slowest: rank 1 (0.41)", with
+  // " straggler" when it is one.
+  std::string slowest() const;
   // Ranks that are stragglers as things stand.
   std::vector<int> stragglers() const;
 

@@ -126,6 +126,8 @@ class WorkerGroup {
   // Whether every worker of the group heals in place now (GroupPolicy::can_heal):
   // what the agent's keep-alives tell the rendezvous. False before the start.
   bool all_heal_in_place() const;
+  // The local ranks' straggler scores so far (the progress line shows them).
+  const StragglerScores& stragglers() const { return stragglers_; }
 
  private:
   struct Worker;

@@ -212,11 +212,16 @@ namespace {
 // name nobody over 3000 steps.
 TEST(Straggler, ASlowRankIsNamedAndNoOtherIs) {
   const std::filesystem::path dir = ddptest::temp_path("straggler", "logs");
-  ddptest::Process p(ddprun({"--nproc", "3", "--monitor-interval", "0.02", "--log-dir", dir.string(),
-                             HANG_CHECK_BIN, "--at", "-1", "--work-ms", "2", "--slow", "1", "--slow-factor", "3"}));
+  ddptest::Process p(ddprun({"--nproc", "3", "--monitor-interval", "0.02", "--progress-interval", "0.1", "--log-dir",
+                             dir.string(), HANG_CHECK_BIN, "--at", "-1", "--work-ms", "2", "--slow", "1", "--slow-factor",
+                             "3"}));
   auto said = p.wait_for_err_line([](const std::string& l) { return contains(l, "is a straggler"); }, 120s);
   ASSERT_TRUE(said) << p.finish(10s).err;
   EXPECT_TRUE(contains(*said, "rank 1 is a straggler: 100% of the time the others wait is for it")) << *said;
+  // The progress line shows it too, from then on.
+  auto progress = p.wait_for_err_line([](const std::string& l) { return contains(l, "info: progress: "); }, 120s);
+  ASSERT_TRUE(progress) << p.finish(10s).err;
+  EXPECT_TRUE(std::regex_search(*progress, std::regex(R"( · slowest: rank 1 \(0\.\d\d\) straggler$)"))) << *progress;
   p.signal(SIGTERM);
   ddptest::Finished f = p.finish(60s);
   EXPECT_EQ(ddptest::occurrences(f.err, "is a straggler"), 1) << f.err;  // once, and only rank 1

@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
     }
     world->cpu().all_reduce(t);
     world->heartbeat();
+    ddp::ProgressReport progress;
+    progress.step = step;
+    world->report_progress(progress);
   }
   return 0;
 }
