@@ -34,6 +34,7 @@ void Agent::watch_progress(int attempt, const Assignment& a, const WorkerGroup* 
     seen = p;
     if (rank == 0) meter_.add(p);
   }
+  if (status_ && group) status_->set_slowest(group->stragglers().slowest_rank());
   if (a.first_global_rank != 0 || !meter_.any()) return;
 
   std::string line = format_progress(meter_.last(), meter_.rates());

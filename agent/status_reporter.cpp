@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <cstring>
 #include <ctime>
 
@@ -64,11 +65,29 @@ void StatusReporter::watch(int64_t round, int slot, int global_rank) {
 void StatusReporter::unwatch() {
   std::lock_guard lock(mu_);
   slot_ = -1;
+  slowest_.reset();
 }
+
+void StatusReporter::set_slowest(std::optional<StragglerScores::Slowest> slowest) {
+  std::lock_guard lock(mu_);
+  slowest_ = slowest;
+}
+
+namespace {
+
+// Whether two views of the slowest rank differ enough to be news (a
+// hundredth of the score, as `ddprun status` prints it).
+bool differs(const std::optional<StragglerScores::Slowest>& a, const std::optional<StragglerScores::Slowest>& b) {
+  if (a.has_value() != b.has_value()) return true;
+  if (!a) return false;
+  return a->rank != b->rank || a->straggler != b->straggler || std::lround(a->score * 100) != std::lround(b->score * 100);
+}
+
+}  // namespace
 
 bool StatusReporter::changed(const channel::Progress& p, uint32_t g) const {
   if (p.flags == 0) return false;  // nothing reported (yet, or since the reset)
-  return !sent_any_ || g != last_generation_ || std::memcmp(&p, &last_, sizeof(p)) != 0;
+  return !sent_any_ || g != last_generation_ || std::memcmp(&p, &last_, sizeof(p)) != 0 || differs(slowest_, last_slowest_);
 }
 
 void StatusReporter::loop() {
@@ -83,6 +102,12 @@ void StatusReporter::loop() {
     info.round = round_;
     info.global_rank = global_rank_;
     info.heal_generation = generation;
+    const auto slowest = slowest_;
+    if (slowest) {
+      info.slowest_rank = slowest->rank;
+      info.slowest_score = slowest->score;
+      info.slowest_is_straggler = slowest->straggler;
+    }
     lock.unlock();
     bool sent = true;
     try {
@@ -95,6 +120,7 @@ void StatusReporter::loop() {
     if (sent) {
       last_ = p;
       last_generation_ = generation;
+      last_slowest_ = slowest;
       sent_any_ = true;
     }
   }

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "agent/heartbeat_table.h"
+#include "agent/straggler_scores.h"
 #include "rendezvous/client.h"
 
 namespace ddprun {
@@ -41,6 +42,8 @@ class StatusReporter {
   void watch(int64_t round, int slot, int global_rank);
   // The workers are gone: nothing to read until the next watch().
   void unwatch();
+  // This node's slowest rank (straggler scores), sent with the progress.
+  void set_slowest(std::optional<StragglerScores::Slowest> slowest);
 
  private:
   void loop();
@@ -56,8 +59,10 @@ class StatusReporter {
   int64_t round_ = 0;
   int slot_ = -1;
   int global_rank_ = 0;
+  std::optional<StragglerScores::Slowest> slowest_;
   // The last report sent (the loop's own).
   channel::Progress last_{};
+  std::optional<StragglerScores::Slowest> last_slowest_;
   uint32_t last_generation_ = 0;
   bool sent_any_ = false;
   std::thread thread_;

@@ -82,17 +82,24 @@ void StragglerScores::update(const std::map<int, std::vector<channel::FlightEntr
   }
 }
 
-std::string StragglerScores::slowest() const {
-  const std::pair<const int, StragglerScore>* top = nullptr;
-  for (const auto& entry : scores_) {
-    if (entry.second.samples >= kMinSamples && (!top || entry.second.score > top->second.score)) top = &entry;
+std::optional<StragglerScores::Slowest> StragglerScores::slowest_rank() const {
+  std::optional<Slowest> top;
+  for (const auto& [rank, s] : scores_) {
+    if (s.samples >= kMinSamples && (!top || s.score > top->score)) top = Slowest{rank, s.score, false};
   }
+  if (top) {
+    const auto flagged = stragglers();
+    top->straggler = std::find(flagged.begin(), flagged.end(), top->rank) != flagged.end();
+  }
+  return top;
+}
+
+std::string StragglerScores::slowest() const {
+  const auto top = slowest_rank();
   if (!top) return "";
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "slowest: rank %d (%.2f)", top->first, top->second.score);
-  const auto flagged = stragglers();
-  const bool straggler = std::find(flagged.begin(), flagged.end(), top->first) != flagged.end();
-  return std::string(buf) + (straggler ? " straggler" : "");
+  std::snprintf(buf, sizeof(buf), "slowest: rank %d (%.2f)%s", top->rank, top->score, top->straggler ? " straggler" : "");
+  return buf;
 }
 
 std::vector<int> StragglerScores::stragglers() const {

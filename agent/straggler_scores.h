@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,8 +44,15 @@ class StragglerScores {
   const std::map<int, StragglerScore>& scores() const { return scores_; }
   // The heal generation the scores are of (they start over at each).
   uint32_t generation() const { return generation_; }
-  // The rank the others wait for most once scored enough (kMinSamples),
-  // and its score: "" before, else "slowest: rank 1 (0.41)", with
+  // The rank with the highest score among those scored enough
+  // (kMinSamples), if any.
+  struct Slowest {
+    int rank = 0;
+    double score = 0;
+    bool straggler = false;
+  };
+  std::optional<Slowest> slowest_rank() const;
+  // The same as text: "" before, else "slowest: rank 1 (0.41)", with
   // " straggler" when it is one.
   std::string slowest() const;
   // Ranks that are stragglers as things stand.

@@ -190,6 +190,12 @@ std::string format_status(const std::string& job_id, const std::string& endpoint
            age_text(p.age) + " ago (rank " + std::to_string(p.global_rank) + ", round " +
            std::to_string(p.round) + ")\n";
   }
+  if (s.progress && s.progress->slowest_rank) {
+    std::snprintf(line, sizeof(line), "  slowest     rank %d, score %.2f%s (rank %d's node)\n", *s.progress->slowest_rank,
+                  s.progress->slowest_score, s.progress->slowest_is_straggler ? ", a straggler" : "",
+                  s.progress->global_rank);
+    out += line;
+  }
   std::string ckpt;
   if (s.progress && s.progress->saved_step) ckpt = "saved at step " + std::to_string(*s.progress->saved_step);
   if (s.progress && s.progress->restored_step) {
@@ -246,7 +252,10 @@ std::string format_status_json(const std::string& job_id, const std::string& end
             {"samples_per_sec", p.samples_per_sec},
             {"saved_step", opt(p.saved_step)},
             {"restored_step", opt(p.restored_step)},
-            {"age_ms", p.age.count()}};
+            {"age_ms", p.age.count()},
+            {"slowest_rank", opt(p.slowest_rank)},
+            {"slowest_score", p.slowest_score},
+            {"slowest_is_straggler", p.slowest_is_straggler}};
     j["progress"] = jp;
   } else {
     j["progress"] = nullptr;

@@ -256,12 +256,16 @@ MaybeStatus check_progress(const v1::Progress& p) {
                           {"saved_step", p.saved_step()},
                           {"restored_step", p.restored_step()},
                           {"global_rank", p.global_rank()},
+                          {"slowest_rank", p.slowest_rank()},
                           {"round", p.round()}}) {
     if (auto bad = negative(field, v)) return bad;
   }
   if (!std::isfinite(p.samples_per_sec()) || p.samples_per_sec() < 0) {
     return invalid_argument("progress samples_per_sec " + std::to_string(p.samples_per_sec()) +
                             " is not a rate");
+  }
+  if (!std::isfinite(p.slowest_score()) || p.slowest_score() < 0 || p.slowest_score() > 1) {
+    return invalid_argument("progress slowest_score " + std::to_string(p.slowest_score()) + " is not in [0, 1]");
   }
   if (auto bad = check_duration("progress age_ms", p.age_ms())) return bad;
   return std::nullopt;

@@ -16,6 +16,9 @@ ProgressInfo from_proto(const v1::Progress& p) {
   if (p.has_restored_step()) i.restored_step = p.restored_step();
   i.age = std::chrono::milliseconds(p.age_ms());
   i.heal_generation = p.heal_generation();
+  if (p.has_slowest_rank()) i.slowest_rank = p.slowest_rank();
+  i.slowest_score = p.slowest_score();
+  i.slowest_is_straggler = p.slowest_is_straggler();
   return i;
 }
 
@@ -32,6 +35,9 @@ void to_proto(const ProgressInfo& i, v1::Progress* p) {
   if (i.restored_step) p->set_restored_step(*i.restored_step);
   p->set_age_ms(i.age.count());
   p->set_heal_generation(i.heal_generation);
+  if (i.slowest_rank) p->set_slowest_rank(*i.slowest_rank);
+  p->set_slowest_score(i.slowest_score);
+  p->set_slowest_is_straggler(i.slowest_is_straggler);
 }
 
 JobStatus from_proto(const v1::StatusResponse& r) {

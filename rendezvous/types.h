@@ -173,6 +173,10 @@ struct ProgressInfo {
   std::optional<int64_t> restored_step;
   std::chrono::milliseconds age{0};  // how old the worker's report is
   uint32_t heal_generation = 0;      // the one the worker runs in (one node: named by its agent)
+  // The reporting node's slowest rank (straggler scores), once scored.
+  std::optional<int> slowest_rank;
+  double slowest_score = 0;
+  bool slowest_is_straggler = false;
 };
 
 // One node of a job, for `ddprun status`.

@@ -212,8 +212,9 @@ namespace {
 // name nobody over 3000 steps.
 TEST(Straggler, ASlowRankIsNamedAndNoOtherIs) {
   const std::filesystem::path dir = ddptest::temp_path("straggler", "logs");
+  const std::string id = "straggler-" + std::to_string(getpid());
   ddptest::Process p(ddprun({"--nproc", "3", "--monitor-interval", "0.02", "--progress-interval", "0.1", "--log-dir",
-                             dir.string(), HANG_CHECK_BIN, "--at", "-1", "--work-ms", "2", "--slow", "1", "--slow-factor",
+                             dir.string(), "--rdzv-id", id, HANG_CHECK_BIN, "--at", "-1", "--work-ms", "2", "--slow", "1", "--slow-factor",
                              "3"}));
   auto said = p.wait_for_err_line([](const std::string& l) { return contains(l, "is a straggler"); }, 120s);
   ASSERT_TRUE(said) << p.finish(10s).err;
@@ -222,6 +223,13 @@ TEST(Straggler, ASlowRankIsNamedAndNoOtherIs) {
   auto progress = p.wait_for_err_line([](const std::string& l) { return contains(l, "info: progress: "); }, 120s);
   ASSERT_TRUE(progress) << p.finish(10s).err;
   EXPECT_TRUE(std::regex_search(*progress, std::regex(R"( · slowest: rank 1 \(0\.\d\d\) straggler$)"))) << *progress;
+  // And `ddprun status`, from another terminal (rank 0's agent reports it).
+  ddptest::Finished s = ddptest::run_until(ddprun({"status", "--rdzv-id", id}), ", a straggler (rank 0's node)", {}, 20s);
+  EXPECT_TRUE(std::regex_search(s.out, std::regex(R"(slowest     rank 1, score 0\.\d\d, a straggler \(rank 0's node\))")))
+      << s.out << s.err;
+  ddptest::Finished j = ddptest::run(ddprun({"status", "--json", "--rdzv-id", id}));
+  EXPECT_TRUE(contains(j.out, R"("slowest_rank": 1)")) << j.out;
+  EXPECT_TRUE(contains(j.out, R"("slowest_is_straggler": true)")) << j.out;
   p.signal(SIGTERM);
   ddptest::Finished f = p.finish(60s);
   EXPECT_EQ(ddptest::occurrences(f.err, "is a straggler"), 1) << f.err;  // once, and only rank 1

@@ -283,6 +283,15 @@ TEST(StatusCall, BadProgressValuesAreRefusedAndNotStored) {
   p = step(3);
   p.age = -1ms;
   EXPECT_EQ(code_of(p), grpc::StatusCode::INVALID_ARGUMENT);
+  for (double score : {-0.1, 1.5, std::nan("")}) {
+    p = step(3);
+    p.slowest_rank = 1;
+    p.slowest_score = score;
+    EXPECT_EQ(code_of(p), grpc::StatusCode::INVALID_ARGUMENT) << score;
+  }
+  p = step(3);
+  p.slowest_rank = -2;
+  EXPECT_EQ(code_of(p), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_FALSE(svc.client.status("job", 5s).progress.has_value());
   // A stranger with the token is refused too.
   EXPECT_EQ(call_code([&] { svc.client.report_progress("job", "x", step(3), 5s); }),
@@ -292,6 +301,16 @@ TEST(StatusCall, BadProgressValuesAreRefusedAndNotStored) {
   p.loss = std::nan("");
   EXPECT_EQ(code_of(p), 0);
   EXPECT_TRUE(std::isnan(*svc.client.status("job", 5s).progress->loss));
+  // The reporting node's slowest rank goes through as given.
+  p = step(4);
+  p.slowest_rank = 2;
+  p.slowest_score = 0.41;
+  p.slowest_is_straggler = true;
+  EXPECT_EQ(code_of(p), 0);
+  const auto got = *svc.client.status("job", 5s).progress;
+  EXPECT_EQ(got.slowest_rank, 2);
+  EXPECT_DOUBLE_EQ(got.slowest_score, 0.41);
+  EXPECT_TRUE(got.slowest_is_straggler);
 }
 
 }  // namespace
