@@ -428,6 +428,8 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   if (end.outcome == GroupEnd::kWorkerFailed && !result.failures.empty()) {
     // The root cause, as the summary names it.
     const WorkerExit& root = root_cause(result.failures);
+    end.failure = "rank " + std::to_string(root.rank) + " " +
+                  (root.error_message.empty() ? describe_exit(root) : root.error_message);
     nlohmann::json f = {{"attempt", attempt}, {"rank", root.rank}, {"local_rank", root.local_rank},
                         {"root_cause", true}, {"message", root.error_message.empty()
                                                               ? describe_exit(root)

@@ -70,7 +70,7 @@ Action Lifecycle::on_group_end(const GroupEnd& end) {
       state_ = NodeState::kRestarting;
       Action a;
       a.kind = Action::kJoin;
-      a.intent = JoinIntent{round, true};
+      a.intent = JoinIntent{round, true, end.failure};
       return a;
     }
     case GroupEnd::kStoppedForRound: {

@@ -27,6 +27,7 @@ struct GroupEnd {
   enum Outcome { kSucceeded, kWorkerFailed, kStoppedBySignal, kStoppedForRound };
   Outcome outcome = kSucceeded;
   int signal = 0;  // kStoppedBySignal
+  std::string failure;  // kWorkerFailed: the root cause, told to the rendezvous with the restart
 };
 
 // How a join ended.

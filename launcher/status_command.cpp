@@ -129,9 +129,8 @@ std::string format_status(const std::string& job_id, const std::string& endpoint
   out += pid > 0 ? " (ddprun pid " + std::to_string(pid) + ", rendezvous " + endpoint + ")\n"
                  : " (rendezvous " + endpoint + ")\n";
   char line[512];
-  std::snprintf(line, sizeof(line), "  phase       %s%s%s\n", phase_name(s.phase),
-                s.detail.empty() ? "" : ": ", s.detail.c_str());
-  out += line;
+  // The detail may be long (a failure's root cause, a hang's verdict): whole.
+  out += std::string("  phase       ") + phase_name(s.phase) + (s.detail.empty() ? "" : ": " + s.detail) + "\n";
   std::snprintf(line, sizeof(line), "  round       %lld (%s, opened for: %s)\n",
                 static_cast<long long>(s.round), s.round_closed ? "running" : "gathering nodes",
                 to_string(s.reason));

@@ -136,6 +136,7 @@ JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
   req.set_timeout_ms(a.timeout.count());
   req.set_last_round(a.intent.last_round);
   req.set_workers_failed(a.intent.workers_failed);
+  req.set_failure(a.intent.failure.substr(0, kMaxFailureBytes));
   req.set_lease_ms(a.lease.count());
 
   // A join may wait long (for the other nodes, for a host that went away),

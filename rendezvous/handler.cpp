@@ -344,7 +344,8 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
                        n.node_rank_hint(), n.wants_nccl_id(), n.master_port(), n.heals(), n.program()};
   call.settings = RoundSettings{req->min_nodes(), req->max_nodes(),
                                 std::chrono::milliseconds(req->last_call_ms()), req->max_restarts()};
-  call.intent = JoinIntent{req->last_round(), req->workers_failed()};
+  call.intent = JoinIntent{req->last_round(), req->workers_failed(),
+                           printable(req->failure().substr(0, kMaxFailureBytes), false)};
   call.lease = std::chrono::milliseconds(req->lease_ms());
   call.timeout = std::chrono::milliseconds(req->timeout_ms());
   call.lease_key = req->lease_key();

@@ -127,9 +127,9 @@ void RoundState::join(const NodeSpec& node, const RoundSettings& settings, const
     // It ran in this round and is back: its workers failed there (one
     // restart), or it lost track of the job. Everyone starts again.
     const bool failed_here = intent.workers_failed && intent.last_round == round_;
-    supersede(RoundReason::kWorkerFailure,
-              "node " + quote_id(id) + (failed_here ? "'s workers failed" : " rejoined"), failed_here,
-              now);
+    std::string why = "node " + quote_id(id) + (failed_here ? "'s workers failed" : " rejoined");
+    if (failed_here && !intent.failure.empty()) why += ": " + intent.failure;
+    supersede(RoundReason::kWorkerFailure, std::move(why), failed_here, now);
     if (phase_ != JobPhase::kActive) throw JobEnded("rendezvous: " + end_message_);
     add_member(id, now);
   } else if (is_member(id) || waiting) {

@@ -108,9 +108,14 @@ std::string random_lease_key();
 // What an agent says when it joins: the round its workers last ran in
 // (-1: none yet) and whether they failed there.
 struct JoinIntent {
+  JoinIntent() = default;
+  JoinIntent(int64_t last, bool failed, std::string why = "")
+      : last_round(last), workers_failed(failed), failure(std::move(why)) {}
   int64_t last_round = -1;
   bool workers_failed = false;
+  std::string failure;  // with workers_failed: the root cause (a hang's verdict too)
 };
+inline constexpr size_t kMaxFailureBytes = 2048;
 
 // How a node leaves the job.
 enum class LeaveKind { kSucceeded, kStopped, kFailed };

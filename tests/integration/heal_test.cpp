@@ -359,9 +359,7 @@ TEST(Heal, StatusCountsTheHealsOfAOneNodeJob) {
   fs::create_directories(runtime);
   fs::permissions(runtime, fs::perms::owner_all);
   const ddptest::EnvChanges env{"XDG_RUNTIME_DIR=" + runtime.string(), "DDPRUN_CPU_COMM=shm"};
-  std::vector<std::string> job = train_job(2, {}, {});
-  job[job.size() - 2] = "50";  // --epochs: it runs until the test stops it
-  Process p(job, env);
+  Process p(train_job(2, {}, {"--epochs", "50"}), env);  // it runs until the test stops it
   ASSERT_TRUE(reach_step(p, 10)) << p.out();
   std::vector<pid_t> workers = workers_of(p.pid());
   ASSERT_EQ(workers.size(), 2u);

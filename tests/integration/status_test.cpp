@@ -128,6 +128,9 @@ TEST(Status, ARestartShowsInTheRoundTheCountAndTheResumedCheckpoint) {
   ASSERT_EQ(f.exit_code, 0) << f.out << f.err;
   EXPECT_TRUE(contains(f.out, "restarts    1 of 1")) << f.out;
   EXPECT_TRUE(contains(f.out, "round       1 (running, opened for: workers failed)")) << f.out;
+  // Why, as the failure summary's root cause says it.
+  EXPECT_TRUE(std::regex_search(f.out, std::regex(R"(phase       running: node '[^']+''s workers failed: rank \d )")))
+      << f.out;
   EXPECT_TRUE(contains(f.out, "checkpoint  saved at step 40; resumed from step 40")) << f.out;
   job.signal(SIGTERM);
   job.finish(30s);

@@ -30,7 +30,7 @@ TEST(Lifecycle, JoinsRunsAndLeavesWhenTheWorkersSucceed) {
   EXPECT_EQ(a.intent.last_round, -1);
   EXPECT_EQ(life.on_join(joined(0)).kind, Action::kRunWorkers);
   EXPECT_EQ(life.state(), NodeState::kRunning);
-  a = life.on_group_end({GroupEnd::kSucceeded, 0});
+  a = life.on_group_end({GroupEnd::kSucceeded, 0, ""});
   EXPECT_EQ(a.kind, Action::kLeave);
   EXPECT_EQ(a.leave, LeaveKind::kSucceeded);
   a = life.on_left();
@@ -43,7 +43,7 @@ TEST(Lifecycle, TheHostWaitsForTheOthersBeforeItExits) {
   Lifecycle life({0, true});
   life.start();
   life.on_join(joined(0));
-  life.on_group_end({GroupEnd::kSucceeded, 0});
+  life.on_group_end({GroupEnd::kSucceeded, 0, ""});
   Action a = life.on_left();
   EXPECT_EQ(a.kind, Action::kAwaitOthers);
   a = life.on_others_gone();
@@ -57,7 +57,7 @@ TEST(Lifecycle, ARefusedSuccessFailsTheNode) {
   Lifecycle life({3, true});
   life.start();
   life.on_join(joined(0));
-  life.on_group_end({GroupEnd::kSucceeded, 0});
+  life.on_group_end({GroupEnd::kSucceeded, 0, ""});
   Action a = life.on_success_refused("round 0 was over");
   EXPECT_EQ(a.kind, Action::kLeave);
   EXPECT_EQ(a.leave, LeaveKind::kFailed);
@@ -73,14 +73,15 @@ TEST(Lifecycle, AFailureRejoinsSayingWhichRoundFailedWhileRestartsRemain) {
   Lifecycle life({2, false});
   life.start();
   life.on_join(joined(3, 1));
-  Action a = life.on_group_end({GroupEnd::kWorkerFailed, 0});
+  Action a = life.on_group_end({GroupEnd::kWorkerFailed, 0, "rank 1 hung: no heartbeat for 15.0 s"});
   EXPECT_EQ(a.kind, Action::kJoin);
   EXPECT_EQ(a.intent.last_round, 3);
   EXPECT_TRUE(a.intent.workers_failed);
+  EXPECT_EQ(a.intent.failure, "rank 1 hung: no heartbeat for 15.0 s");  // told to the rendezvous
   EXPECT_EQ(life.state(), NodeState::kRestarting);
   // The next failure uses the last restart up: the node fails the job.
   life.on_join(joined(4, 2));
-  a = life.on_group_end({GroupEnd::kWorkerFailed, 0});
+  a = life.on_group_end({GroupEnd::kWorkerFailed, 0, ""});
   EXPECT_EQ(a.kind, Action::kLeave);
   EXPECT_EQ(a.leave, LeaveKind::kFailed);
   EXPECT_NE(a.message.find("--max-restarts"), std::string::npos);
@@ -98,7 +99,7 @@ TEST(Lifecycle, ANewerRoundStopsTheWorkersAndTheNodeFollowsWithoutARestart) {
   EXPECT_NE(why->find("superseded by round 2"), std::string::npos) << *why;
   EXPECT_NE(why->find("was lost"), std::string::npos) << *why;
   EXPECT_EQ(life.state(), NodeState::kStopping);
-  Action a = life.on_group_end({GroupEnd::kStoppedForRound, 0});
+  Action a = life.on_group_end({GroupEnd::kStoppedForRound, 0, ""});
   EXPECT_EQ(a.kind, Action::kJoin);
   EXPECT_EQ(a.intent.last_round, 1);
   EXPECT_FALSE(a.intent.workers_failed);
@@ -160,12 +161,12 @@ TEST(Lifecycle, AHostStoppedBySignalDoesNotWaitForTheOthers) {
   Lifecycle life({0, true});
   life.start();
   life.on_join(joined(0));
-  life.on_group_end({GroupEnd::kStoppedBySignal, 2});
+  life.on_group_end({GroupEnd::kStoppedBySignal, 2, ""});
   EXPECT_EQ(life.on_left().kind, Action::kExit);
   Lifecycle failing({0, true});
   failing.start();
   failing.on_join(joined(0));
-  failing.on_group_end({GroupEnd::kWorkerFailed, 0});
+  failing.on_group_end({GroupEnd::kWorkerFailed, 0, ""});
   Action a = failing.on_left();
   EXPECT_EQ(a.kind, Action::kAwaitOthers);  // they must hear the job failed
   EXPECT_EQ(a.leave, LeaveKind::kFailed);
@@ -175,7 +176,7 @@ TEST(Lifecycle, StoppedBySignalLeavesCleanly) {
   Lifecycle life({3, false});
   life.start();
   life.on_join(joined(0));
-  Action a = life.on_group_end({GroupEnd::kStoppedBySignal, 15});
+  Action a = life.on_group_end({GroupEnd::kStoppedBySignal, 15, ""});
   EXPECT_EQ(a.leave, LeaveKind::kStopped);
   EXPECT_EQ(life.on_left().exit_code, 143);
 }

@@ -105,8 +105,9 @@ TEST(Round, NodeRankHintsWinOverJoinOrder) {
 TEST(Round, AFailureOpensTheNextRoundForEveryNodeAndCostsOneRestart) {
   RoundSettings s{2, 2, 0ms, 3};
   RoundState r = running(s, {"a", "b"});
-  // b's workers failed in round 0.
-  r.join(node("b"), s, JoinIntent{0, true}, 0ms, t0 + 1s);
+  // b's workers failed in round 0: a rank hung, and b says why.
+  r.join(node("b"), s, JoinIntent{0, true, "rank 1 hung: no heartbeat for 15.0 s; rank 1 never entered it"}, 0ms,
+         t0 + 1s);
   EXPECT_EQ(r.current_round(), 1);
   EXPECT_FALSE(r.closed());
   EXPECT_EQ(r.restart_count(), 1);
@@ -116,7 +117,9 @@ TEST(Round, AFailureOpensTheNextRoundForEveryNodeAndCostsOneRestart) {
   // that costs nothing more.
   NodeView v = r.keep_alive("a", t0 + 1s);
   EXPECT_EQ(v.round, 1);
-  EXPECT_NE(v.detail.find("node 'b''s workers failed"), std::string::npos) << v.detail;
+  EXPECT_NE(v.detail.find("node 'b''s workers failed: rank 1 hung: no heartbeat for 15.0 s; rank 1 never entered it"),
+            std::string::npos)
+      << v.detail;
   r.join(node("a"), s, JoinIntent{0, true}, 0ms, t0 + 2s);
   EXPECT_TRUE(r.closed());
   EXPECT_EQ(r.restart_count(), 1);
