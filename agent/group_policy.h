@@ -108,10 +108,11 @@ class GroupPolicy {
   bool can_heal(int w) const { return heal_ready_[w] || joining_[w] || awaiting_generation(w); }
   // Whether worker w is silent for a reason now: it announces a phase
   // without collectives (a checkpoint, an evaluation: heartbeat_layout.h's
-  // phase word), or it waits inside a collective (its flight record), for
-  // a peer that the peer's own silence will name. The learned hang timeout
-  // neither learns from nor fires on that silence, and counts the silence
-  // after it from its end; an explicit --hang-timeout still counts it.
+  // phase word). The learned hang timeout neither learns from nor fires on
+  // that silence, and counts the silence after it from its end; an
+  // explicit --hang-timeout still counts it. (A worker that waits for a
+  // peer inside a collective beats: worker_lib's pulse, or the Python
+  // start-up's.)
   void set_silence_expected(int w, bool announced, TimePoint now) {
     in_phase_[w] = announced;
     if (announced) {

@@ -527,13 +527,6 @@ void WorkerGroup::reap() {
   execute(commands);
 }
 
-// Whether the worker in `slot` waits inside a collective: the newest entry
-// of its flight record started and has not returned.
-bool WorkerGroup::in_collective(int slot) const {
-  const auto flight = options_.heartbeats->flight(slot);
-  return !flight.empty() && flight.back().state == static_cast<uint32_t>(channel::FlightState::kStarted);
-}
-
 void WorkerGroup::check_heartbeats() {
   if (!options_.heartbeats) return;
   read_heal_ready();
@@ -542,8 +535,7 @@ void WorkerGroup::check_heartbeats() {
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (!policy_->alive(static_cast<int>(i))) continue;
     const int lr = workers_[i]->launch->id.local_rank;
-    policy_->set_silence_expected(static_cast<int>(i),
-                                  options_.heartbeats->phase(lr) != channel::Phase::kNone || in_collective(lr), now);
+    policy_->set_silence_expected(static_cast<int>(i), options_.heartbeats->phase(lr) != channel::Phase::kNone, now);
     counts[i] = options_.heartbeats->read(lr);
   }
   execute(policy_->on_beats(counts, now));

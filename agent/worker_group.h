@@ -136,7 +136,6 @@ class WorkerGroup {
   bool failed_on_its_own(const Worker& w, const WorkerExit& e) const;
   void drain(Worker& w, bool until_eof);
   void check_heartbeats();
-  bool in_collective(int slot) const;
   void check_control();
   // The rendezvous's answer for the workers that wait for a heal generation.
   void check_heal_answer();

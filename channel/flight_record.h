@@ -103,6 +103,16 @@ inline void flight_end(FlightRing* ring, uint64_t id, bool failed, int64_t now_n
   __atomic_store_n(&e.state, static_cast<uint32_t>(state), __ATOMIC_RELEASE);
 }
 
+// Whether the newest record is a collective under way (started, not yet
+// returned): the worker's own pulse beats while it waits in one.
+inline bool flight_in_progress(const FlightRing* ring) {
+  if (!ring) return false;
+  const uint64_t n = __atomic_load_n(&ring->next, __ATOMIC_RELAXED);
+  if (n == 0) return false;
+  const FlightEntry& e = ring->entries[(n - 1) % kFlightEntries];
+  return __atomic_load_n(&e.state, __ATOMIC_ACQUIRE) == static_cast<uint32_t>(FlightState::kStarted);
+}
+
 // The agent: the records that read whole, oldest first.
 inline std::vector<FlightEntry> read_flight(const FlightRing* ring) {
   std::vector<FlightEntry> out;

@@ -162,10 +162,7 @@ inline uint32_t* placement_words(void* map, int slot) {
 
 // What a worker announces it does (the slot's phase word): while one is
 // announced, silence is expected and the learned hang timeout waits.
-// kCollective: a Python script waits in a torch.distributed collective
-// (channel/python_startup.h); worker_lib's collectives say so in the flight
-// record instead.
-enum class Phase : uint32_t { kNone = 0, kStartup = 1, kCheckpoint = 2, kEvaluation = 3, kOther = 4, kCollective = 5 };
+enum class Phase : uint32_t { kNone = 0, kStartup = 1, kCheckpoint = 2, kEvaluation = 3, kOther = 4 };
 
 inline const char* phase_name(Phase p) {
   switch (p) {
@@ -173,7 +170,6 @@ inline const char* phase_name(Phase p) {
     case Phase::kCheckpoint: return "checkpoint";
     case Phase::kEvaluation: return "evaluation";
     case Phase::kOther: return "announced phase";
-    case Phase::kCollective: return "collective";
     case Phase::kNone: break;
   }
   return "none";

@@ -12,8 +12,8 @@
 // (torch 2.x's global step hook; on 1.x, Optimizer.zero_grad), and the
 // script's own phases are announced in the slot's phase word: an
 // evaluation from module.eval() until module.train(), a checkpoint inside
-// torch.save/torch.load, a wait inside a torch.distributed collective it
-// calls (a peer's long phase is no hang of its own). An interpreter run with -I, -E or -S skips
+// torch.save/torch.load. While it waits inside a torch.distributed call a
+// thread beats for it (a peer's long phase is no hang of its own). An interpreter run with -I, -E or -S skips
 // it; the agent then sees no handler and says so instead of signalling.
 #pragma once
 
@@ -64,6 +64,8 @@ class _DdprunTorchHooks:
     words = None  # the slot's counter and phase word, mapped at the first use
     evaluating = False
     depth = 0  # announced phases under way (nested)
+    waiting = 0  # torch.distributed calls under way
+    pulse = None  # the thread that beats while one is
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
@@ -132,6 +134,33 @@ class _DdprunTorchHooks:
         return wrapped
 
     @classmethod
+    def waits(cls, fn):
+        """fn, beating every 50 ms while it runs: a rank that waits in a
+        collective for a peer is alive (the peer's silence names the hang);
+        a stopped process stops the pulse too."""
+        import functools
+        import threading
+
+        def pulse():
+            tick = threading.Event()
+            while True:
+                tick.wait(0.05)
+                if cls.waiting > 0:
+                    cls.beat()
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            if cls.pulse is None:
+                cls.pulse = threading.Thread(target=pulse, name="ddprun-pulse", daemon=True)
+                cls.pulse.start()
+            cls.waiting += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                cls.waiting -= 1
+        return wrapped
+
+    @classmethod
     def install(cls, torch):
         import importlib
         import torch.nn
@@ -175,7 +204,7 @@ class _DdprunTorchHooks:
                 fn = getattr(c10d, name, None)
                 if fn is None:
                     continue
-                wrapped = cls.within(5, fn)  # channel::Phase::kCollective
+                wrapped = cls.waits(fn)
                 setattr(c10d, name, wrapped)
                 if getattr(dist, name, None) is fn:
                     setattr(dist, name, wrapped)

@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "agent/heartbeat_table.h"
 #include "launch/heartbeat.h"
@@ -32,6 +34,28 @@ TEST(Heartbeat, WorkerBeatsReachTheAgentsTable) {
   ddp::Heartbeat off("", 0);
   off.beat();  // without a file: nothing, and no crash
   EXPECT_EQ(off.count(), 0u);
+}
+
+// A worker that waits inside a collective (its flight record's newest
+// entry under way) is alive: its pulse beats while it waits, and stops
+// when the collective returns (then only its own beats count).
+TEST(Heartbeat, ThePulseBeatsWhileTheWorkerWaitsInACollective) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("ddprun-hb-pulse-" + std::to_string(getpid()))).string();
+  ddprun::HeartbeatTable table(path, 1);
+  ddp::Heartbeat worker(path, 0);
+  const uint64_t id = ddprun::channel::flight_begin(worker.flight_ring(), ddprun::channel::FlightOp::kAllReduce, 1, 4,
+                                                    0, 0, 1);
+  // Waits for beats it did not make (event: the counter moves), 60 s at most.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (table.read(0) < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling a counter, not a synchronisation
+  }
+  EXPECT_GE(table.read(0), 3u) << "the pulse beats inside a collective";
+  ddprun::channel::flight_end(worker.flight_ring(), id, false, 2);
+  const uint64_t after = table.read(0);
+  std::this_thread::sleep_for(3 * ddp::Heartbeat::kWaitPulse);
+  EXPECT_LE(table.read(0), after + 1) << "no pulse outside a collective (one may have been under way)";
 }
 
 // A shrink moves a worker's ranks: the agent writes the placement into its

@@ -46,6 +46,7 @@ Heartbeat::Heartbeat(const std::string& path, int slot) {
   no_heal_coming_ = ddprun::channel::no_heal_coming_word(map_, slot);
   placement_ = ddprun::channel::placement_words(map_, slot);
   phase_ = ddprun::channel::phase_word(map_, slot);
+  pulse_ = std::thread([this] { pulse_loop(); });
 }
 
 void Heartbeat::enter_phase(uint32_t phase) {
@@ -111,20 +112,19 @@ void Heartbeat::wake_heal_waiters() const {
 
 void Heartbeat::waiting(int delta) {
   if (!counter_) return;
-  {
-    std::lock_guard lock(pulse_mu_);
-    waiting_ += delta;
-    if (waiting_ > 0 && !pulse_.joinable()) pulse_ = std::thread([this] { pulse_loop(); });
-  }
-  pulse_cv_.notify_all();
+  std::lock_guard lock(pulse_mu_);
+  waiting_ += delta;
+  if (delta > 0) beat();  // the pulse takes over from here
 }
 
+// Every kWaitPulse: a beat while the worker waits for its peers, in a heal
+// (waiting_) or inside a collective (its flight record's newest entry is
+// under way). A worker that computes beats by its own collectives; one that
+// is stopped stops this thread with it.
 void Heartbeat::pulse_loop() {
   std::unique_lock lock(pulse_mu_);
-  while (true) {
-    pulse_cv_.wait(lock, [this] { return pulse_stop_ || waiting_ > 0; });
-    if (pulse_stop_) return;
-    beat();
+  while (!pulse_stop_) {
+    if (waiting_ > 0 || ddprun::channel::flight_in_progress(flight_)) beat();
     pulse_cv_.wait_for(lock, kWaitPulse, [this] { return pulse_stop_; });
   }
 }

@@ -1,10 +1,12 @@
 // The worker's side of hang detection: a counter in a small shared-memory
 // file that the agent reads. beat() is one relaxed atomic increment, cheap
 // enough for every collective; a worker whose counter stops moving for
-// --hang-timeout is treated as failed. While the worker waits for its peers
-// in a heal (WaitScope, or a replacement until it has the state), a thread
-// of its own beats for it: waiting for a replacement is not a hang, but a
-// worker that is stopped (SIGSTOP stops every thread) still falls silent.
+// too long is treated as failed. While the worker waits for its peers, in a
+// heal (WaitScope, or a replacement until it has the state) or inside a
+// collective (its flight record says so), a thread of its own beats for it:
+// waiting for a peer is not a hang (the peer's own silence names the hang),
+// but a worker that is stopped (SIGSTOP stops every thread) still falls
+// silent. A collective that never ends ends at its timeout.
 // No LibTorch here.
 #pragma once
 
