@@ -20,6 +20,7 @@ GroupPolicy::GroupPolicy(int workers, GroupPolicyOptions options, TimePoint star
       in_phase_(workers, false),
       phase_seen_(workers, false),
       phase_left_(workers, started),
+      awaited_(workers, std::chrono::milliseconds(0)),
       started_(started),
       heal_ready_(workers, false),
       joining_(workers, false),
@@ -208,6 +209,7 @@ void GroupPolicy::replacement_started(int w, bool from_standby, TimePoint now) {
   start_grace_[w] = from_standby ? std::chrono::milliseconds(0) : first_beat_after_;
   if (learned_) learned_->restart(w);
   in_phase_[w] = phase_seen_[w] = false;
+  awaited_[w] = std::chrono::milliseconds(0);
 }
 
 // Silence that is a hang: beyond an explicit --hang-timeout, or beyond
@@ -234,11 +236,20 @@ std::string GroupPolicy::hung_because(int w, uint64_t count, TimePoint now) cons
     std::snprintf(why, sizeof(why), "%s (--hang-timeout %.1f s%s)", head, s(options_.hang_timeout), start);
     return why;
   }
-  if (!learned_ || in_phase_[w]) return "";
+  if (!learned_) return "";
   // A fresh replacement is judged once the job has learned its rhythm from
   // the others; any other worker once it showed its own.
   const bool judged = count == 0 ? learned_->longest().count() > 0 : learned_->watching(w);
   if (!judged) return "";
+  if (in_phase_[w]) {
+    // Announced: only the others' wait for it tells a hang.
+    if (awaited_[w] < learned_->limit() || silent < learned_->limit()) return "";
+    std::snprintf(why, sizeof(why),
+                  "%s in a phase it announced, while the others have waited %.1f s for it in a collective "
+                  "(--hang-timeout auto: %.1f s)",
+                  head, s(awaited_[w]), s(learned_->limit()));
+    return why;
+  }
   const auto quiet = std::chrono::duration_cast<milliseconds>(now - std::max(beat_changed_[w], phase_left_[w]));
   if (quiet < learned_->limit() + grace) return "";
   std::snprintf(why, sizeof(why),

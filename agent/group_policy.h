@@ -120,6 +120,12 @@ class GroupPolicy {
       phase_left_[w] = now;
     }
   }
+  // How long worker w's peers have waited for it inside a collective it
+  // never entered (from the flight records; 0: nobody waits for it). A
+  // worker in an announced phase whose peers have waited for it longer
+  // than the learned limit, and that has been silent as long, is hung: the
+  // phase excuses its silence, not theirs.
+  void set_awaited(int w, std::chrono::milliseconds waited) { awaited_[w] = waited; }
   // The learned hang timeout, when --hang-timeout auto.
   const std::optional<LearnedTimeout>& learned() const { return learned_; }
   // Whether worker w is a replacement that has not said it can heal yet
@@ -211,6 +217,7 @@ class GroupPolicy {
   std::vector<bool> in_phase_;
   std::vector<bool> phase_seen_;
   std::vector<TimePoint> phase_left_;
+  std::vector<std::chrono::milliseconds> awaited_;  // see set_awaited
   bool stopping_ = false;
   bool killed_ = false;
   bool any_failed_ = false;

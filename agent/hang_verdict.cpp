@@ -67,6 +67,25 @@ std::string where_line(const RankView& v, int64_t now_ns, bool last_said) {
 
 }  // namespace
 
+std::vector<int64_t> awaited_ns(const std::vector<std::vector<channel::FlightEntry>>& flights, int64_t now_ns) {
+  std::vector<int64_t> out(flights.size(), 0);
+  for (size_t p = 0; p < flights.size(); ++p) {
+    if (flights[p].empty()) continue;
+    const channel::FlightEntry& waiting = flights[p].back();
+    if (waiting.state != static_cast<uint32_t>(channel::FlightState::kStarted)) continue;
+    for (size_t w = 0; w < flights.size(); ++w) {
+      if (w == p) continue;
+      // w's newest number in the collective's communicator and generation.
+      uint64_t entered = 0;
+      for (const auto& e : flights[w]) {
+        if (e.comm == waiting.comm && e.generation == waiting.generation) entered = std::max(entered, e.seq);
+      }
+      if (entered < waiting.seq) out[w] = std::max(out[w], now_ns - waiting.started_ns);
+    }
+  }
+  return out;
+}
+
 std::string rank_list(const std::vector<int>& ranks) {
   std::string s;
   for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);

@@ -28,4 +28,10 @@ std::string hang_verdict(const std::vector<RankView>& ranks, int64_t now_ns);
 // "0,1,3"
 std::string rank_list(const std::vector<int>& ranks);
 
+// For each worker (its flight record, oldest first), how long (ns) its
+// peers have waited for it: the longest wait of a peer inside a collective
+// (newest record under way) that this worker never entered (its newest
+// record of that communicator and generation has a lower number). 0: none.
+std::vector<int64_t> awaited_ns(const std::vector<std::vector<channel::FlightEntry>>& flights, int64_t now_ns);
+
 }  // namespace ddprun

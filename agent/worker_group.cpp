@@ -532,11 +532,25 @@ void WorkerGroup::check_heartbeats() {
   read_heal_ready();
   const auto now = std::chrono::steady_clock::now();
   std::vector<uint64_t> counts(workers_.size(), 0);
+  std::vector<channel::Phase> phases(workers_.size(), channel::Phase::kNone);
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (!policy_->alive(static_cast<int>(i))) continue;
     const int lr = workers_[i]->launch->id.local_rank;
-    policy_->set_silence_expected(static_cast<int>(i), options_.heartbeats->phase(lr) != channel::Phase::kNone, now);
+    phases[i] = options_.heartbeats->phase(lr);
+    policy_->set_silence_expected(static_cast<int>(i), phases[i] != channel::Phase::kNone, now);
     counts[i] = options_.heartbeats->read(lr);
+  }
+  // Who the others wait for, for the workers in an announced phase.
+  if (std::any_of(phases.begin(), phases.end(), [](channel::Phase p) { return p != channel::Phase::kNone; })) {
+    std::vector<std::vector<channel::FlightEntry>> flights(workers_.size());
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (policy_->alive(static_cast<int>(i))) flights[i] = options_.heartbeats->flight(workers_[i]->launch->id.local_rank);
+    }
+    const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
+    const auto waited = awaited_ns(flights, now_ns);
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      policy_->set_awaited(static_cast<int>(i), std::chrono::milliseconds(waited[i] / 1000000));
+    }
   }
   execute(policy_->on_beats(counts, now));
 }

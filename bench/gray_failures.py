@@ -6,9 +6,9 @@ false alarms over a long run on a loaded machine.
 
     bench/gray_failures.py [--build build/bin] [--runs 3] [--steps 10000]
 
-- Hang: the default job (train) and gpt (tiny), 2 ranks, no flag; once
-  rank 0 is past step 60 rank 1 is stopped (SIGSTOP). Timed from the stop
-  to ddprun's "hung:" line.
+- Hang: the default job (train) and gpt (tiny), 2 ranks, no flag; 5 s
+  after rank 0 passed step 60, rank 1 is stopped (SIGSTOP). Timed from the
+  stop to ddprun's "hung:" line.
 - Straggler: train, 2 ranks; from step 40 rank 1 is stopped 5 ms of every
   15 ms (a noisy neighbour: it computes at about 1.5x the others' time).
   Steps until it is named, until it is replaced (--straggler-action
@@ -108,6 +108,9 @@ def hang_detection(build, name, argv, step_rx):
     try:
         if not job.wait_for(step_rx % 60):
             raise RuntimeError("%s never reached step 60:\n%s" % (name, job.finish()))
+        # The first seconds of training are start-up, never judged (a worker
+        # is watched once it showed 20 gaps after its first 3): train a while.
+        time.sleep(5)
         victim = worker_pid(job.p.pid, 1)
         stopped = time.monotonic()
         os.kill(victim, signal.SIGSTOP)

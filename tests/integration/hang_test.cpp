@@ -81,6 +81,19 @@ TEST(Hang, AnAnnouncedEvaluationLongerThanTheLimitIsNoHang) {
   EXPECT_FALSE(contains(f.err, "hung")) << f.err;
 }
 
+// A rank stuck inside a phase it announced is excused only until the
+// others have waited for it in their next collective as long as the
+// learned limit.
+TEST(Hang, ARankStuckInAnAnnouncedEvaluationIsFoundByTheOthersWait) {
+  ddptest::Finished f = ddptest::run(ddprun({"--nproc", "2", "--hang-timeout", "auto:2", "--monitor-interval", "0.02",
+                                             HANG_CHECK_BIN, "--work-ms", "5", "--stuck", "1", "--stuck-in-evaluation",
+                                             "--evaluate-at", "300", "--evaluate-ms", "10"}));
+  EXPECT_NE(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "in a phase it announced, while the others have waited ")) << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 1 is in: stuck_outside_any_collective()")) << f.err;
+  stacks_file(f.err);
+}
+
 // The verdict reaches the event log (the hang and the failure); the
 // stacks go beside the logs.
 TEST(Hang, TheVerdictIsInTheEventLog) {

@@ -218,6 +218,34 @@ TEST(GroupPolicy, AnAnnouncedPhaseIsNotAHangAndNotLearned) {
   EXPECT_NE(cs[0].why.find("(--hang-timeout 5.0 s)"), std::string::npos) << cs[0].why;
 }
 
+// A rank stopped inside an announced phase is excused until the others
+// have waited for it in a collective (the flight records) as long as the
+// learned limit: the phase excuses its silence, not theirs.
+TEST(GroupPolicy, ARankInAnAnnouncedPhaseIsHungOnceTheOthersWaitedTheLimitForIt) {
+  GroupPolicy p(2, learning(2s), t0);
+  uint64_t n = 0;
+  TP t = beat_steadily(p, n, t0, 100ms, kUntilWatched);
+  uint64_t n0 = n;
+  for (int i = 1; i <= 50; ++i) {
+    const TP now = t + i * 100ms;
+    p.set_silence_expected(1, true, now);  // rank 1 evaluates, then is stopped
+    // Rank 0 finished its evaluation at t + 1 s and waits for rank 1 (its pulse beats).
+    p.set_awaited(1, now > t + 1s ? std::chrono::duration_cast<std::chrono::milliseconds>(now - (t + 1s)) : 0ms);
+    const auto cs = p.on_beats({++n0, n}, now);
+    if (now - (t + 1s) < 2s) {
+      ASSERT_TRUE(cs.empty()) << i;
+      continue;
+    }
+    ASSERT_FALSE(cs.empty()) << i;
+    EXPECT_EQ(cs[0].worker, 1);
+    EXPECT_NE(cs[0].why.find("in a phase it announced, while the others have waited 2.0 s for it in a collective"),
+              std::string::npos)
+        << cs[0].why;
+    return;
+  }
+  FAIL() << "never found hung";
+}
+
 // A replacement starts its start-up afresh: its own gaps are not judged
 // until it has shown its rhythm, but one that never beats is judged by
 // what the job learned, plus the time a fresh process took to start.

@@ -126,6 +126,30 @@ TEST(HangVerdict, OnlyTheNewestHealGenerationCounts) {
   EXPECT_TRUE(has(v, "rank 1 never entered it")) << v;
 }
 
+// How long the others have waited for each rank: ranks 0 and 2 wait in #7
+// since 100 s and 103 s, rank 1 never entered it; a wait in an older
+// generation's #9 counts for nobody it does not concern.
+TEST(HangVerdict, AwaitedIsTheLongestWaitOfAPeerInACollectiveTheRankNeverEntered) {
+  std::vector<std::vector<FlightEntry>> flights = {
+      {record(6, FlightState::kFinished, 99, 99), record(7, FlightState::kStarted, 100)},
+      {record(5, FlightState::kFinished, 98, 98), record(6, FlightState::kFinished, 99, 99)},
+      {record(6, FlightState::kFinished, 99, 99), record(7, FlightState::kStarted, 103)},
+  };
+  auto got = awaited_ns(flights, 110 * kSecond);
+  EXPECT_EQ(got, (std::vector<int64_t>{0, 10 * kSecond, 0}));
+  // Rank 1 enters #7 too: nobody is awaited any more.
+  flights[1].push_back(record(7, FlightState::kStarted, 109));
+  EXPECT_EQ(awaited_ns(flights, 110 * kSecond), (std::vector<int64_t>{0, 0, 0}));
+  // A newer generation numbers afresh: rank 1's #7 of generation 0 is not
+  // the others' #2 of generation 1, which it never entered.
+  for (size_t r : {0u, 2u}) {
+    FlightEntry e = record(2, FlightState::kStarted, 105);
+    e.generation = 1;
+    flights[r].push_back(e);
+  }
+  EXPECT_EQ(awaited_ns(flights, 110 * kSecond), (std::vector<int64_t>{0, 5 * kSecond, 0}));
+}
+
 TEST(HangVerdict, PythonStacksSayWhoIsInsideTorchDistributed) {
   const std::vector<RankView> ranks = {
       rank(0, {}, "File \"/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py\", line 1541 in all_reduce"),

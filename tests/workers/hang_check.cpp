@@ -6,7 +6,8 @@
 // cannot answer). With --work-ms W each step first sleeps W ms ("compute"),
 // rank --slow F times as long (--slow-factor), and --steps N ends the run.
 // At step --evaluate-at every rank announces an evaluation and spends
-// --evaluate-ms in it without collectives.
+// --evaluate-ms in it without collectives; with --stuck-in-evaluation rank
+// --stuck gets stuck there, inside the announced phase.
 #include <signal.h>
 #include <unistd.h>
 
@@ -33,12 +34,13 @@ int main(int argc, char** argv) {
   double evaluate_ms = 0;
   long steps = -1;
   double work_ms = 0, slow_factor = 1.5;
-  bool stop_self = false;
+  bool stop_self = false, stuck_in_evaluation = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--stuck" && i + 1 < argc) stuck = std::atoi(argv[++i]);
     else if (a == "--at" && i + 1 < argc) at = std::atoi(argv[++i]);
     else if (a == "--stop-self") stop_self = true;
+    else if (a == "--stuck-in-evaluation") stuck_in_evaluation = true;
     else if (a == "--work-ms" && i + 1 < argc) work_ms = std::atof(argv[++i]);
     else if (a == "--slow" && i + 1 < argc) slow = std::atoi(argv[++i]);
     else if (a == "--slow-factor" && i + 1 < argc) slow_factor = std::atof(argv[++i]);
@@ -52,7 +54,7 @@ int main(int argc, char** argv) {
       1000 * work_ms * (world->rank() == slow ? slow_factor : 1.0)));
   for (long step = 0; step != steps; ++step) {
     if (work.count() > 0) std::this_thread::sleep_for(work);
-    if (step == at && world->rank() == stuck) {
+    if (step == at && world->rank() == stuck && !stuck_in_evaluation) {
       std::printf("rank %d gets stuck at step %ld\n", world->rank(), step);
       std::fflush(stdout);
       if (stop_self) raise(SIGSTOP);
@@ -62,6 +64,11 @@ int main(int argc, char** argv) {
       // A long evaluation without collectives, announced: no hang.
       const ddp::PhaseScope evaluating = world->announce(ddp::Phase::kEvaluation);
       std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(1000 * evaluate_ms)));
+      if (stuck_in_evaluation && world->rank() == stuck) {
+        std::printf("rank %d gets stuck in its evaluation at step %ld\n", world->rank(), step);
+        std::fflush(stdout);
+        stuck_outside_any_collective();
+      }
     }
     world->cpu().all_reduce(t);
     world->heartbeat();
