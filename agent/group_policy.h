@@ -157,6 +157,8 @@ class GroupPolicy {
   // through a heal (within --max-heals), or nothing when it cannot heal
   // now (see heal_allowed): the job goes on at its pace.
   std::vector<GroupCommand> replace_straggler(int w, const std::string& why);
+  // Whether replace_straggler(w) would replace it as things stand.
+  bool may_replace(int w) const { return alive_[w] && heal_allowed(w); }
   // Worker w's replacement (kReplaceWorker) started now, from a warm
   // standby (in ddp::init already: it beats at once) or as a fresh process.
   void replacement_started(int w, bool from_standby, TimePoint now);

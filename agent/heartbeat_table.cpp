@@ -74,6 +74,10 @@ bool HeartbeatTable::heal_ready(int slot) const {
   return __atomic_load_n(channel::heal_ready_word(map_, slot), __ATOMIC_ACQUIRE) == 1;
 }
 
+bool HeartbeatTable::in_step(int slot) const {
+  return __atomic_load_n(channel::in_step_word(map_, slot), __ATOMIC_RELAXED) == 1;
+}
+
 channel::Phase HeartbeatTable::phase(int slot) const {
   return static_cast<channel::Phase>(__atomic_load_n(channel::phase_word(map_, slot), __ATOMIC_RELAXED));
 }

@@ -38,6 +38,8 @@ class HeartbeatTable {
   void set_stop_reason(int slot, channel::StopReason reason);
   // Whether the worker in `slot` says it can heal around a failed peer.
   bool heal_ready(int slot) const;
+  // Whether the worker in `slot` is inside a ddp::Healer step.
+  bool in_step(int slot) const;
   // What the worker in `slot` announces it does (kNone: nothing).
   channel::Phase phase(int slot) const;
   // Tells the worker in `slot` to heal in `generation` (and wakes it if it

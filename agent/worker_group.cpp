@@ -647,11 +647,21 @@ void WorkerGroup::check_stragglers() {
   const uint32_t generation = stragglers_.generation();
   stragglers_.update(records);
   if (stragglers_.generation() != generation) stragglers_said_.clear();  // a heal: judged afresh
+  // A heal is handled inside a ddp::Healer step; one named while a worker
+  // evaluates, say, fails its next collective: a replacement waits for a
+  // moment when every worker is inside a step.
+  auto all_in_step = [&] {
+    for (const auto& wk : workers_) {
+      if (!options_.heartbeats->in_step(wk->launch->id.local_rank)) return false;
+    }
+    return true;
+  };
   for (int rank : stragglers_.stragglers()) {
     if (std::find(stragglers_said_.begin(), stragglers_said_.end(), rank) != stragglers_said_.end()) continue;
+    const int w = worker_of[rank];
+    if (options_.replace_stragglers && policy_->may_replace(w) && !all_in_step()) continue;  // the next tick
     stragglers_said_.push_back(rank);
     const StragglerScore& s = stragglers_.scores().at(rank);
-    const int w = worker_of[rank];
     char why[200];
     std::snprintf(why, sizeof(why),
                   "a straggler: %.0f%% of the time the others wait is for it, %.1f ms a collective on average; "

@@ -32,6 +32,11 @@
 //                 announces a long stretch without collectives (start-up,
 //                 a checkpoint, an evaluation: channel::Phase); the learned
 //                 hang timeout (--hang-timeout auto) does not judge it;
+//   bytes 116..119 in step: written by the worker, 1 while it is inside a
+//                 ddp::Healer step (a heal named now is handled there; one
+//                 named outside, in an evaluation say, fails the worker's
+//                 next collective); the agent replaces a straggler only
+//                 while every worker is;
 //   bytes 120..123 stop reason: written by the agent just before it signals
 //                 the worker to stop, read by the worker's signal handler
 //                 (worker_lib's StopFlag): whether the stop is the agent's own
@@ -182,6 +187,13 @@ inline uint32_t* phase_word(void* map, int slot) {
   return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kPhaseOffset);
 }
 
+inline constexpr size_t kInStepOffset = 116;
+static_assert(kPhaseOffset + 4 <= kInStepOffset);
+
+inline uint32_t* in_step_word(void* map, int slot) {
+  return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kInStepOffset);
+}
+
 // Why the agent stops a worker (the slot's stop-reason word). kForwarded
 // (0, also "not stopping"): a signal the user sent ddprun, which a program
 // may take as preemption (checkpoint, exit 0). kAgentDecided: ddprun's own
@@ -190,7 +202,7 @@ inline uint32_t* phase_word(void* map, int slot) {
 enum StopReason : uint32_t { kForwarded = 0, kAgentDecided = 1 };
 
 inline constexpr size_t kStopReasonOffset = 120;
-static_assert(kPhaseOffset + 4 <= kStopReasonOffset);
+static_assert(kInStepOffset + 4 <= kStopReasonOffset);
 static_assert(kStopReasonOffset + 4 <= kHeartbeatWordsBytes);
 static_assert(kFlightOffset >= kHeartbeatWordsBytes && kFlightOffset + sizeof(FlightRing) <= kHeartbeatSlotBytes);
 

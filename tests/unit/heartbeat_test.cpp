@@ -21,6 +21,10 @@ TEST(Heartbeat, WorkerBeatsReachTheAgentsTable) {
     worker.beat();
     EXPECT_EQ(table.read(2), 2u);
     EXPECT_EQ(table.read(1), 0u);  // other slots untouched
+    EXPECT_FALSE(table.in_step(2));
+    worker.set_in_step(true);  // inside a ddp::Healer step: a straggler may be replaced now
+    EXPECT_TRUE(table.in_step(2));
+    EXPECT_FALSE(table.in_step(1));
     table.reset();
     EXPECT_EQ(worker.count(), 0u);
     try {

@@ -176,7 +176,7 @@ class World {
   // connection: the rank finishes what it does with the old world and
   // heals at its next step (Healer::step), where a heal can put things
   // right. Any other generation aborts the connection at once.
-  void set_in_step(bool in_step) { in_step_.store(in_step); }
+  void set_in_step(bool in_step);
 
  private:
   std::unique_ptr<Communicator> connect_generation(uint32_t generation);

@@ -46,6 +46,7 @@ Heartbeat::Heartbeat(const std::string& path, int slot) {
   no_heal_coming_ = ddprun::channel::no_heal_coming_word(map_, slot);
   placement_ = ddprun::channel::placement_words(map_, slot);
   phase_ = ddprun::channel::phase_word(map_, slot);
+  in_step_ = ddprun::channel::in_step_word(map_, slot);
   pulse_ = std::thread([this] { pulse_loop(); });
 }
 

@@ -60,6 +60,10 @@ class Heartbeat {
   // until the last one ends.
   void enter_phase(uint32_t phase);
   void leave_phase();
+  // Whether the worker is inside a ddp::Healer step (the slot's in-step word).
+  void set_in_step(bool in_step) {
+    if (in_step_) __atomic_store_n(in_step_, in_step ? 1u : 0u, __ATOMIC_RELAXED);
+  }
 
   // Checkpointless recovery (the slot's heal words): tells the agent this
   // worker can heal around a failed peer, or no longer can.
@@ -121,6 +125,7 @@ class Heartbeat {
   uint32_t* no_heal_coming_ = nullptr;
   uint32_t* placement_ = nullptr;
   uint32_t* phase_ = nullptr;
+  uint32_t* in_step_ = nullptr;
   std::atomic<int> phase_depth_{0};
   // The waiting pulse: a thread made on the first wait, beating while
   // waiting_ > 0.

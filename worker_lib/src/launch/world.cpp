@@ -138,6 +138,11 @@ Communicator& World::cpu() { return *cpu_; }
 
 void World::heartbeat() { heartbeat_->beat(); }
 
+void World::set_in_step(bool in_step) {
+  in_step_.store(in_step);
+  heartbeat_->set_in_step(in_step);  // the agent replaces a straggler only inside steps
+}
+
 static_assert(static_cast<uint32_t>(Phase::kStartup) == static_cast<uint32_t>(ddprun::channel::Phase::kStartup) &&
               static_cast<uint32_t>(Phase::kOther) == static_cast<uint32_t>(ddprun::channel::Phase::kOther));
 
