@@ -428,12 +428,10 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   if (end.outcome == GroupEnd::kWorkerFailed && !result.failures.empty()) {
     // The root cause, as the summary names it.
     const WorkerExit& root = root_cause(result.failures);
-    end.failure = "rank " + std::to_string(root.rank) + " " +
-                  (root.error_message.empty() ? describe_exit(root) : root.error_message);
+    const std::string message = root.error_message.empty() ? describe_exit(root) : root.error_message;
+    end.failure = "rank " + std::to_string(root.rank) + " " + message;  // told to the rendezvous with the restart
     nlohmann::json f = {{"attempt", attempt}, {"rank", root.rank}, {"local_rank", root.local_rank},
-                        {"root_cause", true}, {"message", root.error_message.empty()
-                                                              ? describe_exit(root)
-                                                              : root.error_message}};
+                        {"root_cause", true}, {"message", message}};
     if (root.signal != 0) {
       f["signal"] = signal_name(root.signal);
     } else if (root.reason.empty()) {  // a hung worker has neither: its message says why

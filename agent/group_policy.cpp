@@ -262,8 +262,9 @@ std::string GroupPolicy::hung_because(int w, uint64_t count, TimePoint now) cons
 
 // A worker judged hung (hung_because) is killed at once (it may be
 // stopped, or stuck), and replaced if it may heal, else the others are
-// stopped. No silence is excused: a worker that waits for its peers beats
-// (worker_lib's waiting pulse), and a stopped one cannot.
+// stopped. Only an announced phase excuses silence, and only the learned
+// limit's (see hung_because): a worker that waits for its peers beats
+// (its pulse), and a stopped one cannot.
 std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& counts, TimePoint now) {
   std::vector<GroupCommand> out;
   if (!options_.heartbeats || stopping_) return out;
@@ -319,7 +320,7 @@ std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& cou
 }
 
 std::vector<GroupCommand> GroupPolicy::replace_straggler(int w, const std::string& why) {
-  if (!alive_[w] || !heal_allowed(w)) return {};
+  if (!may_replace(w)) return {};
   if (std::find(to_replace_.begin(), to_replace_.end(), w) != to_replace_.end()) return {};
   to_replace_.push_back(w);  // replaced once its exit is seen
   GroupCommand kill;

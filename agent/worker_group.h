@@ -186,7 +186,7 @@ class WorkerGroup {
   std::string stacks_file_;           // where the last ones went
   std::string hang_verdict_;          // the last ones' verdict, which the kills they held carry
   // Stragglers among the local ranks (their flight records, read with the
-  // monitor), each said once per attempt.
+  // monitor), each said once per heal generation (the scores start over).
   StragglerScores stragglers_;
   std::vector<int> stragglers_said_;
   std::vector<GroupCommand> deferred_;

@@ -21,6 +21,9 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// --hang-timeout auto: the learned limit is never below this many seconds.
+inline constexpr double kDefaultHangFloorS = 15;
+
 struct CliOptions {
   std::string nproc = "1";  // N, auto, gpu or cpu; resolved by the launcher
   int min_nodes = 1;
@@ -45,7 +48,7 @@ struct CliOptions {
   double hang_timeout_s = 0;  // --hang-timeout SECONDS; 0: none set
   // --hang-timeout auto[:SECONDS] (the default): learn the limit, at least
   // this long; 0: not learned (a number or 0 was given).
-  double hang_auto_floor_s = 15;
+  double hang_auto_floor_s = kDefaultHangFloorS;
   double progress_interval_s = 10;  // 0: no progress lines (the terminal's status line stays)
   bool standby = false;     // --standby: the default with --max-restarts > 0
   bool no_standby = false;  // --no-standby

@@ -62,7 +62,7 @@ void parse_hang_timeout(const std::string& value, CliOptions& o) {
   const std::string flag = "--hang-timeout";
   if (value == "auto") {
     o.hang_timeout_s = 0;
-    o.hang_auto_floor_s = 15;
+    o.hang_auto_floor_s = kDefaultHangFloorS;
     return;
   }
   if (value.rfind("auto:", 0) == 0) {

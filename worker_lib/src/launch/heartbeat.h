@@ -127,8 +127,8 @@ class Heartbeat {
   uint32_t* phase_ = nullptr;
   uint32_t* in_step_ = nullptr;
   std::atomic<int> phase_depth_{0};
-  // The waiting pulse: a thread made on the first wait, beating while
-  // waiting_ > 0.
+  // The pulse: a thread made with the mapping, beating every kWaitPulse
+  // while waiting_ > 0 or a collective is under way (pulse_loop).
   std::mutex pulse_mu_;
   std::condition_variable pulse_cv_;
   int waiting_ = 0;
