@@ -381,7 +381,8 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
         }
       }
       if (st.view->round == a.round) tell_workers_whether_heals_come(a, &*st.view);
-      return life.on_view(*st.view);
+      if (auto why = life.on_view(*st.view)) return why;
+      return hand_over_if_straggler(attempt, *st.view);
     };
   }
   if (heartbeats_) {
@@ -391,6 +392,12 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
     for (int lr = 0; lr < cfg_.nproc && a.heal_generation > 0; ++lr) heartbeats_->set_heal_generation(lr, a.heal_generation);
     tell_workers_whether_heals_come(a, nullptr);
   }
+  if (cfg_.rdzv.max_nodes > 1) {
+    // A hang's verdict names the other nodes' ranks too.
+    go.other_ranks = [this] { return other_nodes_ranks(); };
+  }
+  handed_over_.clear();
+  straggler_told_ = false;
   if (status_) status_->watch(a.round, 0, a.first_global_rank);  // local rank 0's global rank
   WorkerGroup group(std::move(launches), signals_, go);
   running = &group;
@@ -411,7 +418,10 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   switch (result.outcome) {
     case GroupResult::kSucceeded: end.outcome = GroupEnd::kSucceeded; break;
     case GroupResult::kWorkerFailed: end.outcome = GroupEnd::kWorkerFailed; break;
-    case GroupResult::kStoppedForRound: end.outcome = GroupEnd::kStoppedForRound; break;
+    case GroupResult::kStoppedForRound:
+      end.outcome = handed_over_.empty() ? GroupEnd::kStoppedForRound : GroupEnd::kHandedOver;
+      end.failure = handed_over_;
+      break;
     case GroupResult::kStoppedBySignal:
       end.outcome = GroupEnd::kStoppedBySignal;
       end.signal = result.signal;

@@ -123,6 +123,17 @@ class Agent {
   // `group`: the running workers (null between attempts), whose straggler
   // scores the progress line shows.
   void watch_progress(int attempt, const Assignment& a, const WorkerGroup* group = nullptr);
+  // Across nodes, about twice a second: this node's collectives for the
+  // rendezvous (StatusReporter::set_collectives).
+  void report_collectives(const Assignment& a, const WorkerGroup& group);
+  // Another node's ranks as the rendezvous last heard of them, for a hang
+  // verdict made here (asks the rendezvous: call off the I/O loop).
+  std::vector<RankView> other_nodes_ranks();
+  // A keep-alive says this node is the job's straggler: with
+  // --straggler-action replace, a waiting node that would take its place
+  // and a rendezvous hosted elsewhere, the workers stop (returns why) and
+  // the node hands its place over; otherwise it is said once.
+  std::optional<std::string> hand_over_if_straggler(int attempt, const NodeView& view);
   void start_progress_display();
   void stop_progress_display();
   void await_others(LeaveKind how_this_node_left);
@@ -161,8 +172,10 @@ class Agent {
   std::vector<channel::Progress> seen_;
   ProgressMeter meter_;
   bool progress_on_terminal_ = false;  // a status line on console_err_
-  std::chrono::steady_clock::time_point last_progress_log_{}, last_status_draw_{};
+  std::chrono::steady_clock::time_point last_progress_log_{}, last_status_draw_{}, last_collectives_{};
   int64_t logged_step_ = -1;
+  std::string handed_over_;      // why this node's workers stopped to hand its place over ("": they did not)
+  bool straggler_told_ = false;  // this attempt's workers were named the job's straggler
 };
 
 }  // namespace ddprun

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "agent/agent.h"
 #include "channel/event_log.h"
@@ -102,6 +103,39 @@ void Agent::move_with(int attempt, Assignment& a, const NodeView& view) {
                                a.num_nodes);
   }
   for (int lr = 0; lr < cfg_.nproc; ++lr) heartbeats_->set_heal_generation(lr, heal_generation_);
+}
+
+std::optional<std::string> Agent::hand_over_if_straggler(int attempt, const NodeView& view) {
+  if (view.straggler_score <= 0 || !handed_over_.empty()) return std::nullopt;
+  char score[16];
+  std::snprintf(score, sizeof(score), "%.2f", view.straggler_score);
+  const Placement& p = view.placement;
+  // Why it cannot hand over, if it cannot.
+  std::string kept;
+  if (!cfg_.replace_stragglers) {
+    kept = "--straggler-action warn";
+  } else if (cfg_.hosts_rendezvous) {
+    kept = "this node hosts the rendezvous";
+  } else if (view.nodes_waiting == 0 || !view.takeover_ready) {
+    kept = "no waiting node would take its place";
+  }
+  const std::string what = "this node is the job's straggler (score " + std::string(score) +
+                           ": the other nodes wait for its ranks that share of each collective)";
+  if (!kept.empty()) {
+    if (!straggler_told_) {
+      spdlog::warn("{}; it goes on ({})", what, kept);
+      events_.write(ev::kStragglerNode, {{"attempt", attempt}, {"node_rank", p.node_rank}, {"score", view.straggler_score},
+                                         {"handed_over", false}, {"detail", kept}});
+      straggler_told_ = true;
+    }
+    return std::nullopt;
+  }
+  handed_over_ = "node '" + node_id_ + "' (" + cfg_.host + ") was the job's straggler (score " + score +
+                 ") and handed its place to a waiting node (--straggler-action replace)";
+  spdlog::warn("{}; stopping its workers and handing its place to a waiting node (--straggler-action replace)", what);
+  events_.write(ev::kStragglerNode, {{"attempt", attempt}, {"node_rank", p.node_rank}, {"score", view.straggler_score},
+                                     {"handed_over", true}, {"detail", handed_over_}});
+  return handed_over_;
 }
 
 }  // namespace ddprun

@@ -35,6 +35,7 @@ void Agent::watch_progress(int attempt, const Assignment& a, const WorkerGroup* 
     if (rank == 0) meter_.add(p);
   }
   if (status_ && group) status_->set_slowest(group->stragglers().slowest_rank());
+  if (group) report_collectives(a, *group);
   if (a.first_global_rank != 0 || !meter_.any()) return;
 
   std::string line = format_progress(meter_.last(), meter_.rates());
@@ -54,6 +55,87 @@ void Agent::watch_progress(int attempt, const Assignment& a, const WorkerGroup* 
   last_progress_log_ = now;
   logged_step_ = p.step;
   spdlog::info("progress: {}", line);
+}
+
+namespace {
+
+int64_t mono_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A rank's newest collective: on the CPU communicator if it has one.
+std::optional<channel::FlightEntry> newest(const std::vector<channel::FlightEntry>& flight) {
+  std::optional<channel::FlightEntry> best;
+  for (const auto& e : flight) {
+    if (!best || (e.comm == 0 && best->comm != 0) || (e.comm == best->comm && e.id > best->id)) best = e;
+  }
+  return best;
+}
+
+}  // namespace
+
+void Agent::report_collectives(const Assignment& a, const WorkerGroup& group) {
+  if (!status_ || !heartbeats_ || cfg_.rdzv.max_nodes <= 1) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_collectives_ < std::chrono::milliseconds(500)) return;
+  last_collectives_ = now;
+  const StragglerScores& s = group.stragglers();
+  NodeCollectives c;
+  c.generation = s.generation();
+  c.wait_ms = s.node_wait_ms();
+  c.period_ms = s.node_period_ms();
+  c.samples = s.node_samples();
+  if (const auto slow = s.slowest_rank()) {
+    c.slowest_rank = slow->rank;
+    c.slowest_score = slow->score;
+    c.slowest_is_straggler = slow->straggler;
+  }
+  const int64_t now_ns = mono_ns();
+  for (int lr = 0; lr < cfg_.nproc; ++lr) {
+    const auto e = newest(heartbeats_->flight(lr));
+    if (!e) continue;
+    RankCollective r;
+    r.global_rank = a.first_global_rank + lr;
+    r.op = e->op;
+    r.seq = e->seq;
+    r.generation = e->generation;
+    r.comm = e->comm;
+    r.bytes = e->bytes;
+    r.inside = e->state == static_cast<uint32_t>(channel::FlightState::kStarted);
+    const int64_t since = r.inside || e->finished_ns == 0 ? e->started_ns : e->finished_ns;
+    r.age = std::chrono::milliseconds(std::max<int64_t>(0, now_ns - since) / 1'000'000);
+    c.ranks.push_back(r);
+  }
+  status_->set_collectives(std::move(c));
+}
+
+std::vector<RankView> Agent::other_nodes_ranks() {
+  std::vector<RankView> out;
+  const JobStatus s = rdzv_.status(cfg_.run_id, std::chrono::seconds(2));
+  const int64_t now_ns = mono_ns();
+  for (const NodeStatus& n : s.nodes) {
+    if (n.node_id == node_id_ || !n.collectives) continue;
+    for (const RankCollective& r : n.collectives->ranks) {
+      RankView v;
+      v.rank = r.global_rank;
+      channel::FlightEntry e;
+      e.id = 1;
+      e.op = r.op;
+      e.seq = r.seq;
+      e.bytes = r.bytes;
+      e.generation = r.generation;
+      e.comm = r.comm;
+      const int64_t at = now_ns - static_cast<int64_t>(r.age.count()) * 1'000'000;
+      e.state = static_cast<uint32_t>(r.inside ? channel::FlightState::kStarted : channel::FlightState::kFinished);
+      e.started_ns = at;
+      e.finished_ns = r.inside ? 0 : at;
+      v.flight.push_back(e);
+      v.stacks.state = StackReport::kRemote;
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
 }
 
 // A status line on a terminal stderr; ddprun's own lines wipe it first.

@@ -57,6 +57,8 @@ Action Lifecycle::on_group_end(const GroupEnd& end) {
       return leave_then_exit(LeaveKind::kSucceeded, "", 0);
     case GroupEnd::kStoppedBySignal:
       return leave_then_exit(LeaveKind::kStopped, "", 128 + end.signal);
+    case GroupEnd::kHandedOver:
+      return leave_then_exit(LeaveKind::kHandedOver, end.failure, 0);
     case GroupEnd::kWorkerFailed: {
       if (!can_restart()) {
         return leave_then_exit(LeaveKind::kFailed,

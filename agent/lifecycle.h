@@ -24,10 +24,14 @@ enum class NodeState { kJoining, kRunning, kStopping, kRestarting, kLeaving, kDo
 
 // How one run of the node's workers ended.
 struct GroupEnd {
-  enum Outcome { kSucceeded, kWorkerFailed, kStoppedBySignal, kStoppedForRound };
+  // kHandedOver: this node stopped its workers to hand its place to a
+  // waiting node (it was the job's straggler); it leaves and exits 0.
+  enum Outcome { kSucceeded, kWorkerFailed, kStoppedBySignal, kStoppedForRound, kHandedOver };
   Outcome outcome = kSucceeded;
   int signal = 0;  // kStoppedBySignal
-  std::string failure;  // kWorkerFailed: the root cause, told to the rendezvous with the restart
+  // kWorkerFailed: the root cause, told to the rendezvous with the restart;
+  // kHandedOver: why, told with the leave.
+  std::string failure;
 };
 
 // How a join ended.

@@ -108,6 +108,7 @@ std::string describe_state(StackReport::State s) {
       return "has no stack handler (neither a worker_lib program nor a Python script ddprun started)";
     case StackReport::kNoAnswer: return "did not answer (it blocks the signal, or is still writing)";
     case StackReport::kGone: return "is gone";
+    case StackReport::kRemote: return "is on another node (that node's agent has its stacks)";
   }
   return "?";
 }

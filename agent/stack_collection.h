@@ -23,7 +23,8 @@ struct StackTarget {
 
 struct StackReport {
   // kAnswered: the text is its stacks. The others say why there are none.
-  enum State { kAnswered, kStopped, kInKernel, kNoHandler, kNoAnswer, kGone };
+  // kRemote: a rank of another node (its agent has its stacks).
+  enum State { kAnswered, kStopped, kInKernel, kNoHandler, kNoAnswer, kGone, kRemote };
   int rank = 0;
   pid_t pid = 0;
   State state = kNoAnswer;

@@ -66,6 +66,13 @@ void StatusReporter::unwatch() {
   std::lock_guard lock(mu_);
   slot_ = -1;
   slowest_.reset();
+  collectives_.reset();
+}
+
+void StatusReporter::set_collectives(NodeCollectives collectives) {
+  std::lock_guard lock(mu_);
+  collectives_ = std::move(collectives);
+  collectives_at_ = std::chrono::steady_clock::now();
 }
 
 void StatusReporter::set_slowest(std::optional<StragglerScores::Slowest> slowest) {
@@ -94,30 +101,39 @@ void StatusReporter::loop() {
   std::unique_lock lock(mu_);
   while (!stop_) {
     cv_.wait_for(lock, options_.interval, [this] { return stop_; });
-    if (stop_ || slot_ < 0) continue;
+    if (stop_) continue;
     channel::Progress p{};
-    const uint32_t generation = table_.heal_generation(slot_);
-    if (!table_.progress(slot_, &p) || !changed(p, generation)) continue;
-    ProgressInfo info = to_info(p, sent_any_ ? &last_ : nullptr, monotonic_ns());
-    info.round = round_;
-    info.global_rank = global_rank_;
-    info.heal_generation = generation;
-    const auto slowest = slowest_;
-    if (slowest) {
-      info.slowest_rank = slowest->rank;
-      info.slowest_score = slowest->score;
-      info.slowest_is_straggler = slowest->straggler;
+    std::optional<ProgressInfo> info;
+    const uint32_t generation = slot_ >= 0 ? table_.heal_generation(slot_) : 0;
+    if (slot_ >= 0 && table_.progress(slot_, &p) && changed(p, generation)) {
+      info = to_info(p, sent_any_ ? &last_ : nullptr, monotonic_ns());
+      info->round = round_;
+      info->global_rank = global_rank_;
+      info->heal_generation = generation;
+      if (slowest_) {
+        info->slowest_rank = slowest_->rank;
+        info->slowest_score = slowest_->score;
+        info->slowest_is_straggler = slowest_->straggler;
+      }
     }
+    const auto slowest = slowest_;
+    std::optional<NodeCollectives> collectives = std::move(collectives_);
+    collectives_.reset();
+    if (collectives) {
+      collectives->age =
+          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - collectives_at_);
+    }
+    if (!info && !collectives) continue;
     lock.unlock();
     bool sent = true;
     try {
-      client_.report_progress(options_.job_id, options_.node_id, info, options_.call_timeout);
+      client_.report_progress(options_.job_id, options_.node_id, info, options_.call_timeout, collectives);
     } catch (const RendezvousCallError& e) {
-      spdlog::debug("{}", e.what());  // tried again next interval
+      spdlog::debug("{}", e.what());  // tried again next interval (the collectives as they stand then)
       sent = false;
     }
     lock.lock();
-    if (sent) {
+    if (sent && info) {
       last_ = p;
       last_generation_ = generation;
       last_slowest_ = slowest;

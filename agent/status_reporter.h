@@ -3,9 +3,12 @@
 // once a second and, when it changed, reports it (ReportProgress), with the
 // heal generation the agent last told that worker (on one node the agent
 // names heals itself, and `ddprun status` counts them from this). Only the
-// agent whose workers include global rank 0 reports: one call a second per
-// job whatever its size, and rank 0 is the rank that programs log and
-// checkpoint from. The agent's I/O loop never waits on the network for it.
+// agent whose workers include global rank 0 reports progress (rank 0 is the
+// rank that programs log and checkpoint from). Across nodes every agent
+// also reports its collectives (set_collectives) in the same call: one
+// call a second per node, for the job-wide straggler scores of nodes and
+// other nodes' hang verdicts. The agent's I/O loop never waits on the
+// network for it.
 #pragma once
 
 #include <chrono>
@@ -44,6 +47,9 @@ class StatusReporter {
   void unwatch();
   // This node's slowest rank (straggler scores), sent with the progress.
   void set_slowest(std::optional<StragglerScores::Slowest> slowest);
+  // This node's collectives as they stand (sent at the next report, its age
+  // counted from now).
+  void set_collectives(NodeCollectives collectives);
 
  private:
   void loop();
@@ -65,6 +71,8 @@ class StatusReporter {
   std::optional<StragglerScores::Slowest> last_slowest_;
   uint32_t last_generation_ = 0;
   bool sent_any_ = false;
+  std::optional<NodeCollectives> collectives_;  // not sent yet
+  std::chrono::steady_clock::time_point collectives_at_{};
   std::thread thread_;
 };
 

@@ -18,7 +18,7 @@ double unbiased(double ewma, int64_t n) { return ewma / (1.0 - std::pow(1.0 - kA
 }  // namespace
 
 void StragglerScores::update(const std::map<int, std::vector<channel::FlightEntry>>& records) {
-  if (records.size() < 2) return;
+  if (records.empty()) return;
   // The newest generation any rank is in; a heal starts the numbering over.
   uint32_t gen = 0;
   for (const auto& [rank, entries] : records) {
@@ -32,6 +32,8 @@ void StragglerScores::update(const std::map<int, std::vector<channel::FlightEntr
     *this = StragglerScores();
     generation_ = gen;
   }
+  update_node(records);
+  if (records.size() < 2) return;  // no local rank to compare with
   // seq → each rank's start, for the CPU communicator's collectives of
   // this generation that every rank has in its ring.
   std::map<uint64_t, std::map<int, int64_t>> starts;
@@ -80,6 +82,58 @@ void StragglerScores::update(const std::map<int, std::vector<channel::FlightEntr
       }
     }
   }
+}
+
+// Each collective once, when every local rank has finished it (a reader
+// that took the newest, still running, would count the long waits less
+// often than the short ones), in order; one that left the ring unread is
+// skipped.
+void StragglerScores::update_node(const std::map<int, std::vector<channel::FlightEntry>>& records) {
+  using channel::FlightState;
+  // seq → each rank's record, for the CPU communicator's collectives of
+  // this generation after the last one counted.
+  std::map<uint64_t, std::vector<const channel::FlightEntry*>> by_seq;
+  for (const auto& [rank, entries] : records) {
+    for (const auto& e : entries) {
+      if (e.comm == 0 && e.generation == generation_ && e.seq > node_seq_) by_seq[e.seq].push_back(&e);
+    }
+  }
+  for (const auto& [seq, entries] : by_seq) {
+    if (entries.size() != records.size()) continue;  // not every rank has it in its ring any more: skipped
+    bool under_way = false, finished = true;
+    for (const auto* e : entries) {
+      under_way = under_way || e->state == static_cast<uint32_t>(FlightState::kStarted);
+      finished = finished && e->state == static_cast<uint32_t>(FlightState::kFinished) && e->finished_ns >= e->started_ns;
+    }
+    if (under_way) break;  // counted at a later read
+    if (!finished) {       // it failed somewhere: no timing
+      node_seq_ = seq;
+      continue;
+    }
+    int64_t first = INT64_MAX;
+    double inside = 0;
+    for (const auto* e : entries) {
+      first = std::min(first, e->started_ns);
+      inside += static_cast<double>(e->finished_ns - e->started_ns);
+    }
+    inside /= static_cast<double>(entries.size());
+    const bool next = node_seq_ != 0 && seq == node_seq_ + 1 && first > node_first_ && seq > kSettling;
+    const int64_t period = first - node_first_;
+    node_seq_ = seq;
+    node_first_ = first;
+    if (!next) continue;
+    smooth(node_period_ns_, static_cast<double>(period));
+    smooth(node_wait_ns_, inside);
+    ++node_scored_;
+  }
+}
+
+double StragglerScores::node_wait_ms() const {
+  return node_scored_ ? unbiased(node_wait_ns_, node_scored_) / 1e6 : 0;
+}
+
+double StragglerScores::node_period_ms() const {
+  return node_scored_ ? unbiased(node_period_ns_, node_scored_) / 1e6 : 0;
 }
 
 std::optional<StragglerScores::Slowest> StragglerScores::slowest_rank() const {

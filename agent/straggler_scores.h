@@ -58,6 +58,16 @@ class StragglerScores {
   // Ranks that are stragglers as things stand.
   std::vector<int> stragglers() const;
 
+  // The node as a whole, for the job-wide scores of nodes
+  // (rendezvous/node_scores.h): how long its ranks spend inside a
+  // collective (their mean; the others' lateness shows here, its own does
+  // not) and the time from one collective to the next, smoothed alike, over
+  // node_samples() collectives that every local rank finished. Needs only
+  // durations, which every host measures on its own clock.
+  double node_wait_ms() const;
+  double node_period_ms() const;
+  int64_t node_samples() const { return node_scored_; }
+
  private:
   uint32_t generation_ = 0;
   uint64_t last_seq_ = 0;     // the newest collective scored
@@ -69,6 +79,12 @@ class StragglerScores {
   std::map<int, double> late_ns_;
   double wait_ns_ = 0;                   // smoothed: how long the first arriver waited for the last
   std::map<int, double> waited_for_ns_;  // smoothed: the same, counted for the rank they waited for
+  // The node's timings: the newest collective they count, its first start.
+  uint64_t node_seq_ = 0;
+  int64_t node_first_ = 0;
+  double node_wait_ns_ = 0, node_period_ns_ = 0;
+  int64_t node_scored_ = 0;
+  void update_node(const std::map<int, std::vector<channel::FlightEntry>>& records);
 };
 
 }  // namespace ddprun

@@ -295,11 +295,21 @@ void WorkerGroup::start_stack_collection(bool for_hang) {
     spdlog::info("asked for the stacks ({}): asking {} worker(s); the job goes on",
                  signal_name(channel::stack_dump_signal()), targets.size());
   }
-  collecting_ = std::make_unique<StackCollection>(std::move(targets), std::chrono::steady_clock::now());
+  const auto start = std::chrono::steady_clock::now();
+  collecting_ = std::make_unique<StackCollection>(std::move(targets), start);
+  if (for_hang && options_.other_ranks) {
+    remote_ = std::async(std::launch::async, options_.other_ranks);
+    remote_deadline_ = start + std::chrono::seconds(3);
+  }
 }
 
 void WorkerGroup::check_stack_collection(bool now) {
-  if (!collecting_ || !(collecting_->done(std::chrono::steady_clock::now()) || now)) return;
+  if (!collecting_) return;
+  const auto t = std::chrono::steady_clock::now();
+  // The other nodes' answer too, unless it is late.
+  const bool remote_done = !remote_.valid() || t >= remote_deadline_ ||
+                           remote_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  if (!((collecting_->done(t) && remote_done) || now)) return;
   hang_verdict_ = finish_stack_collection();
   collecting_.reset();
   auto commands = std::move(deferred_);
@@ -330,11 +340,26 @@ std::string WorkerGroup::finish_stack_collection() {
     if (!policy_->alive(static_cast<int>(i)) && v.flight.empty()) continue;
     views.push_back(std::move(v));
   }
+  if (remote_.valid()) {
+    if (remote_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      try {
+        for (auto& v : remote_.get()) views.push_back(std::move(v));
+      } catch (const std::exception& e) {
+        spdlog::warn("hang: the verdict is this node's only (the other nodes' collectives: {})", e.what());
+      }
+    } else {
+      spdlog::warn("hang: the verdict is this node's only (the rendezvous did not say where the other nodes' ranks are in time)");
+    }
+    // Done with it. A call still under way (only when the collection was cut
+    // short) is waited for here, up to its own timeout (2 s).
+    remote_ = {};
+  }
   std::sort(views.begin(), views.end(), [](const RankView& a, const RankView& b) { return a.rank < b.rank; });
   const std::string verdict = hang_verdict(views, now_ns);
   const char* title = collecting_for_hang_ ? "hang" : "stacks";
   spdlog::warn("{}: {}", title, verdict);
   for (const auto& v : views) {
+    if (v.stacks.state == StackReport::kRemote) continue;
     if (v.stacks.state == StackReport::kAnswered && !v.stacks.where.empty()) {
       spdlog::warn("  rank {} (pid {}) is in: {}", v.rank, v.stacks.pid, v.stacks.where);
     } else if (v.stacks.state != StackReport::kAnswered) {
@@ -347,6 +372,7 @@ std::string WorkerGroup::finish_stack_collection() {
   if (!stem.empty()) {
     std::string text = std::string(title) + ": " + verdict + "\n";
     for (const auto& v : views) {
+      if (v.stacks.state == StackReport::kRemote) continue;
       text += "\n=== rank " + std::to_string(v.rank) + " (pid " + std::to_string(v.stacks.pid) + "): " +
               (v.stacks.state == StackReport::kAnswered ? "stacks" : describe_state(v.stacks.state)) + "\n" +
               v.stacks.text;

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "agent/event_log.h"
 #include "agent/failure_report.h"
 #include "agent/group_policy.h"
+#include "agent/hang_verdict.h"
 #include "agent/heartbeat_table.h"
 #include "agent/signals.h"
 #include "agent/spawn.h"
@@ -108,6 +110,11 @@ struct GroupOptions {
   // Stacks asked for on a live job are also copied here (renamed into
   // place, for `ddprun status --stacks`); empty: not.
   std::string asked_stacks_copy;
+  // Across nodes: the other nodes' ranks (their newest collective), so that
+  // a hang's verdict is the job's. Called on a thread of its own when a
+  // hang's stacks are asked for (it may take a network round trip; it
+  // throws or returns nothing when the rendezvous does not answer).
+  std::function<std::vector<RankView>()> other_ranks;
 };
 
 class WorkerGroup {
@@ -181,6 +188,10 @@ class WorkerGroup {
   // Each worker's latest heal: its index in result_.healed.
   std::map<int, size_t> latest_heal_;
   std::unique_ptr<StackCollection> collecting_;
+  // The other nodes' ranks for the verdict (GroupOptions::other_ranks),
+  // awaited until remote_deadline_ at most.
+  std::future<std::vector<RankView>> remote_;
+  std::chrono::steady_clock::time_point remote_deadline_{};
   bool collecting_for_hang_ = false;  // else asked for (the stack signal sent to ddprun)
   int asked_ = 0;                     // stacks asked for so far
   std::string stacks_file_;           // where the last ones went

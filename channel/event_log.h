@@ -25,6 +25,7 @@ inline constexpr const char* kExit = "exit";              // attempt, rank, loca
 inline constexpr const char* kFailure = "failure";        // attempt, rank, local_rank, exit_code | signal, root_cause, message
 inline constexpr const char* kHang = "hang";              // attempt, rank, local_rank, silent_s, verdict, stacks_file
 inline constexpr const char* kStraggler = "straggler";    // attempt, rank, local_rank, score, last_share, late_ms
+inline constexpr const char* kStragglerNode = "straggler_node";  // attempt, node_rank, score, handed_over (bool), detail
 inline constexpr const char* kHeal = "heal";              // attempt, rank, local_rank, pid (the replacement's), generation, heals
 inline constexpr const char* kTakeover = "takeover";      // attempt, generation, node_rank, detail
 inline constexpr const char* kShrink = "shrink";          // attempt, generation, node_rank, num_nodes, world_size, first_rank, detail

@@ -123,6 +123,27 @@ struct Target {
 
 }  // namespace
 
+namespace {
+
+// "0.33 straggler", "0.02", "-" (not scored yet).
+std::string score_text(const std::optional<NodeScore>& s) {
+  if (!s) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f%s", s->score, s->straggler ? " straggler" : "");
+  return buf;
+}
+
+// "3 (0.41)", "3 (0.41) straggler", "-".
+std::string slowest_text(const std::optional<NodeCollectives>& c) {
+  if (!c || !c->slowest_rank) return "-";
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), "%d (%.2f)%s", *c->slowest_rank, c->slowest_score,
+                c->slowest_is_straggler ? " straggler" : "");
+  return buf;
+}
+
+}  // namespace
+
 std::string format_status(const std::string& job_id, const std::string& endpoint,
                           const JobStatus& s, long pid) {
   std::string out = "job " + job_id;
@@ -154,8 +175,12 @@ std::string format_status(const std::string& job_id, const std::string& endpoint
                                     : "");
   out += line;
   out += "  nodes\n";
+  // Across nodes: each node's job-wide straggler score, and its slowest
+  // rank by its own agent's scores.
+  bool scored = false;
+  for (const auto& n : s.nodes) scored = scored || n.score || (n.collectives && n.collectives->slowest_rank);
   std::snprintf(line, sizeof(line), "    %-9s %-13s %-24s %-28s %-6s %s\n", "NODE RANK", "GLOBAL RANKS",
-                "HOST", "NODE ID", "HEALS", "LAST SEEN");
+                "HOST", "NODE ID", "HEALS", scored ? "LAST SEEN  SCORE            SLOWEST RANK" : "LAST SEEN");
   out += line;
   for (const auto& n : s.nodes) {
     const bool leased = n.last_seen_ago.count() >= 0;
@@ -163,10 +188,17 @@ std::string format_status(const std::string& job_id, const std::string& endpoint
     // Whether all its workers heal in place in this round (its keep-alives
     // say so; a node without a lease sends none).
     const char* heals = !leased ? "-" : n.heals ? "yes" : "no";
+    std::string score_cols;
+    if (scored) {
+      char cols[96];
+      std::snprintf(cols, sizeof(cols), "%-10s %-16s %s", seen.c_str(), score_text(n.score).c_str(),
+                    slowest_text(n.collectives).c_str());
+      score_cols = cols;
+    }
     std::snprintf(line, sizeof(line), "    %-9s %-13s %-24s %-28s %-6s %s\n",
                   n.node_rank < 0 ? "-" : std::to_string(n.node_rank).c_str(),
                   ranks_text(n).c_str(), n.host.substr(0, 24).c_str(),
-                  n.node_id.substr(0, 28).c_str(), heals, seen.c_str());
+                  n.node_id.substr(0, 28).c_str(), heals, scored ? score_cols.c_str() : seen.c_str());
     out += line;
   }
   if (!s.progress || !s.progress->step) {
@@ -233,7 +265,17 @@ std::string format_status_json(const std::string& job_id, const std::string& end
             {"first_global_rank", n.first_global_rank},
             {"waiting", n.waiting},
             {"last_seen_ms_ago", n.last_seen_ago.count()},
-            {"heals", n.last_seen_ago.count() < 0 ? nlohmann::json(nullptr) : nlohmann::json(n.heals)}};
+            {"heals", n.last_seen_ago.count() < 0 ? nlohmann::json(nullptr) : nlohmann::json(n.heals)},
+            // Job-wide straggler score of the node (null: not scored yet).
+            {"score", n.score ? json(n.score->score) : json(nullptr)},
+            {"straggler", n.score && n.score->straggler}};
+    if (n.collectives && n.collectives->slowest_rank) {
+      jn["slowest_rank"] = *n.collectives->slowest_rank;
+      jn["slowest_score"] = n.collectives->slowest_score;
+      jn["slowest_is_straggler"] = n.collectives->slowest_is_straggler;
+    } else {
+      jn["slowest_rank"] = nullptr;
+    }
     j["nodes"].push_back(jn);
   }
   if (s.progress) {

@@ -226,6 +226,7 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
   v.heal_reason = static_cast<HealReason>(resp.heal_reason());
   v.refusals = resp.refusals();
   v.refusal = printable(resp.refusal(), false);
+  v.straggler_score = resp.straggler_score();
   if (resp.has_placement()) {
     const auto& p = resp.placement();
     v.placement = Placement{p.node_rank(), p.num_nodes(), p.world_size(), p.first_global_rank()};
@@ -279,14 +280,16 @@ void RendezvousClient::leave(const std::string& job_id, const std::string& node_
 }
 
 void RendezvousClient::report_progress(const std::string& job_id, const std::string& node_id,
-                                       const ProgressInfo& progress,
-                                       std::chrono::milliseconds timeout) {
+                                       const std::optional<ProgressInfo>& progress,
+                                       std::chrono::milliseconds timeout,
+                                       const std::optional<NodeCollectives>& collectives) {
   const std::shared_ptr<Stub> stub = this->stub();  // reconnect() may swap it meanwhile
   v1::ProgressReport req;
   req.set_job_id(job_id);
   req.set_node_id(node_id);
   req.set_lease_key(lease_key(job_id, node_id));
-  to_proto(progress, req.mutable_progress());
+  if (progress) to_proto(*progress, req.mutable_progress());
+  if (collectives) to_proto(*collectives, req.mutable_collectives());
   v1::ProgressReportResponse resp;
   grpc::ClientContext ctx;
   attach_token(ctx, stub->token);

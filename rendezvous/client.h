@@ -95,10 +95,11 @@ class RendezvousClient {
   void leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
              const std::string& message, std::chrono::milliseconds timeout,
              std::optional<int64_t> round = std::nullopt);
-  // Reports the job's training progress (the agent of global rank 0);
-  // throws RendezvousCallError.
+  // Reports the job's training progress (the agent of global rank 0) and
+  // this node's collectives (every agent); throws RendezvousCallError.
   void report_progress(const std::string& job_id, const std::string& node_id,
-                       const ProgressInfo& progress, std::chrono::milliseconds timeout);
+                       const std::optional<ProgressInfo>& progress, std::chrono::milliseconds timeout,
+                       const std::optional<NodeCollectives>& collectives = std::nullopt);
   // Where the job stands (`ddprun status`); throws RendezvousCallError
   // (code NOT_FOUND for an unknown job, UNAUTHENTICATED for a wrong token,
   // UNAVAILABLE or DEADLINE_EXCEEDED when nothing answers).

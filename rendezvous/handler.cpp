@@ -271,6 +271,34 @@ MaybeStatus check_progress(const v1::Progress& p) {
   return std::nullopt;
 }
 
+// A node's collectives report, checked: at most kMaxReportedRanks ranks,
+// sane ages, finite non-negative timings and scores.
+constexpr int kMaxReportedRanks = 4096;
+
+MaybeStatus check_collectives(const v1::NodeCollectives& c) {
+  if (c.ranks_size() > kMaxReportedRanks) {
+    return invalid_argument("collectives name " + std::to_string(c.ranks_size()) + " ranks; at most " +
+                            std::to_string(kMaxReportedRanks));
+  }
+  if (auto bad = check_duration("collectives age_ms", c.age_ms())) return bad;
+  for (const auto& r : c.ranks()) {
+    if (r.global_rank() < 0) return invalid_argument("collectives global_rank " + std::to_string(r.global_rank()) + " is negative");
+    if (r.comm() > 1) return invalid_argument("collectives comm " + std::to_string(r.comm()) + " is not 0 or 1");
+    if (auto bad = check_duration("collectives rank age_ms", r.age_ms())) return bad;
+  }
+  for (auto [field, v] : {std::pair<const char*, double>{"wait_ms", c.wait_ms()}, {"period_ms", c.period_ms()}}) {
+    if (!std::isfinite(v) || v < 0 || v > 8.64e7) {
+      return invalid_argument(std::string("collectives ") + field + " " + std::to_string(v) + " is not a duration");
+    }
+  }
+  if (c.samples() < 0) return invalid_argument("collectives samples " + std::to_string(c.samples()) + " is negative");
+  if (c.slowest_rank() < 0) return invalid_argument("collectives slowest_rank " + std::to_string(c.slowest_rank()) + " is negative");
+  if (!std::isfinite(c.slowest_score()) || c.slowest_score() < 0 || c.slowest_score() > 1) {
+    return invalid_argument("collectives slowest_score " + std::to_string(c.slowest_score()) + " is not in [0, 1]");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 RendezvousHandler::RendezvousHandler(JobRegistry& registry, HandlerOptions options)
@@ -385,6 +413,7 @@ Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliv
     resp->set_heal_reason(static_cast<v1::HealReason>(v.heal_reason));
     resp->set_refusals(v.refusals);
     resp->set_refusal(v.refusal);
+    resp->set_straggler_score(v.straggler_score);
     if (v.placement.node_rank >= 0) {
       v1::Placement* p = resp->mutable_placement();
       p->set_node_rank(v.placement.node_rank);
@@ -437,9 +466,12 @@ Status RendezvousHandler::ReportProgress(grpc::ServerContext* ctx, const v1::Pro
   if (req->node_id().empty()) return invalid_argument("node_id is empty");
   if (req->node_id().size() > 512) return invalid_argument("node_id longer than 512 bytes");
   if (auto bad = check_progress(req->progress())) return *bad;
+  if (auto bad = check_collectives(req->collectives())) return *bad;
   if (auto bad = check_lease_key(req->lease_key())) return *bad;
   return guarded([&] {
-    registry_.report_progress(req->job_id(), req->node_id(), req->lease_key(), from_proto(req->progress()));
+    registry_.report_progress(req->job_id(), req->node_id(), req->lease_key(),
+                              req->has_progress() ? std::optional(from_proto(req->progress())) : std::nullopt,
+                              req->has_collectives() ? std::optional(from_proto(req->collectives())) : std::nullopt);
   });
 }
 

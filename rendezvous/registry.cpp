@@ -1,5 +1,7 @@
 #include "rendezvous/registry.h"
 
+#include "rendezvous/node_scores.h"
+
 #include <algorithm>
 #include <ctime>
 #include <future>
@@ -317,6 +319,10 @@ NodeView JobRegistry::keep_alive(const std::string& job_id, const std::string& n
     const auto now = Clock::now();
     settle_locked(*job, now, completions);  // expire others' leases first
     v = job->rounds->keep_alive(node_id, now, workers_heal_round, heal);
+    score_nodes_locked(*job, now);
+    if (auto sc = job->scores.find(node_id); sc != job->scores.end() && sc->second.straggler) {
+      v.straggler_score = sc->second.score;
+    }
     if (v.phase != JobPhase::kActive) job->told_end.insert(node_id);
     news_locked(*job, completions);  // a heal generation named for this node
   }
@@ -376,7 +382,8 @@ bool JobRegistry::holds(const std::string& job_id, const std::string& node_id, c
 }
 
 void JobRegistry::report_progress(const std::string& job_id, const std::string& node_id,
-                                  const std::string& lease_key, const ProgressInfo& progress) {
+                                  const std::string& lease_key, const std::optional<ProgressInfo>& progress,
+                                  const std::optional<NodeCollectives>& collectives) {
   std::lock_guard lock(mu_);
   if (closed_) throw RegistryClosed("rendezvous: shutting down");
   Job* job = find_locked(job_id);
@@ -388,8 +395,40 @@ void JobRegistry::report_progress(const std::string& job_id, const std::string& 
                           "'; only its nodes report its progress");
   }
   job->rounds->check_lease(node_id, lease_key);
-  job->progress = progress;
-  job->progress_at = Clock::now() - progress.age;
+  const auto now = Clock::now();
+  if (progress) {
+    job->progress = progress;
+    job->progress_at = now - progress->age;
+  }
+  if (collectives) {
+    // Reports of nodes gone from the job go once they are as many as the
+    // nodes in it (each node has at most one).
+    if (job->collectives.size() > 2 * job->rounds->num_nodes()) {
+      for (auto it = job->collectives.begin(); it != job->collectives.end();) {
+        it = job->rounds->knows(it->first) ? std::next(it) : job->collectives.erase(it);
+      }
+    }
+    job->collectives[node_id] = Job::Collectives{*collectives, now - collectives->age};
+  }
+}
+
+void JobRegistry::score_nodes_locked(Job& job, std::chrono::steady_clock::time_point now) {
+  if (now - job.scored_at < std::chrono::seconds(1)) return;
+  job.scored_at = now;
+  job.scores.clear();
+  std::vector<std::string> ids;
+  std::vector<const NodeCollectives*> reports;
+  for (const auto& [id, c] : job.collectives) {
+    // Members of the running round only: a waiting node or one gone from
+    // the job does not slow it.
+    if (!job.rounds->knows(id) || job.rounds->view(id).placement.node_rank < 0) continue;
+    ids.push_back(id);
+    reports.push_back(&c.report);
+  }
+  const auto scores = node_scores(reports);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (scores[i]) job.scores[ids[i]] = *scores[i];
+  }
 }
 
 JobStatus JobRegistry::status(const std::string& job_id) {
@@ -411,6 +450,20 @@ JobStatus JobRegistry::status(const std::string& job_id) {
       s.progress->age = std::chrono::duration_cast<std::chrono::milliseconds>(now - job->progress_at);
       // On one node the agent names its heals itself: the workers' generation counts them.
       if (s.progress->round == s.round) s.heal_generation = std::max(s.heal_generation, s.progress->heal_generation);
+    }
+    job->scored_at = {};  // scored afresh for the asker
+    score_nodes_locked(*job, now);
+    for (NodeStatus& n : s.nodes) {
+      if (auto c = job->collectives.find(n.node_id); c != job->collectives.end()) {
+        // Ages as of now: a rank's as of the report's making, plus the
+        // report's age.
+        NodeCollectives report = c->second.report;
+        const auto since = std::chrono::duration_cast<std::chrono::milliseconds>(now - c->second.at);
+        for (RankCollective& r : report.ranks) r.age += since;
+        report.age = since;
+        n.collectives = std::move(report);
+      }
+      if (auto sc = job->scores.find(n.node_id); sc != job->scores.end()) n.score = sc->second;
     }
   }
   run(completions);

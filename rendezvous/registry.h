@@ -119,11 +119,13 @@ class JobRegistry {
   // Whether the job has this node (for Hold to refuse strangers; throws
   // NotThisNode for a wrong key).
   bool holds(const std::string& job_id, const std::string& node_id, const std::string& lease_key);
-  // The job's training progress, from a node in it (RendezvousError for a
-  // node that is not; UnknownJob for a job nobody joined). The newest
-  // report replaces the one before.
+  // The job's training progress (from the node of global rank 0) and a
+  // node's collectives (from every node), from a node in the job
+  // (RendezvousError for a node that is not; UnknownJob for a job nobody
+  // joined). The newest report replaces the one before.
   void report_progress(const std::string& job_id, const std::string& node_id, const std::string& lease_key,
-                       const ProgressInfo& progress);
+                       const std::optional<ProgressInfo>& progress,
+                       const std::optional<NodeCollectives>& collectives = std::nullopt);
   // Where the job stands (UnknownJob when nobody joined it); progress.age
   // is how old the report is now.
   JobStatus status(const std::string& job_id);
@@ -184,6 +186,16 @@ class JobRegistry {
     std::set<std::string> told_end;  // node ids that heard the job is over
     std::optional<ProgressInfo> progress;    // last reported
     std::chrono::steady_clock::time_point progress_at;  // when the worker made that report
+    // Each node's newest collectives report and when it was made.
+    struct Collectives {
+      NodeCollectives report;
+      std::chrono::steady_clock::time_point at;
+    };
+    std::unordered_map<std::string, Collectives> collectives;
+    // The nodes' job-wide straggler scores (node_scores.h), made at most once
+    // a second (keep-alives read them: each node's own).
+    std::unordered_map<std::string, NodeScore> scores;
+    std::chrono::steady_clock::time_point scored_at{};
   };
   // A join to finish outside the lock; with `nccl`, its result gets that
   // round's NCCL id first.
@@ -192,6 +204,10 @@ class JobRegistry {
     JoinOutcome outcome;
     std::shared_ptr<RoundNcclId> nccl = nullptr;
   };
+
+  // Refreshes job.scores when they are a second old: over the members of the
+  // running round that reported.
+  static void score_nodes_locked(Job& job, std::chrono::steady_clock::time_point now);
 
   // Finds the job or creates it within max_jobs, making room by dropping
   // jobs nobody is in any more; throws TooManyJobs.

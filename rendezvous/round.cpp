@@ -357,12 +357,20 @@ void RoundState::leave(const std::string& id, LeaveKind kind, const std::string&
   }
   auto it = nodes_.find(id);
   if (it == nodes_.end()) return;
+  if (kind == LeaveKind::kHandedOver) {
+    // As if it were lost, now: a waiting node takes its place (or the round
+    // shrinks, or is superseded, as for any lost member).
+    drop(id, now, message.empty() ? "it handed its place over" : message);
+    return;
+  }
   nodes_.erase(it);
   expected_.erase(id);
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
   ++generation_;
   if (phase_ != JobPhase::kActive) return;
   switch (kind) {
+    case LeaveKind::kHandedOver:
+      return;  // above
     case LeaveKind::kSucceeded:
       // Its workers finished: so has the job. The other members finish
       // their own (the round they run stays as it is).

@@ -128,7 +128,8 @@ class RoundState {
   // now as if its lease had run out. Unknown nodes are ignored.
   void lose(const std::string& node_id, const std::string& why, TimePoint now);
 
-  // A node leaves the job (see LeaveKind). Unknown nodes are ignored, except
+  // A node leaves the job (see LeaveKind; kHandedOver: as lose(), with the
+  // message as why). Unknown nodes are ignored, except
   // that a success naming the round it happened in (`round`) counts only
   // for the running round the node is a member of: otherwise it throws
   // RendezvousError and changes nothing (the caller leaves another way).

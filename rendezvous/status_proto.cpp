@@ -40,6 +40,45 @@ void to_proto(const ProgressInfo& i, v1::Progress* p) {
   p->set_slowest_is_straggler(i.slowest_is_straggler);
 }
 
+NodeCollectives from_proto(const v1::NodeCollectives& c) {
+  NodeCollectives n;
+  n.age = std::chrono::milliseconds(c.age_ms());
+  for (const auto& r : c.ranks()) {
+    n.ranks.push_back(RankCollective{r.global_rank(), r.op(), r.seq(), r.generation(), r.comm(), r.bytes(),
+                                     r.inside(), std::chrono::milliseconds(r.age_ms())});
+  }
+  n.generation = c.generation();
+  n.wait_ms = c.wait_ms();
+  n.period_ms = c.period_ms();
+  n.samples = c.samples();
+  if (c.has_slowest_rank()) n.slowest_rank = c.slowest_rank();
+  n.slowest_score = c.slowest_score();
+  n.slowest_is_straggler = c.slowest_is_straggler();
+  return n;
+}
+
+void to_proto(const NodeCollectives& n, v1::NodeCollectives* c) {
+  c->set_age_ms(n.age.count());
+  for (const RankCollective& r : n.ranks) {
+    v1::RankCollective* out = c->add_ranks();
+    out->set_global_rank(r.global_rank);
+    out->set_op(r.op);
+    out->set_seq(r.seq);
+    out->set_generation(r.generation);
+    out->set_comm(r.comm);
+    out->set_bytes(r.bytes);
+    out->set_inside(r.inside);
+    out->set_age_ms(r.age.count());
+  }
+  c->set_generation(n.generation);
+  c->set_wait_ms(n.wait_ms);
+  c->set_period_ms(n.period_ms);
+  c->set_samples(n.samples);
+  if (n.slowest_rank) c->set_slowest_rank(*n.slowest_rank);
+  c->set_slowest_score(n.slowest_score);
+  c->set_slowest_is_straggler(n.slowest_is_straggler);
+}
+
 JobStatus from_proto(const v1::StatusResponse& r) {
   JobStatus s;
   s.phase = static_cast<JobPhase>(r.phase());
@@ -55,9 +94,18 @@ JobStatus from_proto(const v1::StatusResponse& r) {
   s.nodes_waiting = r.nodes_waiting();
   s.heal_generation = r.heal_generation();
   for (const auto& n : r.nodes()) {
-    s.nodes.push_back(NodeStatus{n.node_id(), n.host(), n.node_rank(), n.local_world_size(),
-                                 n.first_global_rank(), n.waiting(),
-                                 std::chrono::milliseconds(n.last_seen_ms_ago()), n.heals()});
+    NodeStatus ns;
+    ns.node_id = n.node_id();
+    ns.host = n.host();
+    ns.node_rank = n.node_rank();
+    ns.local_world_size = n.local_world_size();
+    ns.first_global_rank = n.first_global_rank();
+    ns.waiting = n.waiting();
+    ns.last_seen_ago = std::chrono::milliseconds(n.last_seen_ms_ago());
+    ns.heals = n.heals();
+    s.nodes.push_back(std::move(ns));
+    if (n.has_collectives()) s.nodes.back().collectives = from_proto(n.collectives());
+    if (n.has_score()) s.nodes.back().score = NodeScore{n.score(), n.straggler()};
   }
   if (r.has_progress()) s.progress = from_proto(r.progress());
   return s;
@@ -87,6 +135,11 @@ void to_proto(const std::string& job_id, const JobStatus& s, v1::StatusResponse*
     out->set_waiting(n.waiting);
     out->set_last_seen_ms_ago(n.last_seen_ago.count());
     out->set_heals(n.heals);
+    if (n.collectives) to_proto(*n.collectives, out->mutable_collectives());
+    if (n.score) {
+      out->set_score(n.score->score);
+      out->set_straggler(n.score->straggler);
+    }
   }
   if (s.progress) to_proto(*s.progress, r->mutable_progress());
 }

@@ -13,6 +13,9 @@ namespace ddprun {
 ProgressInfo from_proto(const v1::Progress& p);
 void to_proto(const ProgressInfo& i, v1::Progress* p);
 
+NodeCollectives from_proto(const v1::NodeCollectives& c);
+void to_proto(const NodeCollectives& c, v1::NodeCollectives* out);
+
 JobStatus from_proto(const v1::StatusResponse& r);
 void to_proto(const std::string& job_id, const JobStatus& s, v1::StatusResponse* r);
 

@@ -118,7 +118,7 @@ struct JoinIntent {
 inline constexpr size_t kMaxFailureBytes = 2048;
 
 // How a node leaves the job.
-enum class LeaveKind { kSucceeded, kStopped, kFailed };
+enum class LeaveKind { kSucceeded, kStopped, kFailed, kHandedOver };
 
 // A node dropped because its lease ran out.
 struct LostNode {
@@ -157,6 +157,9 @@ struct NodeView {
   uint64_t heal_request_id = 0;
   uint32_t heal_request_generation = 0;
   HealReason heal_reason = HealReason::kNone;  // what named heal_generation
+  // This node is the job's straggler (rendezvous/node_scores.h): its
+  // job-wide score, 0 when it is not one.
+  double straggler_score = 0;
   // Nodes refused for running another program than the running round's
   // (so far), and the newest refusal in words: members say so once each.
   uint32_t refusals = 0;
@@ -184,6 +187,42 @@ struct ProgressInfo {
   bool slowest_is_straggler = false;
 };
 
+// A rank's newest collective as its node's agent last saw it (its flight
+// record): what another node's hang verdict needs of it.
+struct RankCollective {
+  int global_rank = 0;
+  uint32_t op = 0;  // channel::FlightOp
+  uint64_t seq = 0;
+  uint32_t generation = 0;
+  uint32_t comm = 0;   // 0 the CPU communicator, 1 the CUDA one
+  uint64_t bytes = 0;
+  bool inside = false;  // started and not finished
+  std::chrono::milliseconds age{0};  // since it started (inside) or finished
+};
+
+// How a node's ranks fare at collectives (agent/straggler_scores.h), as its
+// agent reports them about once a second: the job-wide straggler scores of
+// nodes (rendezvous/node_scores.h) and other nodes' hang verdicts use them.
+struct NodeCollectives {
+  std::chrono::milliseconds age{0};  // how old the report is
+  std::vector<RankCollective> ranks;
+  uint32_t generation = 0;  // the heal generation the timings are of
+  double wait_ms = 0;       // smoothed: how long its ranks spend inside a collective (their mean)
+  double period_ms = 0;     // smoothed: the time from one collective to the next
+  int64_t samples = 0;      // collectives those are of
+  // Its slowest local rank (its agent's scores), once scored.
+  std::optional<int> slowest_rank;
+  double slowest_score = 0;
+  bool slowest_is_straggler = false;
+};
+
+// A node's job-wide straggler score: how much of each collective's time the
+// other nodes wait for it, 0-1.
+struct NodeScore {
+  double score = 0;
+  bool straggler = false;
+};
+
 // One node of a job, for `ddprun status`.
 struct NodeStatus {
   std::string node_id;
@@ -194,6 +233,8 @@ struct NodeStatus {
   bool waiting = false;        // arrived while the round ran full
   std::chrono::milliseconds last_seen_ago{0};  // -1: it holds no lease (one-node jobs)
   bool heals = false;  // its workers all heal in place in the current round (its keep-alives say)
+  std::optional<NodeCollectives> collectives;  // its last report (age: now)
+  std::optional<NodeScore> score;              // job-wide, once scored
 };
 
 // Where a job stands, for `ddprun status`.

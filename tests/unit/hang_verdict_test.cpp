@@ -81,6 +81,41 @@ TEST(HangVerdict, NamesTheRankTheOthersWaitForAndWhereItIs) {
   EXPECT_FALSE(has(v, "rank 0 is in")) << v;
 }
 
+// Across nodes the verdict is the job's: the other nodes' ranks come from
+// the rendezvous (their newest collective as their agents last reported
+// it), with no stacks here.
+RankView remote(int r, FlightEntry newest) {
+  RankView v = rank(r, {newest});
+  v.stacks.state = StackReport::kRemote;
+  return v;
+}
+
+TEST(HangVerdict, OtherNodesRanksJoinTheVerdict) {
+  // This node has ranks 2 and 3; rank 2 hangs outside the collective that
+  // ranks 0 and 1, on another node, and 3 wait in.
+  std::vector<RankView> ranks = {
+      remote(0, record(6, FlightState::kStarted, 92)),
+      remote(1, record(6, FlightState::kStarted, 92)),
+      rank(2, {record(5, FlightState::kFinished, 90, 91)}, "blocking_call (hang_check.cpp:40) [hang_check]", true),
+      rank(3, {record(5, FlightState::kFinished, 90, 91), record(6, FlightState::kStarted, 93)}),
+  };
+  std::string v = hang_verdict(ranks, 104 * kSecond);
+  EXPECT_TRUE(has(v, "ranks 0,1,3 wait in all_reduce #6 (25.0 MB) since 12.0 s")) << v;
+  EXPECT_TRUE(has(v, "rank 2 never entered it")) << v;
+  EXPECT_TRUE(has(v, "rank 2 is in: blocking_call")) << v;
+  EXPECT_FALSE(has(v, "another node")) << v;
+  // The one they wait for is elsewhere: named, with where its node last saw it.
+  ranks = {
+      remote(0, record(5, FlightState::kFinished, 90, 91)),
+      rank(1, {record(6, FlightState::kStarted, 92)}, "", true),
+  };
+  v = hang_verdict(ranks, 104 * kSecond);
+  EXPECT_TRUE(has(v, "rank 1 waits in all_reduce #6")) << v;
+  EXPECT_TRUE(has(v, "rank 0 never entered it (its last: all_reduce #5, finished 13.0 s ago)")) << v;
+  EXPECT_TRUE(has(v, "rank 0 is on another node")) << v;
+  EXPECT_FALSE(has(v, "every local rank is inside it")) << v;
+}
+
 TEST(HangVerdict, ARankThatCannotAnswerIsNamedWithWhy) {
   std::vector<RankView> ranks = {
       rank(0, {record(3, FlightState::kStarted, 10)}),

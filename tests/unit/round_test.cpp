@@ -452,6 +452,26 @@ TEST(Round, AWaitingNodeTakesOverALostMembersRanksInTheRunningRound) {
   EXPECT_EQ(r.keep_alive("a", t0 + 3s).heal_generation, 0u);  // the new round starts at 0
 }
 
+// A member that hands its place over (it was the job's straggler,
+// --straggler-action replace) is treated as lost at once: the waiting node
+// takes its ranks in the running round, no restart.
+TEST(Round, AMemberThatHandsItsPlaceOverIsTakenOverAtOnce) {
+  RoundSettings s{3, 3, 0ms, 5};
+  RoundState r = running_healers(s);
+  const Assignment b = *r.assignment("b");
+  r.join(healing("d"), s, kFirst, 0ms, t0 + 1s);
+  r.keep_alive("d", t0 + 1s);
+  r.leave("b", LeaveKind::kHandedOver, "node 'b' was the job's straggler (score 0.33)", t0 + 2s);
+  EXPECT_EQ(r.current_round(), 0);
+  EXPECT_EQ(r.restart_count(), 0);
+  auto d = r.assignment("d");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->first_global_rank, b.first_global_rank);
+  EXPECT_EQ(d->heal_generation, 1u);
+  ASSERT_EQ(d->lost_since_last_round.size(), 1u);
+  EXPECT_NE(d->lost_since_last_round[0].find("straggler"), std::string::npos) << d->lost_since_last_round[0];
+}
+
 TEST(Round, NoTakeoverUnlessEveryOtherMembersWorkersHealInTheRunningRound) {
   RoundSettings s{3, 3, 0ms, 5};
   RoundState r = running_healers(s);

@@ -12,6 +12,7 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "launcher/status_command.h"
 #include "rendezvous/client.h"
+#include "rendezvous/node_scores.h"
 #include "rendezvous/registry.h"
 #include "rendezvous/security.h"
 #include "rendezvous/server.h"
@@ -311,6 +312,120 @@ TEST(StatusCall, BadProgressValuesAreRefusedAndNotStored) {
   EXPECT_EQ(got.slowest_rank, 2);
   EXPECT_DOUBLE_EQ(got.slowest_score, 0.41);
   EXPECT_TRUE(got.slowest_is_straggler);
+}
+
+
+// A node's timings at collectives: its ranks spend wait_ms inside each one,
+// one every period_ms, over `samples` of them.
+NodeCollectives timings(double wait_ms, double period_ms = 10, int64_t samples = 60) {
+  NodeCollectives c;
+  c.wait_ms = wait_ms;
+  c.period_ms = period_ms;
+  c.samples = samples;
+  return c;
+}
+
+TEST(NodeScores, TheNodeTheOthersWaitForScoresWhatTheyWaitAsAShareOfThePeriod) {
+  // b computes 1.5x as long: a's ranks wait 5 ms of every 15 inside each
+  // collective for it; b's wait only the transfer (0.5 ms).
+  const NodeCollectives a = timings(5.5, 15), b = timings(0.5, 15), c = timings(5.4, 15);
+  const auto s = node_scores({&a, &b, &c});
+  ASSERT_TRUE(s[0] && s[1] && s[2]);
+  EXPECT_NEAR(s[1]->score, 5.0 / 15, 1e-9);
+  EXPECT_TRUE(s[1]->straggler);
+  EXPECT_FALSE(s[0]->straggler);
+  EXPECT_NEAR(s[2]->score, 0.1 / 15, 1e-9);  // noise: near 0
+  EXPECT_FALSE(s[2]->straggler);
+}
+
+TEST(NodeScores, EvenNodesTooFewSamplesOrAnOldGenerationAreNotFlagged) {
+  const NodeCollectives a = timings(3.0), b = timings(2.6);
+  for (const auto& s : node_scores({&a, &b})) {
+    ASSERT_TRUE(s);
+    EXPECT_FALSE(s->straggler) << s->score;
+  }
+  const NodeCollectives young = timings(0.5, 10, 10);  // 10 collectives: not yet
+  auto s = node_scores({&a, &young});
+  EXPECT_FALSE(s[0] || s[1]);  // one scored node has no one to be compared with
+  // A heal started b's timings over: a's are of the old connections.
+  NodeCollectives old = timings(6.0), healed = timings(0.5);
+  healed.generation = 1;
+  s = node_scores({&old, &healed, nullptr});
+  EXPECT_FALSE(s[0] || s[1] || s[2]);
+  // Nonsense (a period of 0) scores nothing rather than dividing by it.
+  const NodeCollectives zero = timings(0.5, 0);
+  s = node_scores({&a, &zero});
+  EXPECT_FALSE(s[1]);
+}
+
+TEST(NodeScores, TheRegistryScoresTheMembersAndTellsTheStragglerAtItsKeepAlive) {
+  JobRegistry reg(no_nccl);
+  const auto keys = join_all(reg, {node("a", 2), node("b", 2)});
+  NodeCollectives a = timings(4.0), b = timings(0.5);  // a waits 3.5 ms of every 10 for b
+  a.ranks.push_back(RankCollective{0, 1, 7, 0, 0, 1024, true, 1500ms});  // rank 0 inside all_reduce #7
+  reg.report_progress("job", "a", keys[0], std::nullopt, a);
+  reg.report_progress("job", "b", keys[1], std::nullopt, b);
+  const JobStatus s = reg.status("job");
+  EXPECT_FALSE(s.progress.has_value());  // neither reported progress
+  ASSERT_EQ(s.nodes.size(), 2u);
+  const NodeStatus& na = s.nodes[0].node_id == "a" ? s.nodes[0] : s.nodes[1];
+  const NodeStatus& nb = s.nodes[0].node_id == "a" ? s.nodes[1] : s.nodes[0];
+  ASSERT_TRUE(na.score && nb.score);
+  EXPECT_NEAR(nb.score->score, 0.35, 1e-9);
+  EXPECT_TRUE(nb.score->straggler);
+  EXPECT_FALSE(na.score->straggler);
+  ASSERT_TRUE(na.collectives);
+  ASSERT_EQ(na.collectives->ranks.size(), 1u);
+  EXPECT_EQ(na.collectives->ranks[0].seq, 7u);
+  EXPECT_GE(na.collectives->ranks[0].age, 1500ms);  // its age then, and since
+  // The straggler hears it at its keep-alive; the other node does not.
+  EXPECT_NEAR(reg.keep_alive("job", "b", keys[1], -1, {}).straggler_score, 0.35, 1e-9);
+  EXPECT_EQ(reg.keep_alive("job", "a", keys[0], -1, {}).straggler_score, 0);
+  // Only a member speaks for itself.
+  EXPECT_THROW(reg.report_progress("job", "a", keys[1], std::nullopt, a), NotThisNode);
+}
+
+TEST(StatusCall, BadCollectivesAreRefusedAndGoodOnesShowPerNode) {
+  Service svc;
+  auto code_of = [&](NodeCollectives c) {
+    return call_code([&] { svc.client.report_progress("job", "n0", std::nullopt, 5s, c); });
+  };
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    NodeCollectives c = timings(1);
+    c.wait_ms = bad;
+    EXPECT_EQ(code_of(c), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    c = timings(1);
+    c.period_ms = bad;
+    EXPECT_EQ(code_of(c), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+  }
+  NodeCollectives c = timings(1);
+  c.samples = -3;
+  EXPECT_EQ(code_of(c), grpc::StatusCode::INVALID_ARGUMENT);
+  c = timings(1);
+  c.slowest_rank = 1;
+  c.slowest_score = 2;
+  EXPECT_EQ(code_of(c), grpc::StatusCode::INVALID_ARGUMENT);
+  c = timings(1);
+  c.ranks.push_back(RankCollective{-1, 1, 1, 0, 0, 8, false, 0ms});
+  EXPECT_EQ(code_of(c), grpc::StatusCode::INVALID_ARGUMENT);
+  c = timings(1);
+  c.ranks.push_back(RankCollective{0, 1, 1, 0, 0, 8, false, -5ms});
+  EXPECT_EQ(code_of(c), grpc::StatusCode::INVALID_ARGUMENT);
+  c = timings(1);
+  c.ranks.assign(5000, RankCollective{});
+  EXPECT_EQ(code_of(c), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_FALSE(svc.client.status("job", 5s).nodes.at(0).collectives.has_value());
+  c = timings(1);
+  c.slowest_rank = 1;
+  c.slowest_score = 0.41;
+  c.ranks.push_back(RankCollective{1, 1, 9, 0, 0, 8, false, 20ms});
+  EXPECT_EQ(code_of(c), 0);
+  const JobStatus s = svc.client.status("job", 5s);
+  ASSERT_TRUE(s.nodes.at(0).collectives.has_value());
+  EXPECT_EQ(s.nodes[0].collectives->slowest_rank, 1);
+  EXPECT_EQ(s.nodes[0].collectives->ranks.at(0).seq, 9u);
+  EXPECT_FALSE(s.nodes[0].score.has_value());  // one node: nobody to compare it with
+  EXPECT_FALSE(s.progress.has_value());         // a report of collectives only
 }
 
 }  // namespace

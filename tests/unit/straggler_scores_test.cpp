@@ -60,6 +60,13 @@ struct Job {
         done = std::max(done, arrive[static_cast<size_t>(r)]);
       }
       done += kMs / 10;
+      // Every rank leaves together, when the last one came and the
+      // transfer (0.1 ms) is done.
+      for (int r = 0; r < ranks; ++r) {
+        FlightEntry& e = rings[r].back();
+        e.state = static_cast<uint32_t>(channel::FlightState::kFinished);
+        e.finished_ns = done;
+      }
       for (auto& a : arrive) a = done;  // the next bucket: everyone leaves together
     }
     now = arrive[0];
@@ -144,4 +151,60 @@ TEST(StragglerScores, AHealsNewNumberingStartsOverAndTheSlowRankIsFoundAgain) {
   EXPECT_LT(scores.scores().at(1).score, 0.05);
 }
 
+// The node as a whole: its ranks' time inside each collective, for the
+// job-wide scores of nodes. A node with a slow rank of its own waits for
+// it; one whose ranks are all alike waits only the transfer (and whatever
+// other nodes make it wait, which this node cannot see apart).
+TEST(StragglerScores, TheNodesTimeInsideCollectivesAndItsPeriodAreMeasured) {
+  StragglerScores even, uneven;
+  Job a, b;
+  a.ranks = b.ranks = 2;
+  b.slow = 1;  // 3 ms against 2: rank 0 waits 1 ms inside each collective
+  for (int i = 0; i < 100; ++i) {
+    a.step(even);
+    b.step(uneven);
+  }
+  EXPECT_NEAR(even.node_wait_ms(), 0.1, 0.01);
+  EXPECT_NEAR(even.node_period_ms(), 2.1, 0.01);
+  EXPECT_NEAR(uneven.node_wait_ms(), (1.1 + 0.1) / 2, 0.01);
+  EXPECT_NEAR(uneven.node_period_ms(), 3.1, 0.01);
+  EXPECT_EQ(even.node_samples(), 100 - static_cast<int64_t>(StragglerScores::kSettling));
+  // One rank alone is measured too (a node of one worker).
+  StragglerScores one;
+  Job c;
+  c.ranks = 1;
+  for (int i = 0; i < 20; ++i) c.step(one);
+  EXPECT_NEAR(one.node_wait_ms(), 0.1, 0.01);
+  EXPECT_GT(one.node_samples(), 0);
+}
+
+// A collective under way at a read is counted once it finished: counting
+// only those finished at each read would leave out long waits more often
+// than short ones.
+TEST(StragglerScores, ACollectiveUnderWayIsCountedOnceFinished) {
+  StragglerScores scores;
+  Job job;
+  for (int i = 0; i < 30; ++i) job.step(scores);
+  const int64_t before = scores.node_samples();
+  ++job.seq;
+  for (int r = 0; r < job.ranks; ++r) {
+    FlightEntry e;
+    e.id = e.seq = job.seq;
+    e.state = static_cast<uint32_t>(channel::FlightState::kStarted);
+    e.started_ns = job.now + 2 * kMs;
+    job.rings[r].push_back(e);
+  }
+  scores.update(job.rings);
+  EXPECT_EQ(scores.node_samples(), before);
+  for (int r = 0; r < job.ranks; ++r) {
+    FlightEntry& e = job.rings[r].back();
+    e.state = static_cast<uint32_t>(channel::FlightState::kFinished);
+    e.finished_ns = e.started_ns + 50 * kMs;  // a long wait
+  }
+  scores.update(job.rings);
+  EXPECT_EQ(scores.node_samples(), before + 1);
+  EXPECT_GT(scores.node_wait_ms(), 0.5);  // the long wait counted
+}
+
 }  // namespace
+

@@ -1,0 +1,40 @@
+#include "rendezvous/node_scores.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ddprun {
+
+std::vector<std::optional<NodeScore>> node_scores(const std::vector<const NodeCollectives*>& reports,
+                                                  const NodeScoreOptions& options) {
+  std::vector<std::optional<NodeScore>> out(reports.size());
+  // Only reports of the newest heal generation compare: a heal starts every
+  // node's timings over, and a node still on the old ones says nothing of
+  // the new connections.
+  uint32_t gen = 0;
+  for (const NodeCollectives* r : reports) {
+    if (r) gen = std::max(gen, r->generation);
+  }
+  auto usable = [&](const NodeCollectives* r) {
+    return r && r->generation == gen && r->samples >= options.min_samples && std::isfinite(r->wait_ms) &&
+           std::isfinite(r->period_ms) && r->period_ms > 0 && r->wait_ms >= 0;
+  };
+  size_t scored = 0;
+  for (const NodeCollectives* r : reports) scored += usable(r) ? 1 : 0;
+  if (scored < 2) return out;
+  for (size_t n = 0; n < reports.size(); ++n) {
+    if (!usable(reports[n])) continue;
+    // How long the most waiting other node waits per collective.
+    double others = 0;
+    for (size_t m = 0; m < reports.size(); ++m) {
+      if (m != n && usable(reports[m])) others = std::max(others, reports[m]->wait_ms);
+    }
+    NodeScore s;
+    s.score = std::clamp((others - reports[n]->wait_ms) / reports[n]->period_ms, 0.0, 1.0);
+    s.straggler = s.score >= options.flag_score;
+    out[n] = s;
+  }
+  return out;
+}
+
+}  // namespace ddprun

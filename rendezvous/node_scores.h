@@ -1,0 +1,34 @@
+// Which node slows the job: from every node's report of how long its ranks
+// spend inside each collective (NodeCollectives: a duration each agent
+// measures on its own clock, so no clocks are compared across hosts).
+// The ranks of a node that arrives last at every collective wait least: the
+// others wait inside the collective for it. A node's score is how much
+// longer the most waiting other node waits per collective than it does, as
+// a share of the time from one collective to the next: a node that
+// computes 1.5x as long as the others scores about a third; noise spreads
+// evenly and scores near 0.
+// Pure: reports in, scores out, no I/O.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "rendezvous/types.h"
+
+namespace ddprun {
+
+struct NodeScoreOptions {
+  // A node is scored once its report covers this many collectives (and so
+  // is every other node it is compared with).
+  int64_t min_samples = 40;
+  // A node scoring at least this is a straggler.
+  double flag_score = 0.25;
+};
+
+// One score per report, in their order; nullopt where a node is not scored
+// (too few samples, a generation older than the newest reported, or fewer
+// than two such nodes). A null report is a node that reported nothing.
+std::vector<std::optional<NodeScore>> node_scores(const std::vector<const NodeCollectives*>& reports,
+                                                  const NodeScoreOptions& options = {});
+
+}  // namespace ddprun
