@@ -14,7 +14,8 @@ bool news(const std::optional<NodeView>& a, const NodeView& b) {
   return !a || a->known != b.known || a->round != b.round || a->phase != b.phase ||
          a->nodes_waiting != b.nodes_waiting || a->heal_generation != b.heal_generation ||
          a->takeover_ready != b.takeover_ready || !(a->placement == b.placement) ||
-         a->heal_request_id != b.heal_request_id || a->refusals != b.refusals;
+         a->heal_request_id != b.heal_request_id || a->refusals != b.refusals ||
+         (a->straggler_score > 0) != (b.straggler_score > 0);
 }
 
 int64_t mono_ns() {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <regex>
 #include <thread>
+#include <atomic>
 
 #include "support/netns.h"
 #include "support/job_helpers.h"
@@ -472,8 +473,8 @@ enum class Loss { kKilled, kCutOff };
 
 // The healing tests' job: train on 8000 images for 2 epochs, its
 // parameters' checksum in `summary`.
-std::vector<std::string> heal_job(const fs::path& summary) {
-  return {TRAIN_BIN, "--limit", "8000", "--epochs", "2", "--print-steps", "--summary-json", summary.string()};
+std::vector<std::string> heal_job(const fs::path& summary, const std::string& epochs = "2") {
+  return {TRAIN_BIN, "--limit", "8000", "--epochs", epochs, "--print-steps", "--summary-json", summary.string()};
 }
 
 // How a run of heal_job ended (its summary): the parameters' checksum and
@@ -484,9 +485,10 @@ std::string outcome_in(const fs::path& summary) {
 }
 
 // How an uninterrupted run of heal_job on 2 ranks ends.
-std::string uninterrupted_outcome(const ddptest::EnvChanges& env, const std::string& name) {
+std::string uninterrupted_outcome(const ddptest::EnvChanges& env, const std::string& name,
+                                  const std::string& epochs = "2") {
   const fs::path ref = temp(name + "-ref.json");
-  Finished one = ddptest::run(node_cmd({"--nproc", "2"}, heal_job(ref)), env);
+  Finished one = ddptest::run(node_cmd({"--nproc", "2"}, heal_job(ref, epochs)), env);
   EXPECT_EQ(one.exit_code, 0) << one.err;
   return outcome_in(ref);
 }
@@ -544,6 +546,93 @@ TEST(NetNodes, ASpareNodeTakesOverAKilledNodesRanksAndTheJobEndsBitwiseEqual) {
 
 TEST(NetNodes, ASpareNodeTakesOverACutOffNodesRanksAndTheJobEndsBitwiseEqual) {
   expect_spare_takes_over(Loss::kCutOff);
+}
+
+// A slow node (its worker stopped half of every 30 ms from here: a noisy
+// neighbour, a throttled machine) is found from every node's timings at
+// the job's collectives; with --straggler-action replace it hands its place
+// to the waiting spare through the takeover path: node 0's worker goes on,
+// the spare's takes the state, and the job ends bitwise equal to a run that
+// nothing slowed.
+TEST(NetNodes, ASlowNodeIsHandedToASpareAndTheJobEndsBitwiseEqual) {
+  std::string why;
+  auto lab = lab_or_skip(3, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
+  const std::string want = uninterrupted_outcome(env, "slow-node", "4");
+  ASSERT_FALSE(want.empty());
+  const fs::path summary = temp("slow-node.json");
+  auto node = [&](int i) {
+    std::vector<std::string> flags = lab_flags(*lab, i, "2", "slow-node", "join_timeout=120", /*pin=*/i < 2);
+    flags.insert(flags.end(), {"--straggler-action", "replace"});
+    return lab->wrap(i, node_cmd(flags, heal_job(summary, "4")));
+  };
+  Process n0(node(0), env);
+  Process n1(node(1), env);
+  ASSERT_TRUE(reach_step(n0, 10)) << n0.out() << n0.err();
+  Process spare(node(2), env);
+  ASSERT_TRUE(n0.wait_for_err_line([](const std::string& l) { return contains(l, "node(s) wait to join"); }, 60s)
+                  .has_value())
+      << n0.err();
+  const pid_t before = worker_of(n0);
+  const pid_t slow = worker_of(n1);
+  ASSERT_NE(slow, 0);
+  std::atomic<bool> done{false};
+  std::thread neighbour([&] {
+    while (!done.load()) {
+      kill(slow, SIGSTOP);
+      std::this_thread::sleep_for(15ms);  // a duty cycle, not a wait for anything
+      kill(slow, SIGCONT);
+      std::this_thread::sleep_for(15ms);
+    }
+  });
+  auto said = n1.wait_for_err_line([](const std::string& l) { return contains(l, "handing its place to a waiting node"); },
+                                   240s);
+  done = true;
+  neighbour.join();
+  kill(slow, SIGCONT);
+  ASSERT_TRUE(said) << n1.finish(10s).err << n0.err();
+  EXPECT_TRUE(contains(*said, "this node is the job's straggler (score 0.")) << *said;
+  Finished f1 = n1.finish(2min);
+  Finished f0 = n0.finish(4min);
+  Finished f2 = spare.finish(4min);
+  EXPECT_EQ(f1.exit_code, 0) << f1.err;
+  EXPECT_EQ(f0.exit_code, 0) << f0.err;
+  EXPECT_EQ(f2.exit_code, 0) << f2.err;
+  EXPECT_TRUE(contains(f0.err, "took over node rank 1")) << f0.err;
+  EXPECT_TRUE(contains(f0.err, "was the job's straggler")) << f0.err;  // why node 1 went, as node 0 heard it
+  EXPECT_FALSE(contains(f0.err, "restarting the workers")) << f0.err;
+  EXPECT_FALSE(contains(f0.err, "is the job's straggler")) << f0.err;  // node 0 was never named
+  EXPECT_NE(before, 0);
+  EXPECT_EQ(outcome_in(summary), want) << "the run's parameters or loss differ from an uninterrupted run's";
+}
+
+// A hang on one node is diagnosed job-wide: the node of the stuck rank
+// names the other node's rank waiting in the all_reduce it never entered,
+// from what that node's agent reported, with the stuck rank's own stack.
+TEST(NetNodes, AHangOnOneNodeIsDiagnosedJobWide) {
+  std::string why;
+  auto lab = lab_or_skip(2, &why);
+  if (!lab) GTEST_SKIP() << why;
+  auto node = [&](int i) {
+    std::vector<std::string> flags = lab_flags(*lab, i, "2", "hang-wide", "join_timeout=60");
+    flags.insert(flags.end(), {"--hang-timeout", "2", "--max-restarts", "1"});
+    return lab->wrap(i, node_cmd(flags, {HANG_CHECK_BIN, "--stuck", "1", "--at", "40", "--work-ms", "5"}));
+  };
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
+  Process n0(node(0), env);
+  Process n1(node(1), env);
+  Finished f1 = n1.finish(3min);
+  Finished f0 = n0.finish(3min);
+  EXPECT_NE(f1.exit_code, 0) << f1.err;
+  // Rank 0 is node 0's: node 1 knows it waits from node 0's report.
+  EXPECT_TRUE(contains(f1.err, "hang: rank 0 waits in all_reduce #")) << f1.err;
+  EXPECT_TRUE(contains(f1.err, "rank 1 never entered it")) << f1.err;
+  EXPECT_TRUE(contains(f1.err, "rank 1 is in: stuck_outside_any_collective")) << f1.err;
+  EXPECT_FALSE(contains(f1.err, "rank 0 is on another node")) << f1.err;  // it is not the one awaited
+  // Node 0 hears the root cause with the restart, and its own worker was no suspect.
+  EXPECT_TRUE(contains(f0.err, "rank 1 hung")) << f0.err;
+  EXPECT_FALSE(contains(f0.err, "rank 0 hung")) << f0.err;
 }
 
 // A worker (not its node) dies: its agent asks the rendezvous for a heal
