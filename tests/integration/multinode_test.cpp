@@ -292,7 +292,7 @@ std::unique_ptr<NetLab> lab_or_skip(int hosts, std::string* why) {
 // rendezvous. (Each namespace has its own ports: a fixed one is free there.)
 std::vector<std::string> lab_node(const NetLab& lab, int i, const fs::path& ckpt,
                                   const std::string& join_timeout = "20",
-                                  const std::vector<std::string>& more_flags = {}) {
+                                  const std::vector<std::string>& more_flags = {}, const std::string& epochs = "2") {
   std::vector<std::string> flags{"--nnodes",      "1:2",
                                  "--nproc",       "1",
                                  "--node-rank",   std::to_string(i),
@@ -303,7 +303,7 @@ std::vector<std::string> lab_node(const NetLab& lab, int i, const fs::path& ckpt
                                  "--rdzv-conf",   "join_timeout=" + join_timeout};
   flags.insert(flags.end(), more_flags.begin(), more_flags.end());
   std::vector<std::string> prog{TRAIN_BIN,          "--limit",       "6000",
-                                "--epochs",         "2",             "--print-steps",
+                                "--epochs",         epochs,          "--print-steps",
                                 "--checkpoint-dir", ckpt.string(),   "--checkpoint-every",
                                 "10"};
   return lab.wrap(i, node_cmd(flags, prog));
@@ -386,15 +386,18 @@ TEST(NetNodes, APausedRendezvousHostCostsARoundNotTheJob) {
   auto lab = lab_or_skip(2, &why);
   if (!lab) GTEST_SKIP() << why;
   const fs::path ckpt = temp("paused-ckpt");
-  Process n0(lab_node(*lab, 0, ckpt));
-  Process n1(lab_node(*lab, 1, ckpt));
+  // 6 epochs: the workers train on while the host's agent is paused, and
+  // the job must outlast the pause (2 epochs ended within it in 1 run of 8).
+  Process n0(lab_node(*lab, 0, ckpt, "20", {}, "6"));
+  Process n1(lab_node(*lab, 1, ckpt, "20", {}, "6"));
   ASSERT_TRUE(reach_step(n0, 25)) << n0.out();
   n0.signal(SIGSTOP);
   // Past the 3 s lease, seen from the other node (no sleep would do: the
   // point is that time passes while the host cannot answer).
   ASSERT_TRUE(n1.wait_for_err_line(
                     [](const std::string& l) { return contains(l, "lost contact with the rendezvous"); }, 30s)
-                  .has_value());
+                  .has_value())
+      << n1.err();
   n0.signal(SIGCONT);
   Finished f0 = n0.finish(3min);
   Finished f1 = n1.finish(3min);
@@ -402,8 +405,8 @@ TEST(NetNodes, APausedRendezvousHostCostsARoundNotTheJob) {
     EXPECT_FALSE(contains(f->out, "stopped by signal")) << f->out;
     EXPECT_EQ(f->exit_code, 0) << f->err;
   }
-  // Rank 0 trained to the end: both epochs, then the check across ranks.
-  EXPECT_TRUE(contains(f0.out + f1.out, "]:epoch 2/2")) << f0.out << f1.out;
+  // Rank 0 trained to the end: every epoch, then the check across ranks.
+  EXPECT_TRUE(contains(f0.out + f1.out, "]:epoch 6/6")) << f0.out << f1.out;
   EXPECT_TRUE(contains(f0.out + f1.out, "]:parameters identical on all")) << f0.out << f1.out;
   fs::remove_all(ckpt);
 }
