@@ -1,6 +1,7 @@
 #include "trace/merge.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -47,6 +48,15 @@ std::string event_label(const json& e) {
   if (name == ev::kSpawn || name == ev::kExit || name == ev::kFailure || name == ev::kHang) {
     return name + " rank " + num("rank") + " (attempt " + num("attempt") + ")";
   }
+  // Stragglers with their score: "straggler rank 1 (0.41)", "straggler node 1 (0.29)".
+  auto score = [&]() -> std::string {
+    if (!e.contains("score") || !e["score"].is_number()) return "";
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), " (%.2f)", e["score"].get<double>());
+    return buf;
+  };
+  if (name == ev::kStraggler) return "straggler rank " + num("rank") + score();
+  if (name == ev::kStragglerNode) return "straggler node " + num("node_rank") + score();
   return name;
 }
 

@@ -221,6 +221,8 @@ TEST_F(TraceMerge, AgentEventsBecomeInstantsOnTheNodesAgentTrack) {
     std::ofstream ev(fs::path(b) / "events.jsonl");
     ev << json{{"time", "x"}, {"mono_ns", 900 * kMs}, {"node", "b"}, {"event", "round"}, {"round", 2}}.dump() << "\n";
     ev << json{{"mono_ns", 950 * kMs}, {"event", "restart"}, {"restart_count", 1}, {"max_restarts", 3}}.dump() << "\n";
+    ev << json{{"mono_ns", 960 * kMs}, {"event", "straggler"}, {"rank", 1}, {"score", 0.412}}.dump() << "\n";
+    ev << json{{"mono_ns", 970 * kMs}, {"event", "straggler_node"}, {"node_rank", 1}, {"score", 0.29}}.dump() << "\n";
     ev << "{\"mono_ns\": 99, \"event\": \"cut sho";  // a crash mid-line
   }
   auto result = tr::merge_trace_dir(dir_.string(), {});
@@ -231,7 +233,9 @@ TEST_F(TraceMerge, AgentEventsBecomeInstantsOnTheNodesAgentTrack) {
   for (const auto& e : of(result.trace, "i")) {
     if (e["pid"] == agent_b) at[e["name"]] = e["ts"];
   }
-  ASSERT_EQ(at.size(), 2u);
+  ASSERT_EQ(at.size(), 4u);
+  EXPECT_DOUBLE_EQ(at["straggler rank 1 (0.41)"], 60000.0);  // with its score
+  EXPECT_DOUBLE_EQ(at["straggler node 1 (0.29)"], 70000.0);
   // Round at reference 1.9 s starts the trace; restart 50 ms later; rank
   // 0's step at 2.0 s, 100 ms after the round.
   EXPECT_DOUBLE_EQ(at["round 2"], 0.0);
