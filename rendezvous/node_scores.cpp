@@ -24,13 +24,17 @@ std::vector<std::optional<NodeScore>> node_scores(const std::vector<const NodeCo
   if (scored < 2) return out;
   for (size_t n = 0; n < reports.size(); ++n) {
     if (!usable(reports[n])) continue;
-    // How long the most waiting other node waits per collective.
-    double others = 0;
+    // How long the other nodes wait per collective: their (lower) median,
+    // so that one node that reports too much (a bug, or a member that lies)
+    // cannot make the rest of a job of three or more nodes stragglers.
+    std::vector<double> others;
     for (size_t m = 0; m < reports.size(); ++m) {
-      if (m != n && usable(reports[m])) others = std::max(others, reports[m]->wait_ms);
+      if (m != n && usable(reports[m])) others.push_back(reports[m]->wait_ms);
     }
+    std::sort(others.begin(), others.end());
+    const double other = others[(others.size() - 1) / 2];
     NodeScore s;
-    s.score = std::clamp((others - reports[n]->wait_ms) / reports[n]->period_ms, 0.0, 1.0);
+    s.score = std::clamp((other - reports[n]->wait_ms) / reports[n]->period_ms, 0.0, 1.0);
     s.straggler = s.score >= options.flag_score;
     out[n] = s;
   }

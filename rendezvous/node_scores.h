@@ -3,8 +3,10 @@
 // measures on its own clock, so no clocks are compared across hosts).
 // The ranks of a node that arrives last at every collective wait least: the
 // others wait inside the collective for it. A node's score is how much
-// longer the most waiting other node waits per collective than it does, as
-// a share of the time from one collective to the next: a node that
+// longer the other nodes wait per collective than it does (their lower
+// median: one node that reports nonsense cannot make the others of a job
+// of three or more stragglers), as a share of the time from one collective
+// to the next: a node that
 // computes 1.5x as long as the others scores about a third; noise spreads
 // evenly and scores near 0.
 // Pure: reports in, scores out, no I/O.

@@ -331,10 +331,10 @@ TEST(NodeScores, TheNodeTheOthersWaitForScoresWhatTheyWaitAsAShareOfThePeriod) {
   const NodeCollectives a = timings(5.5, 15), b = timings(0.5, 15), c = timings(5.4, 15);
   const auto s = node_scores({&a, &b, &c});
   ASSERT_TRUE(s[0] && s[1] && s[2]);
-  EXPECT_NEAR(s[1]->score, 5.0 / 15, 1e-9);
+  EXPECT_NEAR(s[1]->score, 4.9 / 15, 1e-9);  // against the others' lower median, 5.4
   EXPECT_TRUE(s[1]->straggler);
   EXPECT_FALSE(s[0]->straggler);
-  EXPECT_NEAR(s[2]->score, 0.1 / 15, 1e-9);  // noise: near 0
+  EXPECT_EQ(s[2]->score, 0);  // against b's and a's lower median, b's 0.5
   EXPECT_FALSE(s[2]->straggler);
 }
 
@@ -352,6 +352,14 @@ TEST(NodeScores, EvenNodesTooFewSamplesOrAnOldGenerationAreNotFlagged) {
   healed.generation = 1;
   s = node_scores({&old, &healed, nullptr});
   EXPECT_FALSE(s[0] || s[1] || s[2]);
+  // One node that reports waiting far too long (a bug, or a liar) does not
+  // make two honest nodes stragglers.
+  const NodeCollectives liar = timings(9.9), honest1 = timings(3.0), honest2 = timings(2.9);
+  s = node_scores({&liar, &honest1, &honest2});
+  for (const auto& sc : s) {
+    ASSERT_TRUE(sc);
+    EXPECT_FALSE(sc->straggler) << sc->score;
+  }
   // Nonsense (a period of 0) scores nothing rather than dividing by it.
   const NodeCollectives zero = timings(0.5, 0);
   s = node_scores({&a, &zero});
