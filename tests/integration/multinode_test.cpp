@@ -496,6 +496,17 @@ std::string uninterrupted_outcome(const ddptest::EnvChanges& env, const std::str
   return outcome_in(ref);
 }
 
+// Once node 0 has trained 10 steps, starts a spare node and waits until it
+// waits to join (node 0 says so); null if either did not happen.
+std::unique_ptr<Process> start_spare(Process& n0, const std::vector<std::string>& cmd, const ddptest::EnvChanges& env) {
+  if (!reach_step(n0, 10)) return nullptr;
+  auto spare = std::make_unique<Process>(cmd, env);
+  if (!n0.wait_for_err_line([](const std::string& l) { return contains(l, "node(s) wait to join"); }, 60s)) {
+    return nullptr;
+  }
+  return spare;
+}
+
 void expect_spare_takes_over(Loss loss) {
   std::string why;
   auto lab = lab_or_skip(3, &why);
@@ -513,11 +524,9 @@ void expect_spare_takes_over(Loss loss) {
   };
   Process n0(node(0), env);
   Process n1(node(1), env);
-  ASSERT_TRUE(reach_step(n0, 10)) << n0.out() << n0.err();
-  Process spare(node(2), env);
-  ASSERT_TRUE(n0.wait_for_err_line([](const std::string& l) { return contains(l, "node(s) wait to join"); }, 60s)
-                  .has_value())
-      << n0.err();
+  std::unique_ptr<Process> spare_node = start_spare(n0, node(2), env);
+  ASSERT_TRUE(spare_node) << n0.out() << n0.err();
+  Process& spare = *spare_node;
   const pid_t before = worker_of(n0);
   ASSERT_TRUE(reach_step(n0, 40)) << n0.out();
   if (loss == Loss::kKilled) {
@@ -572,11 +581,9 @@ TEST(NetNodes, ASlowNodeIsHandedToASpareAndTheJobEndsBitwiseEqual) {
   };
   Process n0(node(0), env);
   Process n1(node(1), env);
-  ASSERT_TRUE(reach_step(n0, 10)) << n0.out() << n0.err();
-  Process spare(node(2), env);
-  ASSERT_TRUE(n0.wait_for_err_line([](const std::string& l) { return contains(l, "node(s) wait to join"); }, 60s)
-                  .has_value())
-      << n0.err();
+  std::unique_ptr<Process> spare_node = start_spare(n0, node(2), env);
+  ASSERT_TRUE(spare_node) << n0.out() << n0.err();
+  Process& spare = *spare_node;
   const pid_t before = worker_of(n0);
   const pid_t slow = worker_of(n1);
   ASSERT_NE(slow, 0);
