@@ -8,6 +8,7 @@
 #include <limits>
 
 #include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "launcher/status_command.h"
@@ -434,6 +435,38 @@ TEST(StatusCall, BadCollectivesAreRefusedAndGoodOnesShowPerNode) {
   EXPECT_EQ(s.nodes[0].collectives->ranks.at(0).seq, 9u);
   EXPECT_FALSE(s.nodes[0].score.has_value());  // one node: nobody to compare it with
   EXPECT_FALSE(s.progress.has_value());         // a report of collectives only
+}
+
+TEST(StatusText, ScoresShowPerNodeOnceAnyNodeIsScored) {
+  JobStatus s;
+  s.round_closed = true;
+  s.world_size = 4;
+  for (int i = 0; i < 2; ++i) {
+    NodeStatus n;
+    n.node_id = "n" + std::to_string(i);
+    n.host = "h" + std::to_string(i);
+    n.node_rank = i;
+    n.local_world_size = 2;
+    n.first_global_rank = 2 * i;
+    s.nodes.push_back(n);
+  }
+  const std::string plain = format_status("job", "h:1", s, 0);
+  EXPECT_EQ(plain.find("SCORE"), std::string::npos) << plain;  // nothing scored: no columns for it
+  s.nodes[0].score = NodeScore{0.0, false};
+  s.nodes[1].score = NodeScore{0.35, true};
+  s.nodes[1].collectives = timings(0.5);
+  s.nodes[1].collectives->slowest_rank = 3;
+  s.nodes[1].collectives->slowest_score = 0.12;
+  const std::string text = format_status("job", "h:1", s, 0);
+  EXPECT_NE(text.find("SCORE            SLOWEST RANK"), std::string::npos) << text;
+  EXPECT_NE(text.find("0.35 straggler   3 (0.12)"), std::string::npos) << text;
+  EXPECT_NE(text.find("0.00             -"), std::string::npos) << text;
+  const auto j = nlohmann::json::parse(format_status_json("job", "h:1", s, 0));
+  EXPECT_DOUBLE_EQ(j["nodes"][1]["score"].get<double>(), 0.35);
+  EXPECT_TRUE(j["nodes"][1]["straggler"].get<bool>());
+  EXPECT_EQ(j["nodes"][1]["slowest_rank"], 3);
+  EXPECT_FALSE(j["nodes"][0]["straggler"].get<bool>());
+  EXPECT_TRUE(j["nodes"][0]["slowest_rank"].is_null());
 }
 
 }  // namespace
