@@ -382,7 +382,8 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
       }
       if (st.view->round == a.round) tell_workers_whether_heals_come(a, &*st.view);
       if (auto why = life.on_view(*st.view)) return why;
-      return hand_over_if_straggler(attempt, *st.view);
+      hand_over_if_straggler(attempt, *st.view);
+      return std::nullopt;
     };
   }
   if (heartbeats_) {
@@ -397,7 +398,12 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
     go.other_ranks = [this] { return other_nodes_ranks(); };
   }
   handed_over_.clear();
+  hand_over_.reset();
   straggler_told_ = false;
+  go.stop_now = [this, attempt]() -> std::optional<std::string> {
+    if (!hand_over_) return std::nullopt;
+    return hand_over_now(attempt, *hand_over_);
+  };
   if (status_) status_->watch(a.round, 0, a.first_global_rank);  // local rank 0's global rank
   WorkerGroup group(std::move(launches), signals_, go);
   running = &group;

@@ -105,11 +105,8 @@ void Agent::move_with(int attempt, Assignment& a, const NodeView& view) {
   for (int lr = 0; lr < cfg_.nproc; ++lr) heartbeats_->set_heal_generation(lr, heal_generation_);
 }
 
-std::optional<std::string> Agent::hand_over_if_straggler(int attempt, const NodeView& view) {
-  if (view.straggler_score <= 0 || !handed_over_.empty()) return std::nullopt;
-  char score[16];
-  std::snprintf(score, sizeof(score), "%.2f", view.straggler_score);
-  const Placement& p = view.placement;
+void Agent::hand_over_if_straggler(int attempt, const NodeView& view) {
+  if (view.straggler_score <= 0 || !handed_over_.empty() || hand_over_) return;
   // Why it cannot hand over, if it cannot.
   std::string kept;
   if (!cfg_.replace_stragglers) {
@@ -119,22 +116,35 @@ std::optional<std::string> Agent::hand_over_if_straggler(int attempt, const Node
   } else if (view.nodes_waiting == 0 || !view.takeover_ready) {
     kept = "no waiting node would take its place";
   }
-  const std::string what = "this node is the job's straggler (score " + std::string(score) +
-                           ": the other nodes wait for its ranks that share of each collective)";
-  if (!kept.empty()) {
-    if (!straggler_told_) {
-      spdlog::warn("{}; it goes on ({})", what, kept);
-      events_.write(ev::kStragglerNode, {{"attempt", attempt}, {"node_rank", p.node_rank}, {"score", view.straggler_score},
-                                         {"handed_over", false}, {"detail", kept}});
-      straggler_told_ = true;
-    }
-    return std::nullopt;
+  if (kept.empty()) {
+    hand_over_ = view;  // at the next moment all its workers are inside a step's collective
+    return;
   }
+  if (straggler_told_) return;
+  char score[16];
+  std::snprintf(score, sizeof(score), "%.2f", view.straggler_score);
+  spdlog::warn("this node is the job's straggler (score {}: the other nodes wait for its ranks that share of each "
+               "collective); it goes on ({})",
+               score, kept);
+  events_.write(ev::kStragglerNode, {{"attempt", attempt}, {"node_rank", view.placement.node_rank},
+                                     {"score", view.straggler_score}, {"handed_over", false}, {"detail", kept}});
+  straggler_told_ = true;
+}
+
+std::optional<std::string> Agent::hand_over_now(int attempt, const NodeView& view) {
+  if (!handed_over_.empty()) return std::nullopt;
+  for (int lr = 0; lr < cfg_.nproc; ++lr) {
+    if (!heartbeats_ || !heartbeats_->in_step(lr) || !heartbeats_->in_collective(lr)) return std::nullopt;
+  }
+  char score[16];
+  std::snprintf(score, sizeof(score), "%.2f", view.straggler_score);
   handed_over_ = "node '" + node_id_ + "' (" + cfg_.host + ") was the job's straggler (score " + score +
                  ") and handed its place to a waiting node (--straggler-action replace)";
-  spdlog::warn("{}; stopping its workers and handing its place to a waiting node (--straggler-action replace)", what);
-  events_.write(ev::kStragglerNode, {{"attempt", attempt}, {"node_rank", p.node_rank}, {"score", view.straggler_score},
-                                     {"handed_over", true}, {"detail", handed_over_}});
+  spdlog::warn("this node is the job's straggler (score {}: the other nodes wait for its ranks that share of each "
+               "collective); stopping its workers and handing its place to a waiting node (--straggler-action replace)",
+               score);
+  events_.write(ev::kStragglerNode, {{"attempt", attempt}, {"node_rank", view.placement.node_rank},
+                                     {"score", view.straggler_score}, {"handed_over", true}, {"detail", handed_over_}});
   return handed_over_;
 }
 

@@ -78,6 +78,10 @@ bool HeartbeatTable::in_step(int slot) const {
   return __atomic_load_n(channel::in_step_word(map_, slot), __ATOMIC_RELAXED) == 1;
 }
 
+bool HeartbeatTable::in_collective(int slot) const {
+  return channel::flight_in_progress(channel::flight_ring(channel::heartbeat_slot(map_, slot)));
+}
+
 channel::Phase HeartbeatTable::phase(int slot) const {
   return static_cast<channel::Phase>(__atomic_load_n(channel::phase_word(map_, slot), __ATOMIC_RELAXED));
 }

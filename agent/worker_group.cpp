@@ -658,6 +658,11 @@ void WorkerGroup::check_monitor() {
   read_heal_ready();  // for all_heal_in_place(), which the agent reports
   check_stragglers();
   options_.on_monitor();
+  if (policy_->stopping() || !options_.stop_now) return;
+  if (auto why = options_.stop_now()) {
+    spdlog::warn("{}: stopping the workers for the next round", *why);
+    execute(policy_->on_control(*why, now));
+  }
 }
 
 void WorkerGroup::check_stragglers() {

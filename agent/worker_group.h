@@ -93,6 +93,9 @@ struct GroupOptions {
   // Called about every monitor_interval while the workers run (the agent
   // reads their progress); must not block.
   std::function<void()> on_monitor;
+  // Looked at on the same beat: why the workers must stop now (as
+  // on_control's answer), or nullopt. Must not block.
+  std::function<std::optional<std::string>()> stop_now;
   // Checkpointless recovery (GroupPolicyOptions::max_heals): with
   // heartbeats, a failed worker of a program that can heal is replaced
   // while the others go on, at most this many times per worker. 0: never.
