@@ -41,4 +41,20 @@ std::vector<std::optional<NodeScore>> node_scores(const std::vector<const NodeCo
   return out;
 }
 
+std::unordered_map<std::string, NodeScore> StragglerStreaks::pass(const std::vector<std::string>& ids,
+                                                                  const std::vector<std::optional<NodeScore>>& scores) {
+  std::unordered_map<std::string, int> streak;  // nodes not scored now are forgotten
+  std::unordered_map<std::string, NodeScore> out;
+  for (size_t i = 0; i < ids.size() && i < scores.size(); ++i) {
+    if (!scores[i]) continue;
+    NodeScore s = *scores[i];
+    const int run = s.straggler ? streak_[ids[i]] + 1 : 0;
+    streak[ids[i]] = run;
+    s.straggler = run >= kPersist;
+    out[ids[i]] = s;
+  }
+  streak_ = std::move(streak);
+  return out;
+}
+
 }  // namespace ddprun

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <optional>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "rendezvous/types.h"
@@ -32,5 +34,22 @@ struct NodeScoreOptions {
 // than two such nodes). A null report is a node that reported nothing.
 std::vector<std::optional<NodeScore>> node_scores(const std::vector<const NodeCollectives*>& reports,
                                                   const NodeScoreOptions& options = {});
+
+// A node is a straggler only once it has scored as one at kPersist
+// successive scorings (the registry scores about once a second): a node
+// slowed for a moment (a process starting beside its workers, a heal's
+// replacement warming up) is not named, one that stays slow is.
+class StragglerStreaks {
+ public:
+  static constexpr int kPersist = 3;
+  // One scoring: the nodes' ids and their scores (node_scores). Returns the
+  // scored ones, `straggler` set only where it held kPersist scorings
+  // running. A node not scored this time starts over.
+  std::unordered_map<std::string, NodeScore> pass(const std::vector<std::string>& ids,
+                                                  const std::vector<std::optional<NodeScore>>& scores);
+
+ private:
+  std::unordered_map<std::string, int> streak_;
+};
 
 }  // namespace ddprun

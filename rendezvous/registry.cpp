@@ -415,7 +415,6 @@ void JobRegistry::report_progress(const std::string& job_id, const std::string& 
 void JobRegistry::score_nodes_locked(Job& job, std::chrono::steady_clock::time_point now) {
   if (now - job.scored_at < std::chrono::seconds(1)) return;
   job.scored_at = now;
-  job.scores.clear();
   std::vector<std::string> ids;
   std::vector<const NodeCollectives*> reports;
   for (const auto& [id, c] : job.collectives) {
@@ -425,10 +424,7 @@ void JobRegistry::score_nodes_locked(Job& job, std::chrono::steady_clock::time_p
     ids.push_back(id);
     reports.push_back(&c.report);
   }
-  const auto scores = node_scores(reports);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (scores[i]) job.scores[ids[i]] = *scores[i];
-  }
+  job.scores = job.streaks.pass(ids, node_scores(reports));
 }
 
 JobStatus JobRegistry::status(const std::string& job_id) {
@@ -451,8 +447,7 @@ JobStatus JobRegistry::status(const std::string& job_id) {
       // On one node the agent names its heals itself: the workers' generation counts them.
       if (s.progress->round == s.round) s.heal_generation = std::max(s.heal_generation, s.progress->heal_generation);
     }
-    job->scored_at = {};  // scored afresh for the asker
-    score_nodes_locked(*job, now);
+    score_nodes_locked(*job, now);  // at most a second old
     for (NodeStatus& n : s.nodes) {
       if (auto c = job->collectives.find(n.node_id); c != job->collectives.end()) {
         // Ages as of now: a rank's as of the report's making, plus the

@@ -24,6 +24,7 @@
 
 #include "rendezvous/limits.h"
 #include "rendezvous/memory_store.h"
+#include "rendezvous/node_scores.h"
 #include "rendezvous/round.h"
 
 namespace ddprun {
@@ -195,6 +196,7 @@ class JobRegistry {
     // The nodes' job-wide straggler scores (node_scores.h), made at most once
     // a second (keep-alives read them: each node's own).
     std::unordered_map<std::string, NodeScore> scores;
+    StragglerStreaks streaks;  // a straggler stays one for seconds before it is named
     std::chrono::steady_clock::time_point scored_at{};
   };
   // A join to finish outside the lock; with `nccl`, its result gets that
