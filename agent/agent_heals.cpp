@@ -106,7 +106,11 @@ void Agent::move_with(int attempt, Assignment& a, const NodeView& view) {
 }
 
 void Agent::hand_over_if_straggler(int attempt, const NodeView& view) {
-  if (view.straggler_score <= 0 || !handed_over_.empty() || hand_over_) return;
+  if (!handed_over_.empty()) return;
+  // Each keep-alive that is news decides afresh: a node no longer named (it
+  // recovered), or whose spare went, keeps its place after all.
+  hand_over_.reset();
+  if (view.straggler_score <= 0) return;
   // Why it cannot hand over, if it cannot.
   std::string kept;
   if (!cfg_.replace_stragglers) {
