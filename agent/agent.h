@@ -139,6 +139,11 @@ class Agent {
   // a Healer step (so are the other nodes' then: they wait for it there,
   // and heal; outside a step they would fail and restart). nullopt: not yet.
   std::optional<std::string> hand_over_now(int attempt, const NodeView& view);
+  // Says once that this node is the job's straggler and what it does now
+  // (the log line and the straggler_node event).
+  void tell_straggler_node(int attempt, const NodeView& view, const std::string& what_now, bool handed_over,
+                           const std::string& detail);
+  static std::string score_text(double score);  // "0.33"
   void start_progress_display();
   void stop_progress_display();
   void await_others(LeaveKind how_this_node_left);

@@ -125,31 +125,33 @@ void Agent::hand_over_if_straggler(int attempt, const NodeView& view) {
     return;
   }
   if (straggler_told_) return;
-  char score[16];
-  std::snprintf(score, sizeof(score), "%.2f", view.straggler_score);
-  spdlog::warn("this node is the job's straggler (score {}: the other nodes wait for its ranks that share of each "
-               "collective); it goes on ({})",
-               score, kept);
-  events_.write(ev::kStragglerNode, {{"attempt", attempt}, {"node_rank", view.placement.node_rank},
-                                     {"score", view.straggler_score}, {"handed_over", false}, {"detail", kept}});
+  tell_straggler_node(attempt, view, "it goes on (" + kept + ")", false, kept);
   straggler_told_ = true;
 }
 
 std::optional<std::string> Agent::hand_over_now(int attempt, const NodeView& view) {
-  if (!handed_over_.empty()) return std::nullopt;
-  for (int lr = 0; lr < cfg_.nproc; ++lr) {
-    if (!heartbeats_ || !heartbeats_->in_step(lr) || !heartbeats_->in_collective(lr)) return std::nullopt;
-  }
-  char score[16];
-  std::snprintf(score, sizeof(score), "%.2f", view.straggler_score);
-  handed_over_ = "node '" + node_id_ + "' (" + cfg_.host + ") was the job's straggler (score " + score +
-                 ") and handed its place to a waiting node (--straggler-action replace)";
-  spdlog::warn("this node is the job's straggler (score {}: the other nodes wait for its ranks that share of each "
-               "collective); stopping its workers and handing its place to a waiting node (--straggler-action replace)",
-               score);
-  events_.write(ev::kStragglerNode, {{"attempt", attempt}, {"node_rank", view.placement.node_rank},
-                                     {"score", view.straggler_score}, {"handed_over", true}, {"detail", handed_over_}});
+  if (!handed_over_.empty() || !heartbeats_ || !heartbeats_->all_in_step(/*in_collective=*/true)) return std::nullopt;
+  handed_over_ = "node '" + node_id_ + "' (" + cfg_.host + ") was the job's straggler (score " +
+                 score_text(view.straggler_score) + ") and handed its place to a waiting node (--straggler-action replace)";
+  tell_straggler_node(attempt, view,
+                      "stopping its workers and handing its place to a waiting node (--straggler-action replace)", true,
+                      handed_over_);
   return handed_over_;
+}
+
+std::string Agent::score_text(double score) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%.2f", score);
+  return buf;
+}
+
+void Agent::tell_straggler_node(int attempt, const NodeView& view, const std::string& what_now, bool handed_over,
+                                const std::string& detail) {
+  spdlog::warn("this node is the job's straggler (score {}: the other nodes wait for its ranks that share of each "
+               "collective); {}",
+               score_text(view.straggler_score), what_now);
+  events_.write(ev::kStragglerNode, {{"attempt", attempt}, {"node_rank", view.placement.node_rank},
+                                     {"score", view.straggler_score}, {"handed_over", handed_over}, {"detail", detail}});
 }
 
 }  // namespace ddprun

@@ -78,8 +78,14 @@ bool HeartbeatTable::in_step(int slot) const {
   return __atomic_load_n(channel::in_step_word(map_, slot), __ATOMIC_RELAXED) == 1;
 }
 
-bool HeartbeatTable::in_collective(int slot) const {
-  return channel::flight_in_progress(channel::flight_ring(channel::heartbeat_slot(map_, slot)));
+bool HeartbeatTable::all_in_step(bool in_collective) const {
+  for (int slot = 0; slot < slots_; ++slot) {
+    if (!in_step(slot)) return false;
+    if (in_collective && !channel::flight_in_progress(channel::flight_ring(channel::heartbeat_slot(map_, slot)))) {
+      return false;
+    }
+  }
+  return true;
 }
 
 channel::Phase HeartbeatTable::phase(int slot) const {

@@ -40,8 +40,10 @@ class HeartbeatTable {
   bool heal_ready(int slot) const;
   // Whether the worker in `slot` is inside a ddp::Healer step.
   bool in_step(int slot) const;
-  // Whether its flight record's newest collective is under way.
-  bool in_collective(int slot) const;
+  // Whether every worker is inside a ddp::Healer step (and, with
+  // in_collective, inside a collective of it: its flight record's newest
+  // entry under way).
+  bool all_in_step(bool in_collective = false) const;
   // What the worker in `slot` announces it does (kNone: nothing).
   channel::Phase phase(int slot) const;
   // Tells the worker in `slot` to heal in `generation` (and wakes it if it

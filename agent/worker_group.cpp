@@ -643,10 +643,12 @@ void WorkerGroup::check_heal_answer() {
 
 void WorkerGroup::check_control() {
   if (policy_->stopping() || !options_.on_control) return;
-  if (auto why = options_.on_control()) {
-    spdlog::warn("{}: stopping the workers for the next round", *why);
-    execute(policy_->on_control(*why, std::chrono::steady_clock::now()));
-  }
+  if (auto why = options_.on_control()) stop_for(*why, std::chrono::steady_clock::now());
+}
+
+void WorkerGroup::stop_for(const std::string& why, std::chrono::steady_clock::time_point now) {
+  spdlog::warn("{}: stopping the workers for the next round", why);
+  execute(policy_->on_control(why, now));
 }
 
 // The agent's look at the workers' progress, on the monitor's beat.
@@ -659,10 +661,7 @@ void WorkerGroup::check_monitor() {
   check_stragglers();
   options_.on_monitor();
   if (policy_->stopping() || !options_.stop_now) return;
-  if (auto why = options_.stop_now()) {
-    spdlog::warn("{}: stopping the workers for the next round", *why);
-    execute(policy_->on_control(*why, now));
-  }
+  if (auto why = options_.stop_now()) stop_for(*why, now);
 }
 
 void WorkerGroup::check_stragglers() {
@@ -681,16 +680,12 @@ void WorkerGroup::check_stragglers() {
   // A heal is handled inside a ddp::Healer step; one named while a worker
   // evaluates, say, fails its next collective: a replacement waits for a
   // moment when every worker is inside a step.
-  auto all_in_step = [&] {
-    for (const auto& wk : workers_) {
-      if (!options_.heartbeats->in_step(wk->launch->id.local_rank)) return false;
-    }
-    return true;
-  };
   for (int rank : stragglers_.stragglers()) {
     if (std::find(stragglers_said_.begin(), stragglers_said_.end(), rank) != stragglers_said_.end()) continue;
     const int w = worker_of[rank];
-    if (options_.replace_stragglers && policy_->may_replace(w) && !all_in_step()) continue;  // the next tick
+    if (options_.replace_stragglers && policy_->may_replace(w) && !options_.heartbeats->all_in_step()) {
+      continue;  // the next tick
+    }
     stragglers_said_.push_back(rank);
     const StragglerScore& s = stragglers_.scores().at(rank);
     char why[200];

@@ -147,6 +147,9 @@ class WorkerGroup {
   void drain(Worker& w, bool until_eof);
   void check_heartbeats();
   void check_control();
+  // The workers stop for a reason from outside the node (on_control,
+  // stop_now): a new round, the job failed, a hand-over.
+  void stop_for(const std::string& why, std::chrono::steady_clock::time_point now);
   // The rendezvous's answer for the workers that wait for a heal generation.
   void check_heal_answer();
   void check_monitor();

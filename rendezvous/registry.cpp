@@ -420,7 +420,7 @@ void JobRegistry::score_nodes_locked(Job& job, std::chrono::steady_clock::time_p
   for (const auto& [id, c] : job.collectives) {
     // Members of the running round only: a waiting node or one gone from
     // the job does not slow it.
-    if (!job.rounds->knows(id) || job.rounds->view(id).placement.node_rank < 0) continue;
+    if (!job.rounds->knows(id) || !job.rounds->assignment(id)) continue;
     ids.push_back(id);
     reports.push_back(&c.report);
   }
