@@ -119,16 +119,7 @@ JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
     if (key.empty()) key = random_lease_key();
     req.set_lease_key(key);
   }
-  auto* n = req.mutable_node();
-  n->set_node_id(a.node.node_id);
-  n->set_host(a.node.host);
-  n->set_local_world_size(a.node.local_world_size);
-  n->set_local_addr(a.node.local_addr);
-  n->set_node_rank_hint(a.node.node_rank_hint);
-  n->set_wants_nccl_id(a.node.wants_nccl_id);
-  n->set_master_port(a.node.master_port);
-  n->set_heals(a.node.heals);
-  n->set_program(a.node.program);
+  to_proto(a.node, req.mutable_node());
   req.set_min_nodes(a.settings.min_nodes);
   req.set_max_nodes(a.settings.max_nodes);
   req.set_last_call_ms(a.settings.last_call.count());

@@ -368,8 +368,7 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
 
   JoinCall call;
   call.job_id = req->job_id();
-  call.node = NodeSpec{n.node_id(),       n.host(),          n.local_world_size(), n.local_addr(),
-                       n.node_rank_hint(), n.wants_nccl_id(), n.master_port(), n.heals(), n.program()};
+  call.node = from_proto(n);
   call.settings = RoundSettings{req->min_nodes(), req->max_nodes(),
                                 std::chrono::milliseconds(req->last_call_ms()), req->max_restarts()};
   call.intent = JoinIntent{req->last_round(), req->workers_failed(),

@@ -225,4 +225,9 @@ void MemoryStore::erase_prefix(const std::string& prefix) {
   });
 }
 
+std::vector<std::pair<std::string, std::string>> MemoryStore::entries() const {
+  std::lock_guard lock(mu_);
+  return {data_.begin(), data_.end()};
+}
+
 }  // namespace ddprun

@@ -67,6 +67,9 @@ class MemoryStore final : public Store {
 
   size_t size() const;
   size_t bytes() const;
+  // Every key and its value (a copy, in no order): what a successor of the
+  // rendezvous needs (job_state.h).
+  std::vector<std::pair<std::string, std::string>> entries() const;
   // Removes every key that starts with prefix (the keys of a round that is over).
   void erase_prefix(const std::string& prefix);
 

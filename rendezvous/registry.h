@@ -8,6 +8,7 @@
 // windows, leases and join timeouts.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -18,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -143,6 +145,16 @@ class JobRegistry {
                                      std::optional<int64_t> round = std::nullopt);
   size_t num_jobs();
 
+  // The job's state as a successor needs it (job_state.h), or nullopt for
+  // a job nobody joined.
+  std::optional<std::string> save_job(const std::string& job_id);
+  // Serves a job from the state a predecessor saved (decode_job_state):
+  // its nodes' leases start now, so the agents that still live renew them
+  // here and the rest are lost after one lease. Returns the job's id;
+  // throws JobStateError for bad bytes or a job this registry already
+  // serves.
+  std::string restore_job(std::string_view saved);
+
   // Fails every parked join and store wait; later calls fail.
   void close();
 
@@ -154,6 +166,7 @@ class JobRegistry {
     std::once_flag once;
     std::string id;
     std::string error;
+    std::atomic<bool> made{false};  // id and error are set (save_job reads them)
   };
   struct Parked {
     uint64_t ticket = 0;

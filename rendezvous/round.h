@@ -175,6 +175,8 @@ class RoundState {
   uint32_t heal_generation() const { return heal_generation_; }
 
  private:
+  // Saves and restores the whole state for a successor (job_state.cpp).
+  friend struct RoundStateCodec;
   struct Node {
     NodeSpec spec;
     Duration lease{0};

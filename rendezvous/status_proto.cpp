@@ -2,6 +2,24 @@
 
 namespace ddprun {
 
+NodeSpec from_proto(const v1::NodeInfo& n) {
+  return NodeSpec{n.node_id(),        n.host(),          n.local_world_size(),
+                  n.local_addr(),     n.node_rank_hint(), n.wants_nccl_id(),
+                  n.master_port(),    n.heals(),          n.program()};
+}
+
+void to_proto(const NodeSpec& s, v1::NodeInfo* n) {
+  n->set_node_id(s.node_id);
+  n->set_host(s.host);
+  n->set_local_world_size(s.local_world_size);
+  n->set_local_addr(s.local_addr);
+  n->set_node_rank_hint(s.node_rank_hint);
+  n->set_wants_nccl_id(s.wants_nccl_id);
+  n->set_master_port(s.master_port);
+  n->set_heals(s.heals);
+  n->set_program(s.program);
+}
+
 ProgressInfo from_proto(const v1::Progress& p) {
   ProgressInfo i;
   i.global_rank = p.global_rank();

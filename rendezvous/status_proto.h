@@ -1,4 +1,4 @@
-// Progress reports and job status between their plain types (types.h) and
+// Node specs, progress reports and job status between their plain types (types.h) and
 // the wire (ddprun.v1.Progress, StatusResponse), for the service and its
 // clients alike.
 #pragma once
@@ -9,6 +9,9 @@
 #include "rendezvous/types.h"
 
 namespace ddprun {
+
+NodeSpec from_proto(const v1::NodeInfo& n);
+void to_proto(const NodeSpec& s, v1::NodeInfo* n);
 
 ProgressInfo from_proto(const v1::Progress& p);
 void to_proto(const ProgressInfo& i, v1::Progress* p);

@@ -14,6 +14,7 @@ packages=(
   slurmctld slurmd slurm-client  # tests/slurm: a real Slurm for `srun ddprun`
   gnuplot-nox                    # bench/ddprun-bench draws its charts
   python3-venv                   # scripts/setup-torch2.sh: PyTorch 2.x from PyPI in a venv
+  etcd-server etcd-client        # --rdzv-backend etcd, and the tests of a control plane that survives its host
 )
 
 missing=()

@@ -1,0 +1,218 @@
+// A job's rendezvous state saved by one leader and restored by its
+// successor (rendezvous/job_state.h): the restored rounds behave as the
+// original would from there on - same ranks, lease keys, heal generations,
+// restarts, store and NCCL id - and only the leases start afresh.
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "rendezvous/job_state.h"
+#include "rendezvous/registry.h"
+
+namespace ddprun {
+namespace {
+
+using namespace std::chrono_literals;
+using TP = RoundState::TimePoint;
+
+const TP t0{};
+const JoinIntent kFirst{-1, false};
+
+NodeSpec healing(const std::string& id) {
+  NodeSpec n;
+  n.node_id = id;
+  n.host = id + "-host";
+  n.local_world_size = 2;
+  n.local_addr = "10.0.0." + std::to_string(id[0] - 'a' + 1);
+  n.master_port = 1000 + (id[0] - 'a');
+  n.heals = true;
+  n.program = "train --epochs 1";
+  return n;
+}
+
+const std::string kJob = "job";
+
+std::string encode(const RoundState& r, TP at) {
+  JobStateParts parts;
+  parts.job_id = &kJob;
+  parts.rounds = &r;
+  return encode_job_state(parts, at);
+}
+
+RoundState restored(const RoundState& r, TP saved_at, TP restored_at) {
+  std::string bytes = encode(r, saved_at);
+  RestoredJob j = decode_job_state(bytes, restored_at);
+  EXPECT_EQ(j.job_id, "job");
+  EXPECT_TRUE(j.rounds.has_value());
+  return std::move(*j.rounds);
+}
+
+// Everything a node or `ddprun status` can see of the rounds, in words.
+std::string seen(RoundState& r) {
+  std::string out = "round " + std::to_string(r.current_round()) + (r.closed() ? " closed" : " open") +
+                    " restarts " + std::to_string(r.restart_count()) + " heal " +
+                    std::to_string(r.heal_generation()) + " waiting " + std::to_string(r.num_waiting()) +
+                    " phase " + std::to_string(static_cast<int>(r.phase())) + "\n";
+  for (const char* id : {"a", "b", "c", "d"}) {
+    out += std::string(id) + ": key '" + r.lease_key(id) + "'";
+    if (auto a = r.assignment(id)) {
+      out += " rank " + std::to_string(a->node_rank) + "/" + std::to_string(a->num_nodes) + " world " +
+             std::to_string(a->world_size) + " first " + std::to_string(a->first_global_rank) +
+             " master " + a->master_addr + ":" + std::to_string(a->master_port) + " gen " +
+             std::to_string(a->heal_generation) + " lost [";
+      for (const auto& l : a->lost_since_last_round) out += l + ";";
+      out += "]";
+    }
+    if (r.knows(id)) {
+      const NodeView v = r.view(id);
+      out += " view round " + std::to_string(v.round) + " gen " + std::to_string(v.heal_generation) +
+             " placement " + std::to_string(v.placement.node_rank) + "/" + std::to_string(v.placement.world_size) +
+             " takeover_ready " + std::to_string(v.takeover_ready) + " heal_request " +
+             std::to_string(v.heal_request_id) + "->" + std::to_string(v.heal_request_generation) + " detail '" +
+             v.detail + "'";
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+// a, b, c heal and run round 0; a's worker was healed (generation 1); d waits.
+RoundState busy_job() {
+  const RoundSettings s{3, 3, 0ms, 5};
+  RoundState r(s);
+  for (const char* id : {"a", "b", "c"}) r.join(healing(id), s, kFirst, 3s, t0);
+  r.advance(t0);
+  for (const char* id : {"a", "b", "c"}) r.keep_alive(id, t0, 0);
+  r.keep_alive("a", t0 + 100ms, 0, HealRequest{1, "rank 1 was killed"});
+  r.join(healing("d"), s, kFirst, 3s, t0 + 200ms);
+  r.keep_alive("d", t0 + 200ms);
+  EXPECT_EQ(r.heal_generation(), 1u);
+  EXPECT_EQ(r.num_waiting(), 1u);
+  return r;
+}
+
+TEST(JobState, RestoredRoundsBehaveAsTheOriginalFromThenOn) {
+  RoundState original = busy_job();
+  // Saved at 0.5 s on the old leader's clock, restored at 100 s on another.
+  const TP at = t0 + 500ms, there = t0 + 100s;
+  RoundState copy = restored(original, at, there);
+  EXPECT_EQ(seen(copy), seen(original));
+  // The same events from then on: b is lost, d takes its ranks, a's
+  // repeated heal request gets the same answer, then c leaves.
+  for (RoundState* r : {&original, &copy}) {
+    const TP now = r == &original ? at : there;
+    r->keep_alive("a", now + 10ms, 0, HealRequest{1, "rank 1 was killed"});
+    r->lose("b", "its agent's connection closed", now + 20ms);
+    r->keep_alive("d", now + 30ms, 0);
+    r->leave("c", LeaveKind::kStopped, "SIGTERM", now + 40ms);
+  }
+  EXPECT_EQ(seen(copy), seen(original));
+  EXPECT_EQ(copy.current_round(), 1);  // c's leave ended round 0 on both
+  EXPECT_EQ(copy.restart_count(), original.restart_count());
+  ASSERT_EQ(copy.lost().size(), 1u);
+  EXPECT_EQ(copy.lost()[0].node_id, "b");
+}
+
+TEST(JobState, RestoredRoundsKeepTheTakeoverAndTheLeaseKeys) {
+  RoundState original = busy_job();
+  RoundState copy = restored(original, t0 + 1s, t0 + 1s);
+  copy.lose("b", "its agent's connection closed", t0 + 2s);
+  auto d = copy.assignment("d");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->first_global_rank, original.assignment("b")->first_global_rank);
+  EXPECT_EQ(d->heal_generation, 2u);
+  // Only the key each node brought speaks for it on the new leader.
+  EXPECT_NO_THROW(copy.check_lease("a", original.lease_key("a")));
+  EXPECT_THROW(copy.check_lease("a", original.lease_key("c")), NotThisNode);
+}
+
+TEST(JobState, EveryLeaseStartsAfreshOnTheSuccessor) {
+  RoundState original = busy_job();
+  // c was last heard at 0 s; its 3 s lease had 0.1 s left when saved.
+  const TP at = t0 + 2900ms;
+  for (const char* id : {"a", "b", "d"}) original.keep_alive(id, at, 0);
+  RoundState copy = restored(original, at, t0 + 50s);
+  copy.advance(t0 + 50s + 2900ms);
+  EXPECT_TRUE(copy.knows("c"));  // a fresh lease from the takeover on
+  copy.advance(t0 + 50s + 3001ms);
+  EXPECT_FALSE(copy.knows("c"));
+  EXPECT_FALSE(copy.knows("a"));  // nobody renewed on the successor
+}
+
+TEST(JobState, BadBytesAreRefusedWithWhatIsWrong) {
+  EXPECT_THROW(decode_job_state("\xff\xff\xff", t0), JobStateError);
+  RoundState r = busy_job();
+  std::string good = encode(r, t0);
+  EXPECT_NO_THROW(decode_job_state(good, t0));
+  // Format 2 (a newer ddprun): field 1 is the format, a varint.
+  std::string newer = good;
+  ASSERT_EQ(newer[0], '\x08');
+  newer[1] = 2;
+  try {
+    decode_job_state(newer, t0);
+    ADD_FAILURE() << "format 2 was read";
+  } catch (const JobStateError& e) {
+    EXPECT_NE(std::string(e.what()).find("format 2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(decode_job_state(encode_job_state(JobStateParts{}, t0), t0), JobStateError);  // no job id
+}
+
+JoinCall join_call(const std::string& id) {
+  JoinCall c;
+  c.job_id = "job";
+  c.node = healing(id);
+  c.node.wants_nccl_id = true;
+  c.settings = RoundSettings{2, 2, 0ms, 3};
+  c.lease = 5s;
+  c.lease_key = "key-" + id;
+  c.timeout = 5s;
+  return c;
+}
+
+JoinOutcome join_now(JobRegistry& reg, JoinCall c) {
+  std::promise<JoinOutcome> done;
+  reg.join_async(std::move(c), [&done](JoinOutcome o) { done.set_value(std::move(o)); });
+  return done.get_future().get();
+}
+
+TEST(JobState, ASuccessorRegistryServesTheJobsStoreNcclIdAndTakeover) {
+  int ids = 0;
+  JobRegistry old_leader([&ids] { return "nccl-id-" + std::to_string(++ids); });
+  std::promise<JoinOutcome> a_done;
+  old_leader.join_async(join_call("a"), [&a_done](JoinOutcome o) { a_done.set_value(std::move(o)); });
+  JoinOutcome b = join_now(old_leader, join_call("b"));
+  JoinOutcome a = a_done.get_future().get();
+  ASSERT_TRUE(a.result && b.result);
+  EXPECT_EQ(a.result->nccl_id, "nccl-id-1");
+  old_leader.store("job")->set("round/0/gloo/rank0", "10.0.0.1:4000");
+  for (const char* id : {"a", "b"}) old_leader.keep_alive("job", id, "key-" + std::string(id), 0);
+  const std::optional<std::string> saved = old_leader.save_job("job");
+  ASSERT_TRUE(saved);
+  EXPECT_FALSE(old_leader.save_job("no-such-job"));
+
+  JobRegistry successor([] { return std::string("a different id"); });
+  EXPECT_EQ(successor.restore_job(*saved), "job");
+  EXPECT_THROW(successor.restore_job(*saved), JobStateError);  // served already
+  EXPECT_EQ(successor.store("job")->get("round/0/gloo/rank0", 1s), "10.0.0.1:4000");
+  const JobStatus s = successor.status("job");
+  EXPECT_TRUE(s.round_closed);
+  EXPECT_EQ(s.world_size, 4);
+  EXPECT_THROW(successor.keep_alive("job", "a", "key-b", 0), NotThisNode);
+  // b is lost on the successor; spare c takes its place with the round's NCCL id.
+  NodeView va = successor.keep_alive("job", "a", "key-a", 0);
+  EXPECT_EQ(va.round, 0);
+  EXPECT_TRUE(va.closed);
+  std::promise<JoinOutcome> c_done;
+  successor.join_async(join_call("c"), [&c_done](JoinOutcome o) { c_done.set_value(std::move(o)); });
+  successor.keep_alive("job", "c", "key-c", 0);
+  successor.connection_lost("job", "b", successor.hold_opened("job", "b"));
+  JoinOutcome c = c_done.get_future().get();
+  ASSERT_TRUE(c.result) << "the spare did not take over";
+  EXPECT_EQ(c.result->assignment.round, 0);
+  EXPECT_EQ(c.result->assignment.first_global_rank, b.result->assignment.first_global_rank);
+  EXPECT_EQ(c.result->assignment.heal_generation, 1u);
+  EXPECT_EQ(c.result->nccl_id, "nccl-id-1");
+}
+
+}  // namespace
+}  // namespace ddprun
