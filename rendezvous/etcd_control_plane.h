@@ -1,0 +1,50 @@
+// The control plane's election and state in an etcd cluster (v3 API).
+//
+// Keys, under /ddprun/<job id>/:
+//   leader  "address\nnode id", attached to the leader's lease; its
+//           create_revision is the leader's term (etcd's revisions only
+//           grow, so a later leader's term is higher);
+//   state   the job's state (job_state.h), written in a transaction that
+//           checks the leader key still has the writer's create_revision:
+//           a leader that lost its lease writes nothing.
+// A candidate creates the leader key if it is absent, else watches it until
+// it is deleted (its lease expired, or its leader resigned) and tries again.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "rendezvous/control_plane.h"
+#include "rendezvous/etcd_client.h"
+
+namespace ddprun {
+
+class EtcdControlPlane final : public ControlPlane {
+ public:
+  // ttl: the leader's lease (etcd rounds it up to its minimum, about
+  // 1.5 election timeouts).
+  EtcdControlPlane(std::shared_ptr<EtcdClient> etcd, const std::string& job_id,
+                   std::chrono::seconds ttl = std::chrono::seconds(2));
+  std::optional<int64_t> campaign(const std::string& address, const std::string& node_id,
+                                  const std::function<bool()>& stop) override;
+  std::optional<ControlLeader> leader() override;
+  bool wait_leader_gone(int64_t term, std::chrono::milliseconds timeout) override;
+  bool renew(int64_t term) override;
+  void resign(int64_t term) override;
+  bool save(int64_t term, const std::string& state) override;
+  std::optional<std::string> load() override;
+  std::chrono::milliseconds ttl() const override;
+
+  static std::string prefix(const std::string& job_id) { return "/ddprun/" + job_id + "/"; }
+
+ private:
+  std::shared_ptr<EtcdClient> etcd_;
+  const std::string leader_key_;
+  const std::string state_key_;
+  std::chrono::seconds ttl_;
+  mutable std::mutex mu_;
+  int64_t lease_ = 0;  // of the term this process leads (0: none)
+  int64_t term_ = 0;
+};
+
+}  // namespace ddprun
