@@ -4,10 +4,14 @@
 // restarts, store and NCCL id - and only the leases start afresh.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 
 #include "rendezvous/job_state.h"
 #include "rendezvous/registry.h"
+#include "rendezvous/state_saver.h"
 
 namespace ddprun {
 namespace {
@@ -212,6 +216,104 @@ TEST(JobState, ASuccessorRegistryServesTheJobsStoreNcclIdAndTakeover) {
   EXPECT_EQ(c.result->assignment.first_global_rank, b.result->assignment.first_global_rank);
   EXPECT_EQ(c.result->assignment.heal_generation, 1u);
   EXPECT_EQ(c.result->nccl_id, "nccl-id-1");
+}
+
+}  // namespace
+}  // namespace ddprun
+
+namespace ddprun {
+namespace {
+
+// A control plane in memory: one leader, saves counted, a gate that holds
+// saves back, and a switch that fences the leader.
+class FakePlane final : public ControlPlane {
+ public:
+  std::optional<int64_t> campaign(const std::string&, const std::string&, const std::function<bool()>&) override {
+    return 1;
+  }
+  std::optional<ControlLeader> leader() override { return ControlLeader{"a:1", "a", 1}; }
+  bool wait_leader_gone(int64_t, std::chrono::milliseconds) override { return false; }
+  bool renew(int64_t) override { return !fenced; }
+  void resign(int64_t) override {}
+  bool save(int64_t, const std::string& state) override {
+    std::unique_lock lock(mu);
+    ++entered;
+    cv.notify_all();
+    cv.wait(lock, [&] { return open; });
+    if (fenced) return false;
+    saved = state;
+    ++saves;
+    return true;
+  }
+  std::optional<std::string> load() override {
+    std::lock_guard lock(mu);
+    return saved.empty() ? std::nullopt : std::optional<std::string>(saved);
+  }
+  std::chrono::milliseconds ttl() const override { return 1000ms; }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = true;
+  std::atomic<bool> fenced{false};
+  int entered = 0;
+  int saves = 0;
+  std::string saved;
+};
+
+TEST(StateSaver, ASavedChangeIsInTheControlPlaneAndChangesDuringASaveMakeOneMore) {
+  JobRegistry reg([] { return std::string(); });
+  JoinCall a = join_call("a");
+  a.settings = RoundSettings{1, 2, 0ms, 3};
+  ASSERT_TRUE(join_now(reg, a).result);
+  FakePlane plane;
+  StateSaver saver(reg, plane, "job", 1);
+  ASSERT_TRUE(saver.wait_saved(saver.changed(), 10s));
+  RestoredJob r = decode_job_state(*plane.load(), RoundState::TimePoint{});
+  EXPECT_EQ(r.rounds->num_members(), 1u);
+
+  // Hold the next save while 5 changes arrive: they make one save more, and
+  // the last change's state is what is saved.
+  {
+    std::lock_guard lock(plane.mu);
+    plane.open = false;
+  }
+  const uint64_t first = saver.changed();
+  {
+    std::unique_lock lock(plane.mu);
+    plane.cv.wait(lock, [&] { return plane.entered == 2; });
+  }
+  uint64_t last = 0;
+  for (int i = 0; i < 5; ++i) {
+    reg.store("job")->set("k" + std::to_string(i), "v");
+    last = saver.changed();
+  }
+  EXPECT_FALSE(saver.wait_saved(first, 50ms));  // held back
+  {
+    std::lock_guard lock(plane.mu);
+    plane.open = true;
+  }
+  plane.cv.notify_all();
+  ASSERT_TRUE(saver.wait_saved(last, 10s));
+  EXPECT_EQ(saver.saves(), 3u);
+  RestoredJob newest = decode_job_state(*plane.load(), RoundState::TimePoint{});
+  EXPECT_EQ(newest.store.size(), 5u);
+}
+
+TEST(StateSaver, AFencedLeaderSavesNothingMoreAndItsWaitersHearIt) {
+  JobRegistry reg([] { return std::string(); });
+  JoinCall a = join_call("a");
+  a.settings = RoundSettings{1, 2, 0ms, 3};
+  ASSERT_TRUE(join_now(reg, a).result);
+  FakePlane plane;
+  StateSaver saver(reg, plane, "job", 7);
+  ASSERT_TRUE(saver.wait_saved(saver.changed(), 10s));
+  plane.fenced = true;
+  EXPECT_FALSE(saver.wait_saved(saver.changed(), 10s));
+  EXPECT_TRUE(saver.fenced());
+  EXPECT_NE(saver.last_error().find("term 7 is over"), std::string::npos) << saver.last_error();
+  const int entered = plane.entered;
+  EXPECT_FALSE(saver.wait_saved(saver.changed(), 10s));
+  EXPECT_EQ(plane.entered, entered);  // no save tried once fenced
 }
 
 }  // namespace
