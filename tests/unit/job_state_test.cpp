@@ -260,11 +260,16 @@ class FakePlane final : public ControlPlane {
   std::string saved;
 };
 
-TEST(StateSaver, ASavedChangeIsInTheControlPlaneAndChangesDuringASaveMakeOneMore) {
-  JobRegistry reg([] { return std::string(); });
+// Node a alone runs the job (--nnodes 1:2).
+JoinCall lone_node_call() {
   JoinCall a = join_call("a");
   a.settings = RoundSettings{1, 2, 0ms, 3};
-  ASSERT_TRUE(join_now(reg, a).result);
+  return a;
+}
+
+TEST(StateSaver, ASavedChangeIsInTheControlPlaneAndChangesDuringASaveMakeOneMore) {
+  JobRegistry reg([] { return std::string(); });
+  ASSERT_TRUE(join_now(reg, lone_node_call()).result);
   FakePlane plane;
   StateSaver saver(reg, plane, "job", 1);
   ASSERT_TRUE(saver.wait_saved(saver.changed(), 10s));
@@ -301,9 +306,7 @@ TEST(StateSaver, ASavedChangeIsInTheControlPlaneAndChangesDuringASaveMakeOneMore
 
 TEST(StateSaver, AFencedLeaderSavesNothingMoreAndItsWaitersHearIt) {
   JobRegistry reg([] { return std::string(); });
-  JoinCall a = join_call("a");
-  a.settings = RoundSettings{1, 2, 0ms, 3};
-  ASSERT_TRUE(join_now(reg, a).result);
+  ASSERT_TRUE(join_now(reg, lone_node_call()).result);
   FakePlane plane;
   StateSaver saver(reg, plane, "job", 7);
   ASSERT_TRUE(saver.wait_saved(saver.changed(), 10s));
