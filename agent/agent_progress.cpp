@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
+#include "agent/monotonic_clock.h"
 #include "agent/status_wiping_sink.h"
 #include "channel/event_log.h"
 
@@ -59,11 +60,6 @@ void Agent::watch_progress(int attempt, const Assignment& a, const WorkerGroup* 
 
 namespace {
 
-int64_t mono_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // A rank's newest collective: on the CPU communicator if it has one.
 std::optional<channel::FlightEntry> newest(const std::vector<channel::FlightEntry>& flight) {
   std::optional<channel::FlightEntry> best;
@@ -91,7 +87,7 @@ void Agent::report_collectives(const Assignment& a, const WorkerGroup& group) {
     c.slowest_score = slow->score;
     c.slowest_is_straggler = slow->straggler;
   }
-  const int64_t now_ns = mono_ns();
+  const int64_t now_ns = monotonic_ns();
   for (int lr = 0; lr < cfg_.nproc; ++lr) {
     const auto e = newest(heartbeats_->flight(lr));
     if (!e) continue;
@@ -113,7 +109,7 @@ void Agent::report_collectives(const Assignment& a, const WorkerGroup& group) {
 std::vector<RankView> Agent::other_nodes_ranks() {
   std::vector<RankView> out;
   const JobStatus s = rdzv_.status(cfg_.run_id, std::chrono::seconds(2));
-  const int64_t now_ns = mono_ns();
+  const int64_t now_ns = monotonic_ns();
   for (const NodeStatus& n : s.nodes) {
     if (n.node_id == node_id_ || !n.collectives) continue;
     for (const RankCollective& r : n.collectives->ranks) {

@@ -11,6 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "agent/monotonic_clock.h"
 #include "channel/event_log.h"
 #include "channel/output_file.h"
 
@@ -60,10 +61,7 @@ std::string EventLog::format_line(const std::string& node, const char* event,
 
 void EventLog::write(const char* event, nlohmann::json fields) {
   if (fds_.empty()) return;
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  const int64_t mono = static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-  const std::string line = format_line(node_, event, fields, utc_now(), mono);
+  const std::string line = format_line(node_, event, fields, utc_now(), monotonic_ns());
   for (auto& [fd, path] : fds_) {
     ssize_t n;
     do {

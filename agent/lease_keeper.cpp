@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "agent/monotonic_clock.h"
+
 namespace ddprun {
 namespace {
 
@@ -16,11 +18,6 @@ bool news(const std::optional<NodeView>& a, const NodeView& b) {
          a->takeover_ready != b.takeover_ready || !(a->placement == b.placement) ||
          a->heal_request_id != b.heal_request_id || a->refusals != b.refusals ||
          (a->straggler_score > 0) != (b.straggler_score > 0);
-}
-
-int64_t mono_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 }  // namespace
@@ -161,14 +158,14 @@ void LeaseKeeper::loop() {
     // Each call may take up to one interval, so a slow link still renews.
     std::optional<NodeView> view;
     std::string error;
-    const int64_t send_ns = mono_ns();
+    const int64_t send_ns = monotonic_ns();
     try {
       view = client_.keep_alive(options_.job_id, options_.node_id, options_.interval * 2,
                                 workers_heal_round_.load(), heal);
     } catch (const std::exception& e) {
       error = e.what();
     }
-    const int64_t recv_ns = mono_ns();
+    const int64_t recv_ns = monotonic_ns();
     const auto now = Clock::now();
     lock.lock();
     if (view && view->heal_request_id >= heal_.id) heal_unanswered_ = false;

@@ -6,14 +6,10 @@
 #include <cstring>
 #include <ctime>
 
+#include "agent/monotonic_clock.h"
+
 namespace ddprun {
 namespace {
-
-int64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 // The report of p, read at now_ns; `before` (if any) gives the rate.
 ProgressInfo to_info(const channel::Progress& p, const channel::Progress* before, int64_t now_ns) {

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "agent/job_cgroup.h"
+#include "agent/monotonic_clock.h"
 #include "agent/shm_cleanup.h"
 #include "channel/env_names.h"
 #include "channel/shm_names.h"
@@ -321,9 +322,7 @@ void WorkerGroup::check_stack_collection(bool now) {
 // file; returns the verdict.
 std::string WorkerGroup::finish_stack_collection() {
   const std::vector<StackReport> reports = collecting_->reports();
-  const int64_t now_ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count();
+  const int64_t now_ns = monotonic_ns();
   std::vector<RankView> views;
   for (size_t i = 0; i < workers_.size(); ++i) {
     const auto& id = workers_[i]->launch->id;
