@@ -94,7 +94,7 @@ std::shared_ptr<EtcdClient::Stubs> EtcdClient::stubs(size_t i) {
 EtcdClient::~EtcdClient() = default;
 
 template <typename Call>
-auto EtcdClient::on_any(const char* what, Call&& call) {
+void EtcdClient::on_any(const char* what, Call&& call) {
   size_t first;
   {
     std::lock_guard lock(mu_);

@@ -98,7 +98,7 @@ class EtcdClient {
   // Runs call(stubs) on the endpoint that answered last, then on the
   // others in turn while they do not answer; throws EtcdError.
   template <typename Call>
-  auto on_any(const char* what, Call&& call);
+  void on_any(const char* what, Call&& call);
 
   // Endpoint i's stubs, and a fresh channel for it (after it failed).
   std::shared_ptr<Stubs> stubs(size_t i);

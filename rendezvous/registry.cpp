@@ -1,11 +1,11 @@
 #include "rendezvous/registry.h"
 
-#include "rendezvous/job_state.h"
-#include "rendezvous/node_scores.h"
-
 #include <algorithm>
 #include <ctime>
 #include <future>
+
+#include "rendezvous/job_state.h"
+#include "rendezvous/node_scores.h"
 
 namespace ddprun {
 namespace {
