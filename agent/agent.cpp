@@ -29,7 +29,7 @@ Agent::Agent(AgentConfig config, RendezvousClient& rdzv, SignalChannel& signals,
       rdzv_(rdzv),
       signals_(signals),
       nodes_in_rendezvous_(std::move(nodes_in_rendezvous)),
-      node_id_(cfg_.host + ":" + std::to_string(getpid())),
+      node_id_(cfg_.node_id.empty() ? cfg_.host + ":" + std::to_string(getpid()) : cfg_.node_id),
       events_(node_id_) {}
 
 Agent::~Agent() {

@@ -35,6 +35,7 @@ struct AgentConfig {
 
   // Rendezvous.
   std::string run_id;
+  std::string node_id;  // this agent's id in the job; "" makes one: host:pid
   std::string rdzv_address;  // host:port, handed to workers
   RendezvousAuth rdzv_auth;  // token and TLS files, for the agent and its workers
   RoundSettings rdzv;

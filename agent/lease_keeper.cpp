@@ -70,6 +70,7 @@ void LeaseKeeper::hold_loop() {
     if (stop_) return;
     auto cancel = std::make_shared<CallCanceller>();
     hold_cancel_ = cancel;
+    hold_target_ = client_.target();
     lock.unlock();
     // News from the service: the keep-alive goes now, not at its interval.
     client_.hold(options_.job_id, options_.node_id, cancel.get(), nullptr, [this] {
@@ -195,6 +196,9 @@ void LeaseKeeper::loop() {
         if (hold_cancel_) hold_cancel_->cancel();
       }
     }
+    // The job's control plane moved (the keep-alive followed it): so does
+    // the Hold, or the new leader would not hear when this agent dies.
+    if (hold_cancel_ && hold_target_ != client_.target()) hold_cancel_->cancel();
     if (changed) notify();
     stop_cv_.wait_for(lock, options_.interval, [this] { return stop_ || send_now_; });
     send_now_ = false;

@@ -108,6 +108,7 @@ class LeaseKeeper {
   bool heal_unanswered_ = false;
   bool send_now_ = false;     // wakes the loop before its interval is up
   std::shared_ptr<CallCanceller> hold_cancel_;  // the Hold call open now (null: none)
+  std::string hold_target_;  // where it is open
   std::thread thread_;
   std::thread hold_thread_;
 };

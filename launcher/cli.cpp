@@ -13,6 +13,7 @@
 #include "launcher/cli_values.h"
 #include "launcher/completion.h"
 #include "launcher/flag_matching.h"
+#include "rendezvous/etcd_client.h"
 #include "trace/step_window.h"
 
 namespace ddprun {
@@ -85,15 +86,36 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   if (!v.node_rank.empty()) {
     o.node_rank = parse_int("--node-rank", v.node_rank, 0, o.max_nodes - 1);
   }
-  if (!v.endpoint.empty()) parse_endpoint(v.endpoint, o);
+  const bool etcd = o.rdzv_backend == "etcd" || o.rdzv_backend == "etcd-v2" || o.rdzv_backend == "etcd-v3";
+  if (etcd) {
+    // The control plane's state and election live in etcd (v3 API; the v2
+    // API of torchrun's etcd backends is gone from etcd 3.6).
+    o.rdzv_backend = "etcd";
+    if (v.endpoint.empty()) {
+      throw UsageError("--rdzv-backend etcd: needs --rdzv-endpoint naming the etcd members "
+                       "(HOST:PORT[,HOST:PORT...])");
+    }
+    try {
+      o.etcd_endpoints = EtcdClient::parse_endpoints(v.endpoint);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--rdzv-endpoint: ") + e.what());
+    }
+    parse_endpoint(o.etcd_endpoints.front(), o);
+    if (o.rdzv_id.empty()) {
+      throw UsageError("--rdzv-id: needed with --rdzv-backend etcd; it names the job's keys in etcd");
+    }
+  } else if (!v.endpoint.empty()) {
+    parse_endpoint(v.endpoint, o);
+  }
   if (!v.rdzv_conf.empty()) parse_rdzv_conf(v.rdzv_conf, o);
   if (!v.rdzv_host.empty()) o.rdzv_host_mode = parse_host_mode("--rdzv-host", v.rdzv_host);
   if (!o.rdzv_backend.empty() && o.rdzv_backend != "c10d" && o.rdzv_backend != "static" &&
-      o.rdzv_backend != "ddprun") {
+      o.rdzv_backend != "ddprun" && o.rdzv_backend != "etcd") {
     throw UsageError("--rdzv-backend: " + quote(o.rdzv_backend) +
-                     " is not supported (ddprun uses its own gRPC rendezvous; c10d and static "
-                     "are accepted)");
+                     " is not supported (ddprun's own gRPC rendezvous: c10d, static, ddprun; or etcd, "
+                     "etcd-v2, etcd-v3: its state in etcd, v3 API)");
   }
+  if (etcd && o.standalone) throw UsageError("--standalone runs a private rendezvous; it cannot be used with --rdzv-backend etcd");
   if (o.max_nodes > 1 && v.endpoint.empty()) {
     throw UsageError("--nnodes " + v.nnodes + ": several nodes need --rdzv-endpoint HOST:PORT (the "
                      "same on every node) to find each other");

@@ -30,8 +30,10 @@ struct CliOptions {
   int max_nodes = 1;
   int node_rank = -1;
   bool standalone = false;
-  std::string rdzv_backend;
-  std::string rdzv_host;  // from --rdzv-endpoint; empty when not given
+  std::string rdzv_backend;  // "" (ddprun's own), or etcd (also torchrun's etcd-v2)
+  // --rdzv-backend etcd: the etcd members (host:port), from --rdzv-endpoint.
+  std::vector<std::string> etcd_endpoints;
+  std::string rdzv_host;  // from --rdzv-endpoint (etcd: its first member); empty when not given
   int rdzv_port = 0;
   std::string rdzv_id;
   double join_timeout_s = 600;  // --rdzv-conf join_timeout

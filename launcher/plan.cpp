@@ -217,7 +217,14 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   std::erase_if(a.base_env, [&](const std::string& e) { return e.rfind(signals_var, 0) == 0; });
   a.base_env.push_back(signals_var + signals);
 
-  if (!o.rdzv_host.empty() && !o.standalone) {
+  if (!o.etcd_endpoints.empty()) {
+    plan.private_rdzv = false;
+    plan.etcd_endpoints = o.etcd_endpoints;
+    plan.rdzv_listen_host = o.rdzv_host;  // the route to etcd picks this node's address
+    plan.rdzv_host_mode = "on";
+    a.keep_alive_interval = from_seconds(o.keep_alive_s);
+    a.lease_timeout = from_seconds(o.lease_s);
+  } else if (!o.rdzv_host.empty() && !o.standalone) {
     if (o.master_port != 0 && o.master_port == o.rdzv_port) {
       throw UsageError("--master-port: " + std::to_string(o.master_port) +
                        " is the rendezvous' port too (--rdzv-endpoint); pick another");

@@ -49,6 +49,11 @@ struct LaunchPlan {
   int rdzv_listen_port = 0;  // 0: pick a free port
   std::string rdzv_host_mode = "auto";  // host it here: auto, on, off
   ServiceLimits rdzv_limits;            // when this node hosts it
+  // --rdzv-backend etcd: the members of the etcd cluster that elects which
+  // agent serves the job and keeps its state (control_plane.h). Every agent
+  // then runs a rendezvous service on its own address (a free port), and
+  // its workers reach the leader through it.
+  std::vector<std::string> etcd_endpoints;
   // Said once logging is up (things that work but should be known).
   std::vector<std::string> warnings;
 };

@@ -98,6 +98,8 @@ Status to_status(std::exception_ptr error) {
     return Status(StatusCode::UNAVAILABLE, e.what());
   } catch (const RegistryClosed& e) {
     return Status(StatusCode::UNAVAILABLE, e.what());
+  } catch (const NotServedHere& e) {
+    return Status(StatusCode::UNAVAILABLE, e.what());
   } catch (const ProgramMismatch& e) {
     return Status(StatusCode::INVALID_ARGUMENT, e.what());
   } catch (const NotThisNode& e) {

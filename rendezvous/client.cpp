@@ -3,9 +3,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/printable.h"
+#include "rendezvous/redirect.h"
 #include "rendezvous/security.h"
 #include "rendezvous/status_proto.h"
 
@@ -19,12 +21,6 @@ constexpr auto kShortCallTimeout = std::chrono::seconds(60);
 // Blocking calls get their own timeout plus this much for the trip.
 constexpr auto kTripMargin = std::chrono::seconds(5);
 
-void prepare(grpc::ClientContext& ctx, std::chrono::milliseconds timeout) {
-  ctx.set_deadline(Clock::now() + timeout);
-  // Wait for the channel to connect instead of failing at once: workers and
-  // agents may call before the service is reachable.
-  ctx.set_wait_for_ready(true);
-}
 
 // UNAVAILABLE from the transport (a reset, a refused or lost connection),
 // not the service's own refusal (its messages start "rendezvous: ", like
@@ -79,28 +75,131 @@ void CallCanceller::detach() {
   ctx_ = nullptr;
 }
 
-struct RendezvousClient::Stub {
-  std::unique_ptr<v1::Rendezvous::Stub> stub;
-  std::string token;
+// Where a client's calls go: its home target, or the leader home named
+// (redirect.h). Thread-safe; the stubs are shared, so a call in flight
+// keeps its own while another thread moves the route.
+class RendezvousRoute {
+ public:
+  struct Stub {
+    std::unique_ptr<v1::Rendezvous::Stub> stub;
+    std::string token;
+    std::string target;
+    bool home = true;
+  };
+
+  RendezvousRoute(std::string home, RendezvousAuth auth) : home_target_(std::move(home)), auth_(std::move(auth)) {
+    reconnect();
+  }
+  std::shared_ptr<Stub> stub() const {
+    std::lock_guard lock(mu_);
+    return away_ ? away_ : home_;
+  }
+  std::string target() const { return stub()->target; }
+  // A call on the route can be cancelled by `c` (null: by nobody).
+  static void attach(CallCanceller* c, grpc::ClientContext* ctx) {
+    if (c) c->attach(ctx);
+  }
+  static void detach(CallCanceller* c) {
+    if (c) c->detach();
+  }
+  // The service at `from` named the leader.
+  void moved(const std::shared_ptr<Stub>& from, const std::string& leader) {
+    std::lock_guard lock(mu_);
+    if ((away_ ? away_ : home_) != from) return;  // another call moved it already
+    if (leader == home_target_) {
+      away_.reset();
+    } else if (!away_ || away_->target != leader) {
+      away_ = make(leader, false);
+    }
+  }
+  // The leader at `from` went away: ask home again.
+  void go_home(const std::shared_ptr<Stub>& from) {
+    std::lock_guard lock(mu_);
+    if (away_ == from) away_.reset();
+  }
+  void reconnect() {
+    std::lock_guard lock(mu_);
+    home_ = make(home_target_, true);
+    if (away_) away_ = make(away_->target, false);
+  }
+
+ private:
+  std::shared_ptr<Stub> make(const std::string& target, bool home) const {
+    auto s = std::make_shared<Stub>();
+    s->stub = v1::Rendezvous::NewStub(make_rendezvous_channel(target, auth_.tls));
+    s->token = auth_.token;
+    s->target = target;
+    s->home = home;
+    return s;
+  }
+  const std::string home_target_;
+  const RendezvousAuth auth_;
+  mutable std::mutex mu_;
+  std::shared_ptr<Stub> home_;
+  std::shared_ptr<Stub> away_;  // the leader home named (null: home serves, or nobody named)
 };
 
+namespace {
+
+// How long a client waits before it asks again while the control plane
+// has no leader, or names one that just failed (its term has not run out).
+constexpr auto kElectionBackoff = std::chrono::milliseconds(50);
+
+std::optional<std::string> named_leader(const grpc::ClientContext& ctx) {
+  const auto& md = ctx.GetServerTrailingMetadata();
+  auto it = md.find(kLeaderMetadataKey);
+  if (it == md.end()) return std::nullopt;
+  return std::string(it->second.data(), it->second.size());
+}
+
+// Makes a call on the route until it is answered by the job's leader, or
+// fails otherwise, or the deadline passes: a service that names the leader
+// sends the call there; one with no leader yet is asked again after a
+// back-off; a leader that does not answer sends it back home. Home's own
+// failures are the caller's to handle, as without a control plane.
+// wait_for_ready (wait for the channel to connect instead of failing at
+// once: workers and agents may call before the service is reachable)
+// applies at home only: a leader that went away must show.
+template <typename Call>
+grpc::Status routed(RendezvousRoute& route, Clock::time_point deadline, bool wait_for_ready, CallCanceller* canceller,
+                    Call&& call) {
+  std::string failed;  // the leader that last failed to answer
+  while (true) {
+    const std::shared_ptr<RendezvousRoute::Stub> stub = route.stub();
+    grpc::ClientContext ctx;
+    attach_token(ctx, stub->token);
+    ctx.set_deadline(deadline);
+    ctx.set_wait_for_ready(wait_for_ready && stub->home);
+    RendezvousRoute::attach(canceller, &ctx);
+    grpc::Status s = call(*stub, ctx);
+    RendezvousRoute::detach(canceller);
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE || Clock::now() >= deadline ||
+        (canceller && canceller->cancelled())) {
+      return s;
+    }
+    const bool not_served = s.error_message().rfind(kNotServedPrefix, 0) == 0;
+    if (std::optional<std::string> leader = named_leader(ctx)) {
+      if (*leader == failed) std::this_thread::sleep_for(kElectionBackoff);  // its term has not run out yet
+      route.moved(stub, *leader);
+    } else if (!stub->home) {
+      failed = stub->target;
+      route.go_home(stub);
+    } else if (not_served) {
+      std::this_thread::sleep_for(kElectionBackoff);  // electing a leader
+    } else {
+      return s;
+    }
+  }
+}
+
+}  // namespace
+
 RendezvousClient::RendezvousClient(const std::string& target, const RendezvousAuth& auth)
-    : target_(target), auth_(auth) {
-  reconnect();
-}
+    : route_(std::make_shared<RendezvousRoute>(target, auth)) {}
 
-void RendezvousClient::reconnect() {
-  auto fresh = std::make_shared<Stub>();
-  fresh->stub = v1::Rendezvous::NewStub(make_rendezvous_channel(target_, auth_.tls));
-  fresh->token = auth_.token;
-  std::lock_guard lock(stub_mu_);
-  stub_ = std::move(fresh);
-}
+void RendezvousClient::reconnect() { route_->reconnect(); }
 
-std::shared_ptr<RendezvousClient::Stub> RendezvousClient::stub() const {
-  std::lock_guard lock(stub_mu_);
-  return stub_;
-}
+std::string RendezvousClient::target() const { return route_->target(); }
 
 std::string RendezvousClient::lease_key(const std::string& job_id, const std::string& node_id) const {
   std::lock_guard lock(keys_mu_);
@@ -143,26 +242,22 @@ JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up_at - Clock::now());
     req.set_timeout_ms(std::max<int64_t>(1, left.count()));
-    grpc::ClientContext ctx;
-    const std::shared_ptr<Stub> now = this->stub();  // each try on the newest connection
-    attach_token(ctx, now->token);
-    prepare(ctx, std::max(left, std::chrono::milliseconds(1)) + kTripMargin);
-    if (canceller) canceller->attach(&ctx);
-    s = now->stub->Join(&ctx, req, &resp);
-    if (canceller) canceller->detach();
+    // Each try on the newest connection.
+    s = routed(*route_, Clock::now() + std::max(left, std::chrono::milliseconds(1)) + kTripMargin, true, canceller,
+               [&](RendezvousRoute::Stub& st, grpc::ClientContext& ctx) { return st.stub->Join(&ctx, req, &resp); });
     if (!is_transport_error(s) || Clock::now() >= give_up_at || (canceller && canceller->cancelled())) break;
   }
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
       s.error_message() == "Deadline Exceeded") {
     // Our own deadline, not the service's answer: it never answered.
-    throw RendezvousCallError("rendezvous at " + target_ + ": no answer within " +
+    throw RendezvousCallError("rendezvous at " + target() + ": no answer within " +
                                   std::to_string(a.timeout.count() / 1000.0).substr(0, 5) +
                                   " s (is it up and reachable, with the same TLS settings?); "
                                   "to wait longer raise --rdzv-conf join_timeout=SECONDS",
                               s.error_code());
   }
   if (!s.ok()) {
-    throw RendezvousCallError("rendezvous at " + target_ + ": join failed: " + describe(s),
+    throw RendezvousCallError("rendezvous at " + target() + ": join failed: " + describe(s),
                               s.error_code());
   }
   JoinResult r;
@@ -181,7 +276,6 @@ JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
 NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::string& node_id,
                                       std::chrono::milliseconds timeout, int64_t workers_heal_round,
                                       const HealRequest& heal) {
-  const std::shared_ptr<Stub> stub = this->stub();  // reconnect() may swap it meanwhile
   v1::KeepAliveRequest req;
   req.set_job_id(job_id);
   req.set_node_id(node_id);
@@ -192,12 +286,12 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
     req.mutable_heal_request()->set_detail(heal.detail);
   }
   v1::KeepAliveResponse resp;
-  grpc::ClientContext ctx;
-  attach_token(ctx, stub->token);
-  ctx.set_deadline(Clock::now() + timeout);  // no wait_for_ready: a lost link must show
-  grpc::Status s = stub->stub->KeepAlive(&ctx, req, &resp);
+  // No wait_for_ready: a lost link must show.
+  grpc::Status s = routed(*route_, Clock::now() + timeout, false, nullptr, [&](RendezvousRoute::Stub& st, grpc::ClientContext& ctx) {
+    return st.stub->KeepAlive(&ctx, req, &resp);
+  });
   if (!s.ok()) {
-    throw RendezvousCallError("rendezvous at " + target_ + ": keep-alive failed: " + describe(s),
+    throw RendezvousCallError("rendezvous at " + target() + ": keep-alive failed: " + describe(s),
                               s.error_code());
   }
   NodeView v;
@@ -228,7 +322,7 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
 std::string RendezvousClient::hold(const std::string& job_id, const std::string& node_id,
                                   CallCanceller* canceller, const std::function<void()>& on_open,
                                   const std::function<void()>& on_news) {
-  const std::shared_ptr<Stub> stub = this->stub();  // reconnect() may swap it meanwhile
+  const std::shared_ptr<RendezvousRoute::Stub> stub = route_->stub();  // reconnect() may swap it meanwhile
   v1::KeepAliveRequest req;
   req.set_job_id(job_id);
   req.set_node_id(node_id);
@@ -245,13 +339,18 @@ std::string RendezvousClient::hold(const std::string& job_id, const std::string&
   }
   grpc::Status s = reader->Finish();
   if (canceller) canceller->detach();
+  // Not served there: the next Hold goes where the service said, or home.
+  if (std::optional<std::string> leader = named_leader(ctx)) {
+    route_->moved(stub, *leader);
+  } else if (!stub->home && s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    route_->go_home(stub);
+  }
   return describe(s);
 }
 
 void RendezvousClient::leave(const std::string& job_id, const std::string& node_id, LeaveKind kind,
                              const std::string& message, std::chrono::milliseconds timeout,
                              std::optional<int64_t> round) {
-  const std::shared_ptr<Stub> stub = this->stub();  // reconnect() may swap it meanwhile
   v1::LeaveRequest req;
   if (round) req.set_round(*round);
   req.set_job_id(job_id);
@@ -260,12 +359,11 @@ void RendezvousClient::leave(const std::string& job_id, const std::string& node_
   req.set_kind(static_cast<v1::LeaveKind>(kind));
   req.set_message(message);
   v1::LeaveResponse resp;
-  grpc::ClientContext ctx;
-  attach_token(ctx, stub->token);
-  ctx.set_deadline(Clock::now() + timeout);
-  grpc::Status s = stub->stub->Leave(&ctx, req, &resp);
+  grpc::Status s = routed(*route_, Clock::now() + timeout, false, nullptr, [&](RendezvousRoute::Stub& st, grpc::ClientContext& ctx) {
+    return st.stub->Leave(&ctx, req, &resp);
+  });
   if (!s.ok()) {
-    throw RendezvousCallError("rendezvous at " + target_ + ": leave failed: " + describe(s),
+    throw RendezvousCallError("rendezvous at " + target() + ": leave failed: " + describe(s),
                               s.error_code());
   }
 }
@@ -274,7 +372,6 @@ void RendezvousClient::report_progress(const std::string& job_id, const std::str
                                        const std::optional<ProgressInfo>& progress,
                                        std::chrono::milliseconds timeout,
                                        const std::optional<NodeCollectives>& collectives) {
-  const std::shared_ptr<Stub> stub = this->stub();  // reconnect() may swap it meanwhile
   v1::ProgressReport req;
   req.set_job_id(job_id);
   req.set_node_id(node_id);
@@ -282,41 +379,31 @@ void RendezvousClient::report_progress(const std::string& job_id, const std::str
   if (progress) to_proto(*progress, req.mutable_progress());
   if (collectives) to_proto(*collectives, req.mutable_collectives());
   v1::ProgressReportResponse resp;
-  grpc::ClientContext ctx;
-  attach_token(ctx, stub->token);
-  ctx.set_deadline(Clock::now() + timeout);
-  grpc::Status s = stub->stub->ReportProgress(&ctx, req, &resp);
+  grpc::Status s = routed(*route_, Clock::now() + timeout, false, nullptr, [&](RendezvousRoute::Stub& st, grpc::ClientContext& ctx) {
+    return st.stub->ReportProgress(&ctx, req, &resp);
+  });
   if (!s.ok()) {
-    throw RendezvousCallError("rendezvous at " + target_ + ": progress report failed: " +
+    throw RendezvousCallError("rendezvous at " + target() + ": progress report failed: " +
                                   describe(s),
                               s.error_code());
   }
 }
 
 JobStatus RendezvousClient::status(const std::string& job_id, std::chrono::milliseconds timeout) {
-  const std::shared_ptr<Stub> stub = this->stub();  // reconnect() may swap it meanwhile
   v1::StatusRequest req;
   req.set_job_id(job_id);
   v1::StatusResponse resp;
-  grpc::ClientContext ctx;
-  attach_token(ctx, stub->token);
-  ctx.set_deadline(Clock::now() + timeout);  // no wait_for_ready: nothing there must show
-  grpc::Status s = stub->stub->Status(&ctx, req, &resp);
+  // No wait_for_ready: nothing there must show.
+  grpc::Status s = routed(*route_, Clock::now() + timeout, false, nullptr, [&](RendezvousRoute::Stub& st, grpc::ClientContext& ctx) {
+    return st.stub->Status(&ctx, req, &resp);
+  });
   if (!s.ok()) throw RendezvousCallError(describe(s), s.error_code());
   return from_proto(resp);
 }
 
-struct GrpcStore::Stub {
-  std::unique_ptr<v1::Rendezvous::Stub> stub;
-  std::string token;
-};
-
 GrpcStore::GrpcStore(const std::string& target, std::string job_id, std::optional<int64_t> round,
                      const RendezvousAuth& auth)
-    : target_(target), job_id_(std::move(job_id)), round_(round), stub_(std::make_shared<Stub>()) {
-  stub_->stub = v1::Rendezvous::NewStub(make_rendezvous_channel(target, auth.tls));
-  stub_->token = auth.token;
-}
+    : job_id_(std::move(job_id)), round_(round), route_(std::make_shared<RendezvousRoute>(target, auth)) {}
 
 template <typename Req>
 void GrpcStore::stamp(Req& req) const {
@@ -330,12 +417,11 @@ void GrpcStore::set(const std::string& key, std::string_view value) {
   req.set_key(key);
   req.set_value(std::string(value));
   v1::SetResponse resp;
-  grpc::ClientContext ctx;
-  attach_token(ctx, stub_->token);
-  prepare(ctx, kShortCallTimeout);
-  grpc::Status s = stub_->stub->Set(&ctx, req, &resp);
+  grpc::Status s = routed(*route_, Clock::now() + kShortCallTimeout, true, nullptr, [&](RendezvousRoute::Stub& st, grpc::ClientContext& ctx) {
+    return st.stub->Set(&ctx, req, &resp);
+  });
   if (!s.ok()) {
-    throw StoreError("store at " + target_ + ": set '" + key + "' failed: " + describe(s));
+    throw StoreError("store at " + route_->target() + ": set '" + key + "' failed: " + describe(s));
   }
 }
 
@@ -345,13 +431,11 @@ std::string GrpcStore::get(const std::string& key, std::chrono::milliseconds tim
   req.set_key(key);
   req.set_timeout_ms(timeout.count());
   v1::GetResponse resp;
-  grpc::ClientContext ctx;
-  attach_token(ctx, stub_->token);
-  prepare(ctx, timeout + kTripMargin);
-  grpc::Status s = stub_->stub->Get(&ctx, req, &resp);
+  grpc::Status s = routed(*route_, Clock::now() + timeout + kTripMargin, true, nullptr,
+                          [&](RendezvousRoute::Stub& st, grpc::ClientContext& ctx) { return st.stub->Get(&ctx, req, &resp); });
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) throw StoreTimeout(key, timeout);
   if (!s.ok()) {
-    throw StoreError("store at " + target_ + ": get '" + key + "' failed: " + describe(s));
+    throw StoreError("store at " + route_->target() + ": get '" + key + "' failed: " + describe(s));
   }
   return std::move(*resp.mutable_value());
 }
@@ -362,14 +446,12 @@ void GrpcStore::wait(const std::vector<std::string>& keys, std::chrono::millisec
   for (const auto& k : keys) req.add_keys(k);
   req.set_timeout_ms(timeout.count());
   v1::WaitResponse resp;
-  grpc::ClientContext ctx;
-  attach_token(ctx, stub_->token);
-  prepare(ctx, timeout + kTripMargin);
-  grpc::Status s = stub_->stub->Wait(&ctx, req, &resp);
+  grpc::Status s = routed(*route_, Clock::now() + timeout + kTripMargin, true, nullptr,
+                          [&](RendezvousRoute::Stub& st, grpc::ClientContext& ctx) { return st.stub->Wait(&ctx, req, &resp); });
   const std::string first = keys.empty() ? std::string() : keys.front();
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) throw StoreTimeout(first, timeout);
   if (!s.ok()) {
-    throw StoreError("store at " + target_ + ": wait for '" + first + "' failed: " + describe(s));
+    throw StoreError("store at " + route_->target() + ": wait for '" + first + "' failed: " + describe(s));
   }
 }
 
@@ -379,12 +461,11 @@ int64_t GrpcStore::add(const std::string& key, int64_t delta) {
   req.set_key(key);
   req.set_delta(delta);
   v1::AddResponse resp;
-  grpc::ClientContext ctx;
-  attach_token(ctx, stub_->token);
-  prepare(ctx, kShortCallTimeout);
-  grpc::Status s = stub_->stub->Add(&ctx, req, &resp);
+  grpc::Status s = routed(*route_, Clock::now() + kShortCallTimeout, true, nullptr, [&](RendezvousRoute::Stub& st, grpc::ClientContext& ctx) {
+    return st.stub->Add(&ctx, req, &resp);
+  });
   if (!s.ok()) {
-    throw StoreError("store at " + target_ + ": add '" + key + "' failed: " + describe(s));
+    throw StoreError("store at " + route_->target() + ": add '" + key + "' failed: " + describe(s));
   }
   return resp.value();
 }

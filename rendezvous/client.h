@@ -22,6 +22,8 @@ class ClientContext;
 
 namespace ddprun {
 
+class RendezvousRoute;
+
 // A failed call to the rendezvous service (unreachable, refused, timed out).
 class RendezvousCallError : public std::runtime_error {
  public:
@@ -59,6 +61,7 @@ class CallCanceller {
 
  private:
   friend class RendezvousClient;
+  friend class RendezvousRoute;
   void attach(grpc::ClientContext* ctx);  // cancels at once if already cancelled
   void detach();
   mutable std::mutex mu_;
@@ -66,6 +69,11 @@ class CallCanceller {
   bool cancelled_ = false;
 };
 
+// Both clients follow a control plane's leader (redirect.h): calls go to
+// the target they were made with (their home: the agent's own rendezvous
+// service), and when it names the leader, there, until the leader goes
+// away; then home is asked again.
+//
 // The agent's calls. A client speaks for the nodes it joins as: it makes a
 // lease key (a random secret) for each with its first join, and the key
 // goes with its later joins, keep-alives, Hold, Leave and progress reports
@@ -104,7 +112,8 @@ class RendezvousClient {
   // (code NOT_FOUND for an unknown job, UNAUTHENTICATED for a wrong token,
   // UNAVAILABLE or DEADLINE_EXCEEDED when nothing answers).
   JobStatus status(const std::string& job_id, std::chrono::milliseconds timeout);
-  const std::string& target() const { return target_; }
+  // Where calls go now: the home target, or the leader it named.
+  std::string target() const;
   // Drops the connection for a new one: calls from now on go over a fresh
   // TCP connection, calls in flight finish on the old one. After a cut
   // link the old connection can hold answers back for seconds (TCP's
@@ -112,15 +121,10 @@ class RendezvousClient {
   void reconnect();
 
  private:
-  struct Stub;
-  std::shared_ptr<Stub> stub() const;
   // The lease key of node `node_id` in job `job_id` (made at its first join;
   // "" before).
   std::string lease_key(const std::string& job_id, const std::string& node_id) const;
-  std::string target_;
-  RendezvousAuth auth_;
-  mutable std::mutex stub_mu_;
-  std::shared_ptr<Stub> stub_;
+  std::shared_ptr<RendezvousRoute> route_;
   mutable std::mutex keys_mu_;
   std::map<std::pair<std::string, std::string>, std::string> lease_keys_;  // (job, node) -> key
 };
@@ -138,13 +142,11 @@ class GrpcStore final : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
 
  private:
-  struct Stub;
   template <typename Req>
   void stamp(Req& req) const;
-  std::string target_;
   std::string job_id_;
   std::optional<int64_t> round_;
-  std::shared_ptr<Stub> stub_;
+  std::shared_ptr<RendezvousRoute> route_;
 };
 
 }  // namespace ddprun

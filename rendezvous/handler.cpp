@@ -7,6 +7,7 @@
 
 #include "rendezvous/call_checks.h"
 #include "rendezvous/printable.h"
+#include "rendezvous/redirect.h"
 #include "rendezvous/status_proto.h"
 
 namespace ddprun {
@@ -40,9 +41,14 @@ std::optional<int64_t> round_of(const auto& req) {
 // that gives up (cancels, or goes away) takes its join back.
 class JoinReactor final : public grpc::ServerUnaryReactor {
  public:
-  explicit JoinReactor(JobRegistry& registry) : registry_(registry) {}
+  // committed: whether the job's state its answer names is saved (and
+  // if not, the status to answer instead).
+  using Committed = std::function<MaybeStatus(const std::string& job_id)>;
+  JoinReactor(JobRegistry& registry, Committed committed)
+      : registry_(registry), committed_(std::move(committed)) {}
 
   void start(JoinCall call, v1::JoinResponse* resp) {
+    job_id_ = call.job_id;
     const uint64_t ticket =
         registry_.join_async(std::move(call), [this, resp](JoinOutcome o) { finish(resp, o); });
     ticket_.store(ticket);
@@ -62,6 +68,10 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
   void finish(v1::JoinResponse* resp, const JoinOutcome& o) {
     if (o.error) {
       Finish(to_status(o.error));
+      return;
+    }
+    if (MaybeStatus moved = committed_(job_id_)) {
+      Finish(*moved);
       return;
     }
     const Assignment& a = o.result->assignment;
@@ -86,6 +96,8 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
   }
 
   JobRegistry& registry_;
+  Committed committed_;
+  std::string job_id_;
   std::atomic<uint64_t> ticket_{0};
   std::atomic<int> refs_{2};  // start() and OnDone()
 };
@@ -309,7 +321,7 @@ RendezvousHandler::RendezvousHandler(JobRegistry& registry, HandlerOptions optio
 grpc::ServerWriteReactor<v1::KeepAliveResponse>* RendezvousHandler::Hold(
     grpc::CallbackServerContext* ctx, const v1::KeepAliveRequest* req) {
   if (auto bad = check_token(*ctx, options_.token)) return new RefusedHold(*bad);
-  if (auto bad = check_job(req->job_id())) return new RefusedHold(*bad);
+  if (auto bad = served(*ctx, req->job_id())) return new RefusedHold(*bad);
   if (req->node_id().empty()) return new RefusedHold(invalid_argument("node_id is empty"));
   if (auto bad = check_lease_key(req->lease_key())) return new RefusedHold(*bad);
   bool held = false;
@@ -329,7 +341,7 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
                                                   const v1::JoinRequest* req,
                                                   v1::JoinResponse* resp) {
   if (auto bad = check_token(*ctx, options_.token)) return refuse(ctx, *bad);
-  if (auto bad = check_job(req->job_id())) return refuse(ctx, *bad);
+  if (auto bad = served(*ctx, req->job_id())) return refuse(ctx, *bad);
   if (auto bad = check_timeout(req->timeout_ms())) return refuse(ctx, *bad);
   if (!req->has_node() || req->node().node_id().empty()) {
     return refuse(ctx, invalid_argument("node.node_id is empty"));
@@ -376,7 +388,9 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
   call.lease = std::chrono::milliseconds(req->lease_ms());
   call.timeout = std::chrono::milliseconds(req->timeout_ms());
   call.lease_key = req->lease_key();
-  auto* reactor = new JoinReactor(registry_);
+  auto* reactor = new JoinReactor(registry_, [this, ctx](const std::string& job_id) {
+    return committed(*ctx, job_id, false);
+  });
   reactor->start(std::move(call), resp);
   return reactor;
 }
@@ -384,7 +398,7 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
 Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliveRequest* req,
                                     v1::KeepAliveResponse* resp) {
   if (auto bad = check_token(*ctx, options_.token)) return *bad;
-  if (auto bad = check_job(req->job_id())) return *bad;
+  if (auto bad = served(*ctx, req->job_id())) return *bad;
   if (req->node_id().empty()) return invalid_argument("node_id is empty");
   if (req->heal_request().detail().size() > kMaxHealDetailBytes) {
     return invalid_argument("heal_request.detail is " + std::to_string(req->heal_request().detail().size()) +
@@ -394,7 +408,7 @@ Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliv
   // The detail reaches every agent's log and event log: one line, no
   // escape sequences.
   const HealRequest heal{req->heal_request().id(), printable(req->heal_request().detail(), false)};
-  return guarded([&] {
+  const grpc::Status s = guarded([&] {
     NodeView v = registry_.keep_alive(req->job_id(), req->node_id(), req->lease_key(), req->workers_heal_round(),
                                       heal);
     resp->set_known(v.known);
@@ -424,44 +438,50 @@ Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliv
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
             .count());
   });
+  if (!s.ok()) return s;
+  return committed(*ctx, req->job_id(), false).value_or(s);
 }
 
 Status RendezvousHandler::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* req,
                                 v1::LeaveResponse*) {
   if (auto bad = check_token(*ctx, options_.token)) return *bad;
-  if (auto bad = check_job(req->job_id())) return *bad;
+  if (auto bad = served(*ctx, req->job_id())) return *bad;
   if (req->node_id().empty()) return invalid_argument("node_id is empty");
   if (!v1::LeaveKind_IsValid(req->kind())) return invalid_argument("unknown leave kind");
   if (auto bad = check_lease_key(req->lease_key())) return *bad;
-  return guarded([&] {
+  const grpc::Status s = guarded([&] {
     registry_.leave(req->job_id(), req->node_id(), req->lease_key(), static_cast<LeaveKind>(req->kind()),
                     printable(req->message().substr(0, 4096), false), round_of(*req));
   });
+  return s.ok() ? committed(*ctx, req->job_id(), true).value_or(s) : s;
 }
 
 Status RendezvousHandler::Set(grpc::ServerContext* ctx, const v1::SetRequest* req,
                               v1::SetResponse*) {
   if (auto bad = check_token(*ctx, options_.token)) return *bad;
-  if (auto bad = check_job(req->job_id())) return *bad;
+  if (auto bad = served(*ctx, req->job_id())) return *bad;
   if (auto bad = check_key(req->key(), options_.limits)) return *bad;
   if (auto bad = check_value(req->key(), req->value(), options_.limits)) return *bad;
-  return guarded([&] { registry_.store(req->job_id(), round_of(*req))->set(req->key(), req->value()); });
+  const grpc::Status s =
+      guarded([&] { registry_.store(req->job_id(), round_of(*req))->set(req->key(), req->value()); });
+  return s.ok() ? committed(*ctx, req->job_id(), true).value_or(s) : s;
 }
 
 Status RendezvousHandler::Add(grpc::ServerContext* ctx, const v1::AddRequest* req,
                               v1::AddResponse* resp) {
   if (auto bad = check_token(*ctx, options_.token)) return *bad;
-  if (auto bad = check_job(req->job_id())) return *bad;
+  if (auto bad = served(*ctx, req->job_id())) return *bad;
   if (auto bad = check_key(req->key(), options_.limits)) return *bad;
-  return guarded([&] {
+  const grpc::Status s = guarded([&] {
     resp->set_value(registry_.store(req->job_id(), round_of(*req))->add(req->key(), req->delta()));
   });
+  return s.ok() ? committed(*ctx, req->job_id(), true).value_or(s) : s;
 }
 
 Status RendezvousHandler::ReportProgress(grpc::ServerContext* ctx, const v1::ProgressReport* req,
                                          v1::ProgressReportResponse*) {
   if (auto bad = check_token(*ctx, options_.token)) return *bad;
-  if (auto bad = check_job(req->job_id())) return *bad;
+  if (auto bad = served(*ctx, req->job_id())) return *bad;
   if (req->node_id().empty()) return invalid_argument("node_id is empty");
   if (req->node_id().size() > 512) return invalid_argument("node_id longer than 512 bytes");
   if (auto bad = check_progress(req->progress())) return *bad;
@@ -477,7 +497,7 @@ Status RendezvousHandler::ReportProgress(grpc::ServerContext* ctx, const v1::Pro
 Status RendezvousHandler::Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
                                  v1::StatusResponse* resp) {
   if (auto bad = check_token(*ctx, options_.token)) return *bad;
-  if (auto bad = check_job(req->job_id())) return *bad;
+  if (auto bad = served(*ctx, req->job_id())) return *bad;
   return guarded([&] {
     to_proto(req->job_id(), registry_.status(req->job_id()), resp);
   });
@@ -487,7 +507,7 @@ grpc::ServerUnaryReactor* RendezvousHandler::Get(grpc::CallbackServerContext* ct
                                                  const v1::GetRequest* req,
                                                  v1::GetResponse* resp) {
   if (auto bad = check_token(*ctx, options_.token)) return refuse(ctx, *bad);
-  if (auto bad = check_job(req->job_id())) return refuse(ctx, *bad);
+  if (auto bad = served(*ctx, req->job_id())) return refuse(ctx, *bad);
   if (auto bad = check_key(req->key(), options_.limits)) return refuse(ctx, *bad);
   if (auto bad = check_timeout(req->timeout_ms())) return refuse(ctx, *bad);
   return park_wait(ctx, req->job_id(), round_of(*req), {req->key()}, req->timeout_ms(),
@@ -499,7 +519,7 @@ grpc::ServerUnaryReactor* RendezvousHandler::Get(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* RendezvousHandler::Wait(grpc::CallbackServerContext* ctx,
                                                   const v1::WaitRequest* req, v1::WaitResponse*) {
   if (auto bad = check_token(*ctx, options_.token)) return refuse(ctx, *bad);
-  if (auto bad = check_job(req->job_id())) return refuse(ctx, *bad);
+  if (auto bad = served(*ctx, req->job_id())) return refuse(ctx, *bad);
   if (auto bad = check_timeout(req->timeout_ms())) return refuse(ctx, *bad);
   if (req->keys_size() == 0) return refuse(ctx, invalid_argument("keys is empty"));
   if (static_cast<size_t>(req->keys_size()) > options_.limits.max_job_keys) {
@@ -512,6 +532,30 @@ grpc::ServerUnaryReactor* RendezvousHandler::Wait(grpc::CallbackServerContext* c
   }
   return park_wait(ctx, req->job_id(), round_of(*req), {req->keys().begin(), req->keys().end()},
                    req->timeout_ms(), [](std::vector<std::string>&) {});
+}
+
+MaybeStatus RendezvousHandler::served(grpc::ServerContextBase& ctx, const std::string& job_id) {
+  if (auto bad = check_job(job_id)) return bad;
+  if (!options_.gate) return std::nullopt;
+  const std::optional<std::string> leader = options_.gate->leader_elsewhere(job_id);
+  if (!leader) return std::nullopt;
+  return moved(ctx, job_id, *leader);
+}
+
+MaybeStatus RendezvousHandler::committed(grpc::ServerContextBase& ctx, const std::string& job_id, bool force) {
+  if (!options_.gate || options_.gate->commit(job_id, force)) return std::nullopt;
+  return moved(ctx, job_id, options_.gate->leader_elsewhere(job_id).value_or(""));
+}
+
+grpc::Status RendezvousHandler::moved(grpc::ServerContextBase& ctx, const std::string& job_id,
+                                      const std::string& leader) {
+  if (leader.empty()) {
+    return grpc::Status(StatusCode::UNAVAILABLE, std::string(kNotServedPrefix) + "job '" + job_id +
+                                                     "' has no leader now; electing one");
+  }
+  ctx.AddTrailingMetadata(kLeaderMetadataKey, leader);
+  return grpc::Status(StatusCode::UNAVAILABLE,
+                      std::string(kNotServedPrefix) + "job '" + job_id + "' is served at " + leader);
 }
 
 grpc::ServerUnaryReactor* RendezvousHandler::park_wait(

@@ -8,8 +8,10 @@
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/deadline_timer.h"
+#include "rendezvous/call_checks.h"
 #include "rendezvous/limits.h"
 #include "rendezvous/registry.h"
+#include "rendezvous/serving_gate.h"
 #include "rendezvous/wait_quota.h"
 
 namespace ddprun {
@@ -17,6 +19,9 @@ namespace ddprun {
 struct HandlerOptions {
   std::string token;  // every call must carry it; empty: no check
   ServiceLimits limits;
+  // Set when the jobs have a control plane (serving_gate.h): only its
+  // leader serves a job; the others say where it is.
+  ServingGate* gate = nullptr;
 };
 
 class RendezvousHandler final
@@ -51,6 +56,13 @@ class RendezvousHandler final
   }
 
  private:
+  // The job id's form, then whether this process serves the job: the
+  // status to answer with (UNAVAILABLE, naming the leader) when not.
+  MaybeStatus served(grpc::ServerContextBase& ctx, const std::string& job_id);
+  // After a change: whether it is saved for a successor (nullopt), or the
+  // status to answer instead (this process stopped leading meanwhile).
+  MaybeStatus committed(grpc::ServerContextBase& ctx, const std::string& job_id, bool force);
+  static grpc::Status moved(grpc::ServerContextBase& ctx, const std::string& job_id, const std::string& leader);
   // Parks a store wait for keys; on_values fills the response.
   grpc::ServerUnaryReactor* park_wait(grpc::CallbackServerContext* ctx, const std::string& job_id,
                                       std::optional<int64_t> round, std::vector<std::string> keys,

@@ -135,7 +135,8 @@ struct RoundStateCodec {
       }
     }
     for (const auto& m : in.members()) {
-      fail_unless(r.nodes_.count(m) > 0, "member '" + m + "' is not a node of the job");
+      // (A member that left when its workers finished stays one: the
+      // round's record of who ran it.)
       fail_unless(r.member_set_.insert(m).second, "member '" + m + "' saved twice");
       r.members_.push_back(m);
     }
@@ -190,6 +191,8 @@ std::string encode_job_state(const JobStateParts& parts, Clock::time_point now) 
   s.set_nccl_round(parts.nccl_round);
   s.set_nccl_id(parts.nccl_id);
   s.set_nccl_id_error(parts.nccl_id_error);
+  s.set_leader_node_id(parts.leader_node_id);
+  s.set_term(parts.term);
   std::string out;
   s.SerializeToString(&out);
   return out;
@@ -211,6 +214,8 @@ RestoredJob decode_job_state(std::string_view bytes, Clock::time_point now) {
   out.nccl_round = s.nccl_round();
   out.nccl_id = s.nccl_id();
   out.nccl_id_error = s.nccl_id_error();
+  out.leader_node_id = s.leader_node_id();
+  out.term = s.term();
   return out;
 }
 

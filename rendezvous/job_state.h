@@ -41,6 +41,8 @@ struct JobStateParts {
   int64_t nccl_round = -1;  // the round whose NCCL id is saved (-1: none)
   std::string nccl_id;
   std::string nccl_id_error;
+  std::string leader_node_id;  // who saves it, in which term ("", 0: none)
+  int64_t term = 0;
 };
 
 struct RestoredJob {
@@ -51,6 +53,8 @@ struct RestoredJob {
   int64_t nccl_round = -1;
   std::string nccl_id;
   std::string nccl_id_error;
+  std::string leader_node_id;
+  int64_t term = 0;
 };
 
 std::string encode_job_state(const JobStateParts& parts, std::chrono::steady_clock::time_point now);

@@ -121,7 +121,8 @@ std::shared_ptr<MemoryStore> JobRegistry::store(const std::string& job_id,
   return job.store;
 }
 
-std::optional<std::string> JobRegistry::save_job(const std::string& job_id) {
+std::optional<std::string> JobRegistry::save_job(const std::string& job_id, const std::string& leader_node_id,
+                                                 int64_t term) {
   std::lock_guard lock(mu_);
   Job* job = find_locked(job_id);
   if (!job) return std::nullopt;
@@ -130,6 +131,8 @@ std::optional<std::string> JobRegistry::save_job(const std::string& job_id) {
   parts.rounds = job->rounds ? &*job->rounds : nullptr;
   parts.store = job->store->entries();
   parts.store_round = job->store_round;
+  parts.leader_node_id = leader_node_id;
+  parts.term = term;
   if (job->nccl && job->nccl->made.load(std::memory_order_acquire)) {
     parts.nccl_round = job->nccl_round;
     parts.nccl_id = job->nccl->id;
@@ -138,8 +141,9 @@ std::optional<std::string> JobRegistry::save_job(const std::string& job_id) {
   return encode_job_state(parts, Clock::now());
 }
 
-std::string JobRegistry::restore_job(std::string_view saved) {
+std::string JobRegistry::restore_job(std::string_view saved, std::string* saved_by) {
   RestoredJob r = decode_job_state(saved, Clock::now());
+  if (saved_by) *saved_by = r.leader_node_id;
   std::vector<Completion> completions;
   {
     std::lock_guard lock(mu_);
@@ -165,6 +169,51 @@ std::string JobRegistry::restore_job(std::string_view saved) {
   wake_timer_.notify_all();
   run(completions);
   return r.job_id;
+}
+
+uint64_t JobRegistry::revision(const std::string& job_id) {
+  std::lock_guard lock(mu_);
+  Job* job = find_locked(job_id);
+  return job ? job->revision : 0;
+}
+
+bool JobRegistry::drop_node(const std::string& job_id, const std::string& node_id, const std::string& why) {
+  std::vector<Completion> completions;
+  {
+    std::lock_guard lock(mu_);
+    Job* job = find_locked(job_id);
+    if (!job || !job->rounds || !job->rounds->knows(node_id)) return false;
+    const auto now = Clock::now();
+    job->rounds->lose(node_id, why, now);
+    job->holds.erase(node_id);
+    settle_locked(*job, now, completions);
+  }
+  wake_timer_.notify_all();
+  run(completions);
+  return true;
+}
+
+void JobRegistry::drop_job(const std::string& job_id) {
+  std::vector<Completion> completions;
+  std::unique_ptr<Job> gone;
+  {
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    gone = std::move(it->second);
+    jobs_.erase(it);
+    // Store waits fail (the store is closed); so do parked joins: their
+    // clients ask their own agent's rendezvous where the job went.
+    gone->store->close();
+    for (auto& [node, p] : gone->parked) {
+      tickets_.erase(p.ticket);
+      completions.push_back(Completion{std::move(p.done),
+                                       failure<NotServedHere>("control plane: job '" + job_id +
+                                                              "' is no longer served here")});
+    }
+    gone->parked.clear();
+  }
+  run(completions);
 }
 
 size_t JobRegistry::num_jobs() {
@@ -207,6 +256,10 @@ std::string JobRegistry::timeout_message_locked(const Job& job, const Parked& p)
 void JobRegistry::news_locked(Job& job, std::vector<Completion>& out) {
   const RoundState& r = *job.rounds;
   const NewsKey now{r.current_round(), r.closed(), r.phase(), r.heal_generation(), r.num_waiting()};
+  if (!(now == job.news) || r.generation() != job.revised_at) {
+    ++job.revision;
+    job.revised_at = r.generation();
+  }
   if (now == job.news) return;
   job.news = now;
   for (const auto& [ticket, watcher] : news_watchers_) {

@@ -49,6 +49,13 @@ class UnknownJob : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The job is not served here any more (its control plane moved to another
+// agent): the client asks its own agent's rendezvous where it went.
+class NotServedHere : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // A new job would pass ServiceLimits::max_jobs.
 class TooManyJobs : public std::runtime_error {
  public:
@@ -147,13 +154,27 @@ class JobRegistry {
 
   // The job's state as a successor needs it (job_state.h), or nullopt for
   // a job nobody joined.
-  std::optional<std::string> save_job(const std::string& job_id);
+  // leader_node_id, term: the control plane's leader that saves it.
+  std::optional<std::string> save_job(const std::string& job_id, const std::string& leader_node_id = "",
+                                      int64_t term = 0);
   // Serves a job from the state a predecessor saved (decode_job_state):
   // its nodes' leases start now, so the agents that still live renew them
-  // here and the rest are lost after one lease. Returns the job's id;
-  // throws JobStateError for bad bytes or a job this registry already
-  // serves.
-  std::string restore_job(std::string_view saved);
+  // here and the rest are lost after one lease. Returns the job's id (and
+  // in *saved_by the node of the leader that saved it); throws
+  // JobStateError for bad bytes or a job this registry already serves.
+  std::string restore_job(std::string_view saved, std::string* saved_by = nullptr);
+  // Counts the job's changes that its agents may hear of (a round opens or
+  // closes, a node joins, waits, leaves or is lost, a heal generation is
+  // named): what a successor's saved state must have caught up with
+  // (serving_gate.h). 0 for a job nobody joined.
+  uint64_t revision(const std::string& job_id);
+  // Drops a node at once, as if its lease had run out (a control plane's
+  // successor drops its predecessor's node: that agent is gone or fenced).
+  // False when the job does not have it.
+  bool drop_node(const std::string& job_id, const std::string& node_id, const std::string& why);
+  // Stops serving the job (its control plane moved): parked joins and
+  // store waits fail with NotServedHere, and it is forgotten here.
+  void drop_job(const std::string& job_id);
 
   // Fails every parked join and store wait; later calls fail.
   void close();
@@ -187,6 +208,8 @@ class JobRegistry {
   struct Job {
     std::string id;
     NewsKey news;  // as the watchers were last nudged
+    uint64_t revision = 0;  // see JobRegistry::revision
+    uint64_t revised_at = 0;  // the rounds' generation it last counted
     std::optional<RoundState> rounds;
     std::shared_ptr<MemoryStore> store;
     std::unordered_map<std::string, Parked> parked;  // by node id: one join per node

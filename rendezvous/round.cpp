@@ -397,7 +397,12 @@ NodeView RoundState::keep_alive(const std::string& node_id, TimePoint now, int64
   if (it != nodes_.end()) {
     Node& n = it->second;
     n.last_seen = now;
-    n.workers_heal_round = workers_heal_round;
+    if (n.workers_heal_round != workers_heal_round) {
+      // Whether its workers heal decides takeovers, shrinks and admissions:
+      // a change of the job (parked joins look again; a successor must know).
+      n.workers_heal_round = workers_heal_round;
+      ++generation_;
+    }
     // Each request is answered once: a repeat (its answer was lost on the
     // way) must not name a second generation. One over the node's bound is
     // not answered yet: the keep-alives that repeat it bring it back.

@@ -17,6 +17,7 @@ class Server;
 namespace ddprun {
 
 class RendezvousHandler;
+class ServingGate;
 
 class ListenError : public std::runtime_error {
  public:
@@ -29,6 +30,8 @@ struct ServerOptions {
   // The token every call must carry (empty: none) and the TLS files.
   RendezvousAuth auth;
   ServiceLimits limits;
+  // Jobs with a control plane: see HandlerOptions::gate (outlives the server).
+  ServingGate* gate = nullptr;
 };
 
 class RendezvousServer {

@@ -2,8 +2,9 @@
 
 namespace ddprun {
 
-StateSaver::StateSaver(JobRegistry& registry, ControlPlane& plane, std::string job_id, int64_t term)
-    : registry_(registry), plane_(plane), job_id_(std::move(job_id)), term_(term) {
+StateSaver::StateSaver(JobRegistry& registry, ControlPlane& plane, std::string job_id, int64_t term,
+                       std::string node_id)
+    : registry_(registry), plane_(plane), job_id_(std::move(job_id)), term_(term), node_id_(std::move(node_id)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -66,7 +67,7 @@ void StateSaver::loop() {
     bool ok = false, refused = false;
     std::string error;
     try {
-      const std::optional<std::string> state = registry_.save_job(job_id_);
+      const std::optional<std::string> state = registry_.save_job(job_id_, node_id_, term_);
       ok = !state || plane_.save(term_, *state);  // no job yet: nothing to save
       refused = !ok;
     } catch (const std::exception& e) {

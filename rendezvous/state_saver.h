@@ -24,7 +24,9 @@ namespace ddprun {
 
 class StateSaver {
  public:
-  StateSaver(JobRegistry& registry, ControlPlane& plane, std::string job_id, int64_t term);
+  // node_id: this leader's node, saved with the state (job_state.h).
+  StateSaver(JobRegistry& registry, ControlPlane& plane, std::string job_id, int64_t term,
+             std::string node_id = "");
   ~StateSaver();  // stops; a save in flight finishes first
   StateSaver(const StateSaver&) = delete;
   StateSaver& operator=(const StateSaver&) = delete;
@@ -45,6 +47,7 @@ class StateSaver {
   ControlPlane& plane_;
   const std::string job_id_;
   const int64_t term_;
+  const std::string node_id_;
   mutable std::mutex mu_;
   std::condition_variable wake_;   // the loop: a change, or the end
   std::condition_variable saved_;  // waiters: a save is done, or fenced

@@ -152,7 +152,17 @@ TEST(Cli, BadValuesNameTheFlagAndTheValue) {
   EXPECT_EQ(error_of({"--rdzv-conf", "keep_alive_interval=1,lease_timeout=1", "p"}),
             "--rdzv-conf: lease_timeout (1.000 s) must be at least twice keep_alive_interval "
             "(1.000 s)");
-  EXPECT_EQ(error_of({"--rdzv-backend", "etcd", "p"}).rfind("--rdzv-backend: 'etcd'", 0), 0u);
+  EXPECT_EQ(error_of({"--rdzv-backend", "zookeeper", "p"}).rfind("--rdzv-backend: 'zookeeper'", 0), 0u);
+  // etcd (and torchrun's names for it) needs its members and the job's id.
+  EXPECT_EQ(error_of({"--rdzv-backend", "etcd-v2", "p"}),
+            "--rdzv-backend etcd: needs --rdzv-endpoint naming the etcd members (HOST:PORT[,HOST:PORT...])");
+  EXPECT_EQ(error_of({"--rdzv-backend", "etcd", "--rdzv-endpoint", "10.0.0.1:2379", "p"}),
+            "--rdzv-id: needed with --rdzv-backend etcd; it names the job's keys in etcd");
+  EXPECT_EQ(error_of({"--rdzv-backend", "etcd", "--rdzv-endpoint", "10.0.0.1:2379,10.0.0.2", "--rdzv-id", "j", "p"}),
+            "--rdzv-endpoint: etcd endpoint '10.0.0.2' is not host:port (e.g. 10.0.0.1:2379)");
+  EXPECT_EQ(error_of({"--rdzv-backend", "etcd", "--rdzv-endpoint", "https://e:2379", "--rdzv-id", "j", "p"})
+                .rfind("--rdzv-endpoint: etcd endpoint 'https://e:2379': https is not supported", 0),
+            0u);
   EXPECT_EQ(error_of({"--node-rank", "1", "p"}), "--node-rank: 1 is out of range [0, 0]");
   EXPECT_EQ(error_of({"--frobnicate", "p"}), "unknown option '--frobnicate' (see ddprun --help)");
   EXPECT_EQ(error_of({"--nproc", "2"}),
@@ -255,6 +265,21 @@ TEST(Plan, MultiNodeJobsJoinTheEndpointAndHoldALease) {
   auto one = make_launch_plan(parse({"true"}), facts(2, 0));
   EXPECT_TRUE(one.private_rdzv);
   EXPECT_EQ(one.agent.lease_timeout.count(), 0);
+}
+
+// torchrun's etcd backend names: the control plane in etcd; every agent,
+// even a lone one, runs its own rendezvous service and holds a lease.
+TEST(Plan, EtcdJobsNameTheMembersAndHoldALease) {
+  for (const char* backend : {"etcd", "etcd-v2", "etcd-v3"}) {
+    auto plan = make_launch_plan(parse({"--nnodes", "1:3", "--rdzv-backend", backend, "--rdzv-endpoint",
+                                        "http://e1:2379,e2:2379", "--rdzv-id", "j", "true"}),
+                                 facts(2, 0));
+    EXPECT_FALSE(plan.private_rdzv) << backend;
+    EXPECT_EQ(plan.etcd_endpoints, (std::vector<std::string>{"e1:2379", "e2:2379"})) << backend;
+    EXPECT_EQ(plan.rdzv_listen_host, "e1") << backend;
+    EXPECT_EQ(plan.agent.lease_timeout.count(), 3000) << backend;
+  }
+  EXPECT_TRUE(make_launch_plan(parse({"true"}), facts(2, 0)).etcd_endpoints.empty());
 }
 
 TEST(Plan, CarriesSettingsToTheAgent) {

@@ -117,6 +117,18 @@ TEST(JobState, RestoredRoundsBehaveAsTheOriginalFromThenOn) {
   EXPECT_EQ(copy.lost()[0].node_id, "b");
 }
 
+// A job whose first node finished: its workers succeeded and it left, but
+// stays a member of the round that ran (what a successor restores when the
+// leader resigns at the end of the job).
+TEST(JobState, AFinishedJobWhoseMembersLeftIsRestoredAsFinished) {
+  RoundState original = busy_job();
+  original.leave("a", LeaveKind::kSucceeded, "", t0 + 300ms, 0);
+  ASSERT_EQ(original.phase(), JobPhase::kSucceeded);
+  RoundState copy = restored(original, t0 + 400ms, t0 + 10s);
+  EXPECT_EQ(seen(copy), seen(original));
+  EXPECT_EQ(copy.phase(), JobPhase::kSucceeded);
+}
+
 TEST(JobState, RestoredRoundsKeepTheTakeoverAndTheLeaseKeys) {
   RoundState original = busy_job();
   RoundState copy = restored(original, t0 + 1s, t0 + 1s);
