@@ -123,9 +123,12 @@ void RoundState::join(const NodeSpec& node, const RoundSettings& settings, const
   }
 
   const bool waiting = std::find(waiting_.begin(), waiting_.end(), id) != waiting_.end();
-  if (is_member(id) && closed_) {
+  if (is_member(id) && closed_ && intent.last_round >= round_) {
     // It ran in this round and is back: its workers failed there (one
-    // restart), or it lost track of the job. Everyone starts again.
+    // restart), or it lost track of the job. Everyone starts again. (A
+    // member that never ran in it was put in it while its join was on the
+    // way - a spare that took a lost node's place while the rendezvous
+    // moved to another agent - and sends that join again: below.)
     const bool failed_here = intent.workers_failed && intent.last_round == round_;
     std::string why = "node " + quote_id(id) + (failed_here ? "'s workers failed" : " rejoined");
     if (failed_here && !intent.failure.empty()) why += ": " + intent.failure;
@@ -133,7 +136,8 @@ void RoundState::join(const NodeSpec& node, const RoundSettings& settings, const
     if (phase_ != JobPhase::kActive) throw JobEnded("rendezvous: " + end_message_);
     add_member(id, now);
   } else if (is_member(id) || waiting) {
-    // A repeated join of the open round (or of the waiting list) refreshes it.
+    // A repeated join of the open round (or of the waiting list, or of a
+    // round it was put in meanwhile) refreshes it: it hears its assignment.
   } else if (static_cast<int>(members_.size()) < settings_.max_nodes) {
     if (closed_ && grow(id, now)) {
       // In the running round already.

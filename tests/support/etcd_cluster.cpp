@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <regex>
 #include <stdexcept>
 #include <thread>
 
-#include "rendezvous/etcd_client.h"
 #include "support/job_helpers.h"
 
 namespace ddptest {
@@ -20,7 +20,23 @@ std::string etcd_missing() {
   return "";
 }
 
-EtcdCluster::EtcdCluster(int members, const std::string& name) {
+std::vector<std::string> EtcdCluster::here(std::vector<std::string> argv) const {
+  return host_.wrap ? host_.wrap(std::move(argv)) : argv;
+}
+
+std::optional<std::pair<uint64_t, uint64_t>> EtcdCluster::status(int i) const {
+  Finished f = run(here({"/usr/bin/etcdctl", "--endpoints", endpoints_.at(i), "--dial-timeout", "1s",
+                         "--command-timeout", "1s", "endpoint", "status", "--write-out", "json"}),
+                   {}, 10s);
+  std::smatch m, l;
+  static const std::regex member_id(R"re("member_id":(\d+))re"), leader(R"re("leader":(\d+))re");
+  if (f.exit_code != 0 || !std::regex_search(f.out, m, member_id) || !std::regex_search(f.out, l, leader)) {
+    return std::nullopt;
+  }
+  return std::make_pair(std::stoull(m[1]), std::stoull(l[1]));
+}
+
+EtcdCluster::EtcdCluster(int members, const std::string& name, EtcdHost host) : host_(std::move(host)) {
   dir_ = temp_path("etcd", name);
   fs::create_directories(dir_);
   std::vector<int> client(members), peer(members);
@@ -29,34 +45,28 @@ EtcdCluster::EtcdCluster(int members, const std::string& name) {
     client[i] = free_port();
     do peer[i] = free_port();
     while (peer[i] == client[i]);
-    initial += (i ? "," : "") + ("m" + std::to_string(i)) + "=http://127.0.0.1:" + std::to_string(peer[i]);
-    endpoints_.push_back("127.0.0.1:" + std::to_string(client[i]));
+    initial += (i ? "," : "") + ("m" + std::to_string(i)) + "=http://" + host_.address + ":" + std::to_string(peer[i]);
+    endpoints_.push_back(host_.address + ":" + std::to_string(client[i]));
   }
   for (int i = 0; i < members; ++i) {
     const std::string m = "m" + std::to_string(i);
-    const std::string c = "http://127.0.0.1:" + std::to_string(client[i]);
-    const std::string p = "http://127.0.0.1:" + std::to_string(peer[i]);
-    members_.push_back(std::make_unique<Process>(std::vector<std::string>{
+    const std::string c = "http://" + host_.address + ":" + std::to_string(client[i]);
+    const std::string p = "http://" + host_.address + ":" + std::to_string(peer[i]);
+    members_.push_back(std::make_unique<Process>(here({
         "/usr/bin/etcd", "--name", m, "--data-dir", (dir_ / m).string(), "--listen-client-urls", c,
         "--advertise-client-urls", c, "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
         "--initial-cluster", initial, "--initial-cluster-state", "new", "--initial-cluster-token",
         name + "-" + std::to_string(getpid()), "--heartbeat-interval", "50", "--election-timeout", "500",
-        "--logger", "zap", "--log-outputs", (dir_ / (m + ".log")).string()}));
+        "--logger", "zap", "--log-outputs", (dir_ / (m + ".log")).string()})));
   }
   // Ready once every member answers and names a leader.
-  ddprun::EtcdClient probe(endpoints_, 1s);
   const auto deadline = std::chrono::steady_clock::now() + 60s;
-  std::string last_error;
   for (int i = 0; i < members; ++i) {
     for (;;) {
-      try {
-        if (probe.member_status(i).leader_id != 0) break;
-      } catch (const ddprun::EtcdError& e) {
-        last_error = e.what();
-      }
+      if (auto s = status(i); s && s->second != 0) break;
       if (process_state(members_[i]->pid()) == 0 || process_state(members_[i]->pid()) == 'Z' ||
           std::chrono::steady_clock::now() > deadline) {
-        throw std::runtime_error("etcd member m" + std::to_string(i) + " did not start (" + last_error + "):\n" + logs());
+        throw std::runtime_error("etcd member m" + std::to_string(i) + " did not start:\n" + logs());
       }
       std::this_thread::sleep_for(50ms);  // etcd offers no event to wait on for its election
     }
@@ -79,16 +89,13 @@ std::string EtcdCluster::endpoint_list() const {
 }
 
 int EtcdCluster::leader() {
-  ddprun::EtcdClient probe(endpoints_, 1s);
   std::vector<uint64_t> ids(members_.size());
   uint64_t leader = 0;
   for (size_t i = 0; i < members_.size(); ++i) {
     if (!members_[i]) continue;
-    try {
-      auto s = probe.member_status(i);
-      ids[i] = s.member_id;
-      if (s.leader_id) leader = s.leader_id;
-    } catch (const ddprun::EtcdError&) {
+    if (auto s = status(static_cast<int>(i))) {
+      ids[i] = s->first;
+      if (s->second) leader = s->second;
     }
   }
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -142,6 +142,24 @@ TEST(JobState, RestoredRoundsKeepTheTakeoverAndTheLeaseKeys) {
   EXPECT_THROW(copy.check_lease("a", original.lease_key("c")), NotThisNode);
 }
 
+// The spare's join was parked on the old leader and is sent again to the
+// successor, which has meanwhile put the spare in the lost node's place:
+// the repeat hears that place, it does not start a new round.
+TEST(JobState, ASparesJoinSentAgainAfterItTookOverHearsItsPlace) {
+  RoundState copy = restored(busy_job(), t0 + 1s, t0 + 1s);
+  copy.lose("b", "its agent led the control plane", t0 + 2s);
+  const auto placed = copy.assignment("d");
+  ASSERT_TRUE(placed);
+  copy.join(healing("d"), RoundSettings{3, 3, 0ms, 5}, kFirst, 3s, t0 + 3s);
+  EXPECT_EQ(copy.current_round(), 0);
+  EXPECT_EQ(copy.restart_count(), 0);
+  ASSERT_TRUE(copy.assignment("d"));
+  EXPECT_EQ(copy.assignment("d")->first_global_rank, placed->first_global_rank);
+  // A member that ran in the round and joins again still starts a new one.
+  copy.join(healing("a"), RoundSettings{3, 3, 0ms, 5}, JoinIntent{0, true}, 3s, t0 + 4s);
+  EXPECT_EQ(copy.current_round(), 1);
+}
+
 TEST(JobState, EveryLeaseStartsAfreshOnTheSuccessor) {
   RoundState original = busy_job();
   // c was last heard at 0 s; its 3 s lease had 0.1 s left when saved.
