@@ -544,6 +544,16 @@ int Agent::run() {
     while (act.kind != Action::kExit) {
       switch (act.kind) {
         case Action::kJoin: {
+          if (const std::string fenced = cfg_.fenced ? cfg_.fenced() : ""; !fenced.empty() && joined) {
+            spdlog::error("this node served the job's rendezvous until {}; another node took it over and the "
+                          "job goes on without this one, which leaves",
+                          fenced);
+            end_detail = "fenced: " + fenced;
+            act = Action{};
+            act.kind = Action::kExit;
+            act.exit_code = kExitWorkerFailed;
+            break;
+          }
           JoinEnd end = join_round(act.intent, attempt);
           if (end.joined) joined = end.joined;
           if (!end.joined && end.signal == 0) spdlog::error("{}", end.error);

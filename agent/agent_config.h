@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -48,6 +49,10 @@ struct AgentConfig {
   std::chrono::milliseconds lease_timeout{0};
   // This agent hosts the rendezvous, so it stays until every node has left.
   bool hosts_rendezvous = false;
+  // With a control plane (--rdzv-backend etcd): why this node may not join
+  // again ("" when it may): it served the rendezvous, and another agent
+  // took it over and dropped this node.
+  std::function<std::string()> fenced;
 
   // Supervision (restarts: rdzv.max_restarts, counted for the whole job).
   std::chrono::milliseconds monitor_interval{100};

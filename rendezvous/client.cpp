@@ -37,7 +37,7 @@ std::string describe(const grpc::Status& s) {
 }  // namespace
 
 std::shared_ptr<grpc::Channel> make_rendezvous_channel(const std::string& target,
-                                                      const TlsFiles& tls) {
+                                                      const TlsFiles& tls, bool watch_peer) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 20);
@@ -46,6 +46,14 @@ std::shared_ptr<grpc::Channel> make_rendezvous_channel(const std::string& target
   // A channel of its own connections: a new channel (RendezvousClient::
   // reconnect) must not share the old one's, which a cut link left stuck.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (watch_peer) {
+    // A process that stops answering (paused; its host frozen) while its
+    // kernel still holds the connection fails the calls in flight within
+    // two seconds, instead of at their deadlines (the service permits it).
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // a Hold call carries no data for long
+  }
   return grpc::CreateCustomChannel(target, channel_credentials(tls), args);
 }
 
@@ -126,7 +134,7 @@ class RendezvousRoute {
  private:
   std::shared_ptr<Stub> make(const std::string& target, bool home) const {
     auto s = std::make_shared<Stub>();
-    s->stub = v1::Rendezvous::NewStub(make_rendezvous_channel(target, auth_.tls));
+    s->stub = v1::Rendezvous::NewStub(make_rendezvous_channel(target, auth_.tls, /*watch_peer=*/!home));
     s->token = auth_.token;
     s->target = target;
     s->home = home;
@@ -175,6 +183,12 @@ grpc::Status routed(RendezvousRoute& route, Clock::time_point deadline, bool wai
     RendezvousRoute::detach(canceller);
     if (s.error_code() != grpc::StatusCode::UNAVAILABLE || Clock::now() >= deadline ||
         (canceller && canceller->cancelled())) {
+      // A leader that took the whole deadline (paused, or its host gone
+      // silent) is asked nothing more: the next call asks home again.
+      if (!stub->home && (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                          s.error_code() == grpc::StatusCode::UNAVAILABLE)) {
+        route.go_home(stub);
+      }
       return s;
     }
     const bool not_served = s.error_message().rfind(kNotServedPrefix, 0) == 0;

@@ -40,8 +40,9 @@ class RendezvousCallError : public std::runtime_error {
 // A channel to "host:port" that ignores http_proxy settings and reconnects
 // quickly (a worker may start before its first call can connect); TLS when
 // tls has files. Throws AuthConfigError when they cannot be read.
+// watch_peer: HTTP/2 pings every second find a peer that stopped answering.
 std::shared_ptr<grpc::Channel> make_rendezvous_channel(const std::string& target,
-                                                      const TlsFiles& tls = {});
+                                                      const TlsFiles& tls = {}, bool watch_peer = false);
 
 struct JoinArgs {
   std::string job_id;

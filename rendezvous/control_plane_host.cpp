@@ -41,6 +41,11 @@ int64_t ControlPlaneHost::term() const {
   return serving_locked(Clock::now()) ? term_ : 0;
 }
 
+std::string ControlPlaneHost::fenced() const {
+  std::lock_guard lock(mu_);
+  return fenced_;
+}
+
 bool ControlPlaneHost::wait_stop(std::chrono::milliseconds d) {
   std::unique_lock lock(mu_);
   return stop_cv_.wait_for(lock, d, [this] { return stop_; });
@@ -188,6 +193,7 @@ void ControlPlaneHost::lead(int64_t term) {
     std::lock_guard lock(mu_);
     term_ = 0;
     saver_.reset();
+    if (!stopping) fenced_ = term_text + " ended: " + why;
   }
   saver.reset();  // a save in flight ends first
   registry_->drop_job(job_id_);  // its parked calls go to the next leader

@@ -60,6 +60,10 @@ class ControlPlaneHost final : public ServingGate {
   void stop();
   // The term this agent leads and serves now (0: none).
   int64_t term() const;
+  // Why this agent's last term ended while it still ran (another agent
+  // took over: it was paused or cut off past its term); "" if none did.
+  // Such an agent's node is out of the job: it must not join again.
+  std::string fenced() const;
   // Who leads (asked of the control plane at most every 100 ms).
   std::optional<ControlLeader> leader();
 
@@ -89,6 +93,7 @@ class ControlPlaneHost final : public ServingGate {
   Clock::time_point valid_until_;  // serving only before this
   std::shared_ptr<StateSaver> saver_;
   uint64_t committed_revision_ = 0;  // the registry's revision known saved
+  std::string fenced_;  // see fenced()
 
   std::mutex cache_mu_;  // one question to the control plane at a time
   std::optional<ControlLeader> cached_leader_;

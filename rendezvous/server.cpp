@@ -33,6 +33,11 @@ RendezvousServer::RendezvousServer(ServerOptions options, JobRegistry::IdSource 
                              static_cast<int>(limits.idle_timeout.count()));
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
                              static_cast<int>(limits.handshake_timeout.count()));
+  // Clients that follow a control plane's leader ping it every second while
+  // a call is open (make_rendezvous_channel's watch_peer): allowed, not
+  // struck as abuse.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   // Nothing bigger than a value and its key ever needs to come in.
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(limits.max_value_bytes + limits.max_key_bytes + 64 * 1024));

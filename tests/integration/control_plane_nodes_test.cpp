@@ -3,10 +3,14 @@
 // job goes on under a successor (rendezvous/control_plane_host.h).
 //
 // --rdzv-backend etcd: a 3-member etcd cluster runs on a host of its own.
-// Its raft leader is killed mid-job, then the node whose agent serves the
-// rendezvous: a spare takes that node's ranks in the same round, the other
-// member's worker lives throughout, and the job ends with exactly the
-// parameters of a run that nothing interrupted.
+//   - Its raft leader is killed mid-job, then the node whose agent serves
+//     the rendezvous: a spare takes that node's ranks in the same round, the
+//     other member's worker lives throughout, and the job ends with exactly
+//     the parameters of a run that nothing interrupted.
+//   - The serving node is paused (SIGSTOP, agent and worker) until the
+//     others have taken the rendezvous over and shrunk past it, then
+//     resumed: it serves nothing more, its node is out of the job, it exits
+//     non-zero, and only the job's rank 0 writes the summary.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -28,6 +32,7 @@ using ddptest::Finished;
 using ddptest::NetLab;
 using ddptest::Process;
 using ddptest::reach_step;
+using ddptest::worker_of;
 
 fs::path temp(const std::string& name) { return ddptest::temp_path("control-plane-nodes", name); }
 
@@ -49,26 +54,48 @@ std::vector<std::string> command(std::vector<std::string> flags, const std::vect
   return flags;
 }
 
-// An agent's worker (not a standby it warmed up); 0 if none.
-pid_t worker_of(Process& agent) {
-  for (pid_t c : ddptest::children_of(agent.pid())) {
-    if (!ddptest::started_as_standby(c)) return c;
+// A lab of `hosts` hosts whose last runs a 3-member etcd cluster; null
+// (the test skips) where namespaces cannot be made.
+struct EtcdLab {
+  std::unique_ptr<NetLab> lab;
+  std::unique_ptr<EtcdCluster> etcd;
+};
+
+EtcdLab etcd_lab(int hosts, std::string* why) {
+  EtcdLab l;
+  if (std::string missing = ddptest::etcd_missing(); !missing.empty()) {
+    *why = missing;
+    return l;
   }
-  return 0;
+  l.lab = NetLab::create(hosts, why);
+  if (!l.lab) {
+    if (getenv("DDPTEST_REQUIRE_NETNS")) ADD_FAILURE() << *why;
+    return l;
+  }
+  NetLab& lab = *l.lab;
+  const int e = hosts - 1;
+  l.etcd = std::make_unique<EtcdCluster>(
+      3, "nodes", ddptest::EtcdHost{lab.addr(e), [&lab, e](std::vector<std::string> argv) { return lab.wrap(e, std::move(argv)); }});
+  return l;
+}
+
+// Node i of job `id` on the lab, with the control plane in its etcd.
+std::vector<std::string> etcd_node(const EtcdLab& l, int i, const std::string& nnodes, const std::string& id,
+                                   const std::vector<std::string>& program) {
+  return l.lab->wrap(i, command({"--nnodes", nnodes, "--nproc", "1", "--max-restarts", "3", "--stop-timeout", "3",
+                                 "--rdzv-backend", "etcd", "--rdzv-endpoint", l.etcd->endpoint_list(), "--rdzv-id",
+                                 id, "--rdzv-conf", "join_timeout=120"},
+                                program));
+}
+
+bool says(Process& p, const std::string& what, std::chrono::milliseconds patience = 60s) {
+  return p.wait_for_err_line([&](const std::string& l) { return contains(l, what); }, patience).has_value();
 }
 
 TEST(ControlPlaneNodes, EtcdLeaderThenTheServingNodeKilledASpareTakesOverAndTheJobEndsBitwiseEqual) {
-  if (std::string why = ddptest::etcd_missing(); !why.empty()) GTEST_SKIP() << why;
   std::string why;
-  auto lab = NetLab::create(4, &why);
-  if (!lab) {
-    if (getenv("DDPTEST_REQUIRE_NETNS")) ADD_FAILURE() << why;
-    GTEST_SKIP() << why;
-  }
-  // Host 3 runs etcd; hosts 0 and 1 run the job, host 2 a spare.
-  EtcdCluster etcd(3, "nodes", ddptest::EtcdHost{lab->addr(3), [&](std::vector<std::string> argv) {
-                                                   return lab->wrap(3, std::move(argv));
-                                                 }});
+  EtcdLab l = etcd_lab(4, &why);  // hosts 0 and 1 run the job, host 2 a spare, host 3 etcd
+  if (!l.etcd) GTEST_SKIP() << why;
   const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1", "DDPRUN_TIMEOUT_S=30"};
   const fs::path ref = temp("ref.json");
   Finished uninterrupted = ddptest::run(command({"--nproc", "2"}, job(ref)), env, 4min);
@@ -77,15 +104,7 @@ TEST(ControlPlaneNodes, EtcdLeaderThenTheServingNodeKilledASpareTakesOverAndTheJ
   ASSERT_FALSE(want.empty());
 
   const fs::path summary = temp("job.json");
-  auto node = [&](int i) {
-    return lab->wrap(i, command({"--nnodes", "2", "--nproc", "1", "--max-restarts", "3", "--stop-timeout", "3",
-                                "--rdzv-backend", "etcd", "--rdzv-endpoint", etcd.endpoint_list(), "--rdzv-id",
-                                "etcd-job", "--rdzv-conf", "join_timeout=120"},
-                               job(summary)));
-  };
-  auto says = [](Process& p, const std::string& what, std::chrono::milliseconds patience = 60s) {
-    return p.wait_for_err_line([&](const std::string& l) { return contains(l, what); }, patience).has_value();
-  };
+  auto node = [&](int i) { return etcd_node(l, i, "2", "etcd-job", job(summary)); };
   // Node 0 starts first and so serves the rendezvous.
   Process n0(node(0), env);
   ASSERT_TRUE(says(n0, "this node serves job etcd-job's rendezvous")) << n0.err();
@@ -95,7 +114,7 @@ TEST(ControlPlaneNodes, EtcdLeaderThenTheServingNodeKilledASpareTakesOverAndTheJ
   ASSERT_TRUE(says(n0, "node(s) wait to join")) << n0.err() << spare.err();
   const pid_t before = worker_of(n1);
 
-  etcd.kill(etcd.leader());  // etcd elects another leader; the job does not notice
+  l.etcd->kill(l.etcd->leader());  // etcd elects another leader; the job does not notice
   ASSERT_TRUE(reach_step(n0, 30)) << n0.out() << n0.err();
   n0.signal(SIGKILL);  // the whole node: its agent (the rendezvous' server), and its worker with it
   n0.finish(10s);
@@ -117,6 +136,48 @@ TEST(ControlPlaneNodes, EtcdLeaderThenTheServingNodeKilledASpareTakesOverAndTheJ
   EXPECT_NE(before, 0);
   EXPECT_EQ(after, before) << "node 1's worker was restarted";
   EXPECT_EQ(outcome_in(summary), want) << "the healed run's parameters or loss differ from an uninterrupted run's";
+}
+
+TEST(ControlPlaneNodes, APausedServingNodeIsFencedAndLeavesAndTheOthersFinish) {
+  std::string why;
+  EtcdLab l = etcd_lab(4, &why);  // hosts 0..2 run the job, host 3 etcd
+  if (!l.etcd) GTEST_SKIP() << why;
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1", "DDPRUN_TIMEOUT_S=30"};
+  const fs::path summary = temp("paused.json");
+  auto node = [&](int i) { return etcd_node(l, i, "2:3", "paused-job", job(summary)); };
+  Process n0(node(0), env);
+  ASSERT_TRUE(says(n0, "this node serves job paused-job's rendezvous")) << n0.err();
+  Process n1(node(1), env);
+  Process n2(node(2), env);
+  ASSERT_TRUE(reach_step(n0, 20)) << n0.out() << n0.err();
+  const pid_t w0 = worker_of(n0);
+  ASSERT_NE(w0, 0);
+  // The whole node stops: its agent (the rendezvous' server) and its worker.
+  n0.signal(SIGSTOP);
+  kill(w0, SIGSTOP);
+  // Another agent takes the rendezvous over, drops node 0 and the job
+  // shrinks past it; only then does node 0 go on.
+  const bool shrunk = says(n1, "the job goes on with 2 node(s)");
+  kill(w0, SIGCONT);
+  n0.signal(SIGCONT);
+  ASSERT_TRUE(shrunk) << n1.err() << n2.err();
+  Finished f0 = n0.finish(4min);
+  Finished f1 = n1.finish(4min);
+  Finished f2 = n2.finish(4min);
+  // Node 0 serves nothing more, is out of the job and says so.
+  EXPECT_NE(f0.exit_code, 0) << f0.err;
+  EXPECT_TRUE(std::regex_search(f0.err, std::regex(R"(stopped serving job paused-job's rendezvous \(term \d+\))")))
+      << f0.err;
+  EXPECT_TRUE(contains(f0.err, "another node took it over and the job goes on without this one, which leaves")) << f0.err;
+  EXPECT_FALSE(contains(f0.err, "joining the running round")) << f0.err;
+  EXPECT_EQ(f1.exit_code, 0) << f1.err;
+  EXPECT_EQ(f2.exit_code, 0) << f2.err;
+  EXPECT_TRUE(contains(f1.err + f2.err, "took over job paused-job's rendezvous from node")) << f1.err << f2.err;
+  EXPECT_FALSE(contains(f1.err + f2.err, "restarting the workers")) << f1.err << f2.err;
+  // One rank 0 finished the job: the new one, on node 1 or 2.
+  EXPECT_EQ(ddptest::occurrences(f1.out + f2.out, "]:parameters identical on all 2 ranks"), 1) << f1.out << f2.out;
+  EXPECT_FALSE(contains(f0.out, "]:parameters identical")) << f0.out;
+  EXPECT_FALSE(ddptest::checksum_in(summary).empty());
 }
 
 }  // namespace

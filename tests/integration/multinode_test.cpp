@@ -33,6 +33,7 @@ using ddptest::Process;
 using ddptest::checksum_in;
 using ddptest::contains;
 using ddptest::reach_step;
+using ddptest::worker_of;
 
 fs::path temp(const std::string& name) { return ddptest::temp_path("multi", name); }
 
@@ -319,14 +320,6 @@ std::vector<std::string> lab_flags(const NetLab& lab, int i, const std::string& 
                                  "--rdzv-conf", conf};
   if (pin) flags.insert(flags.end(), {"--node-rank", std::to_string(i)});
   return flags;
-}
-
-// An agent's worker (not a standby it warmed up); 0 if none.
-pid_t worker_of(Process& agent) {
-  for (pid_t c : ddptest::children_of(agent.pid())) {
-    if (!ddptest::started_as_standby(c)) return c;
-  }
-  return 0;
 }
 
 // Without heals (--max-heals 0; or a program without a Healer) a lost node

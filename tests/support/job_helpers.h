@@ -124,6 +124,14 @@ inline bool reach_step(Process& p, int step,
       .has_value();
 }
 
+// An agent's worker (not a standby it warmed up); 0 if none.
+inline pid_t worker_of(Process& agent) {
+  for (pid_t c : children_of(agent.pid())) {
+    if (!started_as_standby(c)) return c;
+  }
+  return 0;
+}
+
 // Runs argv (a `ddprun status ...`, say) again and again until it exits 0
 // with `want` in its stdout, for at most `patience`; returns the last run.
 // For a state that nothing announces on a stream the test reads (what the
