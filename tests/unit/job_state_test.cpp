@@ -9,6 +9,7 @@
 #include <future>
 #include <mutex>
 
+#include "rendezvous/control_plane_host.h"
 #include "rendezvous/job_state.h"
 #include "rendezvous/registry.h"
 #include "rendezvous/state_saver.h"
@@ -347,6 +348,100 @@ TEST(StateSaver, AFencedLeaderSavesNothingMoreAndItsWaitersHearIt) {
   const int entered = plane.entered;
   EXPECT_FALSE(saver.wait_saved(saver.changed(), 10s));
   EXPECT_EQ(plane.entered, entered);  // no save tried once fenced
+}
+
+// What a ControlPlaneHost says happened, waited for as events.
+struct HostEvents {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<ControlPlaneEvent> seen;
+  ControlPlaneHost::OnEvent sink() {
+    return [this](const ControlPlaneEvent& e) {
+      std::lock_guard lock(mu);
+      seen.push_back(e);
+      cv.notify_all();
+    };
+  }
+  std::optional<ControlPlaneEvent> wait_for(ControlPlaneEvent::Kind kind) {
+    std::unique_lock lock(mu);
+    std::optional<ControlPlaneEvent> found;
+    cv.wait_for(lock, 10s, [&] {
+      for (const auto& e : seen) {
+        if (e.kind == kind && !found) found = e;  // the first of its kind
+      }
+      return found.has_value();
+    });
+    return found;
+  }
+};
+
+// The state node b saved while it led a 2-node round of a and b.
+std::string saved_by_b() {
+  JobRegistry old([] { return std::string("nccl"); });
+  std::promise<JoinOutcome> a_done;
+  old.join_async(join_call("a"), [&a_done](JoinOutcome o) { a_done.set_value(std::move(o)); });
+  EXPECT_TRUE(join_now(old, join_call("b")).result);
+  EXPECT_TRUE(a_done.get_future().get().result);
+  return *old.save_job("job", "b", 7);
+}
+
+TEST(ControlPlaneHost, TheLeaderServesThePredecessorsStateAndDropsItsNodeAtOnce) {
+  FakePlane plane;
+  plane.saved = saved_by_b();
+  JobRegistry reg([] { return std::string(); });
+  HostEvents events;
+  ControlPlaneHost host(plane, "job", "a", events.sink());
+  EXPECT_EQ(host.leader_elsewhere("job"), "a:1");  // not started: the plane's leader
+  host.start(reg, "a-host:1");
+  const auto leads = events.wait_for(ControlPlaneEvent::Kind::kLeads);
+  ASSERT_TRUE(leads);
+  EXPECT_EQ(leads->predecessor, "b");
+  EXPECT_EQ(host.term(), 1);
+  EXPECT_EQ(host.leader_elsewhere("job"), std::nullopt);   // it serves the job
+  EXPECT_EQ(host.leader_elsewhere("other"), std::string());  // and no other
+  // b is gone from the job at once (no lease of b's to wait out); a is not.
+  EXPECT_FALSE(reg.keep_alive("job", "b", "key-b").known);
+  EXPECT_TRUE(reg.keep_alive("job", "a", "key-a").known);
+}
+
+TEST(ControlPlaneHost, ACommitWaitsForASaveOnlyWhenTheJobChanged) {
+  FakePlane plane;
+  JobRegistry reg([] { return std::string(); });
+  HostEvents events;
+  ControlPlaneHost host(plane, "job", "a", events.sink());
+  host.start(reg, "a-host:1");
+  ASSERT_TRUE(events.wait_for(ControlPlaneEvent::Kind::kLeads));
+  ASSERT_TRUE(join_now(reg, lone_node_call()).result);
+  ASSERT_TRUE(host.commit("job", false));  // the round closed: saved
+  const int saves = plane.saves;
+  EXPECT_GE(saves, 1);
+  reg.keep_alive("job", "a", "key-a");
+  EXPECT_TRUE(host.commit("job", false));  // a keep-alive changed nothing: no save
+  EXPECT_EQ(plane.saves, saves);
+  reg.store("job")->set("k", "v");
+  EXPECT_TRUE(host.commit("job", true));  // a store write is always saved
+  EXPECT_EQ(plane.saves, saves + 1);
+  EXPECT_EQ(decode_job_state(*plane.load(), RoundState::TimePoint{}).store.size(), 1u);
+}
+
+TEST(ControlPlaneHost, ALeaderThatCannotRenewStopsServingAndIsFenced) {
+  FakePlane plane;
+  JobRegistry reg([] { return std::string(); });
+  HostEvents events;
+  ControlPlaneHost host(plane, "job", "a", events.sink());
+  host.start(reg, "a-host:1");
+  ASSERT_TRUE(events.wait_for(ControlPlaneEvent::Kind::kLeads));
+  ASSERT_TRUE(join_now(reg, lone_node_call()).result);
+  EXPECT_EQ(host.fenced(), "");
+  plane.fenced = true;  // another leads now: renewals and saves are refused
+  const auto stopped = events.wait_for(ControlPlaneEvent::Kind::kStopped);
+  ASSERT_TRUE(stopped);
+  EXPECT_EQ(stopped->detail, "the control plane says term 1 is over");
+  EXPECT_EQ(host.term(), 0);
+  EXPECT_FALSE(host.commit("job", true));
+  EXPECT_EQ(host.leader_elsewhere("job"), "a:1");  // the plane's leader, not itself
+  EXPECT_EQ(host.fenced(), "term 1 ended: the control plane says term 1 is over");
+  EXPECT_THROW(reg.status("job"), UnknownJob);  // no longer served here
 }
 
 }  // namespace
