@@ -8,18 +8,24 @@
 // connection), not N threads. Every agent must get a distinct node rank in
 // 0..N-1 and world size N; otherwise the program exits 1. Times are printed,
 // never asserted. bench/rendezvous_round.py drives it and adds the anchor.
+// --etcd ENDPOINTS: the in-process server serves each round's job as the
+// elected leader of its control plane in that etcd (rendezvous/
+// control_plane_host.h), so every answer waits until the job's state is
+// saved there (the cost of --rdzv-backend etcd).
 //
 //   rendezvous_round [--nodes 1000,10000] [--repeats 3] [--channels 8]
-//                    [--target HOST:PORT] [--out FILE.json]
+//                    [--target HOST:PORT | --etcd HOST:PORT,...] [--out FILE.json]
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -27,6 +33,8 @@
 #include <vector>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/control_plane_host.h"
+#include "rendezvous/etcd_control_plane.h"
 #include "rendezvous/server.h"
 
 namespace {
@@ -167,6 +175,36 @@ std::optional<Sample> run_round(const std::vector<std::unique_ptr<v1::Rendezvous
   return Sample{seconds(t_sent - t0), seconds(*t_first - t0), seconds(t_last - t0)};
 }
 
+// The server's gate: the control-plane host of the round being measured
+// (each round is a job of its own; the host serves one job).
+struct RoundGate final : ddprun::ServingGate {
+  std::atomic<ddprun::ControlPlaneHost*> host{nullptr};
+  std::optional<std::string> leader_elsewhere(const std::string& job) override {
+    auto* h = host.load();
+    return h ? h->leader_elsewhere(job) : std::optional<std::string>(std::string());
+  }
+  bool commit(const std::string& job, bool force) override {
+    auto* h = host.load();
+    return h && h->commit(job, force);
+  }
+};
+
+// This process leads job `job` in etcd: returns its host once it serves.
+std::unique_ptr<ddprun::ControlPlaneHost> lead(ddprun::EtcdControlPlane& plane, const std::string& job,
+                                               ddprun::RendezvousServer& server) {
+  std::promise<void> leads;
+  auto host = std::make_unique<ddprun::ControlPlaneHost>(
+      plane, job, "bench", [&leads, said = false](const ddprun::ControlPlaneEvent& e) mutable {
+        if (e.kind == ddprun::ControlPlaneEvent::Kind::kLeads && !said) {
+          said = true;
+          leads.set_value();
+        }
+      });
+  host->start(server.registry(), server.address());
+  leads.get_future().wait();
+  return host;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t m = v.size() / 2;
@@ -191,17 +229,23 @@ int main(int argc, char** argv) {
   app.add_option("--target", o.target,
                  "HOST:PORT of a running rendezvous (ddprun rendezvous); default: a server in "
                  "this process");
+  std::string etcd;
+  app.add_option("--etcd", etcd, "etcd members (HOST:PORT,...): each round's job is served as its control plane's leader")
+      ->excludes("--target");
   app.add_option("--timeout-ms", o.timeout_ms, "Join timeout of every agent")
       ->check(CLI::PositiveNumber);
   app.add_option("--out", o.out, "Also write the results here as JSON");
   CLI11_PARSE(app, argc, argv);
 
+  RoundGate gate;
+  std::shared_ptr<ddprun::EtcdClient> etcd_client;
+  if (!etcd.empty()) etcd_client = std::make_shared<ddprun::EtcdClient>(std::vector<std::string>{etcd});
   std::unique_ptr<ddprun::RendezvousServer> server;
   std::string target = o.target;
   if (target.empty()) {
     // No agent asks for an NCCL id; the source is never called.
-    server = std::make_unique<ddprun::RendezvousServer>("127.0.0.1", 0,
-                                                        [] { return std::string(128, '\0'); });
+    ddprun::ServerOptions so{"127.0.0.1", 0, {}, {}, etcd.empty() ? nullptr : &gate};
+    server = std::make_unique<ddprun::RendezvousServer>(so, [] { return std::string(128, '\0'); });
     target = server->address();
   }
   std::vector<std::unique_ptr<v1::Rendezvous::Stub>> stubs;
@@ -215,8 +259,9 @@ int main(int argc, char** argv) {
     stubs.push_back(v1::Rendezvous::NewStub(ch));
   }
 
-  std::printf("rendezvous round: server %s (%s), %d channel(s), %d repeat(s)\n", target.c_str(),
-              server ? "in this process" : "external", o.channels, o.repeats);
+  std::printf("rendezvous round: server %s (%s%s), %d channel(s), %d repeat(s)\n", target.c_str(),
+              server ? "in this process" : "external",
+              etcd.empty() ? "" : (", its state saved in etcd at " + etcd).c_str(), o.channels, o.repeats);
   std::fflush(stdout);
   // A job id no earlier run of this program used, even on a long-lived server.
   const std::string run_tag = std::to_string(getpid()) + "-" +
@@ -233,7 +278,16 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < o.repeats; ++rep) {
       const std::string job = "bench-" + run_tag + "-n" + std::to_string(n) + "-r" +
                               std::to_string(rep);
+      std::unique_ptr<ddprun::EtcdControlPlane> plane;
+      std::unique_ptr<ddprun::ControlPlaneHost> host;
+      if (etcd_client) {
+        plane = std::make_unique<ddprun::EtcdControlPlane>(etcd_client, job, std::chrono::seconds(2));
+        host = lead(*plane, job, *server);
+        gate.host = host.get();
+      }
       auto s = run_round(stubs, job, n, o.timeout_ms);
+      gate.host = nullptr;
+      host.reset();  // resigns
       if (!s) {
         all_ok = false;
         break;

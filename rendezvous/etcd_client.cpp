@@ -150,6 +150,14 @@ void EtcdClient::erase(const std::string& key) {
   on_any("delete", [&](Stubs& s, grpc::ClientContext& ctx) { return s.kv->DeleteRange(&ctx, req, &resp); });
 }
 
+void EtcdClient::erase_range(const std::string& begin, const std::string& end) {
+  pb::DeleteRangeRequest req;
+  req.set_key(begin);
+  req.set_range_end(end);
+  pb::DeleteRangeResponse resp;
+  on_any("delete range", [&](Stubs& s, grpc::ClientContext& ctx) { return s.kv->DeleteRange(&ctx, req, &resp); });
+}
+
 EtcdClient::Created EtcdClient::create(const std::string& key, const std::string& value, int64_t lease) {
   // if create_revision(key) == 0 (absent): put; else: get.
   pb::TxnRequest req;

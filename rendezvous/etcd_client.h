@@ -61,6 +61,8 @@ class EtcdClient {
   // Returns the revision of the write.
   int64_t put(const std::string& key, const std::string& value, int64_t lease = 0);
   void erase(const std::string& key);
+  // Deletes every key in [begin, end).
+  void erase_range(const std::string& begin, const std::string& end);
 
   // Creates key with value and lease if it does not exist. The outcome:
   // created (kv is the new key, create_revision its revision) or not (kv is

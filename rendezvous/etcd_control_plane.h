@@ -6,7 +6,11 @@
 //           grow, so a later leader's term is higher);
 //   state   the job's state (job_state.h), written in a transaction that
 //           checks the leader key still has the writer's create_revision:
-//           a leader that lost its lease writes nothing.
+//           a leader that lost its lease writes nothing. A state larger
+//           than a chunk (etcd refuses requests over 1.5 MiB by default;
+//           10,000 nodes make about 3 MB) is written first as chunks under
+//           chunks/<term>-<n>/, unfenced, and `state` then names them (a
+//           manifest), fenced as above; older chunks go after that.
 // A candidate creates the leader key if it is absent, else watches it until
 // it is deleted (its lease expired, or its leader resigned) and tries again.
 #pragma once
@@ -41,6 +45,8 @@ class EtcdControlPlane final : public ControlPlane {
   std::shared_ptr<EtcdClient> etcd_;
   const std::string leader_key_;
   const std::string state_key_;
+  const std::string chunks_prefix_;
+  uint64_t saves_ = 0;  // numbers chunk sets
   std::chrono::seconds ttl_;
   mutable std::mutex mu_;
   int64_t lease_ = 0;  // of the term this process leads (0: none)
