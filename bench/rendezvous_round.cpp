@@ -187,6 +187,10 @@ struct RoundGate final : ddprun::ServingGate {
     auto* h = host.load();
     return h && h->commit(job, force);
   }
+  std::pair<std::string, int64_t> serving_as() const override {
+    auto* h = host.load();
+    return h ? h->serving_as() : std::pair<std::string, int64_t>{"", 0};
+  }
 };
 
 // This process leads job `job` in etcd: returns its host once it serves.

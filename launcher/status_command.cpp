@@ -159,6 +159,10 @@ std::string format_status(const std::string& job_id, const std::string& endpoint
   std::snprintf(line, sizeof(line), "  restarts    %d of %d\n", s.restart_count,
                 s.settings.max_restarts);
   out += line;
+  if (!s.control_node.empty()) {
+    out += "  control     node " + s.control_node + " serves the rendezvous (term " +
+           std::to_string(s.control_term) + "; another takes over if it is lost)\n";
+  }
   if (s.heal_generation > 0) {
     std::snprintf(line, sizeof(line),
                   "  heals       %u in this round (failed workers replaced, lost nodes taken over or shrunk "
@@ -256,6 +260,7 @@ std::string format_status_json(const std::string& job_id, const std::string& end
   j["max_nodes"] = s.settings.max_nodes;
   j["nodes_waiting"] = s.nodes_waiting;
   j["heals"] = s.heal_generation;
+  if (!s.control_node.empty()) j["control_plane"] = {{"node", s.control_node}, {"term", s.control_term}};
   j["nodes"] = json::array();
   for (const auto& n : s.nodes) {
     json jn{{"node_id", n.node_id},

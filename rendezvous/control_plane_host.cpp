@@ -41,6 +41,12 @@ int64_t ControlPlaneHost::term() const {
   return serving_locked(Clock::now()) ? term_ : 0;
 }
 
+std::pair<std::string, int64_t> ControlPlaneHost::serving_as() const {
+  std::lock_guard lock(mu_);
+  if (!serving_locked(Clock::now())) return {"", 0};
+  return {node_id_, term_};
+}
+
 std::string ControlPlaneHost::fenced() const {
   std::lock_guard lock(mu_);
   return fenced_;

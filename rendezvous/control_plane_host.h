@@ -69,6 +69,7 @@ class ControlPlaneHost final : public ServingGate {
 
   std::optional<std::string> leader_elsewhere(const std::string& job_id) override;
   bool commit(const std::string& job_id, bool force) override;
+  std::pair<std::string, int64_t> serving_as() const override;
 
  private:
   using Clock = std::chrono::steady_clock;

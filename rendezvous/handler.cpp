@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <tuple>
 
 #include "rendezvous/call_checks.h"
 #include "rendezvous/printable.h"
@@ -499,7 +500,9 @@ Status RendezvousHandler::Status(grpc::ServerContext* ctx, const v1::StatusReque
   if (auto bad = check_token(*ctx, options_.token)) return *bad;
   if (auto bad = served(*ctx, req->job_id())) return *bad;
   return guarded([&] {
-    to_proto(req->job_id(), registry_.status(req->job_id()), resp);
+    JobStatus s = registry_.status(req->job_id());
+    if (options_.gate) std::tie(s.control_node, s.control_term) = options_.gate->serving_as();
+    to_proto(req->job_id(), s, resp);
   });
 }
 

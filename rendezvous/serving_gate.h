@@ -11,8 +11,10 @@
 // this process no longer leads: the caller answers as serving() would.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace ddprun {
 
@@ -26,6 +28,9 @@ class ServingGate {
   // finds it. force: the change is one the registry's revision does not
   // show (a store write).
   virtual bool commit(const std::string& job_id, bool force) = 0;
+  // This process's node and term while it serves (`ddprun status` shows
+  // them); {"", 0} otherwise.
+  virtual std::pair<std::string, int64_t> serving_as() const = 0;
 };
 
 }  // namespace ddprun

@@ -111,6 +111,8 @@ JobStatus from_proto(const v1::StatusResponse& r) {
   s.world_size = r.world_size();
   s.nodes_waiting = r.nodes_waiting();
   s.heal_generation = r.heal_generation();
+  s.control_node = r.control_node();
+  s.control_term = r.control_term();
   for (const auto& n : r.nodes()) {
     NodeStatus ns;
     ns.node_id = n.node_id();
@@ -143,6 +145,8 @@ void to_proto(const std::string& job_id, const JobStatus& s, v1::StatusResponse*
   r->set_max_nodes(s.settings.max_nodes);
   r->set_nodes_waiting(s.nodes_waiting);
   r->set_heal_generation(s.heal_generation);
+  r->set_control_node(s.control_node);
+  r->set_control_term(s.control_term);
   for (const NodeStatus& n : s.nodes) {
     v1::NodeStatus* out = r->add_nodes();
     out->set_node_id(n.node_id);

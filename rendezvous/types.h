@@ -251,6 +251,9 @@ struct JobStatus {
   int nodes_waiting = 0;
   uint32_t heal_generation = 0;  // takeovers and shrinks in the running round
   std::optional<ProgressInfo> progress;
+  // The control plane's leader serving it, and its term ("", 0: none).
+  std::string control_node;
+  int64_t control_term = 0;
 };
 
 // Bad input to the rendezvous (inconsistent settings, bad node spec, a

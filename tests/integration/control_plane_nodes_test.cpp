@@ -88,6 +88,11 @@ std::vector<std::string> etcd_node(const EtcdLab& l, int i, const std::string& n
                                 program));
 }
 
+// `ddprun status` of the job at `door`, run on lab host i.
+std::vector<std::string> lab_status(const EtcdLab& l, int i, const std::string& door) {
+  return l.lab->wrap(i, {DDPRUN_BIN, "status", "--rdzv-endpoint", door, "--rdzv-id", "etcd-job"});
+}
+
 bool says(Process& p, const std::string& what, std::chrono::milliseconds patience = 60s) {
   return p.wait_for_err_line([&](const std::string& l) { return contains(l, what); }, patience).has_value();
 }
@@ -108,7 +113,12 @@ TEST(ControlPlaneNodes, EtcdLeaderThenTheServingNodeKilledASpareTakesOverAndTheJ
   // Node 0 starts first and so serves the rendezvous.
   Process n0(node(0), env);
   ASSERT_TRUE(says(n0, "this node serves job etcd-job's rendezvous")) << n0.err();
+  auto joining = [](Process& p) {
+    return p.wait_for_err_line([](const std::string& l) { return contains(l, "joining job etcd-job at"); }, 60s)
+        .value_or("");
+  };
   Process n1(node(1), env);
+  const std::string joining1 = joining(n1);
   ASSERT_TRUE(reach_step(n0, 10)) << n0.out() << n0.err();
   Process spare(node(2), env);
   ASSERT_TRUE(says(n0, "node(s) wait to join")) << n0.err() << spare.err();
@@ -121,6 +131,14 @@ TEST(ControlPlaneNodes, EtcdLeaderThenTheServingNodeKilledASpareTakesOverAndTheJ
   // Rank 0 is the spare's now: it trains on.
   ASSERT_TRUE(reach_step(spare, 60)) << spare.out() << spare.err() << n1.err();
   const pid_t after = worker_of(n1);
+  // `ddprun status` at node 1's own service names the node that serves now.
+  // (A node's id is its host name and its agent's pid.)
+  std::smatch door;
+  ASSERT_TRUE(std::regex_search(joining1, door, std::regex(R"(joining job etcd-job at (\S+) as)"))) << joining1;
+  Finished st = ddptest::run_until(lab_status(l, 1, door[1]), "serves the rendezvous (term");
+  EXPECT_TRUE(std::regex_search(st.out, std::regex(":(" + std::to_string(n1.pid()) + "|" + std::to_string(spare.pid()) +
+                                                   ") serves the rendezvous \\(term \\d+;")))
+      << st.out << st.err;
   Finished f1 = n1.finish(4min);
   Finished f2 = spare.finish(4min);
   EXPECT_EQ(f1.exit_code, 0) << f1.err;
