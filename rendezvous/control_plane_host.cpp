@@ -22,8 +22,12 @@ ControlPlaneHost::ControlPlaneHost(ControlPlane& plane, std::string job_id, std:
 ControlPlaneHost::~ControlPlaneHost() { stop(); }
 
 void ControlPlaneHost::start(JobRegistry& registry, std::string address) {
-  registry_ = &registry;
-  address_ = std::move(address);
+  {
+    // The service is up already: its calls may ask meanwhile.
+    std::lock_guard lock(mu_);
+    registry_ = &registry;
+    address_ = std::move(address);
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -73,14 +77,16 @@ std::optional<ControlLeader> ControlPlaneHost::leader() {
 
 std::optional<std::string> ControlPlaneHost::leader_elsewhere(const std::string& job_id) {
   if (job_id != job_id_) return std::string();  // this service is its own job's only
+  std::string own;
   {
     std::lock_guard lock(mu_);
     if (serving_locked(Clock::now())) return std::nullopt;
+    own = address_;
   }
   const std::optional<ControlLeader> l = leader();
   // Itself while it does not serve (its term lapsed, the key has not
   // expired yet): nobody to send the client to.
-  if (!l || l->address == address_) return std::string();
+  if (!l || l->address == own) return std::string();
   return l->address;
 }
 

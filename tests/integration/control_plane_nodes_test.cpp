@@ -113,12 +113,11 @@ TEST(ControlPlaneNodes, EtcdLeaderThenTheServingNodeKilledASpareTakesOverAndTheJ
   // Node 0 starts first and so serves the rendezvous.
   Process n0(node(0), env);
   ASSERT_TRUE(says(n0, "this node serves job etcd-job's rendezvous")) << n0.err();
-  auto joining = [](Process& p) {
-    return p.wait_for_err_line([](const std::string& l) { return contains(l, "joining job etcd-job at"); }, 60s)
-        .value_or("");
-  };
   Process n1(node(1), env);
-  const std::string joining1 = joining(n1);
+  // Where node 1's own rendezvous service is ("joining job etcd-job at HOST:PORT as ...").
+  const std::string joining1 =
+      n1.wait_for_err_line([](const std::string& l) { return contains(l, "joining job etcd-job at"); }, 60s)
+          .value_or("");
   ASSERT_TRUE(reach_step(n0, 10)) << n0.out() << n0.err();
   Process spare(node(2), env);
   ASSERT_TRUE(says(n0, "node(s) wait to join")) << n0.err() << spare.err();
