@@ -404,14 +404,22 @@ TEST(ControlPlaneHost, TheLeaderServesThePredecessorsStateAndDropsItsNodeAtOnce)
   EXPECT_TRUE(reg.keep_alive("job", "a", "key-a").known);
 }
 
-TEST(ControlPlaneHost, ACommitWaitsForASaveOnlyWhenTheJobChanged) {
+// Node a leads the control plane of a job it runs alone.
+struct LoneLeader {
   FakePlane plane;
-  JobRegistry reg([] { return std::string(); });
+  JobRegistry reg{[] { return std::string(); }};
   HostEvents events;
-  ControlPlaneHost host(plane, "job", "a", events.sink());
-  host.start(reg, "a-host:1");
-  ASSERT_TRUE(events.wait_for(ControlPlaneEvent::Kind::kLeads));
-  ASSERT_TRUE(join_now(reg, lone_node_call()).result);
+  ControlPlaneHost host{plane, "job", "a", events.sink()};
+  bool leads() {
+    host.start(reg, "a-host:1");
+    return events.wait_for(ControlPlaneEvent::Kind::kLeads) && join_now(reg, lone_node_call()).result;
+  }
+};
+
+TEST(ControlPlaneHost, ACommitWaitsForASaveOnlyWhenTheJobChanged) {
+  LoneLeader l;
+  ASSERT_TRUE(l.leads());
+  auto& [plane, reg, events, host] = l;
   ASSERT_TRUE(host.commit("job", false));  // the round closed: saved
   const int saves = plane.saves;
   EXPECT_GE(saves, 1);
@@ -425,13 +433,9 @@ TEST(ControlPlaneHost, ACommitWaitsForASaveOnlyWhenTheJobChanged) {
 }
 
 TEST(ControlPlaneHost, ALeaderThatCannotRenewStopsServingAndIsFenced) {
-  FakePlane plane;
-  JobRegistry reg([] { return std::string(); });
-  HostEvents events;
-  ControlPlaneHost host(plane, "job", "a", events.sink());
-  host.start(reg, "a-host:1");
-  ASSERT_TRUE(events.wait_for(ControlPlaneEvent::Kind::kLeads));
-  ASSERT_TRUE(join_now(reg, lone_node_call()).result);
+  LoneLeader l;
+  ASSERT_TRUE(l.leads());
+  auto& [plane, reg, events, host] = l;
   EXPECT_EQ(host.fenced(), "");
   plane.fenced = true;  // another leads now: renewals and saves are refused
   const auto stopped = events.wait_for(ControlPlaneEvent::Kind::kStopped);
