@@ -21,7 +21,6 @@ constexpr auto kShortCallTimeout = std::chrono::seconds(60);
 // Blocking calls get their own timeout plus this much for the trip.
 constexpr auto kTripMargin = std::chrono::seconds(5);
 
-
 // UNAVAILABLE from the transport (a reset, a refused or lost connection),
 // not the service's own refusal (its messages start "rendezvous: ", like
 // "rendezvous: shutting down", which is final).

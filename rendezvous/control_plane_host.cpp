@@ -110,6 +110,14 @@ bool ControlPlaneHost::commit(const std::string& job_id, bool force) {
   return serving_locked(Clock::now());
 }
 
+void ControlPlaneHost::resign(int64_t term) {
+  try {
+    plane_.resign(term);
+  } catch (const std::exception&) {
+    // The control plane is out of reach: the term's lease runs out by itself.
+  }
+}
+
 void ControlPlaneHost::loop() {
   while (true) {
     std::optional<int64_t> term;
@@ -151,11 +159,7 @@ void ControlPlaneHost::lead(int64_t term) {
     why = std::string("cannot take over: ") + e.what();
   }
   if (!why.empty()) {
-    try {
-      plane_.resign(term);
-    } catch (const std::exception&) {
-      // Its lease runs out by itself.
-    }
+    resign(term);
     on_event_(ControlPlaneEvent{ControlPlaneEvent::Kind::kStopped, term, why, ""});
     wait_stop(ttl / 3);
     return;
@@ -209,13 +213,7 @@ void ControlPlaneHost::lead(int64_t term) {
   }
   saver.reset();  // a save in flight ends first
   registry_->drop_job(job_id_);  // its parked calls go to the next leader
-  if (stopping) {
-    try {
-      plane_.resign(term);
-    } catch (const std::exception&) {
-      // Its lease runs out by itself.
-    }
-  }
+  if (stopping) resign(term);
   on_event_(ControlPlaneEvent{ControlPlaneEvent::Kind::kStopped, term, why, ""});
 }
 

@@ -77,6 +77,8 @@ class ControlPlaneHost final : public ServingGate {
   // Serves term `term` until it ends or stop().
   void lead(int64_t term);
   bool serving_locked(Clock::time_point now) const { return term_ != 0 && now < valid_until_; }
+  // Hands the term on at once (or, out of reach, at its lease's end).
+  void resign(int64_t term);
   // Waits up to `d`; true when stop() came.
   bool wait_stop(std::chrono::milliseconds d);
 

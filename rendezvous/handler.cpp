@@ -439,8 +439,7 @@ Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliv
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
             .count());
   });
-  if (!s.ok()) return s;
-  return committed(*ctx, req->job_id(), false).value_or(s);
+  return after_change(*ctx, req->job_id(), false, s);
 }
 
 Status RendezvousHandler::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* req,
@@ -454,7 +453,7 @@ Status RendezvousHandler::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest
     registry_.leave(req->job_id(), req->node_id(), req->lease_key(), static_cast<LeaveKind>(req->kind()),
                     printable(req->message().substr(0, 4096), false), round_of(*req));
   });
-  return s.ok() ? committed(*ctx, req->job_id(), true).value_or(s) : s;
+  return after_change(*ctx, req->job_id(), true, s);
 }
 
 Status RendezvousHandler::Set(grpc::ServerContext* ctx, const v1::SetRequest* req,
@@ -465,7 +464,7 @@ Status RendezvousHandler::Set(grpc::ServerContext* ctx, const v1::SetRequest* re
   if (auto bad = check_value(req->key(), req->value(), options_.limits)) return *bad;
   const grpc::Status s =
       guarded([&] { registry_.store(req->job_id(), round_of(*req))->set(req->key(), req->value()); });
-  return s.ok() ? committed(*ctx, req->job_id(), true).value_or(s) : s;
+  return after_change(*ctx, req->job_id(), true, s);
 }
 
 Status RendezvousHandler::Add(grpc::ServerContext* ctx, const v1::AddRequest* req,
@@ -476,7 +475,7 @@ Status RendezvousHandler::Add(grpc::ServerContext* ctx, const v1::AddRequest* re
   const grpc::Status s = guarded([&] {
     resp->set_value(registry_.store(req->job_id(), round_of(*req))->add(req->key(), req->delta()));
   });
-  return s.ok() ? committed(*ctx, req->job_id(), true).value_or(s) : s;
+  return after_change(*ctx, req->job_id(), true, s);
 }
 
 Status RendezvousHandler::ReportProgress(grpc::ServerContext* ctx, const v1::ProgressReport* req,
@@ -548,6 +547,11 @@ MaybeStatus RendezvousHandler::served(grpc::ServerContextBase& ctx, const std::s
 MaybeStatus RendezvousHandler::committed(grpc::ServerContextBase& ctx, const std::string& job_id, bool force) {
   if (!options_.gate || options_.gate->commit(job_id, force)) return std::nullopt;
   return moved(ctx, job_id, options_.gate->leader_elsewhere(job_id).value_or(""));
+}
+
+grpc::Status RendezvousHandler::after_change(grpc::ServerContextBase& ctx, const std::string& job_id, bool force,
+                                             const grpc::Status& s) {
+  return s.ok() ? committed(ctx, job_id, force).value_or(s) : s;
 }
 
 grpc::Status RendezvousHandler::moved(grpc::ServerContextBase& ctx, const std::string& job_id,

@@ -62,6 +62,9 @@ class RendezvousHandler final
   // After a change: whether it is saved for a successor (nullopt), or the
   // status to answer instead (this process stopped leading meanwhile).
   MaybeStatus committed(grpc::ServerContextBase& ctx, const std::string& job_id, bool force);
+  // s, a change's answer, once the change is saved; s itself when it failed.
+  grpc::Status after_change(grpc::ServerContextBase& ctx, const std::string& job_id, bool force,
+                            const grpc::Status& s);
   static grpc::Status moved(grpc::ServerContextBase& ctx, const std::string& job_id, const std::string& leader);
   // Parks a store wait for keys; on_values fills the response.
   grpc::ServerUnaryReactor* park_wait(grpc::CallbackServerContext* ctx, const std::string& job_id,

@@ -365,13 +365,6 @@ uint64_t JobRegistry::join_async(JoinCall call, JoinDone done) {
       tickets_[ticket] = {call.job_id, node_id};
       // Its join may have closed the round (or superseded a running one).
       settle_locked(job, now, completions);
-      if (job.parked.count(node_id) && job.rounds->assignment(node_id)) {
-        // The node was placed already and sends its join again (the answer
-        // to the first was lost with a rendezvous that went away): it is
-        // answered now, though nothing changed.
-        job.settled_generation = ~uint64_t{0};
-        settle_locked(job, now, completions);
-      }
     } catch (...) {
       completions.push_back(Completion{std::move(done), JoinOutcome{std::nullopt, std::current_exception()}});
     }

@@ -138,6 +138,9 @@ void RoundState::join(const NodeSpec& node, const RoundSettings& settings, const
   } else if (is_member(id) || waiting) {
     // A repeated join of the open round (or of the waiting list, or of a
     // round it was put in meanwhile) refreshes it: it hears its assignment.
+    // (Placed already: its parked join is answered now, though the round
+    // did not change.)
+    if (closed_ && is_member(id)) ++generation_;
   } else if (static_cast<int>(members_.size()) < settings_.max_nodes) {
     if (closed_ && grow(id, now)) {
       // In the running round already.

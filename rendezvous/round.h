@@ -157,7 +157,8 @@ class RoundState {
   JobPhase phase() const { return phase_; }
   const std::string& end_message() const { return end_message_; }
   int restart_count() const { return restarts_; }
-  // Changes whenever a round opens or closes, a node is dropped or the job
+  // Changes whenever a round opens or closes, a node is dropped, whether a
+  // node's workers heal changes, a placed node joins again, or the job
   // ends: callers re-check their waiters only then.
   uint64_t generation() const { return generation_; }
   // Whether any member of the current round asked for a NCCL id.

@@ -151,7 +151,9 @@ TEST(JobState, ASparesJoinSentAgainAfterItTookOverHearsItsPlace) {
   copy.lose("b", "its agent led the control plane", t0 + 2s);
   const auto placed = copy.assignment("d");
   ASSERT_TRUE(placed);
+  const uint64_t before = copy.generation();
   copy.join(healing("d"), RoundSettings{3, 3, 0ms, 5}, kFirst, 3s, t0 + 3s);
+  EXPECT_GT(copy.generation(), before);  // so that the registry answers its parked join now
   EXPECT_EQ(copy.current_round(), 0);
   EXPECT_EQ(copy.restart_count(), 0);
   ASSERT_TRUE(copy.assignment("d"));
