@@ -15,11 +15,13 @@
 namespace ddprun {
 namespace {
 
+#if DDPRUN_HAVE_LIBDW
 std::string demangle(const char* name) {
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(name, nullptr, nullptr, &status), std::free);
   return status == 0 && out ? std::string(out.get()) : std::string(name);
 }
+#endif
 
 std::string base_name(const std::string& path) {
   const auto slash = path.rfind('/');

@@ -82,6 +82,8 @@ ExternalProject_Add(gloo_private_build
              -DUSE_REDIS=OFF -DUSE_IBVERBS=OFF -DUSE_NCCL=OFF -DUSE_RCCL=OFF -DUSE_LIBUV=OFF
              -DUSE_MPI=OFF -DUSE_CUDA=OFF -DUSE_TCP_OPENSSL_LINK=OFF -DUSE_TCP_OPENSSL_LOAD=OFF
              -DBUILD_TEST=OFF -DBUILD_BENCHMARK=OFF
+             # CMake 4 refuses Gloo's old cmake_minimum_required without it.
+             -DCMAKE_POLICY_VERSION_MINIMUM=3.5
              # Hidden: Gloo's CMake predates CMP0063, so a visibility preset
              # would not reach its static library; the flags do.
              "-DCMAKE_CXX_FLAGS=-w -fvisibility=hidden -fvisibility-inlines-hidden"

@@ -175,6 +175,13 @@ foreach(_pkg IN LISTS _packages)
     endif()
   endforeach()
 endforeach()
+# nvcc finds its own libraries through its real folder's lib64/, which the
+# CUDA 13.0 wheels (one nvidia/cu13 folder) lack: CMake's check that nvcc
+# links would fail on cudadevrt. Point it at the kit's lib/ (CUDAFLAGS is
+# where CMake takes the CUDA flags' first value from).
+if(NOT EXISTS "${_top}/lib64" AND NOT "$ENV{CUDAFLAGS}" MATCHES "-L")
+  set(ENV{CUDAFLAGS} "$ENV{CUDAFLAGS} -L${_kit}/lib")
+endif()
 set(CUDA_TOOLKIT_ROOT_DIR "${_kit}" CACHE PATH "" FORCE)
 set(CMAKE_CUDA_COMPILER "${_kit}/bin/nvcc" CACHE FILEPATH "" FORCE)
 set(DDPRUN_CUDA_ROOT "${_kit}")

@@ -66,6 +66,18 @@ sed -i 's|"/usr/lib/libgloo|"${_IMPORT_PREFIX}/lib/libgloo|g' "$dest"/usr/share/
 # libdir=/usr/lib/...): make them the folder's own, wherever it lands.
 sed -i 's|^\([a-z_]*\)=/usr\(/.*\)\?$|\1=${pcfiledir}/../../..\2|' "$dest"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc
 
+# The private Gloo's source (cmake/Gloo.cmake builds it where LibTorch
+# carries a Gloo of its own, as PyPI's wheels do): the GPU machine reaches
+# no registry, so it travels too, checked against the hash CMake pins.
+gloo_url=$(sed -n 's|^ *"\(http[^"]*gloo[^"]*\.tar\.xz\)"$|\1|p' "$repo/cmake/Gloo.cmake")
+gloo_sha=$(sed -n 's|^set(DDPRUN_GLOO_SOURCE_SHA256 "\([0-9a-f]*\)"$|\1|p' "$repo/cmake/Gloo.cmake")
+if [[ -z $gloo_url || -z $gloo_sha ]]; then
+  echo "gpu-prepare: cannot read Gloo's source URL and hash from cmake/Gloo.cmake" >&2
+  exit 1
+fi
+curl -fsSL --retry 3 -o "$dest/gloo-source.tar.xz" "$gloo_url"
+echo "$gloo_sha  $dest/gloo-source.tar.xz" | sha256sum -c --quiet -
+
 size_mib=$(du -sm "$dest" | cut -f1)
 echo "gpu-prepare: $dest holds ${size_mib} MiB (limit ${limit_mib} MiB)"
 if (( size_mib > limit_mib )); then

@@ -163,30 +163,37 @@ TEST(GptExample, AKilledRankIsHealedAndTheRunEndsLikeAnUninterruptedOne) {
 }
 
 TEST(GptExample, ACheckpointResumesOnCpuAndLoadsInPython) {
-  // Written on the test device (the GPU under gpu-test.sh), read back on
-  // CPU by the trainer and by PyTorch.
+  // Written on the test device (the GPU under gpu-test.sh), read by PyTorch
+  // and resumed on CPU by the trainer; the CPU's checkpoint is read too.
   const fs::path dir = temp("portable-ckpt");
+  auto newest = [&] {
+    std::string found;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.path().extension() == ".pt" && e.path().string() > found) found = e.path().string();
+    }
+    return found;
+  };
+  // Any checkpoint is a torch.save file PyTorch loads onto the CPU.
+  auto python_loads = [&](const std::string& file, int step) {
+    const std::string script =
+        "import sys, torch\n"
+        "ck = torch.load(sys.argv[1], map_location='cpu', weights_only=True)\n"
+        "m = ck['model']\n"
+        "assert ck['format'] == 'ddprun-checkpoint/1', ck['format']\n"
+        "assert all(t.device.type == 'cpu' for t in m.values())\n"
+        "print('python loaded step', ck['step'], 'with', len(m), 'tensors')\n";
+    Finished py = ddptest::run({python(), "-c", script, file});
+    EXPECT_EQ(py.exit_code, 0) << py.err;
+    EXPECT_TRUE(contains(py.out, "python loaded step " + std::to_string(step))) << py.out;
+  };
   Finished written = ddptest::run(gpt_job(1, {}, {"--steps", "6", "--checkpoint-dir", dir.string()}));
   ASSERT_EQ(written.exit_code, 0) << written.err;
+  ASSERT_FALSE(newest().empty()) << "no checkpoint in " << dir;
+  python_loads(newest(), 6);
   Finished resumed = ddptest::run(gpt_job(1, {}, {"--steps", "8", "--checkpoint-dir", dir.string()}, "cpu"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_TRUE(std::regex_search(resumed.out, std::regex(R"(resumed from \S+ at step 6)"))) << resumed.out;
-  // The newest file is the step-8 one now; any of them is a torch.save file.
-  std::string newest;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() == ".pt" && e.path().string() > newest) newest = e.path().string();
-  }
-  ASSERT_FALSE(newest.empty()) << "no checkpoint in " << dir;
-  const std::string script =
-      "import sys, torch\n"
-      "ck = torch.load(sys.argv[1], map_location='cpu', weights_only=True)\n"
-      "m = ck['model']\n"
-      "assert ck['format'] == 'ddprun-checkpoint/1', ck['format']\n"
-      "assert all(t.device.type == 'cpu' for t in m.values())\n"
-      "print('python loaded step', ck['step'], 'with', len(m), 'tensors')\n";
-  Finished py = ddptest::run({python(), "-c", script, newest});
-  EXPECT_EQ(py.exit_code, 0) << py.err;
-  EXPECT_TRUE(contains(py.out, "python loaded step 8")) << py.out;
+  python_loads(newest(), 8);  // the newest file is the step-8 one now
   fs::remove_all(dir);
 }
 

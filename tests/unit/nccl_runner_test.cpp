@@ -60,6 +60,7 @@ class FakeNcclBackend final : public NcclBackend {
   NcclCommState comm_state(NcclCommHandle) override {
     std::lock_guard lock(mu_);
     ++polls_;
+    cv_.notify_all();
     if (!fail_while_running.empty() && !pending_.empty()) {
       return {NcclCommState::kFailed, fail_while_running};
     }
@@ -73,6 +74,21 @@ class FakeNcclBackend final : public NcclBackend {
   void wait_for_host_func() {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return !pending_.empty(); });
+  }
+  // Blocks until comm_state has been asked n times in all.
+  void wait_for_polls(int n) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return polls_ >= n; });
+  }
+  int polls() {
+    std::lock_guard lock(mu_);
+    return polls_;
+  }
+  // From now on the communicator stays "in progress" (a non-blocking call
+  // that never finishes enqueuing: a peer is gone).
+  void stall() {
+    std::lock_guard lock(mu_);
+    init_polls = -1;
   }
   // The stream reaches its host functions: run them, as CUDA's thread does.
   void complete() {
@@ -329,6 +345,59 @@ TEST(NcclRunner, WatchdogTimesOutACollectiveNobodyWaitsFor) {
   }
   EXPECT_THROW(runner.enqueue("broadcast", fake.caller, noop_collective(fake), 1s), CollectiveError);
   fake.complete();
+}
+
+// A heal: the agent named a new generation while a collective waits on a
+// dead peer. abort() from another thread fails the waiter now, with its
+// words, and aborts NCCL's communicator; later calls fail the same way.
+TEST(NcclRunner, AbortFromAnotherThreadFailsTheWaiterAtOnceWithItsWords) {
+  FakeNcclBackend fake;
+  NcclRunner runner(fake, options());
+  auto waiter = std::async(std::launch::async, [&] {
+    runner.run("all_reduce", fake.caller, noop_collective(fake), 60s);  // never completed
+  });
+  fake.wait_for_host_func();
+  runner.abort("ddp: the group heals in generation 1");
+  try {
+    waiter.get();
+    FAIL() << "the waiter was not failed by the abort";
+  } catch (const CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("heals in generation 1"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(runner.aborted());
+  EXPECT_TRUE(fake.called("abort comm"));
+  runner.abort("a second abort");  // harmless; the first words stay
+  try {
+    runner.run("broadcast", fake.caller, noop_collective(fake), 1s);
+    FAIL() << "a collective ran on an aborted communicator";
+  } catch (const CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("heals in generation 1"), std::string::npos) << e.what();
+  }
+  fake.complete();
+}
+
+// An enqueue that NCCL keeps "in progress" (a non-blocking call waiting on
+// a dead peer) holds the communicator's lock while it polls: abort() must
+// still get through, at the next poll, not at the enqueue's deadline.
+TEST(NcclRunner, AbortReleasesAnEnqueueStuckInProgress) {
+  FakeNcclBackend fake;
+  NcclRunner runner(fake, options());
+  fake.stall();
+  const int polls = fake.polls();
+  auto stuck = std::async(std::launch::async, [&] {
+    runner.enqueue("all_reduce", fake.caller, noop_collective(fake), 30s);
+  });
+  fake.wait_for_polls(polls + 2);  // polling in wait_ready, the lock held
+  runner.abort("ddp: the group heals in generation 2");
+  try {
+    stuck.get();
+    FAIL() << "the stuck enqueue went through";
+  } catch (const CollectiveError& e) {
+    // Not "timed out after 30 s": the abort's own words.
+    EXPECT_NE(std::string(e.what()).find("heals in generation 2"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(runner.aborted());
+  EXPECT_TRUE(fake.called("abort comm"));
 }
 
 TEST(NcclRunner, DestroyingWithCollectivesInFlightAbortsInsteadOfWaiting) {

@@ -127,6 +127,11 @@ class NcclCommunicator final : public Communicator {
   }
   bool enqueues_on_device() const override { return true; }
 
+  // A heal began: collectives waiting on a dead peer fail now, and NCCL's
+  // communicator is aborted (World connects a fresh one for the next
+  // generation).
+  void abort(const std::string& why) override { runner_->abort(why); }
+
   void broadcast(at::Tensor& t, int root, Timeout timeout) override {
     check_cuda_tensor(t, "broadcast");
     at::Tensor work = t.contiguous();

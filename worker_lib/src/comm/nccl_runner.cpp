@@ -154,6 +154,20 @@ void NcclRunner::check_failed() {
   if (failed) throw_failure();
 }
 
+void NcclRunner::abort(const std::string& why) {
+  // 1. The failure first, without comm_mu_: waiters in synchronize() wake
+  //    now, and an enqueue() polling a non-blocking call (wait_ready, which
+  //    holds comm_mu_) sees it at its next poll and lets go of the lock.
+  {
+    std::lock_guard lock(shared_->mu);
+    if (shared_->failure.empty()) shared_->failure = why;
+  }
+  shared_->cv.notify_all();
+  // 2. Then NCCL's abort, under comm_mu_ like every use of the communicator.
+  std::lock_guard comm_lock(comm_mu_);
+  fail_locked(why);
+}
+
 bool NcclRunner::aborted() const {
   std::lock_guard lock(comm_mu_);
   return comm_ == nullptr;
@@ -177,6 +191,7 @@ void NcclRunner::wait_ready(const char* what, Clock::time_point deadline,
   // seconds; a few ms of lateness costs nothing there.
   auto pause = std::chrono::milliseconds(1);
   while (true) {
+    check_failed();  // abort() from another thread: its words, and comm_mu_ let go
     NcclCommState st = backend_.comm_state(comm_);
     if (st.code == NcclCommState::kReady) return;
     if (st.code == NcclCommState::kFailed) {

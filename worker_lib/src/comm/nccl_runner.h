@@ -85,6 +85,12 @@ class NcclRunner {
   void run(const char* op, NcclStreamHandle caller_stream, const EnqueueFn& enqueue,
            std::chrono::milliseconds timeout);
 
+  // Fails every waiter now with CollectiveError(why) and aborts the
+  // communicator (ncclCommAbort never waits for peers): a heal began, and a
+  // collective blocked on a dead peer must not wait for its timeout. Any
+  // thread, more than once; the first failure's words stay.
+  void abort(const std::string& why);
+
   bool aborted() const;
   // Collectives enqueued and not yet seen completing by the watchdog.
   size_t in_flight() const;

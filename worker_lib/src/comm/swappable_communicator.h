@@ -31,10 +31,14 @@ class SwappableCommunicator final : public Communicator {
     replace(std::move(inner), generation);
   }
   // With `reopen`: a closed communicator connects again on its next use
-  // (NCCL's, which World makes only when a CUDA collective needs it).
-  SwappableCommunicator(std::unique_ptr<Communicator> inner, std::function<std::unique_ptr<Communicator>()> reopen)
-      : reopen_(std::move(reopen)) {
-    replace(std::move(inner));
+  // (NCCL's, which World makes only when a CUDA collective needs it), in
+  // the heal generation `reopen_generation` names then, so that a heal
+  // watcher late to abort generation g's predecessors spares the fresh one.
+  SwappableCommunicator(std::unique_ptr<Communicator> inner, uint32_t generation,
+                        std::function<std::unique_ptr<Communicator>()> reopen,
+                        std::function<uint32_t()> reopen_generation)
+      : reopen_(std::move(reopen)), reopen_generation_(std::move(reopen_generation)) {
+    replace(std::move(inner), generation);
   }
 
   // The old connection is closed first (its peers see it go), then the new
@@ -115,7 +119,7 @@ class SwappableCommunicator final : public Communicator {
 
  private:
   Communicator& get() {
-    if (!inner_ && reopen_) replace(reopen_());
+    if (!inner_ && reopen_) replace(reopen_(), reopen_generation_());
     if (!inner_) throw CollectiveError("ddp: the communicator is closed while the group heals (a peer failed)");
     if (aborted_by_ > generation_) throw CollectiveError(abort_why_);
     return *inner_;
@@ -145,6 +149,7 @@ class SwappableCommunicator final : public Communicator {
   uint32_t aborted_by_ = 0;  // a newer generation that aborted this connection (0: none)
   std::string abort_why_;
   std::function<std::unique_ptr<Communicator>()> reopen_;
+  std::function<uint32_t()> reopen_generation_;
   int rank_ = 0, size_ = 1;
   Timeout timeout_{0};
   std::string backend_;

@@ -126,8 +126,15 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
       const auto p = heartbeat_->placement();
       const bool grows = p && p->generation == g && p->world_size > info_.world_size && p->rank == info_.rank;
       if (grows && !in_step_.load()) return;
-      cpu_->abort_older_than(g, "ddp: the group heals in generation " + std::to_string(g) +
-                                    " (a peer failed, or the world changed)");
+      const std::string why =
+          "ddp: the group heals in generation " + std::to_string(g) + " (a peer failed, or the world changed)";
+      cpu_->abort_older_than(g, why);
+      // NCCL too: a collective waiting on a dead peer over NVLink or shared
+      // memory may never see it go. Not while cuda() connects (it holds the
+      // lock): that connection fails by itself or belongs to the new
+      // generation, and the step's CPU collectives fail anyway.
+      std::unique_lock lock(cuda_mu_, std::try_to_lock);
+      if (lock.owns_lock() && cuda_) cuda_->abort_older_than(g, why);
     });
   }
 }
@@ -205,7 +212,8 @@ void World::reconnect(uint32_t generation) {
 Communicator& World::cuda() {
   std::lock_guard lock(cuda_mu_);
   if (!cuda_) {
-    cuda_ = std::make_unique<SwappableCommunicator>(connect_nccl(), [this] { return connect_nccl(); });
+    cuda_ = std::make_unique<SwappableCommunicator>(connect_nccl(), generation_, [this] { return connect_nccl(); },
+                                                    [this] { return generation_; });
     cuda_->record_into(heartbeat_->flight_ring(), 1);
   }
   return *cuda_;
