@@ -58,6 +58,13 @@ std::string names_of(const std::vector<NamedTensor>& params, const std::vector<s
   return out;
 }
 
+// The small tensors the Reducer's own checks exchange live where its
+// communicator takes tensors: the parameters' device (NCCL refuses CPU
+// tensors). Gathered results come back to the CPU for reading.
+at::Tensor on_params_device(const std::vector<NamedTensor>& params, const at::Tensor& t) {
+  return params.empty() ? t : t.to(params.front().tensor.device());
+}
+
 }  // namespace
 
 Reducer::Reducer(std::vector<NamedTensor> params, std::vector<NamedTensor> buffers,
@@ -113,7 +120,7 @@ void Reducer::check_same_model() {
     }
   }
   const int64_t mine = static_cast<int64_t>(std::hash<std::string>{}(sig.str()) >> 1);
-  at::Tensor all = comm_.all_gather(at::full({1}, mine, at::kLong));
+  const at::Tensor all = comm_.all_gather(on_params_device(params_, at::full({1}, mine, at::kLong))).cpu();
   for (int r = 0; r < comm_.size(); ++r) {
     if (all[r].item<int64_t>() != all[0].item<int64_t>()) {
       throw std::runtime_error("ddp: rank " + std::to_string(r) +
@@ -146,8 +153,8 @@ void Reducer::verify_params() {
       max_diff = (mine.to(at::kDouble) - rank0.to(at::kDouble)).abs().max().item<double>();
     }
   }
-  at::Tensor report = at::tensor({static_cast<double>(first_bad), max_diff}, at::kDouble);
-  at::Tensor all = comm_.all_gather(report);  // [ranks, 2]
+  const at::Tensor report = at::tensor({static_cast<double>(first_bad), max_diff}, at::kDouble);
+  const at::Tensor all = comm_.all_gather(on_params_device(params_, report)).cpu();  // [ranks, 2]
   int64_t worst = -1;  // the lowest parameter index that differs anywhere
   for (int r = 0; r < comm_.size(); ++r) {
     const auto idx = static_cast<int64_t>(all[r][0].item<double>());
