@@ -78,8 +78,10 @@ std::vector<std::string> merge_environment(const std::vector<std::string>& inher
   bool has_omp = false;
   std::set<std::string> user_set;
   // Set unless the user (or vars) set them.
-  std::map<std::string, std::string> defaults{{"NCCL_ASYNC_ERROR_HANDLING", "1"},
-                                              {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}};
+  // Only the current name: PyTorch 2.x warns in every worker that the old
+  // one (NCCL_ASYNC_ERROR_HANDLING) is deprecated when it is set, and
+  // torchrun 2.x sets only this one.
+  std::map<std::string, std::string> defaults{{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}};
   // glibc malloc, tuned for a training step that frees and allocates the
   // same few-MB tensors every step. Its defaults hand freed memory back to
   // the kernel (trim above 2x the dynamic mmap threshold, a few MB here) and

@@ -59,9 +59,10 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id, co
 // The full environment of a worker: `inherited` (KEY=VALUE entries, e.g. the
 // launcher's environ) with `vars` replacing or adding entries. OMP_NUM_THREADS
 // is set to 1 when the launcher runs several workers and the user did not set it;
-// NCCL_ASYNC_ERROR_HANDLING and TORCH_NCCL_ASYNC_ERROR_HANDLING are set to 1
-// unless set already (torchrun does: a collective stuck on a dead peer then
-// fails instead of hanging).
+// TORCH_NCCL_ASYNC_ERROR_HANDLING is set to 1 unless set already (torchrun
+// 2.x does: a collective stuck on a dead peer then fails instead of
+// hanging); the deprecated NCCL_ASYNC_ERROR_HANDLING is passed through, never
+// added.
 std::vector<std::string> merge_environment(const std::vector<std::string>& inherited,
                                            const std::map<std::string, std::string>& vars,
                                            int local_world_size);
