@@ -79,13 +79,18 @@ EtcdLab etcd_lab(int hosts, std::string* why) {
   return l;
 }
 
-// Node i of job `id` on the lab, with the control plane in its etcd.
+// Node i of job `id` on the lab, with the control plane in its etcd. Node
+// 0 asks for node rank 0: it serves the rendezvous (it starts first), but
+// its own first join can reach its service after the others' (it is sent
+// before the election ends, and waits out a back-off), and the tests kill
+// or pause the node whose worker prints the steps.
 std::vector<std::string> etcd_node(const EtcdLab& l, int i, const std::string& nnodes, const std::string& id,
                                    const std::vector<std::string>& program) {
-  return l.lab->wrap(i, command({"--nnodes", nnodes, "--nproc", "1", "--max-restarts", "3", "--stop-timeout", "3",
+  std::vector<std::string> flags{"--nnodes", nnodes, "--nproc", "1", "--max-restarts", "3", "--stop-timeout", "3",
                                  "--rdzv-backend", "etcd", "--rdzv-endpoint", l.etcd->endpoint_list(), "--rdzv-id",
-                                 id, "--rdzv-conf", "join_timeout=120"},
-                                program));
+                                 id, "--rdzv-conf", "join_timeout=120"};
+  if (i == 0) flags.insert(flags.end(), {"--node-rank", "0"});
+  return l.lab->wrap(i, command(flags, program));
 }
 
 // `ddprun status` of the job at `door`, run on lab host i.

@@ -99,6 +99,10 @@ TEST(TorchrunReference, WorkersGetEveryVariableTorchrunSets) {
   // files, its job id is unique even without --rdzv-id (torchrun: "none"),
   // and each run had its own free port.
   const std::set<std::string> kOwnWay{"TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RUN_ID", "MASTER_PORT"};
+  // Left out on purpose: torchrun 1.x's name for what torchrun 2.x sets as
+  // TORCH_NCCL_ASYNC_ERROR_HANDLING (ddprun sets that one); PyTorch 2.x warns
+  // in every worker that the old name is deprecated (docs/launching.md).
+  const std::set<std::string> kLeftOut{"NCCL_ASYNC_ERROR_HANDLING"};
   for (int rank : {0, 1}) {
     const auto want = added(theirs.at(rank));
     const auto& got = ours.at(rank);
@@ -107,7 +111,7 @@ TEST(TorchrunReference, WorkersGetEveryVariableTorchrunSets) {
     for (const auto& [k, v] : want) {
       auto it = got.find(k);
       if (it == got.end()) {
-        missing += " " + k + "=" + v;
+        if (!kLeftOut.count(k)) missing += " " + k + "=" + v;
       } else if (it->second != v && !kOwnWay.count(k)) {
         different += " " + k + ": torchrun " + v + ", ddprun " + it->second + ";";
       }
