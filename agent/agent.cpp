@@ -156,7 +156,8 @@ JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
   JoinArgs args;
   args.job_id = cfg_.run_id;
   args.node = NodeSpec{node_id_,         cfg_.host,          cfg_.nproc,       cfg_.local_addr,
-                       cfg_.node_rank,   cfg_.wants_nccl_id, cfg_.master_port, takes_over(), program_identity()};
+                       cfg_.node_rank,   cfg_.wants_nccl_id, cfg_.master_port, takes_over(), program_identity(),
+                       cfg_.control_address};
   args.settings = cfg_.rdzv;
   args.intent = intent;
   args.lease = cfg_.lease_timeout;

@@ -53,6 +53,10 @@ struct AgentConfig {
   // again ("" when it may): it served the rendezvous, and another agent
   // took it over and dropped this node.
   std::function<std::string()> fenced;
+  // The embedded control plane: where this agent takes the job's Raft
+  // messages, sent in its joins so that the leader may make it a voter
+  // ("": none).
+  std::string control_address;
 
   // Supervision (restarts: rdzv.max_restarts, counted for the whole job).
   std::chrono::milliseconds monitor_interval{100};

@@ -325,6 +325,11 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
   v.refusals = resp.refusals();
   v.refusal = printable(resp.refusal(), false);
   v.straggler_score = resp.straggler_score();
+  // Addresses to call: printable, and few (a hostile leader could send many).
+  for (const auto& c : resp.control_candidates()) {
+    if (v.control_candidates.size() >= 8) break;
+    if (!c.empty() && c.size() <= 512 && printable(c, false) == c) v.control_candidates.push_back(c);
+  }
   if (resp.has_placement()) {
     const auto& p = resp.placement();
     v.placement = Placement{p.node_rank(), p.num_nodes(), p.world_size(), p.first_global_rank()};

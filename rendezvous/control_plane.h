@@ -20,6 +20,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ddprun {
 
@@ -51,6 +52,9 @@ class ControlPlane {
   virtual std::optional<std::string> load() = 0;
   // How long a leader lasts without a renewal.
   virtual std::chrono::milliseconds ttl() const = 0;
+  // Services that may know the leader when this member does not (the
+  // embedded plane's voters); empty where every member can ask the backend.
+  virtual std::vector<std::string> candidates() { return {}; }
 };
 
 }  // namespace ddprun

@@ -70,6 +70,7 @@ class ControlPlaneHost final : public ServingGate {
   std::optional<std::string> leader_elsewhere(const std::string& job_id) override;
   bool commit(const std::string& job_id, bool force) override;
   std::pair<std::string, int64_t> serving_as() const override;
+  std::vector<std::string> candidates() override { return plane_.candidates(); }
 
  private:
   using Clock = std::chrono::steady_clock;

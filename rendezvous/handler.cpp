@@ -348,8 +348,10 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
     return refuse(ctx, invalid_argument("node.node_id is empty"));
   }
   const auto& n = req->node();
-  if (n.node_id().size() > 512 || n.host().size() > 512 || n.local_addr().size() > 512) {
-    return refuse(ctx, invalid_argument("node id, host or local_addr longer than 512 bytes"));
+  if (n.node_id().size() > 512 || n.host().size() > 512 || n.local_addr().size() > 512 ||
+      n.control_address().size() > 1100) {
+    return refuse(ctx, invalid_argument("node id, host or local_addr longer than 512 bytes, or control_address "
+                                        "longer than 1100"));
   }
   // Every agent prints them (in a takeover's, a shrink's or a grow's news).
   if (n.program().size() > kMaxProgramBytes) {
@@ -360,7 +362,8 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
   for (const auto& [field, v] : {std::pair<const char*, const std::string*>{"node id", &n.node_id()},
                                  {"host", &n.host()},
                                  {"local_addr", &n.local_addr()},
-                                 {"program", &n.program()}}) {
+                                 {"program", &n.program()},
+                                 {"control_address", &n.control_address()}}) {
     if (printable(*v, false) != *v) {
       return refuse(ctx, invalid_argument(std::string(field) + " '" + printable(*v, false) +
                                               "' holds control characters"));
@@ -428,6 +431,9 @@ Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliv
     resp->set_refusals(v.refusals);
     resp->set_refusal(v.refusal);
     resp->set_straggler_score(v.straggler_score);
+    if (options_.gate) {
+      for (const std::string& c : options_.gate->candidates()) resp->add_control_candidates(c);
+    }
     if (v.placement.node_rank >= 0) {
       v1::Placement* p = resp->mutable_placement();
       p->set_node_rank(v.placement.node_rank);

@@ -481,6 +481,7 @@ JobStatus RoundState::status(TimePoint now) const {
     ns.last_seen_ago = n.lease.count() > 0 ? std::chrono::duration_cast<Duration>(now - n.last_seen)
                                            : Duration(-1);
     ns.heals = n.workers_heal_round == round_;
+    ns.control_address = n.spec.control_address;
     if (auto a = assignment(id)) {
       ns.node_rank = a->node_rank;
       ns.first_global_rank = a->first_global_rank;

@@ -43,6 +43,7 @@ RendezvousServer::RendezvousServer(ServerOptions options, JobRegistry::IdSource 
       static_cast<int>(limits.max_value_bytes + limits.max_key_bytes + 64 * 1024));
   builder.AddListeningPort(listen, credentials, &port_);
   builder.RegisterService(handler_.get());
+  if (options.peer_service) builder.RegisterService(options.peer_service);
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
     throw ListenError("rendezvous: cannot listen on " + listen +

@@ -12,6 +12,7 @@
 
 namespace grpc {
 class Server;
+class Service;
 }
 
 namespace ddprun {
@@ -32,6 +33,9 @@ struct ServerOptions {
   ServiceLimits limits;
   // Jobs with a control plane: see HandlerOptions::gate (outlives the server).
   ServingGate* gate = nullptr;
+  // The embedded control plane's Raft messages (rendezvous/raft_peer.h),
+  // served on the same port (outlives the server); null: none.
+  grpc::Service* peer_service = nullptr;
 };
 
 class RendezvousServer {

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ddprun {
 
@@ -31,6 +32,10 @@ class ServingGate {
   // This process's node and term while it serves (`ddprun status` shows
   // them); {"", 0} otherwise.
   virtual std::pair<std::string, int64_t> serving_as() const = 0;
+  // Services that can answer for the job when this one cannot reach its
+  // leader (the embedded control plane's voters); agents learn them in
+  // their keep-alives. Empty by default.
+  virtual std::vector<std::string> candidates() { return {}; }
 };
 
 }  // namespace ddprun

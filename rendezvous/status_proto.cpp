@@ -5,7 +5,8 @@ namespace ddprun {
 NodeSpec from_proto(const v1::NodeInfo& n) {
   return NodeSpec{n.node_id(),        n.host(),          n.local_world_size(),
                   n.local_addr(),     n.node_rank_hint(), n.wants_nccl_id(),
-                  n.master_port(),    n.heals(),          n.program()};
+                  n.master_port(),    n.heals(),          n.program(),
+                  n.control_address()};
 }
 
 void to_proto(const NodeSpec& s, v1::NodeInfo* n) {
@@ -18,6 +19,7 @@ void to_proto(const NodeSpec& s, v1::NodeInfo* n) {
   n->set_master_port(s.master_port);
   n->set_heals(s.heals);
   n->set_program(s.program);
+  n->set_control_address(s.control_address);
 }
 
 ProgressInfo from_proto(const v1::Progress& p) {

@@ -39,6 +39,9 @@ struct NodeSpec {
   // arrives while a round runs must run what the members run ("" from
   // older agents: not checked).
   std::string program;
+  // The embedded control plane: where its agent takes Raft messages
+  // (raft_control_plane.h); "": not a candidate to vote.
+  std::string control_address;
 };
 inline constexpr size_t kMaxProgramBytes = 4096;
 
@@ -164,6 +167,8 @@ struct NodeView {
   // (so far), and the newest refusal in words: members say so once each.
   uint32_t refusals = 0;
   std::string refusal;
+  // The embedded control plane's voters' services (KeepAliveResponse).
+  std::vector<std::string> control_candidates;
 };
 
 // Training progress as the agent of global rank 0 reports it (from the
@@ -233,6 +238,7 @@ struct NodeStatus {
   bool waiting = false;        // arrived while the round ran full
   std::chrono::milliseconds last_seen_ago{0};  // -1: it holds no lease (one-node jobs)
   bool heals = false;  // its workers all heal in place in the current round (its keep-alives say)
+  std::string control_address;  // NodeSpec's
   std::optional<NodeCollectives> collectives;  // its last report (age: now)
   std::optional<NodeScore> score;              // job-wide, once scored
 };

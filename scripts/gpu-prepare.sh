@@ -30,6 +30,8 @@ pkgs=(
   libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libcli11-dev nlohmann-json3-dev libgtest-dev
   # Gloo (the CPU communicator) and what libgloo links
   libgloo-dev libgloo0 libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200
+  # libraft (the embedded control plane) and what it links
+  libraft-dev libraft2 libuv1
   ninja-build
 )
 

@@ -15,6 +15,7 @@ packages=(
   gnuplot-nox                    # bench/ddprun-bench draws its charts
   python3-venv                   # scripts/setup-torch2.sh: PyTorch 2.x from PyPI in a venv
   etcd-server etcd-client        # --rdzv-backend etcd, and the tests of a control plane that survives its host
+  libraft-dev                    # the embedded control plane: Raft among the job's first agents
 )
 
 missing=()

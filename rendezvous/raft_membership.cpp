@@ -1,0 +1,97 @@
+#include "rendezvous/raft_membership.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace ddprun {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr auto kChangeTimeout = std::chrono::seconds(10);
+}  // namespace
+
+uint64_t raft_id_of(const std::string& node_id) {
+  // FNV-1a: the same on every node whatever its standard library; never 0.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : node_id) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h == 0 ? 1 : h;
+}
+
+RaftMembership::RaftMembership(RaftNode& node, JobRegistry& registry, std::string job_id,
+                               std::chrono::milliseconds every)
+    : node_(node), registry_(registry), job_id_(std::move(job_id)), every_(every) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+RaftMembership::~RaftMembership() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::string RaftMembership::reconcile() {
+  const RaftStatus s = node_.status();
+  if (s.role != RaftStatus::Role::kLeader) return "";
+  const uint64_t self = s.leader_id;
+  JobStatus job;
+  try {
+    job = registry_.status(job_id_);
+  } catch (const std::exception&) {
+    return "";  // nobody joined yet
+  }
+  // The live nodes that can vote, in the job's order (members by node rank,
+  // then the waiting ones): the first ones are the voters.
+  std::vector<std::pair<uint64_t, std::string>> live;
+  for (const NodeStatus& n : job.nodes) {
+    if (!n.control_address.empty()) live.emplace_back(raft_id_of(n.node_id), n.control_address);
+  }
+  auto is_live = [&](uint64_t id) {
+    return id == self || std::any_of(live.begin(), live.end(), [id](const auto& c) { return c.first == id; });
+  };
+  auto is_voter = [&](uint64_t id) { return std::find(s.voters.begin(), s.voters.end(), id) != s.voters.end(); };
+  const auto deadline = Clock::now() + kChangeTimeout;
+  // 1. A voter whose node is gone (left, lost) goes first.
+  for (uint64_t v : s.voters) {
+    if (v != self && !is_live(v)) {
+      return node_.remove(v, deadline) ? "removed the voter of a node that is gone (Raft id " + std::to_string(v) + ")"
+                                        : "";
+    }
+  }
+  const size_t target = live.size() >= 3 ? 3 : 1;
+  // 2. More voters than the job's nodes warrant: the newest other one goes.
+  if (s.voters.size() > target) {
+    for (auto it = s.voters.rbegin(); it != s.voters.rend(); ++it) {
+      if (*it != self) {
+        return node_.remove(*it, deadline) ? "fewer than three nodes vote: one voter (Raft id " +
+                                                 std::to_string(*it) + ") steps back"
+                                           : "";
+      }
+    }
+  }
+  // 3. Fewer: the first live node that does not vote yet.
+  if (s.voters.size() < target) {
+    for (const auto& [id, address] : live) {
+      if (!is_voter(id)) {
+        return node_.add_voter(id, address, deadline) ? "the node at " + address + " votes in the control plane" : "";
+      }
+    }
+  }
+  return "";
+}
+
+void RaftMembership::loop() {
+  std::unique_lock lock(mu_);
+  while (!cv_.wait_for(lock, every_, [this] { return stop_; })) {
+    lock.unlock();
+    reconcile();
+    lock.lock();
+  }
+}
+
+}  // namespace ddprun

@@ -1,0 +1,55 @@
+// Who votes in a job's embedded control plane. While its member leads, it
+// keeps the Raft group's voters among the job's live nodes:
+//   - three voters once the job has three nodes that can vote (their agents
+//     sent a control address): the leader and the nodes that came first, so
+//     that any one of them may be lost and a majority still commits;
+//   - one (the leader) while it has fewer: two voters would need both, and
+//     losing either would stop the job, where one voter loses only the
+//     control plane with its own node - as without a control plane;
+//   - a voter whose node left the job or was lost is removed, and another
+//     live node takes its place.
+// One change at a time (Raft's rule), checked again after each.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "rendezvous/raft_node.h"
+#include "rendezvous/registry.h"
+
+namespace ddprun {
+
+// A node's Raft id: a hash of its node id (every agent computes the same).
+uint64_t raft_id_of(const std::string& node_id);
+
+class RaftMembership {
+ public:
+  RaftMembership(RaftNode& node, JobRegistry& registry, std::string job_id,
+                 std::chrono::milliseconds every = std::chrono::milliseconds(200));
+  ~RaftMembership();  // stops its thread
+  RaftMembership(const RaftMembership&) = delete;
+  RaftMembership& operator=(const RaftMembership&) = delete;
+
+  // One pass: at most one change, made and waited for. What it did, for the
+  // log ("" when nothing).
+  std::string reconcile();
+
+ private:
+  void loop();
+
+  RaftNode& node_;
+  JobRegistry& registry_;
+  std::string job_id_;
+  std::chrono::milliseconds every_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ddprun
