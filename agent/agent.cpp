@@ -530,7 +530,8 @@ int Agent::run() {
   std::string end_detail;
   if (cfg_.lease_timeout.count() > 0) {
     lease_ = std::make_unique<LeaseKeeper>(
-        rdzv_, LeaseOptions{cfg_.run_id, node_id_, cfg_.keep_alive_interval, cfg_.lease_timeout});
+        rdzv_, LeaseOptions{cfg_.run_id, node_id_, cfg_.keep_alive_interval, cfg_.lease_timeout,
+                            cfg_.on_control_candidates});
   }
   if (heartbeats_) {
     status_ = std::make_unique<StatusReporter>(rdzv_, *heartbeats_,

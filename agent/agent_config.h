@@ -57,6 +57,9 @@ struct AgentConfig {
   // messages, sent in its joins so that the leader may make it a voter
   // ("": none).
   std::string control_address;
+  // ... and what it learns from keep-alives: the services of the control
+  // plane's voters (whom its own service asks when it knows no leader).
+  std::function<void(const std::vector<std::string>&)> on_control_candidates;
 
   // Supervision (restarts: rdzv.max_restarts, counted for the whole job).
   std::chrono::milliseconds monitor_interval{100};

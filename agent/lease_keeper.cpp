@@ -179,6 +179,11 @@ void LeaseKeeper::loop() {
       // reset() came while the call was out: its answer may predate it.
     } else if (view) {
       last_answer = now;
+      if (options_.on_candidates && !view->control_candidates.empty()) {
+        lock.unlock();
+        options_.on_candidates(view->control_candidates);
+        lock.lock();
+      }
       changed = news(status_.view, *view) || status_.contact_lost;
       status_.view = view;
       status_.contact_lost = false;

@@ -13,10 +13,12 @@
 #include <chrono>
 #include <cstdint>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "rendezvous/client.h"
 
@@ -27,6 +29,9 @@ struct LeaseOptions {
   std::string node_id;
   std::chrono::milliseconds interval{250};
   std::chrono::milliseconds lease{2000};
+  // Each answer's control-plane voters (NodeView::control_candidates), on
+  // the keeper's thread; may be empty.
+  std::function<void(const std::vector<std::string>&)> on_candidates;
 };
 
 struct LeaseStatus {

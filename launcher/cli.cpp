@@ -110,12 +110,25 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   if (!v.rdzv_conf.empty()) parse_rdzv_conf(v.rdzv_conf, o);
   if (!v.rdzv_host.empty()) o.rdzv_host_mode = parse_host_mode("--rdzv-host", v.rdzv_host);
   if (!o.rdzv_backend.empty() && o.rdzv_backend != "c10d" && o.rdzv_backend != "static" &&
-      o.rdzv_backend != "ddprun" && o.rdzv_backend != "etcd") {
+      o.rdzv_backend != "ddprun" && o.rdzv_backend != "etcd" && o.rdzv_backend != "embedded") {
     throw UsageError("--rdzv-backend: " + quote(o.rdzv_backend) +
-                     " is not supported (ddprun's own gRPC rendezvous: c10d, static, ddprun; or etcd, "
-                     "etcd-v2, etcd-v3: its state in etcd, v3 API)");
+                     " is not supported (ddprun's own gRPC rendezvous: c10d, static, ddprun; embedded: the same, "
+                     "surviving the loss of the node that serves it; or etcd, etcd-v2, etcd-v3: its state in etcd, "
+                     "v3 API)");
   }
   if (etcd && o.standalone) throw UsageError("--standalone runs a private rendezvous; it cannot be used with --rdzv-backend etcd");
+  if (o.rdzv_backend == "embedded") {
+    if (o.standalone) {
+      throw UsageError("--standalone runs a private rendezvous; it cannot be used with --rdzv-backend embedded");
+    }
+    if (v.endpoint.empty()) {
+      throw UsageError("--rdzv-backend embedded: needs --rdzv-endpoint HOST:PORT, where the job's first node "
+                       "starts its control plane (the same on every node)");
+    }
+    if (o.rdzv_id.empty()) {
+      throw UsageError("--rdzv-id: needed with --rdzv-backend embedded; it names the job's control plane");
+    }
+  }
   if (o.max_nodes > 1 && v.endpoint.empty()) {
     throw UsageError("--nnodes " + v.nnodes + ": several nodes need --rdzv-endpoint HOST:PORT (the "
                      "same on every node) to find each other");

@@ -9,11 +9,9 @@
 
 namespace ddprun {
 
-namespace {
-
 // What the control plane did, in the agent's log: which node serves the job
 // and from when, and why one stopped.
-ControlPlaneHost::OnEvent log_events(const std::string& job_id) {
+ControlPlaneHost::OnEvent control_plane_log(const std::string& job_id) {
   auto last_error = std::make_shared<std::string>();
   return [job_id, last_error](const ControlPlaneEvent& e) {
     switch (e.kind) {
@@ -39,8 +37,6 @@ ControlPlaneHost::OnEvent log_events(const std::string& job_id) {
   };
 }
 
-}  // namespace
-
 HostedControlPlane::HostedControlPlane(LaunchPlan& plan) {
   AgentConfig& a = plan.agent;
   if (a.local_addr.empty()) {
@@ -58,7 +54,7 @@ HostedControlPlane::HostedControlPlane(LaunchPlan& plan) {
   etcd_ = std::make_shared<EtcdClient>(plan.etcd_endpoints);
   // etcd rounds the term's ttl up to its own minimum (1.5 election timeouts).
   plane_ = std::make_unique<EtcdControlPlane>(etcd_, a.run_id, std::chrono::seconds(1));
-  host_ = std::make_unique<ControlPlaneHost>(*plane_, a.run_id, a.node_id, log_events(a.run_id));
+  host_ = std::make_unique<ControlPlaneHost>(*plane_, a.run_id, a.node_id, control_plane_log(a.run_id));
   ServerOptions o{a.local_addr, 0, a.rdzv_auth, plan.rdzv_limits, host_.get()};
   server_ = std::make_unique<RendezvousServer>(o, make_nccl_unique_id);
   a.rdzv_address = server_->address();

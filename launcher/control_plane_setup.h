@@ -15,6 +15,10 @@
 
 namespace ddprun {
 
+// What a control plane did, for the agent's log: which node serves the job
+// and from when, and why one stopped (errors said once while they last).
+ControlPlaneHost::OnEvent control_plane_log(const std::string& job_id);
+
 class HostedControlPlane {
  public:
   // Listens and starts campaigning; fills in the agent's rendezvous address

@@ -20,6 +20,7 @@
 #include "agent/status_wiping_sink.h"
 #include "launcher/cli.h"
 #include "launcher/control_plane_setup.h"
+#include "launcher/embedded_control_plane.h"
 #include "launcher/env_defaults.h"
 #include "launcher/job_file.h"
 #include "launcher/net.h"
@@ -115,7 +116,7 @@ std::string with_port(const std::string& host, int port) {
 // Fills in where the agent and its workers reach it.
 std::unique_ptr<RendezvousServer> place_rendezvous(LaunchPlan& plan) {
   AgentConfig& a = plan.agent;
-  if (!plan.etcd_endpoints.empty()) return nullptr;  // HostedControlPlane's
+  if (!plan.etcd_endpoints.empty() || plan.embedded_control_plane) return nullptr;  // the control plane's
   if (plan.private_rdzv) {
     // Loopback only, with the job's own token; no TLS needed.
     auto server = std::make_unique<RendezvousServer>(
@@ -239,9 +240,11 @@ int main(int argc, char** argv) {
       return kExitUsage;
     }
     std::unique_ptr<HostedControlPlane> control_plane;
+    std::unique_ptr<EmbeddedControlPlane> embedded_control_plane;
     std::unique_ptr<RendezvousServer> server;
     try {
       if (!plan.etcd_endpoints.empty()) control_plane = std::make_unique<HostedControlPlane>(plan);
+      if (plan.embedded_control_plane) embedded_control_plane = std::make_unique<EmbeddedControlPlane>(plan);
       server = place_rendezvous(plan);
     } catch (const UsageError& e) {
       std::fprintf(stderr, "ddprun: error: %s\n", e.what());

@@ -233,8 +233,9 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
     plan.rdzv_listen_host = o.rdzv_host;
     plan.rdzv_listen_port = o.rdzv_port;
     plan.rdzv_host_mode = o.rdzv_host_mode;
+    plan.embedded_control_plane = o.rdzv_backend == "embedded";
     // Nodes that may live elsewhere hold a lease, so a lost one is noticed.
-    if (o.max_nodes > 1 || o.rdzv_host_mode == "off") {
+    if (o.max_nodes > 1 || o.rdzv_host_mode == "off" || plan.embedded_control_plane) {
       a.keep_alive_interval = from_seconds(o.keep_alive_s);
       a.lease_timeout = from_seconds(o.lease_s);
     }

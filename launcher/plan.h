@@ -54,6 +54,9 @@ struct LaunchPlan {
   // then runs a rendezvous service on its own address (a free port), and
   // its workers reach the leader through it.
   std::vector<std::string> etcd_endpoints;
+  // --rdzv-backend embedded (embedded_control_plane.h): the same, with the
+  // election and the state in a Raft group among the job's first agents.
+  bool embedded_control_plane = false;
   // Said once logging is up (things that work but should be known).
   std::vector<std::string> warnings;
 };

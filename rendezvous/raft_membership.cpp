@@ -21,8 +21,8 @@ uint64_t raft_id_of(const std::string& node_id) {
 }
 
 RaftMembership::RaftMembership(RaftNode& node, JobRegistry& registry, std::string job_id,
-                               std::chrono::milliseconds every)
-    : node_(node), registry_(registry), job_id_(std::move(job_id)), every_(every) {
+                               std::function<void(const std::string&)> on_change, std::chrono::milliseconds every)
+    : node_(node), registry_(registry), job_id_(std::move(job_id)), on_change_(std::move(on_change)), every_(every) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -56,11 +56,13 @@ std::string RaftMembership::reconcile() {
   };
   auto is_voter = [&](uint64_t id) { return std::find(s.voters.begin(), s.voters.end(), id) != s.voters.end(); };
   const auto deadline = Clock::now() + kChangeTimeout;
+  auto now_voting = [&] { return " (" + std::to_string(node_.status().voters.size()) + " voters)"; };
   // 1. A voter whose node is gone (left, lost) goes first.
   for (uint64_t v : s.voters) {
     if (v != self && !is_live(v)) {
-      return node_.remove(v, deadline) ? "removed the voter of a node that is gone (Raft id " + std::to_string(v) + ")"
-                                        : "";
+      return node_.remove(v, deadline)
+                 ? "removed the vote of a node that is gone (Raft id " + std::to_string(v) + ")" + now_voting()
+                 : "";
     }
   }
   const size_t target = live.size() >= 3 ? 3 : 1;
@@ -68,8 +70,8 @@ std::string RaftMembership::reconcile() {
   if (s.voters.size() > target) {
     for (auto it = s.voters.rbegin(); it != s.voters.rend(); ++it) {
       if (*it != self) {
-        return node_.remove(*it, deadline) ? "fewer than three nodes vote: one voter (Raft id " +
-                                                 std::to_string(*it) + ") steps back"
+        return node_.remove(*it, deadline) ? "fewer than three nodes can vote: Raft id " + std::to_string(*it) +
+                                                 " steps back" + now_voting()
                                            : "";
       }
     }
@@ -78,7 +80,7 @@ std::string RaftMembership::reconcile() {
   if (s.voters.size() < target) {
     for (const auto& [id, address] : live) {
       if (!is_voter(id)) {
-        return node_.add_voter(id, address, deadline) ? "the node at " + address + " votes in the control plane" : "";
+        return node_.add_voter(id, address, deadline) ? "the node at " + address + " votes" + now_voting() : "";
       }
     }
   }
@@ -89,7 +91,8 @@ void RaftMembership::loop() {
   std::unique_lock lock(mu_);
   while (!cv_.wait_for(lock, every_, [this] { return stop_; })) {
     lock.unlock();
-    reconcile();
+    const std::string did = reconcile();
+    if (!did.empty() && on_change_) on_change_(did);
     lock.lock();
   }
 }

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -29,7 +30,9 @@ uint64_t raft_id_of(const std::string& node_id);
 
 class RaftMembership {
  public:
+  // on_change (may be empty) hears what each change did, on its thread.
   RaftMembership(RaftNode& node, JobRegistry& registry, std::string job_id,
+                 std::function<void(const std::string&)> on_change = {},
                  std::chrono::milliseconds every = std::chrono::milliseconds(200));
   ~RaftMembership();  // stops its thread
   RaftMembership(const RaftMembership&) = delete;
@@ -45,6 +48,7 @@ class RaftMembership {
   RaftNode& node_;
   JobRegistry& registry_;
   std::string job_id_;
+  std::function<void(const std::string&)> on_change_;
   std::chrono::milliseconds every_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -888,6 +888,51 @@ TEST(NetNodes, WithNoSpareTheJobShrinksPastAKilledNodeAndEndsAsAResumeAtOneRankW
       << "the shrunk run's parameters differ from a resume at 1 rank from step " << r.shrunk_at;
 }
 
+// --rdzv-backend embedded: the node that serves the rendezvous (node 0, on
+// the endpoint's host, where the job's control plane started) is lost like
+// any other. Its agent is SIGKILLed mid-epoch (its worker dies with it)
+// once three nodes vote; a voter on another node takes the control plane
+// over, drops node 0, and the two others heal among themselves with no
+// restart. The job ends bit for bit as one that ran on 3 ranks to the step
+// the shrink went on from, saved a checkpoint there and resumed on 2.
+TEST(NetNodes, EmbeddedControlPlaneTheServingNodeIsLostAndTheOthersGoOnAsAResumeAtTwoRanksWould) {
+  std::string why;
+  auto lab = lab_or_skip(3, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
+  const fs::path summary = temp("embedded.json");
+  auto node = [&](int i) {
+    std::vector<std::string> flags = lab_flags(*lab, i, "2:3", "embedded", "join_timeout=120,last_call_timeout=60");
+    flags.insert(flags.end(), {"--rdzv-backend", "embedded"});
+    return lab->wrap(i, node_cmd(flags, heal_job(summary)));
+  };
+  Process n0(node(0), env);
+  ASSERT_TRUE(n0.wait_for_err_line([](const std::string& l) { return contains(l, "starting job embedded's control plane"); },
+                                   60s))
+      << n0.err();
+  Process n1(node(1), env);
+  Process n2(node(2), env);
+  ASSERT_TRUE(n0.wait_for_err_line([](const std::string& l) { return contains(l, "(3 voters)"); }, 60s)) << n0.err();
+  ASSERT_TRUE(reach_step(n0, 40)) << n0.out() << n0.err();
+  const pid_t before = worker_of(n1);
+  n0.signal(SIGKILL);  // the whole node: the serving agent, and its worker with it
+  n0.finish(10s);
+  ASSERT_TRUE(n1.wait_for_line([](const std::string& l) { return contains(l, "world size now 2"); }, 60s))
+      << n1.out() << n1.err() << n2.err();
+  const pid_t after = worker_of(n1);
+  Finished f1 = n1.finish(4min), f2 = n2.finish(4min);
+  ASSERT_EQ(f1.exit_code, 0) << f1.err;
+  ASSERT_EQ(f2.exit_code, 0) << f2.err;
+  EXPECT_TRUE(contains(f1.err + f2.err, "took over job embedded's rendezvous")) << f1.err << f2.err;
+  EXPECT_FALSE(contains(f1.err + f2.err, "restarting the workers")) << f1.err << f2.err;
+  EXPECT_NE(before, 0);
+  EXPECT_EQ(after, before) << "node 1's worker was restarted";
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(f1.out, m, std::regex(R"(world size now 2, going on from step (\d+))"))) << f1.out;
+  EXPECT_EQ(checksum_in(summary), checksum_resumed_at(env, 3, std::stoll(m[1]), 2, "embedded"))
+      << "the job's parameters differ from a resume at 2 ranks from step " << m[1];
+}
+
 // A shrink past a middle node moves the later node's ranks down: node 2's
 // worker goes on as global rank 1, and its agent says so from then on (its
 // events name rank 1, not the rank 2 it was launched as).

@@ -115,7 +115,7 @@ TEST(RaftMembership, ThreeNodesVoteAndALostOnesVoteGoesAndTwoShrinkToOne) {
     registry.join_async(call, [p](JoinOutcome o) { p->set_value(std::move(o)); });
   }
   for (auto& j : joins) ASSERT_TRUE(j.get().result);
-  RaftMembership membership(*a.node, registry, "job", std::chrono::hours(1));  // passes by hand
+  RaftMembership membership(*a.node, registry, "job", {}, std::chrono::hours(1));  // passes by hand
   EXPECT_NE(membership.reconcile(), "");
   EXPECT_NE(membership.reconcile(), "");
   EXPECT_EQ(membership.reconcile(), "") << "a fourth change with three voters";

@@ -163,6 +163,14 @@ TEST(Cli, BadValuesNameTheFlagAndTheValue) {
   EXPECT_EQ(error_of({"--rdzv-backend", "etcd", "--rdzv-endpoint", "https://e:2379", "--rdzv-id", "j", "p"})
                 .rfind("--rdzv-endpoint: etcd endpoint 'https://e:2379': https is not supported", 0),
             0u);
+  // The embedded control plane needs the endpoint where it starts and the job's id.
+  EXPECT_EQ(error_of({"--rdzv-backend", "embedded", "--nnodes", "3", "p"}),
+            "--rdzv-backend embedded: needs --rdzv-endpoint HOST:PORT, where the job's first node starts its "
+            "control plane (the same on every node)");
+  EXPECT_EQ(error_of({"--rdzv-backend", "embedded", "--rdzv-endpoint", "10.0.0.1:29400", "p"}),
+            "--rdzv-id: needed with --rdzv-backend embedded; it names the job's control plane");
+  EXPECT_EQ(error_of({"--rdzv-backend", "embedded", "--standalone", "p"}),
+            "--standalone runs a private rendezvous; it cannot be used with --rdzv-backend embedded");
   EXPECT_EQ(error_of({"--node-rank", "1", "p"}), "--node-rank: 1 is out of range [0, 0]");
   EXPECT_EQ(error_of({"--frobnicate", "p"}), "unknown option '--frobnicate' (see ddprun --help)");
   EXPECT_EQ(error_of({"--nproc", "2"}),

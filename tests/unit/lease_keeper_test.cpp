@@ -51,7 +51,7 @@ TEST(LeaseKeeper, WorkersThatHealAreToldAtOnceNotAtTheNextInterval) {
   RendezvousClient client(server.address());
   const int64_t round = join_n0(client);
   // Keep-alives every 10 minutes: only news can make one go sooner.
-  LeaseKeeper keeper(client, LeaseOptions{"job", "n0", 10min, 10min});
+  LeaseKeeper keeper(client, LeaseOptions{"job", "n0", 10min, 10min, {}});
   pollfd fd{keeper.fd(), POLLIN, 0};
   ASSERT_EQ(poll(&fd, 1, 5000), 1);  // the first keep-alive went and was answered
   keeper.take();
@@ -96,7 +96,7 @@ TEST(ClockOffset, KeepAlivesCarryTheServiceClockAndTheLeaseKeeperEstimatesIt) {
   EXPECT_GE(v.server_mono_ns, before);
   EXPECT_LE(v.server_mono_ns, after);
 
-  LeaseKeeper keeper(client, LeaseOptions{"job", "n0", 20ms, 5s});
+  LeaseKeeper keeper(client, LeaseOptions{"job", "n0", 20ms, 5s, {}});
   EXPECT_FALSE(keeper.clock() && keeper.clock()->rtt_ns < 0);
   pollfd fd{keeper.fd(), POLLIN, 0};
   ASSERT_EQ(poll(&fd, 1, 5000), 1);  // the first answer is news

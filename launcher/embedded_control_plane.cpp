@@ -1,0 +1,140 @@
+#include "launcher/embedded_control_plane.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "launcher/cli.h"
+#include "launcher/control_plane_setup.h"
+#include "launcher/net.h"
+#include "rendezvous/nccl_unique_id.h"
+
+namespace ddprun {
+
+namespace {
+
+// Raft's clock: a leader sends heartbeats every 75 ms and steps down after
+// 0.6 s without a majority; a follower that hears no leader for 0.6-1.2 s
+// starts an election. So losing the serving node costs about a second.
+constexpr auto kHeartbeat = std::chrono::milliseconds(75);
+constexpr auto kElection = std::chrono::milliseconds(600);
+
+std::string host_port(const std::string& host, int port) {
+  const bool ipv6 = host.find(':') != std::string::npos;
+  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+void DeferredGate::set(ServingGate* gate) {
+  std::lock_guard lock(mu_);
+  gate_ = gate;
+}
+
+std::optional<std::string> DeferredGate::leader_elsewhere(const std::string& job_id) {
+  std::lock_guard lock(mu_);
+  return gate_ ? gate_->leader_elsewhere(job_id) : std::optional<std::string>(std::string());
+}
+
+bool DeferredGate::commit(const std::string& job_id, bool force) {
+  std::lock_guard lock(mu_);
+  return gate_ && gate_->commit(job_id, force);
+}
+
+std::pair<std::string, int64_t> DeferredGate::serving_as() const {
+  std::lock_guard lock(mu_);
+  return gate_ ? gate_->serving_as() : std::pair<std::string, int64_t>{"", 0};
+}
+
+std::vector<std::string> DeferredGate::candidates() {
+  std::lock_guard lock(mu_);
+  return gate_ ? gate_->candidates() : std::vector<std::string>{};
+}
+
+EmbeddedControlPlane::EmbeddedControlPlane(LaunchPlan& plan) {
+  AgentConfig& a = plan.agent;
+  std::string endpoint_address;
+  try {
+    endpoint_address = resolve_address(plan.rdzv_listen_host);
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("--rdzv-endpoint: ") + e.what());
+  }
+  const std::string endpoint = host_port(endpoint_address, plan.rdzv_listen_port);
+  if (a.local_addr.empty()) a.local_addr = source_address_towards(endpoint_address);
+  a.local_ifname = interface_of(a.local_addr);
+  if (a.node_id.empty()) a.node_id = a.host + ":" + std::to_string(getpid());
+  if (a.node_id.find('#') != std::string::npos) {
+    throw UsageError("--node-id " + a.node_id + ": '#' is not allowed with --rdzv-backend embedded");
+  }
+
+  // 1. The service: the endpoint's port on the endpoint's host (this agent
+  //    then starts the group), else a free port on this node's address.
+  peer_ = std::make_unique<ControlPeerService>(a.rdzv_auth.token);
+  bool first = false;
+  if (plan.rdzv_host_mode != "off" && is_local_address(endpoint_address)) {
+    try {
+      server_ = std::make_unique<RendezvousServer>(
+          ServerOptions{endpoint_address, plan.rdzv_listen_port, a.rdzv_auth, plan.rdzv_limits, &gate_, peer_.get()},
+          make_nccl_unique_id);
+      first = true;
+    } catch (const ListenError& e) {
+      if (plan.rdzv_host_mode == "on") throw;
+      spdlog::debug("{}: another agent started the job's control plane; joining it", e.what());
+    }
+  }
+  if (!server_) {
+    server_ = std::make_unique<RendezvousServer>(
+        ServerOptions{a.local_addr, 0, a.rdzv_auth, plan.rdzv_limits, &gate_, peer_.get()}, make_nccl_unique_id);
+  }
+
+  // 2. Its member of the job's Raft group, at that service.
+  const std::string control_address = raft_address(server_->address(), a.node_id);
+  GrpcRaftTransport::Options t;
+  t.auth = a.rdzv_auth;
+  t.call_timeout = kElection;
+  transport_ = std::make_unique<GrpcRaftTransport>(t);
+  RaftNodeOptions n;
+  n.id = raft_id_of(a.node_id);
+  n.address = control_address;
+  n.job_id = a.run_id;
+  n.heartbeat = kHeartbeat;
+  n.election = kElection;
+  node_ = std::make_unique<RaftNode>(n, *transport_);
+  peer_->attach(node_.get());
+  plane_ = std::make_unique<RaftControlPlane>(*node_, kElection);
+  // Until this node votes or hears better, the endpoint's node is whom its
+  // service sends calls to.
+  if (!first) plane_->set_hints({endpoint});
+  host_ = std::make_unique<ControlPlaneHost>(*plane_, a.run_id, a.node_id, control_plane_log(a.run_id));
+  gate_.set(host_.get());
+  node_->start(first);
+  host_->start(server_->registry(), server_->address());
+  membership_ = std::make_unique<RaftMembership>(*node_, server_->registry(), a.run_id, [](const std::string& did) {
+    spdlog::info("control plane: {}", did);
+  });
+
+  a.rdzv_address = server_->address();
+  a.hosts_rendezvous = false;  // a leader that leaves hands the job on
+  a.control_address = control_address;
+  a.fenced = [host = host_.get()] { return host->fenced(); };
+  a.on_control_candidates = [plane = plane_.get()](const std::vector<std::string>& voters) {
+    plane->set_hints(voters);
+  };
+  if (first) spdlog::info("starting job {}'s control plane on {}", a.run_id, server_->address());
+}
+
+EmbeddedControlPlane::~EmbeddedControlPlane() {
+  membership_.reset();
+  host_->stop();  // resigns: a voter on another node leads at once
+  // The hand-over is a message to that voter: it must leave before the
+  // transport stops (the new leader's first message says it arrived).
+  node_->wait_for([](const RaftStatus& s) { return s.role != RaftStatus::Role::kLeader; },
+                  std::chrono::steady_clock::now() + kElection);
+  gate_.set(nullptr);
+  server_.reset();
+  peer_->attach(nullptr);
+  plane_.reset();
+  node_.reset();
+  transport_.reset();
+}
+
+}  // namespace ddprun
