@@ -362,6 +362,11 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
       LeaseStatus st = lease_->take();
       if (st.contact_lost) return life.on_contact_lost() + " (" + st.error + ")";
       if (!st.view) return std::nullopt;
+      // A node dropped from the job (it was paused or cut off past its
+      // lease, and the others went on without it) acts on nothing the view
+      // says of the job: its workers must not heal into a generation the
+      // others named without them, under the ranks they had.
+      if (!st.view->known) return life.on_view(*st.view);
       if (st.view->nodes_waiting > nodes_waiting_) {
         spdlog::info("{} node(s) wait to join; the job runs at its --nnodes maximum of {}",
                      st.view->nodes_waiting, cfg_.rdzv.max_nodes);

@@ -53,7 +53,14 @@ std::pair<std::string, int64_t> ControlPlaneHost::serving_as() const {
 
 std::string ControlPlaneHost::fenced() const {
   std::lock_guard lock(mu_);
-  return fenced_;
+  if (!fenced_.empty()) return fenced_;
+  // A term that ran out unrenewed (this process was paused, or cut off) is
+  // over even before the renewal loop gets to say so: another node may
+  // lead by now, and this one must not join again in the meantime.
+  if (term_ != 0 && Clock::now() >= valid_until_) {
+    return "term " + std::to_string(term_) + " ran out unrenewed (this node was paused or cut off)";
+  }
+  return "";
 }
 
 bool ControlPlaneHost::wait_stop(std::chrono::milliseconds d) {

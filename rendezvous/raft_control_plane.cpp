@@ -78,10 +78,14 @@ bool RaftControlPlane::wait_leader_gone(int64_t term, std::chrono::milliseconds 
 
 bool RaftControlPlane::renew(int64_t term) {
   // Local: libraft's leader steps down by itself once it heard from no
-  // majority for an election timeout.
-  // A leader handing its leadership over (leader_id 0) no longer serves.
+  // majority for an election timeout. A leader handing its leadership over (leader_id 0) no longer serves;
+  // nor one that has not heard from a majority for an election timeout
+  // (paused or cut off, it may have been replaced before its own tick says
+  // so: the others elect after the same timeout).
   const RaftStatus s = node_.status();
-  return s.role == Role::kLeader && s.leader_id != 0 && static_cast<int64_t>(s.term) == term;
+  const auto majority = node_.majority_heard_at();
+  const bool recent = majority == Clock::time_point::max() || Clock::now() - majority < ttl_;
+  return s.role == Role::kLeader && s.leader_id != 0 && static_cast<int64_t>(s.term) == term && recent;
 }
 
 void RaftControlPlane::resign(int64_t term) {

@@ -65,7 +65,8 @@ std::string RaftMembership::reconcile() {
                  : "";
     }
   }
-  const size_t target = live.size() >= 3 ? 3 : 1;
+  // All of them up to five, in an odd number; one below three.
+  const size_t target = live.size() >= 5 ? 5 : live.size() >= 3 ? 3 : 1;
   // 2. More voters than the job's nodes warrant: the newest other one goes.
   if (s.voters.size() > target) {
     for (auto it = s.voters.rbegin(); it != s.voters.rend(); ++it) {

@@ -1,8 +1,12 @@
 // Who votes in a job's embedded control plane. While its member leads, it
 // keeps the Raft group's voters among the job's live nodes:
-//   - three voters once the job has three nodes that can vote (their agents
-//     sent a control address): the leader and the nodes that came first, so
-//     that any one of them may be lost and a majority still commits;
+//   - every node that can vote (its agent sent a control address), up to
+//     five, in an odd number, once the job has three: the leader and the
+//     nodes that came first. Any minority of them may be lost and a majority
+//     still commits; and a partition leaves the control plane on the side
+//     with most of the job's nodes (up to five nodes; beyond, on the side
+//     with most voters). A fourth voter would add no tolerance, a sixth
+//     or seventh little for their cost on every commit;
 //   - one (the leader) while it has fewer: two voters would need both, and
 //     losing either would stop the job, where one voter loses only the
 //     control plane with its own node - as without a control plane;

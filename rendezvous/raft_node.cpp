@@ -6,6 +6,7 @@ extern "C" {  // libraft's header declares C functions without saying so
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <random>
 #include <stdexcept>
 
@@ -47,6 +48,8 @@ struct RaftNode::Impl {
   std::mt19937 rng{std::random_device{}()};
   std::string state;  // the FSM: the newest applied blob
   bool has_state = false;
+  // When each member was last heard from (any message in any term).
+  std::map<uint64_t, std::chrono::steady_clock::time_point> heard;
 };
 
 namespace {
@@ -541,6 +544,20 @@ void RaftNode::deliver(const std::string& bytes) {
   if (!pb->ParseFromString(bytes) || pb->job_id() != options_.job_id || pb->to_id() != options_.id) return;
   post([this, pb] {
     if (!impl_->started || impl_->closed) return;
+    // A member removed from the group (its node was lost, paused past the
+    // election timeout, or stepped back) does not know it, and asks for
+    // votes: granted by members it can still reach, it would win a term of
+    // its own and depose the real leader. Votes are asked of a member only
+    // by those in its configuration (a member not yet configured takes
+    // anything: it is being added). A leader's entries come from anyone: a
+    // member that lags may not know it yet.
+    const struct raft_configuration& conf = impl_->raft.configuration;
+    if ((pb->type() == RAFT_IO_REQUEST_VOTE || pb->type() == RAFT_IO_TIMEOUT_NOW) && conf.n > 0) {
+      bool known = false;
+      for (unsigned i = 0; i < conf.n && !known; ++i) known = conf.servers[i].id == pb->from_id();
+      if (!known) return;
+    }
+    impl_->heard[pb->from_id()] = Clock::now();
     struct raft_message m;
     if (!decode(*pb, &m)) return;
     impl_->recv(&impl_->io, &m);  // libraft owns m's buffers now
@@ -563,6 +580,11 @@ bool RaftNode::wait_for(const std::function<bool(const RaftStatus&)>& until, Clo
     lock.lock();
     if (!cv_.wait_until(lock, deadline, [&] { return stop_ || changes_ != seen; }) || stop_) return false;
   }
+}
+
+std::chrono::steady_clock::time_point RaftNode::majority_heard_at() const {
+  std::lock_guard lock(mu_);
+  return majority_heard_at_;
 }
 
 std::optional<std::string> RaftNode::state() const {
@@ -713,9 +735,28 @@ void RaftNode::publish() {
       }
     }
   }
+  // The time by which a majority of the voters had been heard: this member,
+  // and the most recently heard others it takes.
+  Clock::time_point majority = Clock::time_point::max();
+  {
+    std::vector<Clock::time_point> others;
+    for (uint64_t v : s.voters) {
+      if (v == options_.id) continue;
+      auto it = impl_->heard.find(v);
+      others.push_back(it == impl_->heard.end() ? Clock::time_point::min() : it->second);
+    }
+    const size_t need = s.voters.size() / 2;  // others needed for a majority with this one
+    if (need > 0 && need <= others.size()) {
+      std::sort(others.begin(), others.end(), std::greater<>());
+      majority = others[need - 1];
+    } else if (need > 0) {
+      majority = Clock::time_point::min();
+    }
+  }
   bool changed = false;
   {
     std::lock_guard lock(mu_);
+    majority_heard_at_ = majority;
     if (!(s == status_)) {
       status_ = std::move(s);
       changed = true;

@@ -101,6 +101,12 @@ class RaftNode {
   bool barrier(uint64_t term, std::chrono::steady_clock::time_point deadline);
   // The newest applied state (nullopt: none yet).
   std::optional<std::string> state() const;
+  // When this member had last heard from a majority of the voters (itself
+  // counted), as its thread last saw it; time_point::max() when it is the
+  // only voter. A leader whose majority is older than an election timeout
+  // may have been replaced: it was paused, or cut off, and its own tick has
+  // not said so yet.
+  std::chrono::steady_clock::time_point majority_heard_at() const;
 
   // Leader only: adds a member and makes it a voter once it caught up.
   // False when not leader, on a change already running, or at the deadline.
@@ -146,6 +152,7 @@ class RaftNode {
   bool stop_ = false;
   RaftStatus status_;
   uint64_t changes_ = 0;  // counts changes of status_ and state_, for wait_for
+  std::chrono::steady_clock::time_point majority_heard_at_{};
   std::optional<std::string> state_;
   std::thread thread_;
 };

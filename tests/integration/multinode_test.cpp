@@ -933,6 +933,74 @@ TEST(NetNodes, EmbeddedControlPlaneTheServingNodeIsLostAndTheOthersGoOnAsAResume
       << "the job's parameters differ from a resume at 2 ranks from step " << m[1];
 }
 
+// Embedded control plane, the serving node out of the job's majority: cut
+// off alone (its link down), or paused past Raft's election timeout. It can
+// commit nothing, steps down, and its agent leaves non-zero saying another
+// node took over; the two others elect a successor, drop node 0 and finish
+// as a 2-rank job with one rank 0 writing the result.
+void expect_serving_node_fenced(NetLab& lab, const std::string& id, bool cut) {
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1", "DDPRUN_TIMEOUT_S=30"};
+  const fs::path summary = temp(id + ".json");
+  auto node = [&](int i) {
+    std::vector<std::string> flags = lab_flags(lab, i, "2:3", id, "join_timeout=120,last_call_timeout=60");
+    flags.insert(flags.end(), {"--rdzv-backend", "embedded"});
+    return lab.wrap(i, node_cmd(flags, heal_job(summary)));
+  };
+  Process n0(node(0), env);
+  ASSERT_TRUE(n0.wait_for_err_line([&](const std::string& l) { return contains(l, "starting job " + id); }, 60s))
+      << n0.err();
+  Process n1(node(1), env);
+  Process n2(node(2), env);
+  ASSERT_TRUE(n0.wait_for_err_line([](const std::string& l) { return contains(l, "(3 voters)"); }, 60s)) << n0.err();
+  ASSERT_TRUE(reach_step(n0, 20)) << n0.out() << n0.err();
+  const pid_t w0 = worker_of(n0);
+  ASSERT_NE(w0, 0);
+  if (cut) {
+    lab.link_down(0);
+  } else {
+    n0.signal(SIGSTOP);
+    kill(w0, SIGSTOP);
+  }
+  const bool shrunk =
+      n1.wait_for_err_line([](const std::string& l) { return contains(l, "the job goes on with 2 node(s)"); }, 60s)
+          .has_value();
+  if (cut) {
+    lab.link_up(0);
+  } else {
+    kill(w0, SIGCONT);
+    n0.signal(SIGCONT);
+  }
+  ASSERT_TRUE(shrunk) << n1.err() << n2.err();
+  Finished f0 = n0.finish(4min), f1 = n1.finish(4min), f2 = n2.finish(4min);
+  EXPECT_NE(f0.exit_code, 0) << f0.err;
+  EXPECT_TRUE(std::regex_search(f0.err, std::regex("stopped serving job " + id + "'s rendezvous \\(term \\d+\\)")))
+      << f0.err;
+  EXPECT_TRUE(contains(f0.err, "another node took it over and the job goes on without this one, which leaves"))
+      << f0.err;
+  EXPECT_EQ(f1.exit_code, 0) << f1.err;
+  EXPECT_EQ(f2.exit_code, 0) << f2.err;
+  EXPECT_TRUE(contains(f1.err + f2.err, "took over job " + id + "'s rendezvous from node")) << f1.err << f2.err;
+  EXPECT_FALSE(contains(f1.err + f2.err, "restarting the workers")) << f1.err << f2.err;
+  // One rank 0 finished the job: the new one, on node 1.
+  EXPECT_EQ(ddptest::occurrences(f1.out + f2.out, "]:parameters identical on all 2 ranks"), 1) << f1.out << f2.out;
+  EXPECT_FALSE(contains(f0.out, "]:parameters identical")) << f0.out;
+  EXPECT_FALSE(checksum_in(summary).empty());
+}
+
+TEST(NetNodes, EmbeddedControlPlaneTheServingNodeCutOffAloneIsFencedAndTheOthersFinish) {
+  std::string why;
+  auto lab = lab_or_skip(3, &why);
+  if (!lab) GTEST_SKIP() << why;
+  expect_serving_node_fenced(*lab, "cut-off", true);
+}
+
+TEST(NetNodes, EmbeddedControlPlaneAPausedServingNodeIsFencedAndTheOthersFinish) {
+  std::string why;
+  auto lab = lab_or_skip(3, &why);
+  if (!lab) GTEST_SKIP() << why;
+  expect_serving_node_fenced(*lab, "paused", false);
+}
+
 // A shrink past a middle node moves the later node's ranks down: node 2's
 // worker goes on as global rank 1, and its agent says so from then on (its
 // events name rank 1, not the rank 2 it was launched as).
