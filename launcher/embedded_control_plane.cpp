@@ -63,7 +63,9 @@ EmbeddedControlPlane::EmbeddedControlPlane(LaunchPlan& plan) {
   a.local_ifname = interface_of(a.local_addr);
   if (a.node_id.empty()) a.node_id = a.host + ":" + std::to_string(getpid());
   if (a.node_id.find('#') != std::string::npos) {
-    throw UsageError("--node-id " + a.node_id + ": '#' is not allowed with --rdzv-backend embedded");
+    // The node id ends the member's Raft address after a '#'.
+    throw UsageError("--rdzv-backend embedded: this node's id '" + a.node_id +
+                     "' holds a '#' (from its host name?), which the control plane's addresses cannot carry");
   }
 
   // 1. The service: the endpoint's port on the endpoint's host (this agent
