@@ -18,11 +18,6 @@ namespace {
 constexpr auto kHeartbeat = std::chrono::milliseconds(75);
 constexpr auto kElection = std::chrono::milliseconds(600);
 
-std::string host_port(const std::string& host, int port) {
-  const bool ipv6 = host.find(':') != std::string::npos;
-  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
-
 }  // namespace
 
 void DeferredGate::set(ServingGate* gate) {
@@ -58,7 +53,7 @@ EmbeddedControlPlane::EmbeddedControlPlane(LaunchPlan& plan) {
   } catch (const std::exception& e) {
     throw UsageError(std::string("--rdzv-endpoint: ") + e.what());
   }
-  const std::string endpoint = host_port(endpoint_address, plan.rdzv_listen_port);
+  const std::string endpoint = with_port(endpoint_address, plan.rdzv_listen_port);
   if (a.local_addr.empty()) a.local_addr = source_address_towards(endpoint_address);
   a.local_ifname = interface_of(a.local_addr);
   if (a.node_id.empty()) a.node_id = a.host + ":" + std::to_string(getpid());

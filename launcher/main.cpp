@@ -105,11 +105,6 @@ void merge_trace(const AgentConfig& a, std::filesystem::file_time_type started) 
                a.trace_dir);
 }
 
-std::string with_port(const std::string& host, int port) {
-  const bool ipv6 = host.find(':') != std::string::npos;
-  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
-
 // Hosts the rendezvous when this node should: always for a private one; for
 // an endpoint when --rdzv-host says on, or (auto) when the endpoint is one
 // of this machine's addresses and no other agent took the port first.

@@ -11,6 +11,12 @@
 #include <stdexcept>
 
 namespace ddprun {
+
+std::string with_port(const std::string& host, int port) {
+  const bool ipv6 = host.find(':') != std::string::npos;
+  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
 namespace {
 
 std::string numeric(const sockaddr* sa) {

@@ -7,6 +7,9 @@
 
 namespace ddprun {
 
+// "host:port", with an IPv6 host in brackets.
+std::string with_port(const std::string& host, int port);
+
 // The numeric address host resolves to (IPv4 first); throws
 // std::runtime_error naming the host when it does not resolve.
 std::string resolve_address(const std::string& host);

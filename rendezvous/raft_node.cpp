@@ -30,7 +30,7 @@ struct RaftNode::Impl {
   // The newest snapshot libraft stored, for a follower that needs it.
   struct Snapshot {
     uint64_t index = 0, term = 0, conf_index = 0;
-    std::vector<ddprun::v1::RaftServer> conf;
+    google::protobuf::RepeatedPtrField<ddprun::v1::RaftServer> conf;
     std::string data;
   };
   std::optional<Snapshot> snapshot;
@@ -48,6 +48,7 @@ struct RaftNode::Impl {
   std::mt19937 rng{std::random_device{}()};
   std::string state;  // the FSM: the newest applied blob
   bool has_state = false;
+  uint64_t state_version = 0;  // counts the FSM's changes: publish() copies the blob only after one
   // When each member was last heard from (any message in any term).
   std::map<uint64_t, std::chrono::steady_clock::time_point> heard;
 };
@@ -55,8 +56,6 @@ struct RaftNode::Impl {
 namespace {
 
 using Pb = ddprun::v1::RaftMessage;
-
-RaftNode& node_of(struct raft_io* io);
 
 void copy_conf_out(const struct raft_configuration& c, google::protobuf::RepeatedPtrField<ddprun::v1::RaftServer>* out) {
   for (unsigned i = 0; i < c.n; ++i) {
@@ -231,18 +230,30 @@ bool decode(const Pb& pb, struct raft_message* m) {
 // libraft's raft_io and raft_fsm, and the callbacks of the requests made
 // here, as static functions over RaftNode.
 struct RaftNodeIo {
-  static RaftNode::Impl& impl(struct raft_io* io) { return *node_of(io).impl_; }
+  static RaftNode::Impl& impl(struct raft_io* io) { return *static_cast<RaftNode::Impl*>(io->impl); }
 
   static int init(struct raft_io*, raft_id, const char*) { return 0; }
 
-  static void close(struct raft_io* io, raft_io_close_cb cb) {
-    auto& s = impl(io);
-    // What libraft still waits for ends now, canceled, before it frees itself.
+  // An I/O request done at once, its callback run later (libraft expects
+  // it after the call that made the request returns).
+  template <class Req, class Cb>
+  static void later(RaftNode::Impl& s, Req* req, Cb cb) {
+    s.completions.push_back([req, cb](int status) {
+      if (cb) cb(req, status);
+    });
+  }
+  // Runs the callbacks of the requests done so far, with `status`.
+  static void complete(RaftNode::Impl& s, int status) {
     while (!s.completions.empty()) {
       auto done = std::move(s.completions.front());
       s.completions.pop_front();
-      done(RAFT_CANCELED);
+      done(status);
     }
+  }
+
+  static void close(struct raft_io* io, raft_io_close_cb cb) {
+    auto& s = impl(io);
+    complete(s, RAFT_CANCELED);  // what libraft still waits for ends before it frees itself
     s.closed = true;
     if (cb) cb(io);
   }
@@ -312,21 +323,17 @@ struct RaftNodeIo {
   }
 
   static int send(struct raft_io* io, struct raft_io_send* req, const struct raft_message* m, raft_io_send_cb cb) {
-    RaftNode& n = node_of(io);
+    RaftNode& n = *impl(io).node;
     // Encoded now: libraft may release the entries once the callback ran.
     n.transport_.send(m->server_address, encode(*m, n.options_.job_id, n.options_.id, n.options_.address));
-    impl(io).completions.push_back([req, cb](int status) {
-      if (cb) cb(req, status);
-    });
+    later(impl(io), req, cb);
     return 0;
   }
 
   static int append(struct raft_io* io, struct raft_io_append* req, const struct raft_entry[], unsigned,
                     raft_io_append_cb cb) {
     // In memory: libraft's own log is the copy; nothing to write.
-    impl(io).completions.push_back([req, cb](int status) {
-      if (cb) cb(req, status);
-    });
+    later(impl(io), req, cb);
     return 0;
   }
 
@@ -339,16 +346,12 @@ struct RaftNodeIo {
     copy.index = snap->index;
     copy.term = snap->term;
     copy.conf_index = snap->configuration_index;
-    google::protobuf::RepeatedPtrField<ddprun::v1::RaftServer> conf;
-    copy_conf_out(snap->configuration, &conf);
-    copy.conf.assign(conf.begin(), conf.end());
+    copy_conf_out(snap->configuration, &copy.conf);
     for (unsigned i = 0; i < snap->n_bufs; ++i) {
       copy.data.append(static_cast<const char*>(snap->bufs[i].base), snap->bufs[i].len);
     }
     s.snapshot = std::move(copy);
-    s.completions.push_back([req, cb](int status) {
-      if (cb) cb(req, status);
-    });
+    later(s, req, cb);
     return 0;
   }
 
@@ -362,8 +365,7 @@ struct RaftNodeIo {
       auto* out = static_cast<struct raft_snapshot*>(raft_calloc(1, sizeof(struct raft_snapshot)));
       auto* bufs = static_cast<struct raft_buffer*>(raft_calloc(1, sizeof(struct raft_buffer)));
       void* data = raft_malloc(s.snapshot->data.size() > 0 ? s.snapshot->data.size() : 1);
-      google::protobuf::RepeatedPtrField<ddprun::v1::RaftServer> conf(s.snapshot->conf.begin(), s.snapshot->conf.end());
-      if (!out || !bufs || !data || conf_in(conf, &out->configuration) != 0) {
+      if (!out || !bufs || !data || conf_in(s.snapshot->conf, &out->configuration) != 0) {
         raft_free(out);
         raft_free(bufs);
         raft_free(data);
@@ -409,21 +411,14 @@ struct RaftNodeIo {
     std::shared_ptr<RaftNode::Outcome> outcome;
     RaftNode* node = nullptr;
   };
-  static void applied(struct raft_apply* req, int status, void*) {
-    auto* p = static_cast<Pending<struct raft_apply>*>(req->data);
+  // The callback of a request made with pending<Req>().
+  template <class Req>
+  static void done(Req* req, int status) {
+    auto* p = static_cast<Pending<Req>*>(req->data);
     finish(p->node, p->outcome, status);
     delete p;
   }
-  static void barrier_done(struct raft_barrier* req, int status) {
-    auto* p = static_cast<Pending<struct raft_barrier>*>(req->data);
-    finish(p->node, p->outcome, status);
-    delete p;
-  }
-  static void change_done(struct raft_change* req, int status) {
-    auto* p = static_cast<Pending<struct raft_change>*>(req->data);
-    finish(p->node, p->outcome, status);
-    delete p;
-  }
+  static void applied(struct raft_apply* req, int status, void*) { done(req, status); }
 
   // The FSM: the newest applied blob.
   static RaftNode::Impl& fsm_impl(struct raft_fsm* fsm) { return *static_cast<RaftNode::Impl*>(fsm->data); }
@@ -432,6 +427,7 @@ struct RaftNodeIo {
     auto& s = fsm_impl(fsm);
     s.state.assign(static_cast<const char*>(buf->base), buf->len);
     s.has_state = true;
+    ++s.state_version;
     *result = nullptr;
     return 0;
   }
@@ -458,14 +454,11 @@ struct RaftNodeIo {
     const char* p = static_cast<const char*>(buf->base);
     s.has_state = buf->len > 0 && p[0] == 1;
     s.state.assign(buf->len > 1 ? p + 1 : p, buf->len > 1 ? buf->len - 1 : 0);
+    ++s.state_version;
     raft_free(buf->base);  // ours now (libraft hands it over)
     return 0;
   }
 };
-
-namespace {
-RaftNode& node_of(struct raft_io* io) { return *static_cast<RaftNode::Impl*>(io->impl)->node; }
-}  // namespace
 
 RaftNode::RaftNode(RaftNodeOptions options, RaftTransport& transport)
     : impl_(std::make_unique<Impl>()), options_(std::move(options)), transport_(transport) {
@@ -638,7 +631,7 @@ bool RaftNode::barrier(uint64_t term, Clock::time_point deadline) {
   return request([&](const std::shared_ptr<Outcome>& outcome) {
     if (raft_state(&impl_->raft) != RAFT_LEADER || impl_->raft.current_term != term) return false;
     auto* p = pending<struct raft_barrier>(this, outcome);
-    if (raft_barrier(&impl_->raft, &p->req, &RaftNodeIo::barrier_done) != 0) {
+    if (raft_barrier(&impl_->raft, &p->req, &RaftNodeIo::done<struct raft_barrier>) != 0) {
       delete p;
       return false;
     }
@@ -656,8 +649,8 @@ bool RaftNode::add_voter(uint64_t id, const std::string& address, Clock::time_po
     const bool ok = request([&](const std::shared_ptr<Outcome>& outcome) {
       if (raft_state(&impl_->raft) != RAFT_LEADER) return false;
       auto* p = pending<struct raft_change>(this, outcome);
-      const int rv = promote ? raft_assign(&impl_->raft, &p->req, id, RAFT_VOTER, &RaftNodeIo::change_done)
-                             : raft_add(&impl_->raft, &p->req, id, address.c_str(), &RaftNodeIo::change_done);
+      const int rv = promote ? raft_assign(&impl_->raft, &p->req, id, RAFT_VOTER, &RaftNodeIo::done<struct raft_change>)
+                             : raft_add(&impl_->raft, &p->req, id, address.c_str(), &RaftNodeIo::done<struct raft_change>);
       if (rv != 0) delete p;
       return rv == 0;
     }, deadline);
@@ -670,7 +663,7 @@ bool RaftNode::remove(uint64_t id, Clock::time_point deadline) {
   return request([&](const std::shared_ptr<Outcome>& outcome) {
     if (raft_state(&impl_->raft) != RAFT_LEADER) return false;
     auto* p = pending<struct raft_change>(this, outcome);
-    const int rv = raft_remove(&impl_->raft, &p->req, id, &RaftNodeIo::change_done);
+    const int rv = raft_remove(&impl_->raft, &p->req, id, &RaftNodeIo::done<struct raft_change>);
     if (rv != 0) delete p;
     return rv == 0;
   }, deadline);
@@ -761,18 +754,16 @@ void RaftNode::publish() {
       status_ = std::move(s);
       changed = true;
     }
-    if (impl_->has_state && (!state_ || *state_ != impl_->state)) {
+    // The blob (megabytes in a big job) is copied only when the FSM changed,
+    // not compared after every message and tick.
+    if (impl_->has_state && impl_->state_version != published_state_version_) {
       state_ = impl_->state;
+      published_state_version_ = impl_->state_version;
       changed = true;
     }
+    if (changed) ++changes_;
   }
-  if (changed) {
-    {
-      std::lock_guard lock(mu_);
-      ++changes_;
-    }
-    cv_.notify_all();
-  }
+  if (changed) cv_.notify_all();
 }
 
 void RaftNode::loop() {
@@ -785,12 +776,7 @@ void RaftNode::loop() {
       tasks_.pop_front();
       lock.unlock();
       task();
-      // I/O completions of what the task started, now that it returned.
-      while (!impl_->completions.empty()) {
-        auto done = std::move(impl_->completions.front());
-        impl_->completions.pop_front();
-        done(0);
-      }
+      RaftNodeIo::complete(*impl_, 0);  // the I/O the task started, now that it returned
       publish();
       cv_.notify_all();  // run()'s waiter
       lock.lock();
@@ -800,11 +786,7 @@ void RaftNode::loop() {
     if (now >= next_tick) {
       lock.unlock();
       if (impl_->started && !impl_->closed) impl_->tick(&impl_->io);
-      while (!impl_->completions.empty()) {
-        auto done = std::move(impl_->completions.front());
-        impl_->completions.pop_front();
-        done(0);
-      }
+      RaftNodeIo::complete(*impl_, 0);
       publish();
       lock.lock();
       next_tick = Clock::now() + impl_->tick_every;

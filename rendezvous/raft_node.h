@@ -154,6 +154,7 @@ class RaftNode {
   uint64_t changes_ = 0;  // counts changes of status_ and state_, for wait_for
   std::chrono::steady_clock::time_point majority_heard_at_{};
   std::optional<std::string> state_;
+  uint64_t published_state_version_ = 0;  // Impl's state_version that state_ holds
   std::thread thread_;
 };
 

@@ -113,13 +113,15 @@ void GrpcRaftTransport::drain(Peer& peer) {
       ctx.set_deadline(std::chrono::system_clock::now() + options_.call_timeout);
       v1::RaftDelivered done;
       auto writer = stub->Deliver(&ctx, &done);
+      // At least one chunk (an empty message is one empty chunk).
       bool written = true;
-      for (size_t at = 0; written && (at < message.size() || at == 0); at += options_.chunk_bytes) {
+      size_t at = 0;
+      do {
         v1::RaftChunk chunk;
         chunk.set_part(message.substr(at, options_.chunk_bytes));
         written = writer->Write(chunk);
-        if (message.empty()) break;
-      }
+        at += options_.chunk_bytes;
+      } while (written && at < message.size());
       writer->WritesDone();
       ok = written && writer->Finish().ok();
     } catch (const std::exception&) {
