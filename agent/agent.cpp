@@ -274,6 +274,12 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   auto log = cfg_.rdzv.max_nodes > 1 ? spdlog::level::info : spdlog::level::debug;
   spdlog::log(log, "round {}: node rank {} of {}, ranks {}..{} of {}", a.round, a.node_rank,
               a.num_nodes, a.first_global_rank, a.first_global_rank + cfg_.nproc - 1, a.world_size);
+  // Why the round opened, unless this node heard it while its workers ran:
+  // its own workers may have failed only because another node's did.
+  if (!a.opened_because.empty() && a.opened_because != heard_round_detail_) {
+    spdlog::warn("round {} follows the failure of the round before it: {}", a.round, a.opened_because);
+  }
+  heard_round_detail_.clear();
 
   std::vector<WorkerLaunch> launches = make_launches(attempt, joined);
   // As many workers as there are standbys start from one (a heal may have
@@ -387,7 +393,10 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
         }
       }
       if (st.view->round == a.round) tell_workers_whether_heals_come(a, &*st.view);
-      if (auto why = life.on_view(*st.view)) return why;
+      if (auto why = life.on_view(*st.view)) {
+        heard_round_detail_ = st.view->detail;
+        return why;
+      }
       hand_over_if_straggler(attempt, *st.view);
       return std::nullopt;
     };

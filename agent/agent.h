@@ -171,6 +171,7 @@ class Agent {
   std::vector<Standby> standbys_;  // for the next attempt
   bool refill_standby_ = false;     // a heal took one: warm another
   int nodes_waiting_ = 0;          // late nodes last reported waiting
+  std::string heard_round_detail_;  // why the running round was superseded, as this node heard it
   uint32_t refusals_told_ = 0;     // nodes refused for another program, said so far
   uint32_t heal_generation_ = 0;   // the running round's, as told to the workers
   std::vector<LogLoss> log_losses_;  // of every attempt, told at the end

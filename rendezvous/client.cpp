@@ -278,7 +278,8 @@ JoinResult RendezvousClient::join(const JoinArgs& a, CallCanceller* canceller) {
                             resp.world_size(),  resp.first_global_rank(), resp.master_addr(),
                             resp.master_port(), resp.restart_count(),
                             {},
-                            resp.heal_generation()};
+                            resp.heal_generation(),
+                            printable(resp.opened_because().substr(0, kMaxRoundDetailBytes), false)};
   for (const auto& l : resp.lost_nodes()) r.assignment.lost_since_last_round.push_back(printable(l, false));
   r.nccl_id = resp.nccl_id();
   r.nccl_id_error = resp.nccl_id_error();

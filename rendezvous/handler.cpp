@@ -86,6 +86,7 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
     resp->set_restart_count(a.restart_count);
     for (const auto& l : a.lost_since_last_round) resp->add_lost_nodes(l);
     resp->set_heal_generation(a.heal_generation);
+    resp->set_opened_because(a.opened_because);
     resp->set_lease_key(o.result->lease_key);
     resp->set_nccl_id(o.result->nccl_id);
     resp->set_nccl_id_error(o.result->nccl_id_error);

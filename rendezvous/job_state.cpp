@@ -74,6 +74,7 @@ struct RoundStateCodec {
       s->set_restart_count(a.restart_count);
       for (const auto& l : a.lost_since_last_round) s->add_lost_since_last_round(l);
       s->set_heal_generation(a.heal_generation);
+      s->set_opened_because(a.opened_because);
     }
     for (const auto& [id, rank] : r.last_ranks_) (*out->mutable_last_ranks())[id] = rank;
     for (const auto& l : r.lost_) {
@@ -161,6 +162,7 @@ struct RoundStateCodec {
       a.restart_count = s.restart_count();
       a.lost_since_last_round.assign(s.lost_since_last_round().begin(), s.lost_since_last_round().end());
       a.heal_generation = s.heal_generation();
+      a.opened_because = s.opened_because();
       r.assignments_[s.node_id()] = std::move(a);
     }
     for (const auto& [id, rank] : in.last_ranks()) r.last_ranks_[id] = rank;

@@ -123,6 +123,16 @@ void RoundState::join(const NodeSpec& node, const RoundSettings& settings, const
   }
 
   const bool waiting = std::find(waiting_.begin(), waiting_.end(), id) != waiting_.end();
+  if (!closed_ && reason_ == RoundReason::kWorkerFailure && intent.workers_failed &&
+      intent.last_round == round_ - 1 && !intent.failure.empty() &&
+      detail_.size() < kMaxRoundDetailBytes) {
+    // A second node whose workers failed in the round just superseded: its
+    // failure may be the cause of the first one's (a hung worker killed
+    // there closed its peers' connections here), so the open round names
+    // both, and every node hears both with its assignment.
+    detail_ += "; node " + quote_id(id) + "'s workers failed: " + intent.failure;
+    if (detail_.size() > kMaxRoundDetailBytes) detail_.resize(kMaxRoundDetailBytes);
+  }
   if (is_member(id) && closed_ && intent.last_round >= round_) {
     // It ran in this round and is back: its workers failed there (one
     // restart), or it lost track of the job. Everyone starts again. (A
@@ -619,8 +629,8 @@ void RoundState::close_round() {
   int first = 0;
   for (int rank = 0; rank < n; ++rank) {
     const NodeSpec& m = nodes_.at(members_[order[rank]]).spec;
-    assignments_[m.node_id] = Assignment{round_,           rank,           n,         world, first,
-                                         master.local_addr, master.master_port, restarts_, lost};
+    assignments_[m.node_id] = Assignment{round_, rank, n, world, first, master.local_addr, master.master_port, restarts_,
+                                         lost, 0, reason_ == RoundReason::kWorkerFailure ? detail_ : ""};
     last_ranks_[m.node_id] = rank;
     first += m.local_world_size;
   }

@@ -93,6 +93,11 @@ struct Assignment {
   // joined it, the world growing: then lost_since_last_round is empty); its
   // workers start as replacements in this heal generation.
   uint32_t heal_generation = 0;
+  // A round opened by workers' failures: the failures, as every node that
+  // reported one told them ("node 'id''s workers failed: rank 1 hung: ...";
+  // ...), so a node whose worker failed only because of another node's hears
+  // the root cause too. Empty for other rounds.
+  std::string opened_because;
 
   Placement placement() const { return {node_rank, num_nodes, world_size, first_global_rank}; }
 };
@@ -119,6 +124,8 @@ struct JoinIntent {
   std::string failure;  // with workers_failed: the root cause (a hang's verdict too)
 };
 inline constexpr size_t kMaxFailureBytes = 2048;
+// A round's detail names at most this much (several nodes' failures).
+inline constexpr size_t kMaxRoundDetailBytes = 4 * kMaxFailureBytes;
 
 // How a node leaves the job.
 enum class LeaveKind { kSucceeded, kStopped, kFailed, kHandedOver };

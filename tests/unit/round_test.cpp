@@ -126,6 +126,23 @@ TEST(Round, AFailureOpensTheNextRoundForEveryNodeAndCostsOneRestart) {
   EXPECT_EQ(r.assignment("a")->restart_count, 1);
 }
 
+// a's worker failed only because b killed its hung rank (a closed
+// connection), and a's report arrived first: the next round still names b's
+// hang, to both nodes, and costs one restart.
+TEST(Round, ASecondFailureOfTheSameRoundIsNamedWithTheRoundItOpened) {
+  RoundSettings s{2, 2, 0ms, 3};
+  RoundState r = running(s, {"a", "b"});
+  r.join(node("a"), s, JoinIntent{0, true, "rank 0 peer rank 1 closed the connection"}, 0ms, t0 + 1s);
+  r.join(node("b"), s, JoinIntent{0, true, "rank 1 hung: no heartbeat for 2.0 s"}, 0ms, t0 + 2s);
+  ASSERT_TRUE(r.closed());
+  EXPECT_EQ(r.restart_count(), 1);
+  for (auto id : {"a", "b"}) {
+    const std::string why = r.assignment(id)->opened_because;
+    EXPECT_NE(why.find("node 'a''s workers failed: rank 0 peer rank 1 closed"), std::string::npos) << why;
+    EXPECT_NE(why.find("node 'b''s workers failed: rank 1 hung"), std::string::npos) << why;
+  }
+}
+
 TEST(Round, NodeRanksStayWhereTheyWereWhenTheSameNodesReturn) {
   RoundSettings s{3, 3, 0ms, 5};
   RoundState r(s);
