@@ -193,13 +193,22 @@ JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
     told_lost = true;
   };
   if (lease_) tell_lost(lease_->peek());
+  // A node back for another round asks, every keep-alive interval, whether
+  // it may still act for the job: one cut off from its control plane's
+  // majority learns so only while it waits here, and leaves.
+  const bool may_be_fenced = cfg_.fenced && intent.last_round >= 0;
+  const int poll_ms = may_be_fenced ? static_cast<int>(std::max<int64_t>(cfg_.keep_alive_interval.count(), 10)) : -1;
   while (true) {
     // The lease keeper's news too: a rendezvous that went away (its host
     // died) is said once; the join waits for it to come back (a restarted
     // `ddprun rendezvous` lets the job form again) until join_timeout.
     pollfd fds[3] = {{signals_.fd(), POLLIN, 0}, {done_fd, POLLIN, 0},
                      {lease_ ? lease_->fd() : -1, POLLIN, 0}};
-    if (poll(fds, 3, -1) < 0 && errno != EINTR) break;
+    if (poll(fds, 3, poll_ms) < 0 && errno != EINTR) break;
+    if (may_be_fenced && end.fenced.empty()) {
+      end.fenced = cfg_.fenced();
+      if (!end.fenced.empty()) canceller.cancel();
+    }
     if (fds[2].revents & POLLIN) {
       const LeaseStatus st = lease_->take();
       tell_lost(st);
@@ -224,6 +233,7 @@ JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
   }
   joiner.join();
   close(done_fd);
+  if (end.joined) end.fenced.clear();  // it got through after all
   if (lease_) {
     lease_->reset();  // news from before this join is stale
     if (end.joined) lease_->hold();
@@ -560,17 +570,17 @@ int Agent::run() {
     while (act.kind != Action::kExit) {
       switch (act.kind) {
         case Action::kJoin: {
-          if (const std::string fenced = cfg_.fenced ? cfg_.fenced() : ""; !fenced.empty() && joined) {
-            spdlog::error("this node served the job's rendezvous until {}; another node took it over and the "
-                          "job goes on without this one, which leaves",
-                          fenced);
-            end_detail = "fenced: " + fenced;
+          JoinEnd end;
+          end.fenced = joined && cfg_.fenced ? cfg_.fenced() : "";
+          if (end.fenced.empty()) end = join_round(act.intent, attempt);
+          if (!end.fenced.empty() && end.signal == 0) {
+            spdlog::error("{}: the job goes on without this node, which leaves", end.fenced);
+            end_detail = "fenced: " + end.fenced;
             act = Action{};
             act.kind = Action::kExit;
             act.exit_code = kExitWorkerFailed;
             break;
           }
-          JoinEnd end = join_round(act.intent, attempt);
           if (end.joined) joined = end.joined;
           if (!end.joined && end.signal == 0) spdlog::error("{}", end.error);
           act = life.on_join(end);

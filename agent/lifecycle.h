@@ -40,6 +40,7 @@ struct JoinEnd {
   int signal = 0;          // a stop signal cancelled it
   bool job_ended = false;  // the job is over (finished or failed)
   std::string error;       // otherwise: why it failed
+  std::string fenced;      // it was given up: this node may not act for the job (AgentConfig::fenced)
 };
 
 struct Action {

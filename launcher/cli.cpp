@@ -143,6 +143,13 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   if (o.standalone && o.max_nodes > 1) {
     throw UsageError("--standalone runs one node; it cannot be used with --nnodes " + v.nnodes);
   }
+  // torchrun's default backend on a job that may span 3 or more nodes: the
+  // embedded control plane, so that losing the node that serves it costs
+  // what losing any node costs. (With fewer there is no majority to go on
+  // without it; `static` and `ddprun` name the single-host rendezvous.)
+  if ((o.rdzv_backend.empty() || o.rdzv_backend == "c10d") && !v.endpoint.empty() && o.max_nodes >= kEmbeddedFromNodes) {
+    o.rdzv_backend = "embedded";
+  }
   if (o.rdzv_id.size() > 128) {
     throw UsageError("--rdzv-id: at most 128 characters, got " + std::to_string(o.rdzv_id.size()));
   }

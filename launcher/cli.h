@@ -24,13 +24,17 @@ class UsageError : public std::runtime_error {
 // --hang-timeout auto: the learned limit is never below this many seconds.
 inline constexpr double kDefaultHangFloorS = 15;
 
+// A job whose --nnodes maximum is at least this, on torchrun's default
+// backend (c10d), runs the embedded control plane (--rdzv-backend embedded).
+inline constexpr int kEmbeddedFromNodes = 3;
+
 struct CliOptions {
   std::string nproc = "1";  // N, auto, gpu or cpu; resolved by the launcher
   int min_nodes = 1;
   int max_nodes = 1;
   int node_rank = -1;
   bool standalone = false;
-  std::string rdzv_backend;  // "" (ddprun's own), or etcd (also torchrun's etcd-v2)
+  std::string rdzv_backend;  // "" (ddprun's own), embedded (the default from 3 nodes), or etcd (also etcd-v2)
   // --rdzv-backend etcd: the etcd members (host:port), from --rdzv-endpoint.
   std::vector<std::string> etcd_endpoints;
   std::string rdzv_host;  // from --rdzv-endpoint (etcd: its first member); empty when not given

@@ -97,8 +97,9 @@ std::unique_ptr<CLI::App> make_ddprun_app(CliOptions& o, FlagValues& v) {
   app->add_option("--rdzv-id,--rdzv_id", o.rdzv_id, "Job id (TORCHELASTIC_RUN_ID) [default: random]")->type_name("ID")
       ->group(g);
   app->add_option("--rdzv-backend,--rdzv_backend", o.rdzv_backend,
-                 "c10d, static (ddprun's own gRPC rendezvous), or etcd (also etcd-v2, etcd-v3): the "
-                 "rendezvous' state and election in etcd, --rdzv-endpoint naming its members")
+                 "c10d (from 3 nodes: embedded, else one host), static (one host), embedded (every node "
+                 "serves; a Raft majority keeps the job when the serving node is lost), or etcd (also "
+                 "etcd-v2, etcd-v3): the rendezvous' state and election in etcd, --rdzv-endpoint naming its members")
       ->type_name("NAME")
       ->group(g);
   app->add_option("--rdzv-conf,--rdzv_conf", v.rdzv_conf,

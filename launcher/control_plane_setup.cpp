@@ -59,7 +59,7 @@ HostedControlPlane::HostedControlPlane(LaunchPlan& plan) {
   server_ = std::make_unique<RendezvousServer>(o, make_nccl_unique_id);
   a.rdzv_address = server_->address();
   a.hosts_rendezvous = false;  // a leader that leaves hands the job on (it resigns)
-  a.fenced = [host = host_.get()] { return host->fenced(); };
+  a.fenced = [host = host_.get()] { return host->why_fenced(); };
   host_->start(server_->registry(), server_->address());
 }
 

@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
+
 #include "launcher/cli.h"
 #include "launcher/control_plane_setup.h"
 #include "launcher/net.h"
@@ -112,7 +115,24 @@ EmbeddedControlPlane::EmbeddedControlPlane(LaunchPlan& plan) {
   a.rdzv_address = server_->address();
   a.hosts_rendezvous = false;  // a leader that leaves hands the job on
   a.control_address = control_address;
-  a.fenced = [host = host_.get()] { return host->fenced(); };
+  // This node may no longer act for the job (asked before and while it
+  // joins again): it served the control plane and its term ended, or it has
+  // been out of a majority's reach for longer than a lease (a partition left
+  // it on the smaller side, or most nodes are gone). Where a majority is,
+  // the job goes on, and drops this node when its lease runs out.
+  const auto cut_off_after = std::max<std::chrono::steady_clock::duration>(a.lease_timeout, 2 * kElection);
+  a.fenced = [host = host_.get(), node = node_.get(), cut_off_after]() -> std::string {
+    if (std::string f = host->why_fenced(); !f.empty()) return f;
+    const auto contact = node->majority_contact_at();
+    const auto now = std::chrono::steady_clock::now();
+    if (contact == std::chrono::steady_clock::time_point::max() || now - contact < cut_off_after) return "";
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  "this node has reached no majority of the job's %zu control-plane voters for %.1f s "
+                  "(a network partition left it on the smaller side, or most nodes are gone)",
+                  node->status().voters.size(), std::chrono::duration<double>(now - contact).count());
+    return text;
+  };
   a.on_control_candidates = [plane = plane_.get()](const std::vector<std::string>& voters) {
     plane->set_hints(voters);
   };

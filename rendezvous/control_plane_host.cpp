@@ -63,6 +63,11 @@ std::string ControlPlaneHost::fenced() const {
   return "";
 }
 
+std::string ControlPlaneHost::why_fenced() const {
+  const std::string f = fenced();
+  return f.empty() ? f : "this node served the job's rendezvous until " + f + ", and another node took it over";
+}
+
 bool ControlPlaneHost::wait_stop(std::chrono::milliseconds d) {
   std::unique_lock lock(mu_);
   return stop_cv_.wait_for(lock, d, [this] { return stop_; });

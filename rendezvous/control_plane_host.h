@@ -64,6 +64,8 @@ class ControlPlaneHost final : public ServingGate {
   // took over: it was paused or cut off past its term); "" if none did.
   // Such an agent's node is out of the job: it must not join again.
   std::string fenced() const;
+  // fenced() as the sentence an agent leaves with ("" when not fenced).
+  std::string why_fenced() const;
   // Who leads (asked of the control plane at most every 100 ms).
   std::optional<ControlLeader> leader();
 

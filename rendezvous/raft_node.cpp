@@ -580,6 +580,11 @@ std::chrono::steady_clock::time_point RaftNode::majority_heard_at() const {
   return majority_heard_at_;
 }
 
+std::chrono::steady_clock::time_point RaftNode::majority_contact_at() const {
+  std::lock_guard lock(mu_);
+  return majority_contact_at_;
+}
+
 std::optional<std::string> RaftNode::state() const {
   std::lock_guard lock(mu_);
   return state_;
@@ -728,17 +733,23 @@ void RaftNode::publish() {
       }
     }
   }
-  // The time by which a majority of the voters had been heard: this member,
-  // and the most recently heard others it takes.
+  // The time by which a majority of the voters had been heard: this member
+  // (when it votes), and the most recently heard others it takes. A node
+  // not in the configuration (yet) judges nothing: max.
   Clock::time_point majority = Clock::time_point::max();
-  {
+  if (std::find(s.members.begin(), s.members.end(), options_.id) != s.members.end() && s.voters.size() > 1) {
     std::vector<Clock::time_point> others;
+    bool votes = false;
     for (uint64_t v : s.voters) {
-      if (v == options_.id) continue;
+      if (v == options_.id) {
+        votes = true;
+        continue;
+      }
       auto it = impl_->heard.find(v);
       others.push_back(it == impl_->heard.end() ? Clock::time_point::min() : it->second);
     }
-    const size_t need = s.voters.size() / 2;  // others needed for a majority with this one
+    const size_t majority_size = s.voters.size() / 2 + 1;
+    const size_t need = votes ? majority_size - 1 : majority_size;  // others needed
     if (need > 0 && need <= others.size()) {
       std::sort(others.begin(), others.end(), std::greater<>());
       majority = others[need - 1];
@@ -746,10 +757,27 @@ void RaftNode::publish() {
       majority = Clock::time_point::min();
     }
   }
+  // On the majority's side: as leader, its majority; as follower, the last
+  // word from a leader; with no leader known, as it last was.
+  const bool member = std::find(s.members.begin(), s.members.end(), options_.id) != s.members.end();
+  std::optional<Clock::time_point> contact;
+  if (!member || majority == Clock::time_point::max()) {
+    contact = Clock::time_point::max();
+  } else if (s.role == RaftStatus::Role::kLeader) {
+    contact = majority;
+  } else if (s.leader_id != 0) {
+    auto it = impl_->heard.find(s.leader_id);
+    contact = it == impl_->heard.end() ? Clock::now() : it->second;  // a leader named in a snapshot or entry
+  }
   bool changed = false;
   {
     std::lock_guard lock(mu_);
     majority_heard_at_ = majority;
+    if (contact) {
+      majority_contact_at_ = *contact;
+    } else if (majority_contact_at_ == Clock::time_point::max()) {
+      majority_contact_at_ = Clock::now();  // no leader since it became a member: from now
+    }
     if (!(s == status_)) {
       status_ = std::move(s);
       changed = true;

@@ -107,6 +107,11 @@ class RaftNode {
   // may have been replaced: it was paused, or cut off, and its own tick has
   // not said so yet.
   std::chrono::steady_clock::time_point majority_heard_at() const;
+  // When this member last knew itself on a majority's side: as leader, its
+  // majority_heard_at(); else the last message from a leader (which leads
+  // only while it hears a majority). time_point::max() while it is not in
+  // the configuration or is the only voter: then it judges nothing.
+  std::chrono::steady_clock::time_point majority_contact_at() const;
 
   // Leader only: adds a member and makes it a voter once it caught up.
   // False when not leader, on a change already running, or at the deadline.
@@ -153,6 +158,7 @@ class RaftNode {
   RaftStatus status_;
   uint64_t changes_ = 0;  // counts changes of status_ and state_, for wait_for
   std::chrono::steady_clock::time_point majority_heard_at_{};
+  std::chrono::steady_clock::time_point majority_contact_at_ = std::chrono::steady_clock::time_point::max();
   std::optional<std::string> state_;
   uint64_t published_state_version_ = 0;  // Impl's state_version that state_ holds
   std::thread thread_;

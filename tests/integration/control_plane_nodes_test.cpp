@@ -190,7 +190,7 @@ TEST(ControlPlaneNodes, APausedServingNodeIsFencedAndLeavesAndTheOthersFinish) {
   EXPECT_NE(f0.exit_code, 0) << f0.err;
   EXPECT_TRUE(std::regex_search(f0.err, std::regex(R"(stopped serving job paused-job's rendezvous \(term \d+\))")))
       << f0.err;
-  EXPECT_TRUE(contains(f0.err, "another node took it over and the job goes on without this one, which leaves")) << f0.err;
+  EXPECT_TRUE(contains(f0.err, "and another node took it over: the job goes on without this node, which leaves")) << f0.err;
   EXPECT_FALSE(contains(f0.err, "joining the running round")) << f0.err;
   EXPECT_EQ(f1.exit_code, 0) << f1.err;
   EXPECT_EQ(f2.exit_code, 0) << f2.err;

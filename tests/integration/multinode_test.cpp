@@ -975,7 +975,7 @@ void expect_serving_node_fenced(NetLab& lab, const std::string& id, bool cut) {
   EXPECT_NE(f0.exit_code, 0) << f0.err;
   EXPECT_TRUE(std::regex_search(f0.err, std::regex("stopped serving job " + id + "'s rendezvous \\(term \\d+\\)")))
       << f0.err;
-  EXPECT_TRUE(contains(f0.err, "another node took it over and the job goes on without this one, which leaves"))
+  EXPECT_TRUE(contains(f0.err, "and another node took it over: the job goes on without this node, which leaves"))
       << f0.err;
   EXPECT_EQ(f1.exit_code, 0) << f1.err;
   EXPECT_EQ(f2.exit_code, 0) << f2.err;
@@ -999,6 +999,62 @@ TEST(NetNodes, EmbeddedControlPlaneAPausedServingNodeIsFencedAndTheOthersFinish)
   auto lab = lab_or_skip(3, &why);
   if (!lab) GTEST_SKIP() << why;
   expect_serving_node_fenced(*lab, "paused", false);
+}
+
+// A partition of 5 hosts, on the default backend (from 3 nodes: embedded):
+// the serving node 0 and node 1 on one side, nodes 2-4 on the other. The
+// three are a majority of the 5 voters: they elect a successor, drop 0 and
+// 1, and finish as a 3-rank job. The two can commit nothing: node 0's term
+// runs out and node 1 hears no leader; both stop their workers and leave
+// non-zero, each saying why, and neither's rank 0 writes a result.
+TEST(NetNodes, EmbeddedControlPlaneAPartitionKeepsTheMajoritySideAndTheMinorityLeaves) {
+  std::string why;
+  auto lab = lab_or_skip(5, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1", "DDPRUN_TIMEOUT_S=30"};
+  const std::string id = "split";
+  const fs::path summary = temp(id + ".json");
+  auto node = [&](int i) {
+    return lab->wrap(i, node_cmd(lab_flags(*lab, i, "3:5", id, "join_timeout=120,last_call_timeout=60"),
+                                 heal_job(summary)));
+  };
+  std::vector<std::unique_ptr<Process>> n;
+  n.push_back(std::make_unique<Process>(node(0), env));
+  ASSERT_TRUE(n[0]->wait_for_err_line([&](const std::string& l) { return contains(l, "starting job " + id); }, 60s))
+      << n[0]->err();
+  for (int i = 1; i < 5; ++i) n.push_back(std::make_unique<Process>(node(i), env));
+  ASSERT_TRUE(n[0]->wait_for_err_line([](const std::string& l) { return contains(l, "(5 voters)"); }, 60s))
+      << n[0]->err();
+  ASSERT_TRUE(reach_step(*n[0], 20)) << n[0]->out() << n[0]->err();
+  lab->partition({0, 1});
+  const bool shrunk =
+      n[2]->wait_for_err_line([](const std::string& l) { return contains(l, "the job goes on with 3 node(s)"); }, 90s)
+          .has_value();
+  // The minority leaves on its own, the link still cut: it does not wait
+  // for the network to come back.
+  Finished f0 = n[0]->finish(2min), f1 = n[1]->finish(2min);
+  lab->heal_partition();
+  ASSERT_TRUE(shrunk) << n[2]->err() << n[3]->err();
+  std::vector<Finished> majority;
+  for (int i = 2; i < 5; ++i) majority.push_back(n[i]->finish(4min));
+  EXPECT_NE(f0.exit_code, 0) << f0.err;
+  EXPECT_TRUE(contains(f0.err, "this node served the job's rendezvous until")) << f0.err;
+  EXPECT_NE(f1.exit_code, 0) << f1.err;
+  EXPECT_TRUE(contains(f1.err, "this node has reached no majority of the job's 5 control-plane voters")) << f1.err;
+  for (const Finished* f : {&f0, &f1}) {
+    EXPECT_TRUE(contains(f->err, "the job goes on without this node, which leaves")) << f->err;
+    EXPECT_FALSE(contains(f->out, "]:parameters identical")) << f->out;
+  }
+  std::string outs, errs;
+  for (const Finished& f : majority) {
+    EXPECT_EQ(f.exit_code, 0) << f.err;
+    outs += f.out;
+    errs += f.err;
+  }
+  EXPECT_TRUE(contains(errs, "took over job " + id + "'s rendezvous from node")) << errs;
+  // One rank 0 finished the job, on the majority's side.
+  EXPECT_EQ(ddptest::occurrences(outs, "]:parameters identical on all 3 ranks"), 1) << outs;
+  EXPECT_FALSE(checksum_in(summary).empty());
 }
 
 // A shrink past a middle node moves the later node's ranks down: node 2's

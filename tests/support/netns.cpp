@@ -197,4 +197,33 @@ void NetLab::set_port(int i, const char* state) {
   if (!o.ok) throw std::runtime_error("NetLab: `" + join(cmd) + "` failed: " + o.text);
 }
 
+void NetLab::set_master(int i, const std::string& bridge) {
+  if (i < 0 || i >= hosts_) throw std::out_of_range("NetLab: no host " + std::to_string(i));
+  std::vector<std::string> cmd = {ip_, "-n", bridge_ns_, "link", "set", port_if(i), "master", bridge};
+  Outcome o = run_cmd(cmd);
+  if (!o.ok) throw std::runtime_error("NetLab: `" + join(cmd) + "` failed: " + o.text);
+}
+
+void NetLab::partition(const std::vector<int>& side) {
+  heal_partition();
+  if (split_if_.empty()) {
+    const std::string name = "bs" + tag_;
+    for (std::vector<std::string> cmd : {std::vector<std::string>{ip_, "-n", bridge_ns_, "link", "add", name, "type", "bridge"},
+                                         std::vector<std::string>{ip_, "-n", bridge_ns_, "link", "set", name, "up"}}) {
+      Outcome o = run_cmd(cmd);
+      if (!o.ok) throw std::runtime_error("NetLab: `" + join(cmd) + "` failed: " + o.text);
+    }
+    split_if_ = name;
+  }
+  for (int i : side) {
+    set_master(i, split_if_);
+    split_off_.push_back(i);
+  }
+}
+
+void NetLab::heal_partition() {
+  for (int i : split_off_) set_master(i, bridge_if_);
+  split_off_.clear();
+}
+
 }  // namespace ddptest

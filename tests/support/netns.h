@@ -40,12 +40,18 @@ class NetLab {
   // connect took ~1 s, the TCP retransmit): callers retry.
   void link_down(int i);
   void link_up(int i);
+  // Splits the network in two: the hosts in `side` move to a bridge of their
+  // own (they still reach each other, and nobody else), until
+  // heal_partition() moves them back. Throw std::runtime_error on failure.
+  void partition(const std::vector<int>& side);
+  void heal_partition();
 
  private:
   NetLab() = default;
   std::string host_if(int i) const;  // host i's end of its veth pair (in ns(i))
   std::string port_if(int i) const;  // the bridge's end (in bridge_ns_)
   void set_port(int i, const char* state);  // "up" or "down"
+  void set_master(int i, const std::string& bridge);
 
   int hosts_ = 0;
   std::string ip_;         // absolute path of the ip binary
@@ -53,6 +59,8 @@ class NetLab {
   std::string tag_;        // short per-instance id used in interface names
   std::string bridge_ns_;  // namespace holding the bridge
   std::string bridge_if_;
+  std::string split_if_;        // the partition's second bridge, once made
+  std::vector<int> split_off_;  // the hosts on it
   std::string subnet_;     // "10.A.B."
   std::vector<std::string> made_;  // namespaces created so far, for cleanup
 };

@@ -290,6 +290,23 @@ TEST(Plan, EtcdJobsNameTheMembersAndHoldALease) {
   EXPECT_TRUE(make_launch_plan(parse({"true"}), facts(2, 0)).etcd_endpoints.empty());
 }
 
+// torchrun's default backend: the embedded control plane once a job may
+// span 3 nodes (a majority survives losing the serving one); one host below
+// that, and whenever `static` or `ddprun` is named.
+TEST(Plan, ThreeOrMoreNodesGetTheEmbeddedControlPlaneByDefault) {
+  auto embedded = [](std::vector<std::string> args) {
+    args.insert(args.end(), {"--rdzv-endpoint", "10.0.0.1:29400", "--rdzv-id", "j", "true"});
+    return make_launch_plan(parse(args), facts(2, 0)).embedded_control_plane;
+  };
+  EXPECT_TRUE(embedded({"--nnodes", "3"}));
+  EXPECT_TRUE(embedded({"--nnodes", "2:4"}));
+  EXPECT_TRUE(embedded({"--nnodes", "3", "--rdzv-backend", "c10d"}));
+  EXPECT_TRUE(embedded({"--nnodes", "2", "--rdzv-backend", "embedded"}));
+  EXPECT_FALSE(embedded({"--nnodes", "2"}));
+  EXPECT_FALSE(embedded({"--nnodes", "3", "--rdzv-backend", "static"}));
+  EXPECT_FALSE(embedded({"--nnodes", "3", "--rdzv-backend", "ddprun"}));
+}
+
 TEST(Plan, CarriesSettingsToTheAgent) {
   auto plan = make_launch_plan(
       parse({"--nproc", "3", "--max-restarts", "2", "--stop-timeout", "1.5", "--role", "trainer",
