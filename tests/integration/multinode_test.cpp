@@ -1057,6 +1057,64 @@ TEST(NetNodes, EmbeddedControlPlaneAPartitionKeepsTheMajoritySideAndTheMinorityL
   EXPECT_FALSE(checksum_in(summary).empty());
 }
 
+// An unmodified PyTorch script on 3 hosts (default backend: embedded) whose
+// serving node dies with its agent and worker: a voter takes the control
+// plane over, the survivors' workers fail (a plain script cannot heal) and
+// restart as a 2-rank job whose MASTER_ADDR is the new node 0's c10d store.
+TEST(NetNodes, APytorchScriptWhoseServingNodeDiesRestartsAgainstTheNewNodeZerosStore) {
+  std::string why;
+  auto lab = lab_or_skip(3, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const fs::path dir = temp("serving-node");
+  fs::create_directories(dir);
+  const fs::path script = dir / "job.py";
+  std::ofstream(script) << R"PY(import os, sys
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+for step in range(1000000 if attempt == 0 else 20):
+    t = torch.tensor([1.0])
+    dist.all_reduce(t)
+    assert t.item() == world
+    if rank == 0 and step % 10 == 0:
+        print("attempt %d step %d world %d" % (attempt, step, world), flush=True)
+if rank == 0:
+    print("done: world %d, store at %s" % (world, os.environ["MASTER_ADDR"]), flush=True)
+dist.barrier()
+os._exit(0)  # past PyTorch 2.x's abort in interpreter shutdown (see tests/interop/torch_ddp.py)
+)PY";
+  const ddptest::EnvChanges env{"DDPRUN_PYTHON=" PYTHON_BIN, "OMP_NUM_THREADS=1"};
+  auto node = [&](int i) {
+    return lab->wrap(i, node_cmd(lab_flags(*lab, i, "2:3", "py-serving", "join_timeout=120,last_call_timeout=60"),
+                                 {script.string()}));
+  };
+  Process n0(node(0), env);
+  ASSERT_TRUE(n0.wait_for_err_line([](const std::string& l) { return contains(l, "starting job py-serving"); }, 60s))
+      << n0.err();
+  Process n1(node(1), env);
+  Process n2(node(2), env);
+  ASSERT_TRUE(n0.wait_for_err_line([](const std::string& l) { return contains(l, "(3 voters)"); }, 60s)) << n0.err();
+  ASSERT_TRUE(n0.wait_for_line([](const std::string& l) { return contains(l, "attempt 0 step 20 world 3"); }, 120s))
+      << n0.out() << n0.err();
+  n0.signal(SIGKILL);  // the whole node: the serving agent, and its worker with it
+  n0.finish(10s);
+  Finished f1 = n1.finish(4min), f2 = n2.finish(4min);
+  fs::remove_all(dir);
+  EXPECT_EQ(f1.exit_code, 0) << f1.err;
+  EXPECT_EQ(f2.exit_code, 0) << f2.err;
+  EXPECT_TRUE(contains(f1.err + f2.err, "took over job py-serving's rendezvous")) << f1.err << f2.err;
+  EXPECT_TRUE(contains(f1.err + f2.err, "restarting the workers")) << f1.err << f2.err;
+  // One survivor is node 0 now: its agent's store serves the restarted
+  // script, and its rank 0 finishes the job.
+  EXPECT_EQ(ddptest::occurrences(f1.out + f2.out, "]:done: world 2, store at "), 1) << f1.out << f2.out;
+  const bool one_leads = contains(f1.out, "]:done: world 2, store at " + lab->addr(1) + "\n");
+  const bool two_leads = contains(f2.out, "]:done: world 2, store at " + lab->addr(2) + "\n");
+  EXPECT_TRUE(one_leads || two_leads) << f1.out << f2.out;
+  EXPECT_FALSE(contains(f1.out + f2.out, "store at " + lab->addr(0))) << f1.out << f2.out;
+}
+
 // A shrink past a middle node moves the later node's ranks down: node 2's
 // worker goes on as global rank 1, and its agent says so from then on (its
 // events name rank 1, not the rank 2 it was launched as).

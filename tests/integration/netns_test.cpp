@@ -208,6 +208,34 @@ TEST(NetLab, LinkDownCutsHostOffAndLinkUpRestores) {
   close(srv);
 }
 
+// A partition: hosts 0 and 1 reach each other and not host 2 (nor it
+// them); healed, everyone reaches everyone again.
+TEST(NetLab, APartitionSplitsTheHostsInTwoUntilHealed) {
+  MAKE_LAB(lab, 3);
+  int port0 = 0, port2 = 0;
+  int srv0 = listen_in(lab->ns(0), lab->addr(0), &port0);
+  int srv2 = listen_in(lab->ns(2), lab->addr(2), &port2);
+  ASSERT_GE(srv0, 0);
+  ASSERT_GE(srv2, 0);
+  std::string err;
+  lab->partition({0, 1});
+  int c = connect_retrying(lab->ns(1), lab->addr(0), port0, 5s, &err);
+  EXPECT_GE(c, 0) << "host 1 no longer reaches host 0 on its side: " << err;
+  if (c >= 0) close(c);
+  c = connect_from(lab->ns(1), lab->addr(2), port2, 1s, &err);
+  EXPECT_LT(c, 0) << "host 1 reaches host 2 across the partition";
+  if (c >= 0) close(c);
+  c = connect_from(lab->ns(2), lab->addr(0), port0, 1s, &err);
+  EXPECT_LT(c, 0) << "host 2 reaches host 0 across the partition";
+  if (c >= 0) close(c);
+  lab->heal_partition();
+  c = connect_retrying(lab->ns(1), lab->addr(2), port2, 5s, &err);
+  EXPECT_GE(c, 0) << "healed, host 1 still does not reach host 2: " << err;
+  if (c >= 0) close(c);
+  close(srv0);
+  close(srv2);
+}
+
 TEST(NetLab, WrapRunsInsideTheHost) {
   MAKE_LAB(lab, 2);
   int code = -1;
