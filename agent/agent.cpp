@@ -364,10 +364,18 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
     // stay one sequence.)
     go.heal_namer.other_nodes = [&a] { return a.num_nodes > 1; };
     go.heal_namer.ask = [this, &heal_request](const std::string& why) { heal_request = lease_->request_heal(why); };
-    go.heal_namer.answer = [this, &heal_request]() -> std::optional<uint32_t> {
+    go.heal_namer.answer = [this, &heal_request, &a, &running, attempt]() -> std::optional<uint32_t> {
       const LeaseStatus st = lease_->peek();
       if (!st.view || st.view->heal_request_id != heal_request) return std::nullopt;
       const uint32_t g = st.view->heal_request_generation;
+      // The same generation may also move this node's ranks (a node was lost
+      // while this one asked: one generation names both): the replacement
+      // starts under the new ranks, as the other workers go on under them.
+      const Placement& p = st.view->placement;
+      if (st.view->round == a.round && st.view->heal_generation == g && p.node_rank >= 0 && !(p == a.placement())) {
+        move_with(attempt, a, *st.view);
+        if (running) running->renumber(a.first_global_rank, a.world_size, a.node_rank, a.num_nodes);
+      }
       if (g > heal_generation_) heal_generation_ = g;  // named for this node's heal: not news to tell
       return g;
     };
@@ -388,6 +396,7 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
                      st.view->nodes_waiting, cfg_.rdzv.max_nodes);
       }
       nodes_waiting_ = st.view->nodes_waiting;
+      note_control_plane(attempt, *st.view);
       if (st.view->refusals > refusals_told_) {
         spdlog::warn("the rendezvous {}", st.view->refusal);  // it runs on; the late node exits
         events_.write(ev::kRefused, {{"attempt", attempt}, {"detail", st.view->refusal}});
@@ -464,6 +473,10 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
                            ? "stopped by " + signal_name(result.signal)
                            : ""};
     ctx.python = cfg_.python;
+    if (!control_node_.empty()) {
+      ctx.control_plane = "node " + control_node_ + " serves the rendezvous (term " + std::to_string(control_term_) +
+                          ", " + std::to_string(control_takeovers_) + " takeover(s) seen from this node)";
+    }
     write_all(cfg_.console_err_fd, format_failure_summary(result.failures, ctx));
   }
   if (end.outcome == GroupEnd::kWorkerFailed && !result.failures.empty()) {
@@ -489,6 +502,26 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
                                  {"reason", "worker failure"}});
   }
   return end;
+}
+
+void Agent::note_control_plane(int attempt, const NodeView& view) {
+  if (view.control_node.empty() || view.control_term == control_term_) return;
+  // A later term only (an older view may arrive late).
+  if (view.control_term < control_term_) return;
+  nlohmann::json e = {{"attempt", attempt}, {"node", view.control_node}, {"term", view.control_term}};
+  if (!control_node_.empty()) {
+    ++control_takeovers_;
+    spdlog::warn("node {} took over the job's rendezvous (term {}; node {} served term {})", view.control_node,
+                 view.control_term, control_node_, control_term_);
+    e["previous_node"] = control_node_;
+    e["previous_term"] = control_term_;
+  } else {
+    spdlog::info("node {} serves the job's rendezvous (term {})", view.control_node, view.control_term);
+  }
+  e["takeovers"] = control_takeovers_;
+  events_.write(ev::kControlPlane, std::move(e));
+  control_node_ = view.control_node;
+  control_term_ = view.control_term;
 }
 
 std::string Agent::leave(LeaveKind kind, const std::string& message, std::optional<int64_t> round) {

@@ -134,6 +134,9 @@ class Agent {
   // and a rendezvous hosted elsewhere, the node will hand its place over
   // (hand_over_now says when); otherwise it is said once.
   void hand_over_if_straggler(int attempt, const NodeView& view);
+  // A keep-alive named another serving node or term: said once, in the log
+  // and the event log.
+  void note_control_plane(int attempt, const NodeView& view);
   // On the monitor's beat, once the node is to hand its place over: why
   // its workers stop now, when every one of them is inside a collective of
   // a Healer step (so are the other nodes' then: they wait for it there,
@@ -173,6 +176,11 @@ class Agent {
   int nodes_waiting_ = 0;          // late nodes last reported waiting
   std::string heard_round_detail_;  // why the running round was superseded, as this node heard it
   uint32_t refusals_told_ = 0;     // nodes refused for another program, said so far
+  // Who serves the job's rendezvous (a control plane's), as last heard, and
+  // how many times another node took it over since this agent started.
+  std::string control_node_;
+  int64_t control_term_ = 0;
+  int control_takeovers_ = 0;
   uint32_t heal_generation_ = 0;   // the running round's, as told to the workers
   std::vector<LogLoss> log_losses_;  // of every attempt, told at the end
   int duplicate_fd_[2] = {-1, -1};   // filtered_std{out,err}.log (--duplicate-*-filters)

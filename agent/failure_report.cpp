@@ -177,6 +177,7 @@ std::string format_failure_summary(std::vector<WorkerExit> failures, const Summa
       describe_worker(os, failures[i], "    ");
     }
   }
+  if (!ctx.control_plane.empty()) os << "  control plane: " << ctx.control_plane << "\n";
   if (ctx.stopped_count > 0) {
     os << "  " << ctx.stopped_count << (failures.empty() ? "" : " other") << " worker(s) stopped by ddprun\n";
   }

@@ -59,6 +59,9 @@ struct SummaryContext {
   // The interpreter .py workers ran under and how it was chosen, e.g.
   // "/usr/local/bin/python3 (python3 from PATH)"; empty for other programs.
   std::string python = "";
+  // With a control plane: who serves the rendezvous, its term, and the
+  // takeovers this node saw; empty without one.
+  std::string control_plane = "";
 };
 
 // The root cause among failures (not empty, need not be sorted): the

@@ -17,7 +17,7 @@ bool news(const std::optional<NodeView>& a, const NodeView& b) {
          a->nodes_waiting != b.nodes_waiting || a->heal_generation != b.heal_generation ||
          a->takeover_ready != b.takeover_ready || !(a->placement == b.placement) ||
          a->heal_request_id != b.heal_request_id || a->refusals != b.refusals ||
-         (a->straggler_score > 0) != (b.straggler_score > 0);
+         (a->straggler_score > 0) != (b.straggler_score > 0) || a->control_term != b.control_term;
 }
 
 }  // namespace

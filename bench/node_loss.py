@@ -113,14 +113,14 @@ class Lab:
             ip("-n", h, "addr", "add", self.addr[i] + "/24", "dev", self.host_if[i])
             ip("-n", h, "link", "set", self.host_if[i], "up")
 
-    def spawn(self, i, argv, env=None):
+    def spawn(self, i, argv, env=None, out=subprocess.PIPE):
         """Starts argv on host i, its stdout and stderr together into a pipe.
         The host also gets a hostname of its own (a UTS namespace), its
         address: torchrun publishes its hostname as MASTER_ADDR and decides
         whether it hosts the c10d store by it, as it would on real hosts."""
         wrapped = [IP, "netns", "exec", self.ns[i], "unshare", "--uts", "/bin/sh", "-c",
                    'hostname "$0" && exec "$@"', self.addr[i]] + argv
-        p = subprocess.Popen(wrapped, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        p = subprocess.Popen(wrapped, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                              env=env, start_new_session=True)  # Ctrl-C reaches only us; we stop them
         self.procs.append(p)
         return p
@@ -221,20 +221,45 @@ def last_words(tail):
     return "(nothing)"
 
 
-def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spare=False, worker=False):
+def start_etcd(lab, host, data_dir, log_path, v2=False):
+    """One etcd member (Debian's etcd-server) on lab host `host`, clients at
+    its address:2379 (lab.etcd); v2: its v2 API on too (torchrun's etcd-v2
+    backend speaks only that). Returns once it answers, or raises."""
+    url = "http://%s:2379" % lab.addr[host]
+    with open(log_path, "w") as log:
+        lab.spawn(host, ["etcd", "--name", "bench", "--data-dir", data_dir, "--listen-client-urls", url,
+                         "--advertise-client-urls", url, "--listen-peer-urls", "http://%s:2380" % lab.addr[host]]
+                  + (["--enable-v2"] if v2 else []), out=log)
+    deadline = time.time() + 30
+    while subprocess.run([IP, "netns", "exec", lab.ns[host], "etcdctl", "--endpoints", url, "endpoint", "health"],
+                         capture_output=True).returncode:
+        if time.time() > deadline:
+            raise RuntimeError("etcd on host %d did not answer in 30 s" % host)
+        time.sleep(0.1)  # polling etcd's health, not a synchronisation
+    lab.etcd = "%s:2379" % lab.addr[host]
+
+
+def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spare=False, worker=False,
+                   nodes=2, victim=1, watcher=0, etcd=None, first_says=None):
     """One run on a fresh lab. Returns (seconds or None, what happened, {milestone: seconds after the kill}).
     spare: a third node joins before the kill and waits; node 0 heals instead of restoring.
-    worker: only node 1's worker is killed, not its host."""
-    lab = Lab(3 if spare else 2)
+    worker: only node 1's worker is killed, not its host.
+    nodes: how many nodes train before the kill; victim: the node killed (0: the
+    one that serves the rendezvous); watcher: the survivor whose next step counts.
+    etcd: "v3" or "v2": one more host runs an etcd member (lab.etcd) first.
+    first_says: node 0 starts alone until it prints this (it then serves the rendezvous)."""
+    lab = Lab((3 if spare else nodes) + (1 if etcd else 0))
     ckpt = tempfile.mkdtemp(prefix="ddprun-node-loss-")
     lines = queue.Queue()
     try:
         lab.create()
+        if etcd:
+            try:
+                start_etcd(lab, lab.hosts - 1, ckpt + ".etcd", os.path.join(logs, "etcd.log"),
+                           v2=etcd == "v2")
+            except (OSError, RuntimeError) as e:
+                return None, "SETUP FAILED: %s" % e, {}
         procs = []
-        for i in range(2):
-            procs.append(lab.spawn(i, node_cmd(lab, i, ckpt), env_for(lab, i)))
-            threading.Thread(target=watch, args=(i, procs[i], os.path.join(logs, "node%d.log" % i), lines),
-                             daemon=True).start()
 
         def next_line(deadline):
             """The next (node, time, line), or None once `deadline` passes."""
@@ -243,14 +268,29 @@ def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spar
             except queue.Empty:
                 return None
 
-        # 1. Wait until both nodes are in the job (world 2) and it has trained
-        #    kill_at steps since. Either node's worker may be rank 0 before the kill.
+        early = []  # node 0's lines while it starts alone, for step 1
+        for i in range(nodes):
+            procs.append(lab.spawn(i, node_cmd(lab, i, ckpt), env_for(lab, i)))
+            threading.Thread(target=watch, args=(i, procs[i], os.path.join(logs, "node%d.log" % i), lines),
+                             daemon=True).start()
+            while i == 0 and first_says:
+                got = next_line(time.time() + start_timeout)
+                if got is None or got[2] is None:
+                    return None, "SETUP FAILED: node 0 never said %r" % first_says, {}
+                early.append(got)
+                if first_says in got[2]:
+                    break
+        for got in early:
+            lines.put(got)
+
+        # 1. Wait until every node is in the job (world `nodes`) and it has
+        #    trained kill_at steps since. Any node's worker may be rank 0 before the kill.
         deadline, world, step, per_epoch = time.time() + start_timeout, 0, 0, 0
-        while not (world == 2 and step >= kill_at):
+        while not (world == nodes and step >= kill_at):
             got = next_line(deadline)
             if got is None:
-                return None, "SETUP FAILED: no 2-node training reached step %d in %d s" % (
-                    kill_at, start_timeout), {}
+                return None, "SETUP FAILED: no %d-node training reached step %d in %d s" % (
+                    nodes, kill_at, start_timeout), {}
             node, _, line = got
             if line is None:
                 return None, "SETUP FAILED: node %d exited (code %s) before the kill" % (
@@ -260,7 +300,7 @@ def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spar
                 per_epoch = -(-int(e.group(1)) // int(e.group(2)))  # steps an epoch
             if m:
                 world, step = int(m.group(1) or m.group(2)), 0
-            elif s and world == 2:
+            elif s and world == nodes:
                 step = int(s.group(1))
 
         # 1b. The spare joins, waits for a place, and warms its worker up.
@@ -296,8 +336,8 @@ def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spar
                 if s and kill_at <= int(s.group(1)) % per_epoch <= per_epoch - kill_at:
                     break
 
-        # 2. Node 1's host dies (or only its worker).
-        killed_at = lab.kill_worker(1, procs[1].pid) if worker else lab.kill_host(1, procs[1].pid)
+        # 2. The victim's host dies (or only node 1's worker).
+        killed_at = lab.kill_worker(1, procs[1].pid) if worker else lab.kill_host(victim, procs[victim].pid)
 
         # 3. Wait on node 0 for "resumed from", then its next step. On the way,
         #    note when the survivor first said anything (its worker's error),
@@ -311,11 +351,11 @@ def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spar
                 return None, "did not recover within %d s (%s; survivor last said: %s)" % (
                     budget, state, last_words(tail)), marks
             node, at, line = got
-            if node != 0:
+            if node != watcher:
                 continue
             if line is None:
                 return None, "failed: survivor exited with code %s within %d s (last said: %s)" % (
-                    procs[0].wait(), budget, last_words(tail)), marks
+                    procs[watcher].wait(), budget, last_words(tail)), marks
             tail = (tail + [line])[-50:]
             if not STEP.search(line):
                 marks.setdefault("noticed", at - killed_at)
@@ -334,7 +374,8 @@ def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spar
             s = STEP.search(line)
             if s and resumed == "heal":
                 how = ("healed with the spare's worker" if spare else
-                       "healed with node 1's replacement worker" if worker else "shrank to world 1 and healed alone")
+                       "healed with node 1's replacement worker" if worker else
+                       "shrank to world %d and healed" % (nodes - 1))
                 return float(s.group(2)) - killed_at, "recovered: %s, no restart" % how, marks
             if s and resumed:
                 return float(s.group(2)) - killed_at, "recovered: resumed from step %s's checkpoint, world %d" % (
@@ -342,16 +383,18 @@ def node_loss_once(node_cmd, env_for, logs, budget, kill_at, start_timeout, spar
     finally:
         lab.destroy()
         shutil.rmtree(ckpt, ignore_errors=True)
+        shutil.rmtree(ckpt + ".etcd", ignore_errors=True)
 
 
-def measure(name, node_cmd, env_for, args):
-    """--repeats runs; returns (seconds or None, outcomes, milestones), a list each."""
+def measure(name, node_cmd, env_for, args, **where):
+    """--repeats runs; returns (seconds or None, outcomes, milestones), a list each.
+    where: node_loss_once's nodes, victim and watcher."""
     times, outcomes, marks = [], [], []
     for r in range(args.repeats):
         logs = os.path.join(args.logs, "%s-%d" % (name, r))
         os.makedirs(logs, exist_ok=True)
         t, what, m = node_loss_once(node_cmd, env_for, logs, args.budget, args.kill_at, args.start_timeout,
-                                    spare=name.endswith("spare"), worker=name.endswith("worker"))
+                                    spare=name.endswith("spare"), worker=name.endswith("worker"), **where)
         print("  %s run %d: %s  %s  %s" % (name, r + 1, "-" if t is None else "%.2f s" % t, what,
                                            " ".join("%s +%.2f" % kv for kv in m.items())), file=sys.stderr, flush=True)
         times.append(t)
@@ -362,26 +405,30 @@ def measure(name, node_cmd, env_for, args):
 
 # ---- The two launchers ----------------------------------------------------
 
-def ddprun_node(args, flags=()):
+def ddprun_node(args, flags=(), nnodes="1:2", pinned=2, etcd=False):
     """The multi-node tests' NetNodes job (tests/integration/multinode_test.cpp);
-    node 2, when there is one, is the spare (no --node-rank: it takes the lost one's)."""
+    nodes from `pinned` on are spares (no --node-rank: they take a lost one's).
+    From 3 nodes (--nnodes 2:3) the default backend is the embedded control plane;
+    etcd: --rdzv-backend etcd, the lab's etcd member as the endpoint."""
     def cmd(lab, i, ckpt):
-        pin = ["--node-rank", str(i)] if i < 2 else []
-        return [os.path.join(args.build, "ddprun"), "--nnodes", "1:2", "--nproc", "1"] + list(flags) + pin + [
-                "--rdzv-endpoint", lab.addr[0] + ":29400", "--rdzv-id", "lab", "--max-restarts", "3",
+        pin = ["--node-rank", str(i)] if i < pinned else []
+        return [os.path.join(args.build, "ddprun"), "--nnodes", nnodes, "--nproc", "1"] + list(flags) + pin + [
+                "--rdzv-endpoint", lab.etcd if etcd else lab.addr[0] + ":29400", "--rdzv-id", "lab",
+                "--max-restarts", "3",
                 "--stop-timeout", "3",
                 os.path.join(args.build, "train"), "--limit", "6000", "--epochs", "2", "--print-steps",
                 "--checkpoint-dir", ckpt, "--checkpoint-every", "10"]
     return cmd
 
 
-def torchrun_node(args, launcher=None):
+def torchrun_node(args, launcher=None, nnodes="1:2", backend="c10d"):
     """torchrun's c10d rendezvous, hosted by node 0's agent (its hostname is the endpoint's address);
-    launcher: another torchrun-like command (NVRx's ft_launcher)."""
+    launcher: another torchrun-like command (NVRx's ft_launcher); backend etcd-v2: the lab's etcd member."""
     def cmd(lab, i, ckpt):
         return (launcher or anchors.torchrun(args.python)) + [
-                "--monitor_interval", "0.1", "--nnodes", "1:2", "--nproc_per_node", "1",
-                "--rdzv_backend", "c10d", "--rdzv_endpoint", lab.addr[0] + ":29500", "--rdzv_id", "job",
+                "--monitor_interval", "0.1", "--nnodes", nnodes, "--nproc_per_node", "1",
+                "--rdzv_backend", backend, "--rdzv_endpoint", lab.addr[0] + ":29500" if backend == "c10d" else lab.etcd,
+                "--rdzv_id", "job",
                 "--max_restarts", "3",
                 os.path.join(HERE, "node_loss_torch.py"), "--limit", "6000", "--epochs", "2",
                 "--checkpoint-dir", ckpt, "--checkpoint-every", "10"]
@@ -423,6 +470,8 @@ def main():
     p.add_argument("--build", default=os.path.join(ROOT, "build", "bin"))
     p.add_argument("--python", default=None, help="the Python whose torchrun 2.x is the anchor (build/torch2-venv's)")
     p.add_argument("--keep-logs", metavar="DIR", help="keep every node's output under DIR (else a temp dir, removed)")
+    p.add_argument("--only-host-loss", action="store_true",
+                   help="run only the second table: 3 nodes, the node that serves the rendezvous lost")
     args = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("node_loss: needs root (network namespaces)")
@@ -434,6 +483,12 @@ def main():
     signal.signal(signal.SIGTERM, interrupted)
     signal.signal(signal.SIGHUP, interrupted)
 
+    if args.only_host_loss:
+        try:
+            return host_loss(args)
+        finally:
+            if not args.keep_logs:
+                shutil.rmtree(args.logs, ignore_errors=True)
     try:
         ours = summary(*measure("ddprun", ddprun_node(args, ["--max-heals", "0"]), lambda lab, i: None, args))
         shrunk = summary(*measure("ddprun-shrink", ddprun_node(args), lambda lab, i: None, args))
@@ -503,8 +558,76 @@ def main():
         if shrunk[0] is not None:
             ratio = shrunk[0] / theirs[0]
             print("ddprun (shrink, no restart) / torchrun = %.4f (1/%.0f)" % (ratio, 1 / ratio))
+    print()
+    host_loss(args)
     if args.keep_logs:
         print("\nnode logs: %s" % args.keep_logs)
+
+
+def etcd_v2_client_missing(python):
+    """Why torchrun's etcd-v2 backend cannot run with `python` ("" when it can)."""
+    if not shutil.which("etcd"):
+        return "etcd is not installed (apt-get install etcd-server)"
+    r = subprocess.run([python, "-c", "import etcd"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return ("its client, python-etcd, is not in %s (pip install python-etcd: the v2 API's client, "
+                "unmaintained since 2018)" % os.path.dirname(os.path.dirname(python)))
+    return ""
+
+
+def host_loss(args):
+    """The second table: 3 nodes, SIGKILL of node 0's host (the node that
+    serves the rendezvous) -> node 1's first step after; and of node 2's (any
+    other node) -> node 0's, to show the serving node costs what any costs."""
+    none = lambda lab, i: None
+    three = dict(nodes=3, watcher=1, victim=0)
+    rows = []
+    embedded = dict(three, first_says="starting job lab's control plane")
+    rows.append(("ddprun + train (C++), embedded control plane (the default from 3 nodes): serving node 0 lost",
+                 summary(*measure("ddprun-embedded-host", ddprun_node(args, nnodes="2:3", pinned=3), none, args,
+                                  **embedded))))
+    rows.append(("ddprun + train (C++), embedded control plane: node 2 lost (not serving)",
+                 summary(*measure("ddprun-embedded-other", ddprun_node(args, nnodes="2:3", pinned=3), none, args,
+                                  **dict(embedded, victim=2, watcher=0)))))
+    if shutil.which("etcd"):
+        rows.append(("ddprun + train (C++), --rdzv-backend etcd (1 etcd member on a 4th host): serving node 0 lost",
+                     summary(*measure("ddprun-etcd-host", ddprun_node(args, ["--rdzv-backend", "etcd"], nnodes="2:3",
+                                                                      pinned=3, etcd=True), none, args,
+                                      **dict(three, etcd="v3", first_says="serves job lab's rendezvous")))))
+    else:
+        rows.append(("**ddprun --rdzv-backend etcd**",
+                     (None, "-", anchors.missing("ddprun's etcd row", "etcd is not installed (apt-get install etcd-server)"))))
+    python = anchors.torch2_python(args.python)
+    if not python:
+        why = anchors.missing("torchrun 2.x", "build/torch2-venv is missing (scripts/setup-torch2.sh)")
+        rows.append(("**torchrun (anchor)**", (None, "-", why)))
+    else:
+        label = anchors.torchrun_label(python)
+        args.python = python
+        reps = argparse.Namespace(**dict(vars(args), repeats=args.torchrun_repeats or args.repeats))
+        rows.append(("%s c10d + PyTorch DDP script (anchor): node 0 lost (it hosts the c10d store)" % label,
+                     summary(*measure("torchrun-host", torchrun_node(args, nnodes="2:3"), torch_env, reps, **three))))
+        why = etcd_v2_client_missing(python)
+        if why:
+            rows.append(("**%s etcd-v2 (anchor)**" % label, (None, "-", anchors.missing(label + " etcd-v2", why))))
+        else:
+            rows.append(("%s etcd-v2 (etcd 3.4, --enable-v2) + PyTorch DDP script (anchor): node 0 lost" % label,
+                         summary(*measure("torchrun-etcd-v2-host", torchrun_node(args, nnodes="2:3", backend="etcd-v2"),
+                                          torch_env, reps, **dict(three, etcd="v2")))))
+    print("## The node that serves the rendezvous lost: 3 nodes x 1 worker (network namespaces), SIGKILL of the "
+          "node's host at step %d -> a survivor's first step after; median of %d, budget %d s\n"
+          % (args.kill_at, args.repeats, args.budget))
+    print("| launcher | kill -> first step after (s) | min..max s | what happened |")
+    print("|---|---:|---:|---|")
+    fmt = lambda med: "> %d (no recovery)" % args.budget if med is None else "%.2f" % med
+    for name, (med, spread, what) in rows:
+        if med is None and spread == "-" and "NOT RUN" in what:
+            print("| %s | **%s** | - | - |" % (name, what))
+        else:
+            print("| %s | %s | %s | %s |" % (name, fmt(med), spread, what))
+    served, other = rows[0][1][0], rows[1][1][0]
+    if served is not None and other is not None:
+        print("\nserving node lost / other node lost (embedded) = %.2f" % (served / other))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ inline constexpr const char* kPeerHeal = "peer_heal";     // attempt, generation
 inline constexpr const char* kRefused = "refused";        // attempt, detail (a late node that runs another program)
 inline constexpr const char* kRestart = "restart";        // attempt, restart_count, max_restarts, reason
 inline constexpr const char* kNodeLost = "node_lost";     // nodes
+inline constexpr const char* kControlPlane = "control_plane";  // node, term, previous_node, previous_term, takeovers
 inline constexpr const char* kCheckpointSaved = "checkpoint_saved";       // attempt, rank, step
 inline constexpr const char* kCheckpointRestored = "checkpoint_restored"; // attempt, rank, step
 inline constexpr const char* kJobEnd = "job_end";         // exit_code, detail

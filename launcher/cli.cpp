@@ -105,7 +105,37 @@ CliResult parse_canonical(const std::vector<std::string>& args,
       throw UsageError("--rdzv-id: needed with --rdzv-backend etcd; it names the job's keys in etcd");
     }
   } else if (!v.endpoint.empty()) {
-    parse_endpoint(v.endpoint, o);
+    // torchrun's default backend on a job that may span 3 or more nodes: the
+    // embedded control plane, so that losing the node that serves it costs
+    // what losing any node costs. (With fewer there is no majority to go on
+    // without it; `static` and `ddprun` name the single-host rendezvous.)
+    if ((o.rdzv_backend.empty() || o.rdzv_backend == "c10d") && !o.standalone && o.max_nodes >= kEmbeddedFromNodes) {
+      o.rdzv_backend = "embedded";
+    }
+    // With the embedded control plane, a list of nodes: the first starts the
+    // job's control plane, each listed one serves at its address, and a node
+    // that comes late finds the job at any of them.
+    for (size_t start = 0; start <= v.endpoint.size();) {
+      size_t comma = v.endpoint.find(',', start);
+      if (comma == std::string::npos) comma = v.endpoint.size();
+      const std::string one = v.endpoint.substr(start, comma - start);
+      start = comma + 1;
+      if (one.empty()) throw UsageError("--rdzv-endpoint: an empty entry in " + quote(v.endpoint));
+      CliOptions parsed;
+      parse_endpoint(one, parsed);
+      if (o.rdzv_peers.empty()) {
+        o.rdzv_host = parsed.rdzv_host;
+        o.rdzv_port = parsed.rdzv_port;
+      }
+      o.rdzv_peers.push_back(one);
+    }
+    if (o.rdzv_peers.size() > 1 && o.rdzv_backend != "embedded") {
+      throw UsageError("--rdzv-endpoint: a list of nodes (" + quote(v.endpoint) + ") needs the embedded control "
+                       "plane (--nnodes up to 3 or more, or --rdzv-backend embedded); give one HOST:PORT");
+    }
+    if (o.rdzv_peers.size() > 1 && o.rdzv_port == 0) {
+      throw UsageError("--rdzv-endpoint: port 0 in a list of nodes cannot be found by the others; give ports");
+    }
   }
   if (!v.rdzv_conf.empty()) parse_rdzv_conf(v.rdzv_conf, o);
   if (!v.rdzv_host.empty()) o.rdzv_host_mode = parse_host_mode("--rdzv-host", v.rdzv_host);
@@ -142,13 +172,6 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   }
   if (o.standalone && o.max_nodes > 1) {
     throw UsageError("--standalone runs one node; it cannot be used with --nnodes " + v.nnodes);
-  }
-  // torchrun's default backend on a job that may span 3 or more nodes: the
-  // embedded control plane, so that losing the node that serves it costs
-  // what losing any node costs. (With fewer there is no majority to go on
-  // without it; `static` and `ddprun` name the single-host rendezvous.)
-  if ((o.rdzv_backend.empty() || o.rdzv_backend == "c10d") && !v.endpoint.empty() && o.max_nodes >= kEmbeddedFromNodes) {
-    o.rdzv_backend = "embedded";
   }
   if (o.rdzv_id.size() > 128) {
     throw UsageError("--rdzv-id: at most 128 characters, got " + std::to_string(o.rdzv_id.size()));

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "launcher/cli.h"
+#include "launcher/cli_values.h"
 #include "launcher/control_plane_setup.h"
 #include "launcher/net.h"
 #include "rendezvous/nccl_unique_id.h"
@@ -50,13 +51,20 @@ std::vector<std::string> DeferredGate::candidates() {
 
 EmbeddedControlPlane::EmbeddedControlPlane(LaunchPlan& plan) {
   AgentConfig& a = plan.agent;
-  std::string endpoint_address;
-  try {
-    endpoint_address = resolve_address(plan.rdzv_listen_host);
-  } catch (const std::exception& e) {
-    throw UsageError(std::string("--rdzv-endpoint: ") + e.what());
+  // The listed nodes (the endpoint first), as addresses and ports.
+  std::vector<std::pair<std::string, int>> listed;
+  for (const std::string& entry :
+       plan.rdzv_peers.empty() ? std::vector<std::string>{with_port(plan.rdzv_listen_host, plan.rdzv_listen_port)}
+                               : plan.rdzv_peers) {
+    CliOptions parsed;
+    parse_endpoint(entry, parsed);
+    try {
+      listed.emplace_back(resolve_address(parsed.rdzv_host), parsed.rdzv_port);
+    } catch (const std::exception& e) {
+      throw UsageError(std::string("--rdzv-endpoint: ") + e.what());
+    }
   }
-  const std::string endpoint = with_port(endpoint_address, plan.rdzv_listen_port);
+  const std::string& endpoint_address = listed.front().first;
   if (a.local_addr.empty()) a.local_addr = source_address_towards(endpoint_address);
   a.local_ifname = interface_of(a.local_addr);
   if (a.node_id.empty()) a.node_id = a.host + ":" + std::to_string(getpid());
@@ -67,18 +75,21 @@ EmbeddedControlPlane::EmbeddedControlPlane(LaunchPlan& plan) {
   }
 
   // 1. The service: the endpoint's port on the endpoint's host (this agent
-  //    then starts the group), else a free port on this node's address.
+  //    then starts the group); else the first listed node's port on this
+  //    node's address that is free (a late node finds the job there); else
+  //    a free port on this node's address.
   peer_ = std::make_unique<ControlPeerService>(a.rdzv_auth.token);
   bool first = false;
-  if (plan.rdzv_host_mode != "off" && is_local_address(endpoint_address)) {
+  for (size_t i = 0; i < listed.size() && !server_ && plan.rdzv_host_mode != "off"; ++i) {
+    const auto& [address, port] = listed[i];
+    if (!is_local_address(address)) continue;
     try {
       server_ = std::make_unique<RendezvousServer>(
-          ServerOptions{endpoint_address, plan.rdzv_listen_port, a.rdzv_auth, plan.rdzv_limits, &gate_, peer_.get()},
-          make_nccl_unique_id);
-      first = true;
+          ServerOptions{address, port, a.rdzv_auth, plan.rdzv_limits, &gate_, peer_.get()}, make_nccl_unique_id);
+      first = i == 0;
     } catch (const ListenError& e) {
-      if (plan.rdzv_host_mode == "on") throw;
-      spdlog::debug("{}: another agent started the job's control plane; joining it", e.what());
+      if (i == 0 && plan.rdzv_host_mode == "on") throw;
+      spdlog::debug("{}: taken (another agent of the job serves there)", e.what());
     }
   }
   if (!server_) {
@@ -101,9 +112,15 @@ EmbeddedControlPlane::EmbeddedControlPlane(LaunchPlan& plan) {
   node_ = std::make_unique<RaftNode>(n, *transport_);
   peer_->attach(node_.get());
   plane_ = std::make_unique<RaftControlPlane>(*node_, kElection);
-  // Until this node votes or hears better, the endpoint's node is whom its
-  // service sends calls to.
-  if (!first) plane_->set_hints({endpoint});
+  // Until this node votes or hears better, the listed nodes (the endpoint's
+  // first) are whom its service sends calls to.
+  if (!first) {
+    std::vector<std::string> hints;
+    for (const auto& [address, port] : listed) {
+      if (const std::string h = with_port(address, port); h != server_->address()) hints.push_back(h);
+    }
+    plane_->set_hints(hints);
+  }
   host_ = std::make_unique<ControlPlaneHost>(*plane_, a.run_id, a.node_id, control_plane_log(a.run_id));
   gate_.set(host_.get());
   node_->start(first);

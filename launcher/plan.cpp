@@ -234,6 +234,7 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
     plan.rdzv_listen_port = o.rdzv_port;
     plan.rdzv_host_mode = o.rdzv_host_mode;
     plan.embedded_control_plane = o.rdzv_backend == "embedded";
+    if (plan.embedded_control_plane) plan.rdzv_peers = o.rdzv_peers;
     // Nodes that may live elsewhere hold a lease, so a lost one is noticed.
     if (o.max_nodes > 1 || o.rdzv_host_mode == "off" || plan.embedded_control_plane) {
       a.keep_alive_interval = from_seconds(o.keep_alive_s);

@@ -57,6 +57,10 @@ struct LaunchPlan {
   // --rdzv-backend embedded (embedded_control_plane.h): the same, with the
   // election and the state in a Raft group among the job's first agents.
   bool embedded_control_plane = false;
+  // With it, the nodes --rdzv-endpoint lists (HOST:PORT; the first is
+  // rdzv_listen_host:rdzv_listen_port): each serves at its entry, and a late
+  // node finds the job at any of them.
+  std::vector<std::string> rdzv_peers;
   // Said once logging is up (things that work but should be known).
   std::vector<std::string> warnings;
 };

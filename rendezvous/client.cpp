@@ -335,6 +335,8 @@ NodeView RendezvousClient::keep_alive(const std::string& job_id, const std::stri
     const auto& p = resp.placement();
     v.placement = Placement{p.node_rank(), p.num_nodes(), p.world_size(), p.first_global_rank()};
   }
+  v.control_node = printable(resp.control_node().substr(0, 256), false);
+  v.control_term = resp.control_term();
   return v;
 }
 

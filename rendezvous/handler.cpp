@@ -434,6 +434,9 @@ Status RendezvousHandler::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliv
     resp->set_straggler_score(v.straggler_score);
     if (options_.gate) {
       for (const std::string& c : options_.gate->candidates()) resp->add_control_candidates(c);
+      const auto [node, term] = options_.gate->serving_as();
+      resp->set_control_node(node);
+      resp->set_control_term(term);
     }
     if (v.placement.node_rank >= 0) {
       v1::Placement* p = resp->mutable_placement();

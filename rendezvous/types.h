@@ -176,6 +176,10 @@ struct NodeView {
   std::string refusal;
   // The embedded control plane's voters' services (KeepAliveResponse).
   std::vector<std::string> control_candidates;
+  // Who serves the job's rendezvous now, and its term (a control plane's;
+  // empty and 0 without one).
+  std::string control_node;
+  int64_t control_term = 0;
 };
 
 // Training progress as the agent of global rank 0 reports it (from the

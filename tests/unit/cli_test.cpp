@@ -305,6 +305,19 @@ TEST(Plan, ThreeOrMoreNodesGetTheEmbeddedControlPlaneByDefault) {
   EXPECT_FALSE(embedded({"--nnodes", "2"}));
   EXPECT_FALSE(embedded({"--nnodes", "3", "--rdzv-backend", "static"}));
   EXPECT_FALSE(embedded({"--nnodes", "3", "--rdzv-backend", "ddprun"}));
+  // A list of nodes: each serves at its entry; the first starts the job.
+  auto plan = make_launch_plan(parse({"--nnodes", "3", "--rdzv-endpoint", "10.0.0.1:29400,10.0.0.2:29500", "--rdzv-id",
+                                      "j", "true"}),
+                               facts(2, 0));
+  EXPECT_EQ(plan.rdzv_peers, (std::vector<std::string>{"10.0.0.1:29400", "10.0.0.2:29500"}));
+  EXPECT_EQ(plan.rdzv_listen_host, "10.0.0.1");
+  EXPECT_EQ(plan.rdzv_listen_port, 29400);
+  // Careless use: a list without the embedded control plane, an empty entry.
+  EXPECT_EQ(error_of({"--nnodes", "2", "--rdzv-endpoint", "a:1,b:2", "--rdzv-id", "j", "p"}),
+            "--rdzv-endpoint: a list of nodes ('a:1,b:2') needs the embedded control plane (--nnodes up to 3 or "
+            "more, or --rdzv-backend embedded); give one HOST:PORT");
+  EXPECT_EQ(error_of({"--nnodes", "3", "--rdzv-endpoint", "a:1,,b:2", "--rdzv-id", "j", "p"}),
+            "--rdzv-endpoint: an empty entry in 'a:1,,b:2'");
 }
 
 TEST(Plan, CarriesSettingsToTheAgent) {

@@ -2,6 +2,7 @@
 // store: fast checks of the collectives, timeouts and get().
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <future>
 #include <optional>
 #include <vector>
@@ -118,6 +119,36 @@ TEST(Collectives, AnUnknownCpuCommunicatorIsAConfigErrorNamingTheVariable) {
   } catch (const ddp::ConfigError& e) {
     EXPECT_EQ(std::string(e.what()), "ddp: DDPRUN_CPU_COMM='tcp' is not auto, shm or gloo");
   }
+}
+
+// A peer's death is an error a rank heals from, not SIGPIPE's default end
+// (Gloo's writes to a dead peer's socket raise it). A handler the program
+// chose stays.
+void count_pipe(int) {}
+TEST(Collectives, InitLetsNoSigpipeEndTheWorker) {
+  auto world_of_one = [] {
+    ddp::InitOptions o;
+    o.store = std::make_shared<ddprun::MemoryStore>();
+    o.env = env_for(0, 1, "gloo");
+    return ddp::init(o);
+  };
+  EXPECT_EXIT(
+      {
+        signal(SIGPIPE, SIG_DFL);
+        auto w = world_of_one();
+        raise(SIGPIPE);
+        _exit(7);
+      },
+      testing::ExitedWithCode(7), "");
+  EXPECT_EXIT(
+      {
+        signal(SIGPIPE, count_pipe);
+        auto w = world_of_one();
+        struct sigaction now {};
+        sigaction(SIGPIPE, nullptr, &now);
+        _exit(now.sa_handler == count_pipe ? 7 : 1);
+      },
+      testing::ExitedWithCode(7), "");
 }
 
 TEST(Collectives, GetUsesThisThreadsWorld) {

@@ -302,6 +302,19 @@ TEST(FailureSummary, RootCauseIsTheEarliestFailure) {
   EXPECT_NE(format_failure_summary({hung}, ctx).find("host hostA): hung: no heartbeat for 3.0 s"), std::string::npos);
 }
 
+// With a control plane the summary names who serves the rendezvous; without
+// one it says nothing of it.
+TEST(FailureSummary, NamesTheServingNodeWhenThereIsAControlPlane) {
+  WorkerExit e;
+  e.exit_code = 1;
+  SummaryContext ctx{"job", 0, 0, 0, ""};
+  EXPECT_EQ(format_failure_summary({e}, ctx).find("control plane"), std::string::npos);
+  ctx.control_plane = "node 'b:12' serves the rendezvous (term 3, 1 takeover(s) seen from this node)";
+  EXPECT_NE(format_failure_summary({e}, ctx).find("  control plane: node 'b:12' serves the rendezvous (term 3, 1 "
+                                                  "takeover(s) seen from this node)\n"),
+            std::string::npos);
+}
+
 TEST(FailureSummary, AGracefulStopIsNotCalledAFailure) {
   SummaryContext ctx{"job1", 0, 0, 4, "stopped by SIGTERM"};
   const std::string s = format_failure_summary({}, ctx);

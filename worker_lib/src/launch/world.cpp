@@ -1,5 +1,6 @@
 #include "ddp/world.h"
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 
@@ -272,6 +273,15 @@ std::shared_ptr<World> init(InitOptions options) {
   // failure, SIGKILL) would lose the lines it printed last.
   std::fflush(stdout);
   std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+  // A peer that dies must be an error this rank can heal from, not a signal
+  // that kills it too: Gloo's writes to a dead peer's socket do not ask for
+  // MSG_NOSIGNAL, and SIGPIPE's default ends the process (seen: a rank killed
+  // by SIGPIPE as another node died, which cost a replacement). Python
+  // ignores SIGPIPE from its start; a program that chose a handler keeps it.
+  struct sigaction pipe_action {};
+  if (sigaction(SIGPIPE, nullptr, &pipe_action) == 0 && pipe_action.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
   // A standby worker learns here who it is (its variables arrive now).
   wait_if_standby();
   LaunchInfo info = read_launch_info(options.env);
