@@ -23,6 +23,13 @@ checkpoint read), seconds from the kill to node 0's first step after the heal:
     agent replaces it in a heal generation the rendezvous names, and node
     0's worker heals with the replacement.
 
+A second table (alone with --only-host-loss) loses the node that serves the
+rendezvous instead: 3 nodes (--nnodes 2:3, so ddprun runs its embedded control
+plane), node 0's host SIGKILLed, node 1's next step counted; beside it node 2
+lost (any other node), ddprun with --rdzv-backend etcd (one etcd member on a
+4th host), and torchrun 2.x with c10d and with its etcd-v2 backend (etcd 3.4
+with --enable-v2; python-etcd in the anchor's venv, else a loud NOT RUN).
+
 Both train the same CNN on the first 6000 Fashion-MNIST images for 2
 epochs, checkpoint every 10 steps to a directory both hosts share, and may
 restart 3 times. A launcher that has not completed a step after the restore
@@ -444,6 +451,11 @@ MILESTONES = [("noticed", "survivor's worker failed"), ("world", "new workers up
               ("resumed", "checkpoint loaded"), ("healed", "healed")]
 
 
+def seconds_or_none(med, budget):
+    """A table's seconds: the median, or that none recovered within the budget."""
+    return "> %d (no recovery)" % budget if med is None else "%.2f" % med
+
+
 def summary(times, outcomes, marks):
     """(median or None, min..max text, what happened text) of one launcher's runs."""
     ok = [t for t in times if t is not None]
@@ -524,7 +536,7 @@ def main():
           % (args.kill_at, args.repeats, args.budget))
     print("| launcher | kill -> first step after restore (s) | min..max s | what happened |")
     print("|---|---:|---:|---|")
-    fmt = lambda med: "> %d (no recovery)" % args.budget if med is None else "%.2f" % med
+    fmt = lambda med: seconds_or_none(med, args.budget)
     print("| ddprun + train (C++), --max-heals 0: restart from the checkpoint | %s | %s | %s |" % (
         fmt(ours[0]), ours[1], ours[2]))
     print("| ddprun + train (C++), no spare: the job shrinks, node 0 heals alone (first step after the heal) "
@@ -619,12 +631,11 @@ def host_loss(args):
           % (args.kill_at, args.repeats, args.budget))
     print("| launcher | kill -> first step after (s) | min..max s | what happened |")
     print("|---|---:|---:|---|")
-    fmt = lambda med: "> %d (no recovery)" % args.budget if med is None else "%.2f" % med
     for name, (med, spread, what) in rows:
         if med is None and spread == "-" and "NOT RUN" in what:
             print("| %s | **%s** | - | - |" % (name, what))
         else:
-            print("| %s | %s | %s | %s |" % (name, fmt(med), spread, what))
+            print("| %s | %s | %s | %s |" % (name, seconds_or_none(med, args.budget), spread, what))
     served, other = rows[0][1][0], rows[1][1][0]
     if served is not None and other is not None:
         print("\nserving node lost / other node lost (embedded) = %.2f" % (served / other))

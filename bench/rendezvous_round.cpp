@@ -12,9 +12,13 @@
 // elected leader of its control plane in that etcd (rendezvous/
 // control_plane_host.h), so every answer waits until the job's state is
 // saved there (the cost of --rdzv-backend etcd).
+// --raft-voters V: the same with the embedded control plane's Raft group of V
+// members in this process, each behind a rendezvous service of its own (the
+// default from 3 nodes): every answer waits until a majority holds the state.
 //
 //   rendezvous_round [--nodes 1000,10000] [--repeats 3] [--channels 8]
-//                    [--target HOST:PORT | --etcd HOST:PORT,...] [--out FILE.json]
+//                    [--target HOST:PORT | --etcd HOST:PORT,... | --raft-voters 3]
+//                    [--out FILE.json]
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
@@ -35,6 +39,10 @@
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/control_plane_host.h"
 #include "rendezvous/etcd_control_plane.h"
+#include "rendezvous/nccl_unique_id.h"
+#include "rendezvous/raft_control_plane.h"
+#include "rendezvous/raft_node.h"
+#include "rendezvous/raft_peer.h"
 #include "rendezvous/server.h"
 
 namespace {
@@ -193,8 +201,47 @@ struct RoundGate final : ddprun::ServingGate {
   }
 };
 
-// This process leads job `job` in etcd: returns its host once it serves.
-std::unique_ptr<ddprun::ControlPlaneHost> lead(ddprun::EtcdControlPlane& plane, const std::string& job,
+// A member of a round's Raft group: its Raft node, sending over gRPC, and
+// (for all but the serving one) a rendezvous service of its own to receive.
+struct RaftMember {
+  RaftMember(const std::string& job, uint64_t id, ddprun::ControlPeerService* peer, std::string service) {
+    if (!peer) {
+      own_peer = std::make_unique<ddprun::ControlPeerService>("");
+      ddprun::ServerOptions o;
+      o.peer_service = own_peer.get();
+      own_server = std::make_unique<ddprun::RendezvousServer>(o, ddprun::make_nccl_unique_id);
+      peer = own_peer.get();
+      service = own_server->address();
+    }
+    this->peer = peer;
+    transport = std::make_unique<ddprun::GrpcRaftTransport>(ddprun::GrpcRaftTransport::Options{});
+    ddprun::RaftNodeOptions n;
+    n.id = id;
+    n.address = ddprun::raft_address(service, "member-" + std::to_string(id));
+    n.job_id = job;
+    n.heartbeat = std::chrono::milliseconds(75);  // as ddprun's (launcher/embedded_control_plane.cpp)
+    n.election = std::chrono::milliseconds(600);
+    address = n.address;
+    node = std::make_unique<ddprun::RaftNode>(n, *transport);
+    peer->attach(node.get());
+    node->start(id == 1);
+  }
+  ~RaftMember() {
+    peer->attach(nullptr);
+    node.reset();
+    transport.reset();
+    own_server.reset();
+  }
+  std::unique_ptr<ddprun::ControlPeerService> own_peer;
+  std::unique_ptr<ddprun::RendezvousServer> own_server;
+  ddprun::ControlPeerService* peer = nullptr;
+  std::unique_ptr<ddprun::GrpcRaftTransport> transport;
+  std::unique_ptr<ddprun::RaftNode> node;
+  std::string address;
+};
+
+// This process leads job `job` in its control plane: returns its host once it serves.
+std::unique_ptr<ddprun::ControlPlaneHost> lead(ddprun::ControlPlane& plane, const std::string& job,
                                                ddprun::RendezvousServer& server) {
   std::promise<void> leads;
   auto host = std::make_unique<ddprun::ControlPlaneHost>(
@@ -236,19 +283,28 @@ int main(int argc, char** argv) {
   std::string etcd;
   app.add_option("--etcd", etcd, "etcd members (HOST:PORT,...): each round's job is served as its control plane's leader")
       ->excludes("--target");
+  int raft_voters = 0;
+  app.add_option("--raft-voters", raft_voters,
+                 "a Raft group of this many members in this process serves each round's job (the embedded "
+                 "control plane)")
+      ->excludes("--target")
+      ->excludes("--etcd")
+      ->check(CLI::Range(1, 5));
   app.add_option("--timeout-ms", o.timeout_ms, "Join timeout of every agent")
       ->check(CLI::PositiveNumber);
   app.add_option("--out", o.out, "Also write the results here as JSON");
   CLI11_PARSE(app, argc, argv);
 
   RoundGate gate;
+  ddprun::ControlPeerService serving_peer("");  // the serving member's messages, on the server's port
   std::shared_ptr<ddprun::EtcdClient> etcd_client;
   if (!etcd.empty()) etcd_client = std::make_shared<ddprun::EtcdClient>(std::vector<std::string>{etcd});
   std::unique_ptr<ddprun::RendezvousServer> server;
   std::string target = o.target;
   if (target.empty()) {
     // No agent asks for an NCCL id; the source is never called.
-    ddprun::ServerOptions so{"127.0.0.1", 0, {}, {}, etcd.empty() ? nullptr : &gate};
+    ddprun::ServerOptions so{"127.0.0.1", 0, {}, {}, etcd.empty() && raft_voters == 0 ? nullptr : &gate};
+    if (raft_voters > 0) so.peer_service = &serving_peer;
     server = std::make_unique<ddprun::RendezvousServer>(so, [] { return std::string(128, '\0'); });
     target = server->address();
   }
@@ -265,7 +321,10 @@ int main(int argc, char** argv) {
 
   std::printf("rendezvous round: server %s (%s%s), %d channel(s), %d repeat(s)\n", target.c_str(),
               server ? "in this process" : "external",
-              etcd.empty() ? "" : (", its state saved in etcd at " + etcd).c_str(), o.channels, o.repeats);
+              !etcd.empty()      ? (", its state saved in etcd at " + etcd).c_str()
+              : raft_voters > 0 ? (", its state committed by a Raft group of " + std::to_string(raft_voters)).c_str()
+                                 : "",
+              o.channels, o.repeats);
   std::fflush(stdout);
   // A job id no earlier run of this program used, even on a long-lived server.
   const std::string run_tag = std::to_string(getpid()) + "-" +
@@ -282,16 +341,33 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < o.repeats; ++rep) {
       const std::string job = "bench-" + run_tag + "-n" + std::to_string(n) + "-r" +
                               std::to_string(rep);
-      std::unique_ptr<ddprun::EtcdControlPlane> plane;
+      std::unique_ptr<ddprun::ControlPlane> plane;
       std::unique_ptr<ddprun::ControlPlaneHost> host;
+      std::vector<std::unique_ptr<RaftMember>> members;
       if (etcd_client) {
         plane = std::make_unique<ddprun::EtcdControlPlane>(etcd_client, job, std::chrono::seconds(2));
         host = lead(*plane, job, *server);
+        gate.host = host.get();
+      } else if (raft_voters > 0) {
+        // The serving member first (alone, it leads), then the others voted in.
+        members.push_back(std::make_unique<RaftMember>(job, 1, &serving_peer, server->address()));
+        plane = std::make_unique<ddprun::RaftControlPlane>(*members[0]->node, std::chrono::milliseconds(600));
+        host = lead(*plane, job, *server);
+        for (int v = 2; v <= raft_voters; ++v) {
+          members.push_back(std::make_unique<RaftMember>(job, v, nullptr, ""));
+          if (!members[0]->node->add_voter(v, members.back()->address,
+                                           std::chrono::steady_clock::now() + std::chrono::seconds(30))) {
+            std::fprintf(stderr, "rendezvous_round: member %d did not become a voter\n", v);
+            return 1;
+          }
+        }
         gate.host = host.get();
       }
       auto s = run_round(stubs, job, n, o.timeout_ms);
       gate.host = nullptr;
       host.reset();  // resigns
+      plane.reset();
+      members.clear();
       if (!s) {
         all_ok = false;
         break;
