@@ -1158,7 +1158,9 @@ os._exit(0)  # past PyTorch 2.x's abort in interpreter shutdown (see tests/inter
   EXPECT_EQ(f1.exit_code, 0) << f1.err;
   EXPECT_EQ(f2.exit_code, 0) << f2.err;
   EXPECT_TRUE(contains(f1.err + f2.err, "took over job py-serving's rendezvous")) << f1.err << f2.err;
-  EXPECT_TRUE(contains(f1.err + f2.err, "restarting the workers")) << f1.err << f2.err;
+  // (The survivors' workers start again at world 2, as a restart or, when
+  // the takeover's new round reaches an agent before its worker's failure,
+  // for that round: either way the script runs anew, which "done" shows.)
   // One survivor is node 0 now: its agent's store serves the restarted
   // script, and its rank 0 finishes the job.
   EXPECT_EQ(ddptest::occurrences(f1.out + f2.out, "]:done: world 2, store at "), 1) << f1.out << f2.out;
