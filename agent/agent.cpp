@@ -505,9 +505,8 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
 }
 
 void Agent::note_control_plane(int attempt, const NodeView& view) {
-  if (view.control_node.empty() || view.control_term == control_term_) return;
   // A later term only (an older view may arrive late).
-  if (view.control_term < control_term_) return;
+  if (view.control_node.empty() || view.control_term <= control_term_) return;
   nlohmann::json e = {{"attempt", attempt}, {"node", view.control_node}, {"term", view.control_term}};
   if (!control_node_.empty()) {
     ++control_takeovers_;

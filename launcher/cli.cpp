@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include "launcher/cli_flags.h"
 #include "launcher/cli_values.h"
@@ -115,20 +116,13 @@ CliResult parse_canonical(const std::vector<std::string>& args,
     // With the embedded control plane, a list of nodes: the first starts the
     // job's control plane, each listed one serves at its address, and a node
     // that comes late finds the job at any of them.
-    for (size_t start = 0; start <= v.endpoint.size();) {
-      size_t comma = v.endpoint.find(',', start);
-      if (comma == std::string::npos) comma = v.endpoint.size();
-      const std::string one = v.endpoint.substr(start, comma - start);
-      start = comma + 1;
+    for (const std::string& one : split_list(v.endpoint)) {
       if (one.empty()) throw UsageError("--rdzv-endpoint: an empty entry in " + quote(v.endpoint));
       CliOptions parsed;
       parse_endpoint(one, parsed);
-      if (o.rdzv_peers.empty()) {
-        o.rdzv_host = parsed.rdzv_host;
-        o.rdzv_port = parsed.rdzv_port;
-      }
-      o.rdzv_peers.push_back(one);
+      o.rdzv_peers.emplace_back(parsed.rdzv_host, parsed.rdzv_port);
     }
+    std::tie(o.rdzv_host, o.rdzv_port) = o.rdzv_peers.front();
     if (o.rdzv_peers.size() > 1 && o.rdzv_backend != "embedded") {
       throw UsageError("--rdzv-endpoint: a list of nodes (" + quote(v.endpoint) + ") needs the embedded control "
                        "plane (--nnodes up to 3 or more, or --rdzv-backend embedded); give one HOST:PORT");

@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agent/agent_config.h"
@@ -39,9 +40,9 @@ struct CliOptions {
   std::vector<std::string> etcd_endpoints;
   std::string rdzv_host;  // from --rdzv-endpoint (etcd: its first member); empty when not given
   int rdzv_port = 0;
-  // --rdzv-endpoint as given, one entry per node (embedded: several may be
+  // --rdzv-endpoint's nodes as (host, port) (embedded: several may be
   // listed; the first is rdzv_host:rdzv_port).
-  std::vector<std::string> rdzv_peers;
+  std::vector<std::pair<std::string, int>> rdzv_peers;
   std::string rdzv_id;
   double join_timeout_s = 600;  // --rdzv-conf join_timeout
   double last_call_s = 1;       // --rdzv-conf last_call_timeout

@@ -161,15 +161,21 @@ bool parse_limit_conf(const std::string& key, const std::string& val, ServiceLim
 }
 
 
+std::vector<std::string> split_list(const std::string& value) {
+  std::vector<std::string> out;
+  for (size_t start = 0; start <= value.size();) {
+    size_t end = value.find(',', start);
+    if (end == std::string::npos) end = value.size();
+    out.push_back(value.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
 void parse_rdzv_conf(const std::string& value, CliOptions& o) {
   int max_attempts = 0;
   bool lease_given = false;
-  size_t start = 0;
-  while (start < value.size()) {
-    size_t end = value.find(',', start);
-    if (end == std::string::npos) end = value.size();
-    const std::string item = value.substr(start, end - start);
-    start = end + 1;
+  for (const std::string& item : split_list(value)) {
     if (item.empty()) continue;
     const auto eq = item.find('=');
     if (eq == std::string::npos) {
@@ -212,11 +218,7 @@ void parse_rdzv_conf(const std::string& value, CliOptions& o) {
 // torchrun's --local-ranks-filter: "0,1,2".
 std::vector<int> parse_local_ranks(const std::string& value) {
   std::vector<int> out;
-  size_t start = 0;
-  while (start <= value.size()) {
-    size_t end = value.find(',', start);
-    if (end == std::string::npos) end = value.size();
-    const std::string item = value.substr(start, end - start);
+  for (const std::string& item : split_list(value)) {
     int v = -1;
     auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 0) {
@@ -224,7 +226,6 @@ std::vector<int> parse_local_ranks(const std::string& value) {
                        quote(value));
     }
     out.push_back(v);
-    start = end + 1;
   }
   return out;
 }
@@ -280,12 +281,7 @@ StdSelection parse_std_selection(const std::string& flag, const std::string& val
     sel.all = mask(value);
     return sel;
   }
-  size_t start = 0;
-  while (start <= value.size()) {
-    size_t end = value.find(',', start);
-    if (end == std::string::npos) end = value.size();
-    const std::string item = value.substr(start, end - start);
-    start = end + 1;
+  for (const std::string& item : split_list(value)) {
     const auto colon = item.find(':');
     if (colon == std::string::npos) {
       throw UsageError(flag + ": expected LOCAL_RANK:MASK in " + quote(value) + ", got " +

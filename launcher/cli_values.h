@@ -11,6 +11,8 @@
 namespace ddprun {
 
 std::string quote(const std::string& s);
+// "a,b,,c" -> {"a", "b", "", "c"}; "" -> {""}: every piece, empty ones too.
+std::vector<std::string> split_list(const std::string& value);
 int parse_int(const std::string& flag, const std::string& value, int min, int max);
 double parse_seconds(const std::string& flag, const std::string& value, bool allow_zero,
                      double min = 0.001, double max = 30 * 86400.0);

@@ -7,7 +7,6 @@
 #include <cstdio>
 
 #include "launcher/cli.h"
-#include "launcher/cli_values.h"
 #include "launcher/control_plane_setup.h"
 #include "launcher/net.h"
 #include "rendezvous/nccl_unique_id.h"
@@ -53,13 +52,11 @@ EmbeddedControlPlane::EmbeddedControlPlane(LaunchPlan& plan) {
   AgentConfig& a = plan.agent;
   // The listed nodes (the endpoint first), as addresses and ports.
   std::vector<std::pair<std::string, int>> listed;
-  for (const std::string& entry :
-       plan.rdzv_peers.empty() ? std::vector<std::string>{with_port(plan.rdzv_listen_host, plan.rdzv_listen_port)}
-                               : plan.rdzv_peers) {
-    CliOptions parsed;
-    parse_endpoint(entry, parsed);
+  const std::vector<std::pair<std::string, int>> given =
+      plan.rdzv_peers.empty() ? decltype(plan.rdzv_peers){{plan.rdzv_listen_host, plan.rdzv_listen_port}} : plan.rdzv_peers;
+  for (const auto& [host, port] : given) {
     try {
-      listed.emplace_back(resolve_address(parsed.rdzv_host), parsed.rdzv_port);
+      listed.emplace_back(resolve_address(host), port);
     } catch (const std::exception& e) {
       throw UsageError(std::string("--rdzv-endpoint: ") + e.what());
     }

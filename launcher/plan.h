@@ -60,7 +60,7 @@ struct LaunchPlan {
   // With it, the nodes --rdzv-endpoint lists (HOST:PORT; the first is
   // rdzv_listen_host:rdzv_listen_port): each serves at its entry, and a late
   // node finds the job at any of them.
-  std::vector<std::string> rdzv_peers;
+  std::vector<std::pair<std::string, int>> rdzv_peers;
   // Said once logging is up (things that work but should be known).
   std::vector<std::string> warnings;
 };

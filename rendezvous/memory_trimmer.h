@@ -9,9 +9,8 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
+
+#include "rendezvous/periodic_task.h"
 
 namespace ddprun {
 
@@ -23,12 +22,7 @@ class MemoryTrimmer {
   MemoryTrimmer& operator=(const MemoryTrimmer&) = delete;
 
  private:
-  void run();
-  std::chrono::milliseconds every_;
-  std::mutex mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;
-  std::thread thread_;
+  PeriodicTask task_;
 };
 
 }  // namespace ddprun

@@ -22,18 +22,16 @@ uint64_t raft_id_of(const std::string& node_id) {
 
 RaftMembership::RaftMembership(RaftNode& node, JobRegistry& registry, std::string job_id,
                                std::function<void(const std::string&)> on_change, std::chrono::milliseconds every)
-    : node_(node), registry_(registry), job_id_(std::move(job_id)), on_change_(std::move(on_change)), every_(every) {
-  thread_ = std::thread([this] { loop(); });
-}
+    : node_(node),
+      registry_(registry),
+      job_id_(std::move(job_id)),
+      on_change_(std::move(on_change)),
+      task_(every, [this] {
+        const std::string did = reconcile();
+        if (!did.empty() && on_change_) on_change_(did);
+      }) {}
 
-RaftMembership::~RaftMembership() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
+RaftMembership::~RaftMembership() = default;
 
 std::string RaftMembership::reconcile() {
   const RaftStatus s = node_.status();
@@ -86,16 +84,6 @@ std::string RaftMembership::reconcile() {
     }
   }
   return "";
-}
-
-void RaftMembership::loop() {
-  std::unique_lock lock(mu_);
-  while (!cv_.wait_for(lock, every_, [this] { return stop_; })) {
-    lock.unlock();
-    const std::string did = reconcile();
-    if (!did.empty() && on_change_) on_change_(did);
-    lock.lock();
-  }
 }
 
 }  // namespace ddprun

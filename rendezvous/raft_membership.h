@@ -15,15 +15,12 @@
 // One change at a time (Raft's rule), checked again after each.
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 
+#include "rendezvous/periodic_task.h"
 #include "rendezvous/raft_node.h"
 #include "rendezvous/registry.h"
 
@@ -47,17 +44,11 @@ class RaftMembership {
   std::string reconcile();
 
  private:
-  void loop();
-
   RaftNode& node_;
   JobRegistry& registry_;
   std::string job_id_;
   std::function<void(const std::string&)> on_change_;
-  std::chrono::milliseconds every_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread thread_;
+  PeriodicTask task_;  // last: it stops before the rest goes
 };
 
 }  // namespace ddprun

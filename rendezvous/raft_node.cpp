@@ -736,8 +736,9 @@ void RaftNode::publish() {
   // The time by which a majority of the voters had been heard: this member
   // (when it votes), and the most recently heard others it takes. A node
   // not in the configuration (yet) judges nothing: max.
+  const bool member = std::find(s.members.begin(), s.members.end(), options_.id) != s.members.end();
   Clock::time_point majority = Clock::time_point::max();
-  if (std::find(s.members.begin(), s.members.end(), options_.id) != s.members.end() && s.voters.size() > 1) {
+  if (member && s.voters.size() > 1) {
     std::vector<Clock::time_point> others;
     bool votes = false;
     for (uint64_t v : s.voters) {
@@ -759,7 +760,6 @@ void RaftNode::publish() {
   }
   // On the majority's side: as leader, its majority; as follower, the last
   // word from a leader; with no leader known, as it last was.
-  const bool member = std::find(s.members.begin(), s.members.end(), options_.id) != s.members.end();
   std::optional<Clock::time_point> contact;
   if (!member || majority == Clock::time_point::max()) {
     contact = Clock::time_point::max();

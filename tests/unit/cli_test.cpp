@@ -309,7 +309,8 @@ TEST(Plan, ThreeOrMoreNodesGetTheEmbeddedControlPlaneByDefault) {
   auto plan = make_launch_plan(parse({"--nnodes", "3", "--rdzv-endpoint", "10.0.0.1:29400,10.0.0.2:29500", "--rdzv-id",
                                       "j", "true"}),
                                facts(2, 0));
-  EXPECT_EQ(plan.rdzv_peers, (std::vector<std::string>{"10.0.0.1:29400", "10.0.0.2:29500"}));
+  EXPECT_EQ(plan.rdzv_peers,
+            (std::vector<std::pair<std::string, int>>{{"10.0.0.1", 29400}, {"10.0.0.2", 29500}}));
   EXPECT_EQ(plan.rdzv_listen_host, "10.0.0.1");
   EXPECT_EQ(plan.rdzv_listen_port, 29400);
   // Careless use: a list without the embedded control plane, an empty entry.
