@@ -66,6 +66,7 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
   job.local_ifname = cfg_.local_ifname;
   job.heartbeat_file = heartbeats_ ? heartbeats_->path() : "";
   job.python_startup_dir = python_startup_dir_;
+  job.python_package_dir = python_package_dir_;
   job.agent_store = static_cast<bool>(fresh_key_space_);
   job.heals = heals_in(a) || heals_across(a);
   job.heal_generation = a.heal_generation;

@@ -162,6 +162,7 @@ class Agent {
   std::string files_dir_;  // log dir, or a temporary folder for error files
   bool files_dir_is_temp_ = false;
   std::string python_startup_dir_;  // PYTHONPATH's first folder for Python workers ("" : none)
+  std::string python_package_dir_;  // then the ddprun package's folder ("" : none found)
   bool wants_files_ = false;
   std::string trace_node_dir_;  // --trace DIR/<node id made file-safe>; empty: off
   std::unique_ptr<HeartbeatTable> heartbeats_;

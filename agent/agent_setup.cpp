@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
+#include "agent/spawn.h"
 #include "agent/temp_dir.h"
 #include "channel/event_log.h"
 #include "channel/output_file.h"
@@ -135,6 +136,18 @@ void Agent::prepare_files() {
     } else {
       spdlog::warn("cannot write the Python workers' start-up in {} ({}): a hang will show no Python stacks",
                    dir, err);
+    }
+  }
+  // The ddprun package (ddprun.Healer), so that scripts import it with no
+  // install step, whatever runs them (a script, or `python3 script.py` as
+  // the program): an install's share/ddprun/python, or the build tree's.
+  for (const char* rel : {"/../share/ddprun/python", "/../python"}) {
+    const std::string candidate = executable_dir() + rel;
+    std::error_code ec;
+    if (std::filesystem::exists(candidate + "/ddprun/__init__.py", ec)) {
+      const std::filesystem::path clean = std::filesystem::weakly_canonical(candidate, ec);
+      python_package_dir_ = ec ? candidate : clean.string();
+      break;
     }
   }
 }

@@ -56,9 +56,11 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id, co
     v[ch::kHeartbeatFile] = job.heartbeat_file;
     v[ch::kHeartbeatSlot] = s(id.local_rank);
   }
-  if (!job.python_startup_dir.empty()) {
+  if (!job.python_startup_dir.empty() || !job.python_package_dir.empty()) {
+    std::string first = job.python_startup_dir;
+    if (!job.python_package_dir.empty()) first += (first.empty() ? "" : ":") + job.python_package_dir;
     const char* path = getenv("PYTHONPATH");
-    v["PYTHONPATH"] = job.python_startup_dir + (path && *path ? std::string(":") + path : "");
+    v["PYTHONPATH"] = first + (path && *path ? std::string(":") + path : "");
   }
   if (job.progress_by_agent && id.rank == 0) v[ch::kProgressByAgent] = "1";
   if (job.heals) v[ch::kHeals] = "1";

@@ -35,6 +35,9 @@ struct JobEnv {
   std::string heartbeat_file;  // empty: no hang detection
   // Put first on PYTHONPATH (channel/python_startup.h); empty: nothing.
   std::string python_startup_dir;
+  // Put next on PYTHONPATH: the folder holding the ddprun package
+  // (python/ddprun: ddprun.Healer); empty: none found.
+  std::string python_package_dir;
   // The agent shows rank 0's progress (DDPRUN_PROGRESS_BY_AGENT=1 to the
   // worker of global rank 0 only).
   bool progress_by_agent = false;

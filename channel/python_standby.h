@@ -4,7 +4,8 @@
 // (the slow part of a PyTorch worker's start, seconds), then waits on
 // DDPRUN_STANDBY_FD for the same message worker_lib standbys read
 // (standby_message.h), puts the variables into its environment and runs the
-// script as __main__, as `python SCRIPT` would have.
+// script as __main__, as `python SCRIPT` would have. A heal's replacement
+// imports the ddprun package first (python/ddprun/heal.py).
 #pragma once
 
 namespace ddprun::channel {
@@ -42,6 +43,14 @@ def _ddprun_standby():
             os.environb[key] = value
         elif key:
             os.environb.pop(key, None)  # set for another assignment
+    # A heal's replacement: the ddprun package (python/ddprun) makes the
+    # script's init_process_group join the heal generation; imported here,
+    # it does so even for a script that imports it after that call.
+    if os.environ.get("DDPRUN_HEAL_GENERATION"):
+        try:
+            import ddprun  # noqa: F401
+        except Exception:
+            pass
     # Run the entrypoint as `python SCRIPT ARGS` / `python -m MODULE ARGS` would.
     import runpy
     args = sys.argv[1:]

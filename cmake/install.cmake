@@ -4,6 +4,8 @@
 #                                  (libddprun_gloo.a: its private Gloo, with a wheel's LibTorch)
 #   include/ddprun/ddp/*.h         its headers (and rendezvous/store.h and two channel/ headers, which they include)
 #   lib/cmake/ddprun/              ddprunConfig.cmake, its version file and targets
+#   share/ddprun/python/ddprun/    the Python package (ddprun.Healer), which the agent puts on
+#                                  its Python workers' PYTHONPATH
 # so that a project does find_package(ddprun) and links ddprun::worker; the
 # config finds Torch (the same way: DDPRUN_PYTHON's wheel, TorchFromPython.cmake),
 # Gloo, gRPC, protobuf, nlohmann_json and zlib for it.
@@ -34,6 +36,8 @@ else()
   install(TARGETS ddprun train EXPORT ddprunTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 install(TARGETS gpt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/ddprun DESTINATION ${CMAKE_INSTALL_DATADIR}/ddprun/python
+        FILES_MATCHING PATTERN "*.py")
 install(TARGETS ddp ddp_base ddprun_store ddprun_channel ddprun_rdzv_client ddprun_rdzv_auth ddprun_proto
                 ddprun_tcpstore
         EXPORT ddprunTargets

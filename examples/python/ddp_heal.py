@@ -1,0 +1,117 @@
+"""A PyTorch DDP script that heals: kill any of its ranks and the others go
+on, a replacement takes the dead rank's place with their state, and the
+run ends with the same parameters as one that nothing interrupted.
+
+    ddprun --nproc 4 examples/python/ddp_heal.py            # about a minute on 2 cores
+    kill -9 <a worker's pid>                                 # try it: one step redone
+
+Against the plain DDP loop it changes three lines: `import ddprun`, the
+Healer that names the model, the optimizer and where the loop stands, and
+`healer.step(...)` around each step. Under torchrun, or with --no-heal, it
+is that plain loop (a killed rank restarts every rank from the start).
+
+It fits a small MLP (with batch norm: its running statistics are state too)
+to a fixed random regression, with Adam, and prints a checksum of its final
+parameters.
+"""
+import argparse
+import gc
+import hashlib
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ddprun
+
+
+def make_data(samples, features, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(samples, features, generator=g)
+    w = torch.randn(features, 1, generator=g)
+    return x, torch.sin(x @ w) + 0.1 * torch.randn(samples, 1, generator=g)
+
+
+def make_model(features, hidden):
+    return torch.nn.Sequential(
+        torch.nn.Linear(features, hidden), torch.nn.BatchNorm1d(hidden), torch.nn.ReLU(),
+        torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
+
+
+def batch_at(progress, x, y, batch, rank, world):
+    """This rank's share of the global batch at the loop's position: the
+    epoch's shuffle from its number, then `batch` samples per rank."""
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(1000 + progress["epoch"]))
+    first = progress["sample"] + rank * batch
+    idx = order[first:first + batch]
+    return x[idx], y[idx]
+
+
+def checksum(module):
+    h = hashlib.sha256()
+    for p in module.parameters():
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--samples", type=int, default=48000)
+    ap.add_argument("--batch", type=int, default=32, help="samples per rank per step")
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--print-steps", action="store_true", help="rank 0 prints a line after every step")
+    ap.add_argument("--no-heal", action="store_true", help="the plain DDP loop: no Healer")
+    args = ap.parse_args()
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)  # every rank starts from the same model
+    x, y = make_data(args.samples, 32, seed=1)
+    model = DDP(make_model(32, args.hidden))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    progress = {"epoch": 0, "sample": 0}  # where the loop stands: the global sample position
+
+    def train_step(xb, yb):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(xb), yb)
+        loss.backward()  # DDP averages the gradients
+        optimizer.step()  # the commit: this step is done
+        progress["sample"] += world * args.batch
+        return loss.item()
+
+    healer = None if args.no_heal else ddprun.Healer(model, optimizer, state=progress)
+    step = healer.step if healer else (lambda fn, *a: fn(*a))
+    if healer is not None and healer.joined:
+        print(f"rank {rank} joined at step {healer.steps} (epoch {progress['epoch'] + 1}, sample "
+              f"{progress['sample']}) with the state of its peers", flush=True)
+    steps = healer.steps if healer else 0
+    loss = float("nan")
+    began = time.time()
+    while progress["epoch"] < args.epochs:
+        # A heal may change the world (a lost node, no spare): read it each step.
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if progress["sample"] + world * args.batch > len(x):
+            progress["epoch"] += 1
+            progress["sample"] = 0
+            continue
+        result = step(train_step, *batch_at(progress, x, y, args.batch, rank, world))
+        loss = loss if result is None else result
+        steps = healer.steps if healer else steps + 1
+        if args.print_steps and rank == 0:
+            print(f"step {steps} done at {time.time():.3f}", flush=True)
+    if healer is not None:
+        healer.close()
+    if dist.get_rank() == 0:
+        print(f"{world} ranks, {steps} steps in {time.time() - began:.1f} s; final loss {loss:.6f}; "
+              f"checksum {checksum(model.module)}", flush=True)
+    # Let the process group go while Python still runs (see ddp_hello.py).
+    del model, optimizer, healer
+    gc.collect()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""The worker's side of its heartbeat slot (channel/heartbeat_layout.h, the
+one definition of the layout; the offsets below are its words).
+
+The agent maps the same file. A worker that heals says so in its slot (the
+heal-ready word), says when it is inside a step (the in-step word), and
+sleeps on the heal-generation word, which the agent raises (then wakes every
+sleeper with a futex) when it has started a replacement or the world
+changed. While the worker waits for its peers a thread beats for it: waiting
+is not hanging (the silent peer is the one that hangs).
+
+No torch here: this file is plain ctypes over an mmap.
+"""
+import ctypes
+import mmap
+import os
+import platform
+import threading
+import time
+
+SLOT_BYTES = 2048
+_BEATS = 0
+_HEAL_READY = 80
+_HEAL_GENERATION = 84
+_NO_HEAL_COMING = 88
+_PLACEMENT = 92  # generation, rank, world size, node rank, number of nodes
+_IN_STEP = 116
+
+_SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
+_FUTEX_WAIT = 0  # not FUTEX_PRIVATE: the agent wakes us through its own mapping
+_PULSE_S = 0.05  # how often a waiting worker beats (heartbeat.h's kWaitPulse)
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class Slot:
+    """One worker's slot of the agent's heartbeat file."""
+
+    def __init__(self, path, slot):
+        with open(path, "r+b") as f:
+            self._map = mmap.mmap(f.fileno(), 0)
+        base = int(slot) * SLOT_BYTES
+        if base + SLOT_BYTES > len(self._map):
+            raise ValueError(f"ddprun: heartbeat slot {slot} is past the end of {path}")
+
+        def word(offset, kind=ctypes.c_uint32):
+            return kind.from_buffer(self._map, base + offset)
+
+        self._beats = word(_BEATS, ctypes.c_uint64)
+        self._ready = word(_HEAL_READY)
+        self._generation = word(_HEAL_GENERATION)
+        self._no_heal = word(_NO_HEAL_COMING)
+        self._placement = [word(_PLACEMENT + 4 * i) for i in range(5)]
+        self._in_step = word(_IN_STEP)
+        self._libc = ctypes.CDLL(None, use_errno=True)  # CDLL: the GIL is let go while it sleeps
+        self._waiting = 0
+        self._lock = threading.Lock()
+        self._pulse = None
+
+    @classmethod
+    def from_env(cls):
+        """The slot ddprun gave this process, or None (not under ddprun)."""
+        path = os.environ.get("DDPRUN_HEARTBEAT_FILE")
+        slot = os.environ.get("DDPRUN_HEARTBEAT_SLOT")
+        if not path or slot is None:
+            return None
+        return cls(path, slot)
+
+    def beat(self):
+        self._beats.value += 1
+
+    def set_heal_ready(self, ready):
+        self._ready.value = 1 if ready else 0
+
+    def set_in_step(self, in_step):
+        self._in_step.value = 1 if in_step else 0
+
+    def generation(self):
+        return self._generation.value
+
+    def no_heal_coming(self):
+        return self._no_heal.value == 1
+
+    def placement(self):
+        """(generation, rank, world size): where the agent moved this worker
+        when the round shrank or grew; generation 0 means never."""
+        g, rank, world = (w.value for w in self._placement[:3])
+        return g, rank, world
+
+    def wait_generation(self, seen, timeout_s):
+        """Sleeps until the generation differs from `seen`, the agent says no
+        heal comes, or `timeout_s` passes; returns the generation then."""
+        deadline = time.monotonic() + timeout_s
+        addr = ctypes.addressof(self._generation)
+        with self.waiting():
+            while True:
+                now = self.generation()
+                if now != seen or self.no_heal_coming():
+                    return now
+                left = deadline - time.monotonic()
+                if left <= 0 or _SYS_FUTEX is None:
+                    return now
+                # The agent stores the word, then wakes every sleeper on it;
+                # if it changed before we sleep, FUTEX_WAIT returns at once.
+                ts = _Timespec(int(left), int((left - int(left)) * 1e9))
+                self._libc.syscall(ctypes.c_long(_SYS_FUTEX), ctypes.c_void_p(addr), ctypes.c_int(_FUTEX_WAIT),
+                                   ctypes.c_uint32(seen), ctypes.byref(ts), None, ctypes.c_int(0))
+
+    class _Waiting:
+        def __init__(self, slot):
+            self.slot = slot
+
+        def __enter__(self):
+            self.slot._add_waiting(+1)
+
+        def __exit__(self, *exc):
+            self.slot._add_waiting(-1)
+
+    def waiting(self):
+        """A context: while one is open, a thread beats for this worker."""
+        return Slot._Waiting(self)
+
+    def _add_waiting(self, delta):
+        with self._lock:
+            self._waiting += delta
+            self.beat()
+            if self._pulse is None:
+                self._pulse = threading.Thread(target=self._pulse_loop, name="ddprun-heal-pulse", daemon=True)
+                self._pulse.start()
+
+    def _pulse_loop(self):
+        tick = threading.Event()  # never set: a timer, not a synchronisation
+        while True:
+            tick.wait(_PULSE_S)
+            if self._waiting > 0:
+                self.beat()

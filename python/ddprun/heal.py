@@ -1,0 +1,655 @@
+"""Checkpointless recovery for PyTorch scripts: when a peer dies inside a
+step, the ranks that survive keep their processes, a replacement takes the
+dead rank's place, and it gets the training state from a survivor over the
+process group instead of everyone restarting from the last checkpoint.
+
+    import ddprun
+    dist.init_process_group("gloo")
+    model = DDP(Net())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    progress = {"epoch": 0, "batch": 0}
+    with ddprun.Healer(model, optimizer, state=progress) as healer:
+        while progress["epoch"] < epochs:
+            healer.step(train_step, batch_at(progress))  # forward, backward, optimizer.step()
+
+What happens when a peer dies inside step() (ddprun runs the job,
+DDPRUN_HEALS=1; elsewhere step() just calls the function):
+  1. a collective of the step fails on the survivors (DDP's all-reduce goes
+     through this healer's communication hook; a dead peer is seen at once
+     on Gloo). step() puts back what the step changed before its optimizer
+     step: `state`, the `extra` objects, the random generators and the
+     module's buffers;
+  2. it drops the process group (its sockets close, so a peer still blocked
+     on this rank fails too), waits for the agent to name the heal
+     generation (its heartbeat slot's word, with a futex), and makes the
+     default process group afresh under that generation's store prefix;
+  3. the ranks agree on the newest state: each tells its optimizer steps,
+     and the lowest rank with the most sends the module, the optimizer, the
+     steps, `state`, `extra` and the generator to the ranks behind it;
+  4. step() runs the function again, unless this rank had already taken the
+     optimizer step (then the heal brought everyone to it).
+The replacement runs the script from the top. This package, imported there,
+makes its init_process_group() join the heal generation, and its
+DistributedDataParallel start without collectives (its peers are inside
+their heal); its Healer receives the state, and its loop goes on from it.
+Collectives of its own before the Healer would wait for peers that never
+come: skip them when ddprun.joining() is true.
+
+DDP's buckets are fixed when the Healer is made (before the first forward):
+every rank, a replacement included, then reduces the same buckets in the
+same order, and DDP never rebuilds them (a rebuild is a collective on the
+process group DDP was made with, which a heal replaces).
+"""
+import copy
+import datetime
+import os
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from ._slot import Slot
+
+_ENV_HEALS = "DDPRUN_HEALS"
+_ENV_GENERATION = "DDPRUN_HEAL_GENERATION"
+
+
+class _Process:
+    """What this interpreter was started as: a worker of the round's first
+    generation, or a replacement joining generation `generation`."""
+
+    def __init__(self):
+        self.heals = os.environ.get(_ENV_HEALS) == "1"
+        self.generation = int(os.environ.get(_ENV_GENERATION, "0") or 0) if self.heals else 0
+        self.joining = self.heals and self.generation > 0
+        self.base_store = None  # the agent's c10d store, connected once
+        self.store = None  # the current generation's
+        # A replacement beats from its start until its Healer has the state
+        # (building the model, loading data): the others wait for it.
+        self.joining_beats = None
+        if self.joining:
+            slot = Slot.from_env()
+            if slot is not None:
+                self.joining_beats = slot.waiting()
+                self.joining_beats.__enter__()
+
+
+_process = _Process()
+
+
+def joining():
+    """True in a replacement until its Healer has the state: collectives of
+    the script's own before the Healer would wait for peers inside a heal."""
+    return _process.joining
+
+
+def _timeout():
+    seconds = float(os.environ.get("DDPRUN_TIMEOUT_S", "0") or 0)
+    return datetime.timedelta(seconds=seconds if seconds > 0 else 1800)
+
+
+class _GenerationStore(dist.Store):
+    """The store of one heal generation: the agent's c10d store, under a
+    prefix no other generation or round uses. Its waits give up as soon as
+    the agent names a newer generation (the peer they wait for died while
+    this one connected): they check the key, then sleep on the slot's
+    generation word (a futex) for at most 20 ms, and so on."""
+
+    _POLL_S = 0.02
+
+    def __init__(self, generation, slot):
+        super().__init__()
+        if _process.base_store is None:
+            _process.base_store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                                is_master=False, timeout=_timeout())
+        prefix = f"/ddprun/heal/round_{os.environ.get('DDPRUN_ROUND', '0')}/generation_{generation}"
+        self._store = dist.PrefixStore(prefix, _process.base_store)
+        self._generation = generation
+        self._slot = slot
+        self._timeout = _timeout()
+
+    def _still_current(self):
+        if self._slot is not None and self._slot.generation() > self._generation:
+            raise RuntimeError(f"ddprun: heal generation {self._slot.generation()} began while generation "
+                               f"{self._generation} connected (a peer failed meanwhile)")
+
+    def wait(self, keys, timeout=None):
+        deadline = time.monotonic() + (timeout or self._timeout).total_seconds()
+        while not self._present(keys):
+            self._still_current()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ddprun: heal generation {self._generation}: timed out waiting for {keys}")
+            if self._slot is not None:
+                self._slot.wait_generation(self._generation, self._POLL_S)
+            else:
+                time.sleep(self._POLL_S)
+
+    # A value no key holds: compare_set with it never sets (the key is absent
+    # and the expectation not empty, or the value differs) and returns the
+    # expectation only for an absent key. (PyTorch 1.x's Store has no check.)
+    _ABSENT = "\0ddprun: absent"
+
+    def _present(self, keys):
+        return all(self._store.compare_set(k, self._ABSENT, self._ABSENT + "!") != self._ABSENT.encode()
+                   for k in keys)
+
+    def get(self, key):
+        self.wait([key])
+        return self._store.get(key)
+
+    def set(self, key, value):
+        self._store.set(key, value)
+
+    def add(self, key, amount):
+        self._still_current()  # PyTorch 1.x's start-up barrier polls add(key, 0)
+        return self._store.add(key, amount)
+
+    def compare_set(self, key, expected, desired):
+        return self._store.compare_set(key, expected, desired)
+
+    def check(self, keys):
+        return self._present(keys)
+
+    def delete_key(self, key):
+        return self._store.delete_key(key)
+
+    def num_keys(self):
+        return self._store.num_keys()
+
+    def set_timeout(self, timeout):
+        self._timeout = timeout
+
+
+def _rank_in(generation, slot):
+    """This worker's rank and the world size in `generation`: where the agent
+    placed it when the round shrank or grew, else where it was started."""
+    if slot is not None:
+        placed, rank, world = slot.placement()
+        if 0 < placed <= generation:
+            return rank, world
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+
+_original_init = dist.init_process_group
+_original_ddp_init = DistributedDataParallel.__init__
+
+
+def _init_generation(backend, generation, slot):
+    rank, world = _rank_in(generation, slot)
+    # The group keeps its store; so does this process (a Python store must
+    # outlive the C++ references to it).
+    _process.store = _GenerationStore(generation, slot)
+    _original_init(backend, store=_process.store, rank=rank, world_size=world, timeout=_timeout())
+
+
+def _replacement_init(backend=None, init_method=None, *args, **kwargs):
+    """init_process_group in a replacement: the default group of the heal
+    generation it joins, with the survivors (whatever the script asked)."""
+    if not _process.joining or kwargs.get("store") is not None:
+        return _original_init(backend, init_method, *args, **kwargs)
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    slot = Slot.from_env()
+    while True:
+        try:
+            _init_generation(backend, _process.generation, slot)
+            return
+        except Exception:
+            # Another peer failed while this one joined: join the next.
+            if slot is None or slot.generation() <= _process.generation:
+                raise
+            _process.generation = slot.generation()
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+
+def _local_group():
+    """A process group of this process alone (DDP's start-up collectives in
+    a replacement stay local; the state comes in the Healer)."""
+    if hasattr(dist, "ProcessGroupGloo") and issubclass(dist.ProcessGroupGloo, dist.ProcessGroup):
+        return dist.ProcessGroupGloo(dist.HashStore(), 0, 1, _timeout())  # PyTorch 1.x
+    return dist.new_group([dist.get_rank()], backend="gloo", use_local_synchronization=True)
+
+
+def _replacement_ddp_init(self, module, *args, **kwargs):
+    if _process.joining and len(args) < 5 and kwargs.get("process_group") is None:
+        kwargs["process_group"] = _local_group()
+    _original_ddp_init(self, module, *args, **kwargs)
+
+
+if _process.joining:
+    dist.init_process_group = _replacement_init
+    dist.distributed_c10d.init_process_group = _replacement_init
+    DistributedDataParallel.__init__ = _replacement_ddp_init
+
+
+def _collective_failed(error, healer):
+    """Whether `error` is a failed collective (a peer died, or the group was
+    dropped), not the script's own bug: the comm hook saw it fail, or it is
+    PyTorch's distributed error, or it came out of torch.distributed."""
+    if healer._hook_failed:
+        return True
+    dist_error = getattr(dist, "DistError", None)
+    if dist_error is not None and isinstance(error, dist_error):
+        return True
+    if not isinstance(error, RuntimeError):
+        return False
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        if f"{os.sep}distributed{os.sep}" in frame.f_code.co_filename:
+            return True
+    text = str(error)
+    return any(word in text for word in ("gloo", "Gloo", "NCCL", "Connection closed", "Connection reset"))
+
+
+def _allreduce_hook(healer, bucket):
+    """DDP's all-reduce, on the current default group (a heal replaces it):
+    the bucket averaged over the ranks, as DDP's own hook does."""
+    tensor = bucket.buffer()
+    tensor.div_(dist.get_world_size())
+    fut = dist.all_reduce(tensor, async_op=True).get_future()
+
+    def reduced(f):
+        try:
+            return f.value()[0]
+        except Exception:
+            healer._hook_failed = True
+            raise
+
+    return fut.then(reduced)
+
+
+class HealReport:
+    """What the heals of this process cost (this rank's view)."""
+
+    def __init__(self):
+        self.heals = 0  # heals this process took part in
+        self.steps_redone = 0  # steps it ran again after a heal
+        self.bytes = 0  # state bytes sent or received, the last heal
+        self.wait_seconds = 0.0  # from the failure to the agent's generation, the last heal
+        self.connect_seconds = 0.0  # making the generation's process group
+        self.transfer_seconds = 0.0  # agreeing on the newest state and sending it
+        self.generation = 0
+        self.world_size = 0
+
+
+class Healer:
+    """Heals a PyTorch DDP training loop around a failed peer (see the top
+    of this file).
+
+    model: the DistributedDataParallel module (or a plain module: then the
+        script averages gradients itself, inside the step).
+    optimizer: its optimizer; each optimizer.step() commits a step.
+    state: a dict the loop keeps its position in (epoch, batch): put back
+        when a step is abandoned, sent to whoever heals. Picklable values.
+    extra: more objects with state_dict()/load_state_dict() (an LR
+        scheduler, a sampler), treated as `state`.
+    wait_timeout: seconds a survivor waits for the agent's replacement
+        before the step's error is raised after all.
+    """
+
+    def __init__(self, model, optimizer, *, state=None, extra=(), wait_timeout=300.0):
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError("ddprun.Healer: model must be a torch.nn.Module (or DistributedDataParallel)")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError("ddprun.Healer: optimizer must be a torch.optim.Optimizer")
+        if state is not None and not isinstance(state, dict):
+            raise TypeError("ddprun.Healer: state must be a dict (or None)")
+        for o in extra:
+            if not (hasattr(o, "state_dict") and hasattr(o, "load_state_dict")):
+                raise TypeError(f"ddprun.Healer: extra object {o!r} has no state_dict()/load_state_dict()")
+        self.ddp = model if isinstance(model, DistributedDataParallel) else None
+        self.module = model.module if self.ddp is not None else model
+        self.optimizer = optimizer
+        self.state = state if state is not None else {}
+        self.extra = list(extra)
+        self.wait_timeout = float(wait_timeout)
+        self.steps = 0  # optimizer steps taken: which rank is newest
+        self.report = HealReport()
+        self.joined = False  # whether this process replaced a failed rank
+        self._hook_failed = False
+        self._count_optimizer_steps()
+        self._slot = Slot.from_env() if _process.heals and dist.is_initialized() else None
+        self.heals = self._slot is not None
+        if not self.heals:
+            return
+        self._backend = dist.get_backend()
+        self.generation = _process.generation
+        if self.ddp is not None:
+            if self.ddp.process_group is not dist.distributed_c10d._get_default_group() and not _process.joining:
+                raise ValueError("ddprun.Healer: DDP on a process group of its own cannot heal; "
+                                 "make it on the default group")
+            self._fix_buckets()
+            self.ddp.register_comm_hook(self, _allreduce_hook)
+        self.report.world_size = dist.get_world_size()
+        if _process.joining:
+            self._join()
+        else:
+            # DDP keeps the group it was made with (and its sockets) for good:
+            # collectives go on a default group of the healer's own, which a
+            # heal can drop.
+            with self._slot.waiting():
+                self._drop_group()
+                _init_generation(self._backend, self.generation, self._slot)
+        self._adopt_group()
+        self._slot.set_heal_ready(True)
+
+    # The context: the healer says the process can heal while it is open.
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        """Says the process can no longer heal: what runs after is not a step."""
+        if self.heals:
+            self._slot.set_heal_ready(False)
+
+    def _count_optimizer_steps(self):
+        def count(*args, **kwargs):
+            self.steps += 1
+
+        if hasattr(self.optimizer, "register_step_post_hook"):  # PyTorch 2.x
+            self.optimizer.register_step_post_hook(count)
+            return
+        step = self.optimizer.step
+
+        def step_then_count(*args, **kwargs):
+            result = step(*args, **kwargs)
+            count()
+            return result
+
+        self.optimizer.step = step_then_count
+
+    def _fix_buckets(self):
+        # DDP's reducer rebuilds its buckets once, after the first backward,
+        # in the order the gradients came, with a collective on its group. A
+        # replacement's would then differ from the survivors'. Rebuilt now,
+        # in parameter order, on every rank alike, they never change again.
+        reducer = self.ddp.reducer
+        reducer._push_all_rebuilt_params()
+        if not reducer._rebuild_buckets() and not _process.joining:
+            raise ValueError("ddprun.Healer: make the Healer before the model's first forward "
+                             "(DDP has fixed its buckets already)")
+
+    def _adopt_group(self):
+        if self.ddp is not None:
+            self.ddp.process_group = dist.distributed_c10d._get_default_group()  # its buffers' broadcasts
+        self.report.world_size = dist.get_world_size()
+        self.report.generation = self.generation
+
+    def _drop_group(self):
+        """Lets the default group go, so its sockets close: peers blocked in
+        a collective with this rank fail now, not at their timeout."""
+        if self.ddp is not None:
+            self.ddp.process_group = None
+        if not dist.is_initialized():
+            return
+        group = dist.distributed_c10d._get_default_group()
+        abort = getattr(group, "abort", None)  # PyTorch 2.x: in-flight work ends now
+        if abort is not None:
+            try:
+                abort()
+            except Exception:
+                pass
+        del group
+        dist.destroy_process_group()
+
+    # ----- a step -----
+
+    def step(self, fn, *args, **kwargs):
+        """One training step: fn(*args, **kwargs) runs forward, backward and
+        optimizer.step(). A failed collective inside heals the group and runs
+        fn again if this rank had not taken its optimizer step yet. Returns
+        what fn returns (None when the heal brought the step done)."""
+        if not self.heals:
+            return fn(*args, **kwargs)
+        self._slot.set_in_step(True)
+        try:
+            if self._slot.generation() > self.generation:
+                self._heal(f"the world changed in generation {self._slot.generation()} while this rank "
+                           "was outside a step")
+            start = self.steps
+            while True:
+                before = self._snapshot()
+                self._hook_failed = False
+                try:
+                    return fn(*args, **kwargs)
+                except Exception as e:
+                    if not _collective_failed(e, self):
+                        raise
+                    if self._slot.no_heal_coming() and self._slot.generation() <= self.generation:
+                        raise  # ddprun stops the group: no replacement comes
+                    if self.steps == start:
+                        self._put_back(before)
+                    self._heal(_first_line(e))
+                    if self.steps > start:
+                        return None  # done here, or by the peers (the heal brought it)
+                    self.report.steps_redone += 1
+        finally:
+            self._slot.set_in_step(False)
+
+    def _snapshot(self):
+        return {
+            "state": copy.deepcopy(self.state),
+            "extra": [copy.deepcopy(o.state_dict()) for o in self.extra],
+            "rng": _rng_state(),
+            "buffers": [b.detach().clone() for b in self.module.buffers()],
+        }
+
+    def _put_back(self, snap):
+        self.state.clear()
+        self.state.update(snap["state"])
+        for o, sd in zip(self.extra, snap["extra"]):
+            o.load_state_dict(sd)
+        _set_rng_state(snap["rng"])
+        with torch.no_grad():
+            for b, saved in zip(self.module.buffers(), snap["buffers"]):
+                b.copy_(saved)
+
+    # ----- a heal -----
+
+    def _heal(self, why):
+        r = self.report
+        r.wait_seconds = r.connect_seconds = r.transfer_seconds = 0.0
+        cause = why
+        world_before = r.world_size
+        with self._slot.waiting():
+            while True:
+                self._next_generation(cause)
+                began = time.monotonic()
+                try:
+                    self._sync_state(have_state=True)
+                    r.transfer_seconds += time.monotonic() - began
+                    break
+                except Exception as e:
+                    if not _collective_failed(e, self):
+                        raise
+                    r.transfer_seconds += time.monotonic() - began
+                    cause = _first_line(e)  # a peer failed during the heal itself
+        self._adopt_group()
+        r.heals += 1
+        if dist.get_rank() == 0:
+            resized = ("" if r.world_size == world_before else
+                       f"; the world goes on with {r.world_size} ranks instead of {world_before}")
+            print(f"ddprun: healed in generation {self.generation} ({why}): {r.wait_seconds:.3f} s waiting, "
+                  f"{r.connect_seconds:.3f} s connecting, {r.transfer_seconds:.3f} s sending {r.bytes} bytes of "
+                  f"state{resized}", file=sys.stderr, flush=True)
+
+    def _next_generation(self, why):
+        """Drops the group, waits for the agent to name a newer generation,
+        and makes the default group of it (again, if a peer fails meanwhile)."""
+        while True:
+            seen = self.generation
+            self._drop_group()
+            began = time.monotonic()
+            generation = self._slot.wait_generation(seen, self.wait_timeout)
+            self.report.wait_seconds += time.monotonic() - began
+            if generation == seen:
+                raise RuntimeError(f"{why} (no replacement came to heal the group within {self.wait_timeout:g} s: "
+                                   "ddprun stops the group instead; see --max-heals)")
+            began = time.monotonic()
+            try:
+                _init_generation(self._backend, generation, self._slot)
+                self.generation = generation
+                self.report.connect_seconds += time.monotonic() - began
+                return
+            except Exception as e:
+                # Another peer failed while this generation connected (or a
+                # newer one began): the agent names the next.
+                self.report.connect_seconds += time.monotonic() - began
+                self.generation = generation
+                why = _first_line(e)
+
+    def _join(self):
+        """A replacement's part: take the newest state from the survivors."""
+        self.joined = True
+        began = time.monotonic()
+        with self._slot.waiting():
+            while True:
+                try:
+                    self._sync_state(have_state=False)
+                    break
+                except Exception as e:
+                    if not _collective_failed(e, self):
+                        raise
+                    self._next_generation(_first_line(e))  # a peer failed while this process joined
+        _process.joining = False
+        if _process.joining_beats is not None:
+            _process.joining_beats.__exit__(None, None, None)
+            _process.joining_beats = None
+        self.report.heals = 1
+        self.report.transfer_seconds = time.monotonic() - began
+
+    def _tensors(self):
+        return list(self.module.parameters()) + list(self.module.buffers())
+
+    def _sync_state(self, have_state):
+        """Every rank tells its steps (a replacement: -1); the lowest rank with
+        the most sends its state to every rank behind it. Small things go
+        pickled; each tensor goes by its own broadcast, straight into the
+        receiver's memory."""
+        device = next(self.module.parameters()).device
+        mine = self.steps if have_state else -1
+        world = dist.get_world_size()
+        steps = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
+        dist.all_gather(steps, torch.tensor([mine], dtype=torch.int64, device=device))
+        steps = [int(s.item()) for s in steps]
+        newest = max(steps)
+        if newest < 0:
+            raise ValueError("ddprun: heal: no rank holds the training state (every rank is new)")
+        source = steps.index(newest)
+        if all(s == newest for s in steps):
+            self.report.bytes = 0
+            return
+        sending = dist.get_rank() == source
+        live = self.optimizer.state_dict()  # the live tensors, not copies
+        skeleton = None
+        if sending:
+            skeleton = {
+                "steps": self.steps,
+                "state": self.state,
+                "extra": [o.state_dict() for o in self.extra],
+                "rng": _rng_state(),
+                "model": [(tuple(t.shape), str(t.dtype)) for t in self._tensors()],
+                "optimizer": _without_tensors(live),
+            }
+        box = [skeleton]
+        dist.broadcast_object_list(box, src=source)
+        skeleton = box[0]
+        mismatch = _model_mismatch(skeleton["model"], self._tensors())
+        if mismatch:
+            raise ValueError(f"ddprun: heal: this rank's model does not match the state rank {source} sends: "
+                             f"{mismatch} (is every rank running the same script, with the same model?)")
+        nbytes = 0
+        with torch.no_grad():
+            for t in self._tensors():
+                dist.broadcast(t.data, src=source)
+                nbytes += t.numel() * t.element_size()
+            # The optimizer's tensors: a rank with the newest state receives
+            # into its own (the same bytes); the others into new memory.
+            receiving = mine != newest
+            target = _with_empty_tensors(skeleton["optimizer"], device) if receiving else live
+            for t in _tensors_in(target):
+                dist.broadcast(t, src=source)
+                nbytes += t.numel() * t.element_size()
+        self.report.bytes = nbytes
+        if not receiving:
+            return
+        self.optimizer.load_state_dict(target)
+        self.steps = skeleton["steps"]
+        self.state.clear()
+        self.state.update(skeleton["state"])
+        for o, sd in zip(self.extra, skeleton["extra"]):
+            o.load_state_dict(sd)
+        _set_rng_state(skeleton["rng"])
+
+
+def _first_line(error):
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
+
+
+def _rng_state():
+    return {"cpu": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def _set_rng_state(s):
+    torch.set_rng_state(s["cpu"])
+    if s["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+class _TensorSlot:
+    """A tensor left out of a pickled skeleton: its shape and dtype."""
+
+    def __init__(self, t):
+        self.shape = tuple(t.shape)
+        self.dtype = t.dtype
+        self.on_device = t.device.type != "cpu"
+
+
+def _without_tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        return _TensorSlot(obj)
+    if isinstance(obj, dict):
+        return {k: _without_tensors(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_without_tensors(v) for v in obj)
+    return obj
+
+
+def _with_empty_tensors(obj, device):
+    if isinstance(obj, _TensorSlot):
+        return torch.empty(obj.shape, dtype=obj.dtype, device=device if obj.on_device else "cpu")
+    if isinstance(obj, dict):
+        return {k: _with_empty_tensors(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_with_empty_tensors(v, device) for v in obj)
+    return obj
+
+
+def _tensors_in(obj):
+    """The tensors of a nested structure, in an order both sides derive from
+    its structure (dict keys sorted)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for k in sorted(obj, key=repr):
+            yield from _tensors_in(obj[k])
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors_in(v)
+
+
+def _model_mismatch(theirs, tensors):
+    mine = [(tuple(t.shape), str(t.dtype)) for t in tensors]
+    if len(mine) != len(theirs):
+        return f"{len(theirs)} parameters and buffers there, {len(mine)} here"
+    for i, (a, b) in enumerate(zip(theirs, mine)):
+        if a != b:
+            return f"tensor {i} is {list(a[0])} {a[1]} there, {list(b[0])} {b[1]} here"
+    return ""
