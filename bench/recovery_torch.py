@@ -2,7 +2,9 @@
 ordinary PyTorch DDP script (python3-torch, gloo), with the same checkpoint
 period. Rank 0 checkpoints every --checkpoint-every steps (torch.save to a
 temporary file, then rename), every rank resumes from the newest checkpoint
-at start, and rank 0 prints "step N done at T" after every step.
+at start, and rank 0 prints "step N done at T" after every step. With --heal
+its steps run through ddprun.Healer (python/ddprun): a killed rank heals
+from its peers instead of restarting from the checkpoint.
 
 It reads Fashion-MNIST from the same decompressed cache as examples/train
 (falling back to the .gz files), so both sides load data alike."""
@@ -61,6 +63,7 @@ def main():
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--checkpoint-dir", required=True)
     p.add_argument("--checkpoint-every", type=int, default=10)
+    p.add_argument("--heal", action="store_true", help="steps through ddprun.Healer (python/ddprun)")
     a = p.parse_args()
 
     dist.init_process_group("gloo")
@@ -75,6 +78,10 @@ def main():
     step, epoch, position = 0, 0, 0
     os.makedirs(a.checkpoint_dir, exist_ok=True)
     files = sorted(glob.glob(os.path.join(a.checkpoint_dir, "ckpt-*.pt")))
+    if a.heal:
+        import ddprun
+        if ddprun.joining():
+            files = []  # a heal's replacement: its state comes from a peer, not the disk
     if files:
         ck = torch.load(files[-1])  # every rank reads it
         model.module.load_state_dict(ck["model"])
@@ -83,28 +90,39 @@ def main():
         if rank == 0:
             print("resumed from %s at step %d" % (files[-1], step), flush=True)
 
-    while epoch < a.epochs:
-        sampler.set_epoch(epoch)
+    # Where the loop stands (with --heal: put back when a step is abandoned,
+    # sent to a replacement).
+    at = {"step": step, "epoch": epoch, "position": position}
+    healer = ddprun.Healer(model, opt, state=at) if a.heal else None
+    run = healer.step if healer else (lambda fn, *args: fn(*args))
+
+    def train_step(idx):
+        opt.zero_grad()
+        F.cross_entropy(model(normalise(images[idx])), labels[idx]).backward()
+        for g in opt.param_groups:
+            g["lr"] = a.lr * (1 - at["step"] / (steps_per_epoch * a.epochs))
+        opt.step()
+        at["step"] += 1
+        at["position"] += len(idx)
+
+    while at["epoch"] < a.epochs:
+        sampler.set_epoch(at["epoch"])
         order = list(sampler)
-        while position < len(order):
-            idx = torch.tensor(order[position:position + a.batch_size])
-            position += len(idx)
-            opt.zero_grad()
-            F.cross_entropy(model(normalise(images[idx])), labels[idx]).backward()
-            for g in opt.param_groups:
-                g["lr"] = a.lr * (1 - step / (steps_per_epoch * a.epochs))
-            opt.step()
-            step += 1
+        while at["position"] < len(order):
+            run(train_step, torch.tensor(order[at["position"]:at["position"] + a.batch_size]))
+            step, position = at["step"], at["position"]
             if rank == 0:
                 print("step %d done at %.3f" % (step, time.time()), flush=True)
                 if step % a.checkpoint_every == 0:
                     done = position >= len(order)
                     state = {"model": model.module.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                             "epoch": epoch + 1 if done else epoch, "position": 0 if done else position}
+                             "epoch": at["epoch"] + 1 if done else at["epoch"], "position": 0 if done else position}
                     path = os.path.join(a.checkpoint_dir, "ckpt-%012d.pt" % step)
                     torch.save(state, path + ".tmp")
                     os.replace(path + ".tmp", path)
-        epoch, position = epoch + 1, 0
+        at["epoch"], at["position"] = at["epoch"] + 1, 0
+    if healer:
+        healer.close()
     dist.barrier()
     os._exit(0)  # skip teardown (torch 1.13 can deadlock in ~ProcessGroupGloo)
 

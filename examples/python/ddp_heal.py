@@ -58,7 +58,7 @@ def checksum(module):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--samples", type=int, default=48000)
     ap.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     ap.add_argument("--hidden", type=int, default=512)

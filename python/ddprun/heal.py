@@ -185,6 +185,20 @@ def _init_generation(backend, generation, slot):
     _original_init(backend, store=_process.store, rank=rank, world_size=world, timeout=_timeout())
 
 
+def _forget_failed_init():
+    """After an init_process_group that failed half-way: no default group,
+    and the group counter back at 0 (PyTorch names the default group's store
+    keys after it, so every rank of the next generation must count alike)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+        return
+    c10d = dist.distributed_c10d
+    if hasattr(getattr(c10d, "_world", None), "group_count"):
+        c10d._world.group_count = 0  # PyTorch 2.x
+    elif hasattr(c10d, "_group_count"):
+        c10d._group_count = 0  # PyTorch 1.x
+
+
 def _replacement_init(backend=None, init_method=None, *args, **kwargs):
     """init_process_group in a replacement: the default group of the heal
     generation it joins, with the survivors (whatever the script asked)."""
@@ -201,8 +215,7 @@ def _replacement_init(backend=None, init_method=None, *args, **kwargs):
             if slot is None or slot.generation() <= _process.generation:
                 raise
             _process.generation = slot.generation()
-            if dist.is_initialized():
-                dist.destroy_process_group()
+            _forget_failed_init()
 
 
 def _local_group():
@@ -309,6 +322,7 @@ class Healer:
         self.report = HealReport()
         self.joined = False  # whether this process replaced a failed rank
         self._hook_failed = False
+        self._reports_heal = False
         self._count_optimizer_steps()
         self._slot = Slot.from_env() if _process.heals and dist.is_initialized() else None
         self.heals = self._slot is not None
@@ -471,7 +485,7 @@ class Healer:
                     cause = _first_line(e)  # a peer failed during the heal itself
         self._adopt_group()
         r.heals += 1
-        if dist.get_rank() == 0:
+        if self._reports_heal:
             resized = ("" if r.world_size == world_before else
                        f"; the world goes on with {r.world_size} ranks instead of {world_before}")
             print(f"ddprun: healed in generation {self.generation} ({why}): {r.wait_seconds:.3f} s waiting, "
@@ -502,6 +516,7 @@ class Healer:
                 self.report.connect_seconds += time.monotonic() - began
                 self.generation = generation
                 why = _first_line(e)
+                _forget_failed_init()
 
     def _join(self):
         """A replacement's part: take the newest state from the survivors."""
@@ -541,6 +556,7 @@ class Healer:
         if newest < 0:
             raise ValueError("ddprun: heal: no rank holds the training state (every rank is new)")
         source = steps.index(newest)
+        self._reports_heal = dist.get_rank() == source  # one rank says how the heal went
         if all(s == newest for s in steps):
             self.report.bytes = 0
             return
@@ -589,7 +605,9 @@ class Healer:
 
 def _first_line(error):
     text = str(error).strip().splitlines()
-    return text[0] if text else type(error).__name__
+    line = text[0] if text else type(error).__name__
+    # A failed all-reduce reaches DDP through the hook's callback.
+    return line.replace("Got the following error when running the callback: ", "")
 
 
 def _rng_state():

@@ -1,0 +1,158 @@
+// Checkpointless recovery for PyTorch scripts (python/ddprun, ddprun.Healer)
+// end to end, with this lane's PyTorch: examples/python/ddp_heal.py (DDP on
+// Gloo, Adam, batch norm) on one node, workers SIGKILLed mid-epoch. The
+// survivors keep their processes, replacements take the state from them,
+// and the run ends with exactly the parameters of one nothing interrupted.
+// The same script without its Healer restarts as before.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <regex>
+#include <set>
+
+#include "support/job_helpers.h"
+#include "support/process.h"
+
+namespace {
+
+using ddptest::Finished;
+using ddptest::Process;
+using ddptest::contains;
+using ddptest::occurrences;
+using ddptest::reach_step;
+
+// 16,000 samples, one epoch: 125 steps on 4 ranks, 250 on 2.
+std::vector<std::string> heal_job(int nproc, const std::vector<std::string>& launcher_flags = {},
+                                  const std::vector<std::string>& script_flags = {}) {
+  std::vector<std::string> argv{DDPRUN_BIN, "--nproc", std::to_string(nproc)};
+  argv.insert(argv.end(), launcher_flags.begin(), launcher_flags.end());
+  for (const char* a : {HEAL_SCRIPT, "--samples", "16000", "--epochs", "1", "--print-steps"}) argv.push_back(a);
+  argv.insert(argv.end(), script_flags.begin(), script_flags.end());
+  return argv;
+}
+
+const ddptest::EnvChanges kEnv{std::string("PYTHON_EXEC=") + PYTHON_BIN};
+
+// "checksum 0123456789abcdef" as rank 0 printed it at the end; empty if none.
+std::string checksum_of(const std::string& out) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(R"(final loss [0-9.]+; checksum ([0-9a-f]{16}))"))) return "";
+  return m[0];
+}
+
+// The final loss and checksum of an uninterrupted run (once per world size).
+std::string reference(int nproc) {
+  static std::map<int, std::string> done;
+  if (!done.count(nproc)) {
+    Finished f = ddptest::run(heal_job(nproc), kEnv);
+    EXPECT_EQ(f.exit_code, 0) << f.err;
+    done[nproc] = checksum_of(f.out);
+  }
+  return done[nproc];
+}
+
+// The workers ddprun started first: its children but the warm standby.
+std::vector<pid_t> workers_of(pid_t ddprun) {
+  std::vector<pid_t> out;
+  for (pid_t c : ddptest::children_of(ddprun)) {
+    if (!ddptest::started_as_standby(c)) out.push_back(c);
+  }
+  std::sort(out.begin(), out.end());  // spawned in local-rank order
+  return out;
+}
+
+struct Outcome {
+  Finished f;
+  bool survivors_kept = true;
+};
+
+// Kills the workers of local ranks `victims` at rank 0's step `at_step`;
+// with `during_heal`, also that worker once ddprun has begun the heal.
+// Checks that every other first worker is still the same process ten steps
+// later.
+Outcome kill_at(int nproc, std::vector<int> victims, int at_step, int during_heal = -1) {
+  Outcome o;
+  Process p(heal_job(nproc), kEnv);
+  EXPECT_TRUE(reach_step(p, at_step)) << p.out() << p.err();
+  const std::vector<pid_t> workers = workers_of(p.pid());
+  EXPECT_EQ(static_cast<int>(workers.size()), nproc);
+  if (static_cast<int>(workers.size()) != nproc) return o;
+  std::set<pid_t> dead;
+  for (int v : victims) {
+    dead.insert(workers[static_cast<size_t>(v)]);
+    kill(workers[static_cast<size_t>(v)], SIGKILL);
+  }
+  if (during_heal >= 0) {
+    EXPECT_TRUE(p.wait_for_err_line(
+        [](const std::string& l) { return contains(l, "replacing it while the other workers go on"); },
+        std::chrono::seconds(60)));
+    dead.insert(workers[static_cast<size_t>(during_heal)]);
+    kill(workers[static_cast<size_t>(during_heal)], SIGKILL);
+  }
+  EXPECT_TRUE(reach_step(p, at_step + 10)) << p.out() << p.err();
+  const std::vector<pid_t> now = ddptest::children_of(p.pid());
+  const std::set<pid_t> alive(now.begin(), now.end());
+  for (pid_t w : workers) {
+    if (!dead.count(w) && !alive.count(w)) o.survivors_kept = false;
+  }
+  o.f = p.finish();
+  return o;
+}
+
+void expect_healed(const Outcome& o, int replaced, const std::string& want) {
+  ASSERT_EQ(o.f.exit_code, 0) << o.f.err;
+  EXPECT_TRUE(o.survivors_kept) << "a survivor was restarted";
+  EXPECT_EQ(occurrences(o.f.err, "replacing it while the other workers go on"), replaced) << o.f.err;
+  EXPECT_FALSE(contains(o.f.err, "restarting the workers")) << o.f.err;
+  EXPECT_TRUE(contains(o.f.out, "with the state of its peers")) << o.f.out;
+  EXPECT_TRUE(contains(o.f.err, "ddprun: healed in generation")) << o.f.err;
+  EXPECT_EQ(checksum_of(o.f.out), want) << "the healed run's parameters or loss differ from an uninterrupted run's";
+}
+
+TEST(PythonHeal, ARandomRankOfFourKilledMidEpochIsReplacedAndTheRunEndsBitwiseEqual) {
+  const std::string want = reference(4);
+  ASSERT_FALSE(want.empty());
+  std::mt19937 gen(std::random_device{}());
+  const int victim = std::uniform_int_distribution<>(1, 3)(gen);
+  const int step = std::uniform_int_distribution<>(20, 100)(gen);
+  SCOPED_TRACE("local rank " + std::to_string(victim) + " killed at step " + std::to_string(step));
+  expect_healed(kill_at(4, {victim}, step), 1, want);
+}
+
+TEST(PythonHeal, RankZeroOfTwoKilledIsReplacedAndTheRunEndsBitwiseEqual) {
+  // Rank 0 prints the steps and would send the state: its peer sends it.
+  const std::string want = reference(2);
+  ASSERT_FALSE(want.empty());
+  expect_healed(kill_at(2, {0}, 120), 1, want);
+}
+
+TEST(PythonHeal, TwoRanksKilledAtOnceAreBothReplacedBitwiseEqual) {
+  const std::string want = reference(4);
+  ASSERT_FALSE(want.empty());
+  expect_healed(kill_at(4, {0, 2}, 40), 2, want);
+}
+
+TEST(PythonHeal, ASurvivorKilledDuringTheHealIsReplacedTooBitwiseEqual) {
+  const std::string want = reference(4);
+  ASSERT_FALSE(want.empty());
+  expect_healed(kill_at(4, {1}, 40, /*during_heal=*/3), 2, want);
+}
+
+TEST(PythonHeal, TheScriptWithoutItsHealerRestartsAsBefore) {
+  Process p(heal_job(2, {"--max-restarts", "1"}, {"--no-heal"}), kEnv);
+  ASSERT_TRUE(reach_step(p, 40)) << p.out() << p.err();
+  const std::vector<pid_t> workers = workers_of(p.pid());
+  ASSERT_EQ(workers.size(), 2u);
+  kill(workers[1], SIGKILL);
+  Finished f = p.finish();
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "restarting the workers")) << f.err;
+  EXPECT_FALSE(contains(f.err, "replacing it while the other workers go on")) << f.err;
+  EXPECT_FALSE(contains(f.out, "with the state of its peers")) << f.out;
+}
+
+}  // namespace
