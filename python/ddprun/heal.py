@@ -96,9 +96,9 @@ class _GenerationStore(dist.Store):
     prefix no other generation or round uses. Its waits give up as soon as
     the agent names a newer generation (the peer they wait for died while
     this one connected): they check the key, then sleep on the slot's
-    generation word (a futex) for at most 20 ms, and so on."""
+    generation word (a futex) for at most 5 ms, and so on."""
 
-    _POLL_S = 0.02
+    _POLL_S = 0.005
 
     def __init__(self, generation, slot):
         super().__init__()
