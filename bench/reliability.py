@@ -12,6 +12,7 @@ the job finished and the checksums match.
     bench/reliability.py --seed 7        # replay one sequence of faults
     bench/reliability.py --restart       # no heals: every fault restarts the group
     bench/reliability.py --compound      # a second fault during a heal (bench/compound_faults.py)
+    bench/reliability.py --python        # the PyTorch script examples/python/ddp_heal.py (ddprun.Healer)
 
 By default train heals (ddp::Healer): a killed or hung worker is replaced
 while the others keep running, and the replacement takes the state from a
@@ -24,6 +25,11 @@ A fault is armed only once the job has recovered from the previous one (a
 hits a running attempt; it comes at a random step within the next two
 checkpoint periods, to a random worker, as SIGKILL or (--stop-fraction)
 SIGSTOP. The job gets enough epochs to take every fault.
+
+--python runs examples/python/ddp_heal.py instead (its steps through
+ddprun.Healer; with --restart, --no-heal), on --torch-python's PyTorch
+(build/torch2-venv's, else Debian's): it keeps no checkpoint, so a fault
+outside a step restarts it from the start. Its checksum is the one it prints.
 """
 import argparse
 import json
@@ -55,8 +61,21 @@ def checksum(path):
         return ""
 
 
+def script_checksum(out):
+    """The final loss and checksum examples/python/ddp_heal.py printed last."""
+    found = re.findall(r"final loss [0-9.]+; checksum [0-9a-f]{16}", out)
+    return found[-1].replace("final loss ", "loss ").replace("; checksum ", "/") if found else ""
+
+
 def job(args, summary, ckpt=None):
     cmd = [os.path.join(args.build, "ddprun"), "--nproc", str(args.nproc)]
+    if args.python:
+        if ckpt:  # (the script keeps none: "ckpt" says this is the faulty run)
+            cmd += ["--max-restarts", str(args.faults + 10), "--hang-timeout", str(args.hang_timeout),
+                    "--max-heals", str(args.faults + 10)]
+        cmd += [os.path.join(ROOT, "examples", "python", "ddp_heal.py"), "--samples", str(args.limit),
+                "--epochs", str(args.epochs), "--print-steps"]
+        return cmd + (["--no-heal"] if args.restart else [])
     if ckpt:
         cmd += ["--max-restarts", str(args.faults + 10), "--hang-timeout", str(args.hang_timeout)]
         if args.restart:
@@ -77,7 +96,7 @@ def run_with_faults(args, cmd, total_steps, rng):
     sel = selectors.DefaultSelector()
     sel.register(p.stdout, selectors.EVENT_READ, "out")
     sel.register(p.stderr, selectors.EVENT_READ, "err")
-    bufs = {"out": b"", "err": b""}
+    bufs = {"out": b"", "err": b"", "all_out": b""}
     err_text = []
     injected = 0
     armed = True          # the job runs an attempt that has not been hit yet
@@ -97,6 +116,8 @@ def run_with_faults(args, cmd, total_steps, rng):
                     open_streams -= 1
                     continue
                 bufs[key.data] += chunk
+                if key.data == "out":
+                    bufs["all_out"] += chunk
                 *lines, bufs[key.data] = bufs[key.data].split(b"\n")
                 for raw in lines:
                     line = raw.decode(errors="replace")
@@ -151,7 +172,7 @@ def run_with_faults(args, cmd, total_steps, rng):
         if p.poll() is None:
             p.kill()
             p.wait()
-    return code, tally, "\n".join(err_text)
+    return code, tally, "\n".join(err_text), bufs["all_out"].decode(errors="replace")
 
 
 def compound(args):
@@ -203,6 +224,8 @@ def main():
                    help="seconds the faulty run may take before it counts as hung [60 + 30 per fault]")
     p.add_argument("--build", default=os.path.join(ROOT, "build", "bin"))
     p.add_argument("--verbose", action="store_true", help="echo the job's output")
+    p.add_argument("--python", action="store_true", help="the PyTorch script examples/python/ddp_heal.py instead")
+    p.add_argument("--torch-python", default=None, help="with --python: the interpreter [build/torch2-venv's]")
     p.add_argument("--compound", action="store_true",
                    help="instead: a node lost during a heal, a fallback to Gloo during one, a paused replacement")
     args = p.parse_args()
@@ -213,8 +236,12 @@ def main():
             return compound(args)
         finally:
             shutil.rmtree(args.work, ignore_errors=True)
+    if args.python:
+        venv = os.path.join(ROOT, "build", "torch2-venv", "bin", "python")
+        os.environ["PYTHON_EXEC"] = args.torch_python or (venv if os.path.exists(venv) else "/usr/bin/python3")
+        print("the script runs on %s" % os.environ["PYTHON_EXEC"], flush=True)
     if args.epochs is None:
-        steps_per_epoch = -(-args.limit // (args.nproc * 32))  # train's default batch of 32 per rank
+        steps_per_epoch = -(-args.limit // (args.nproc * 32))  # a batch of 32 per rank (train's and the script's)
         # A fault comes within two checkpoint periods of the recovery from the
         # one before (one on average), and a heal costs a step: half as much
         # again, and an epoch more, so that every fault lands.
@@ -227,19 +254,22 @@ def main():
     try:
         ref_summary = os.path.join(work, "reference.json")
         ref = subprocess.run(job(args, ref_summary), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        want = checksum(ref_summary)
+        want = script_checksum(ref.stdout) if args.python else checksum(ref_summary)
         if ref.returncode != 0 or not want:
             print(ref.stderr[-4000:])
             print("the uninterrupted reference run failed (exit %d)" % ref.returncode)
             return 2
-        with open(ref_summary) as f:
-            total_steps = json.load(f)["steps"]
+        if args.python:
+            total_steps = int(re.search(r"ranks, (\d+) steps", ref.stdout).group(1))
+        else:
+            with open(ref_summary) as f:
+                total_steps = json.load(f)["steps"]
 
         summary = os.path.join(work, "faulty.json")
         started = time.monotonic()
-        code, tally, err = run_with_faults(args, job(args, summary, os.path.join(work, "ckpt")), total_steps, rng)
+        code, tally, err, out = run_with_faults(args, job(args, summary, os.path.join(work, "ckpt")), total_steps, rng)
         took = time.monotonic() - started
-        got = checksum(summary)
+        got = script_checksum(out) if args.python else checksum(summary)
         restarts = err.count("restarting the workers")
         heals = err.count("replacing it while the other workers go on")
         # Each worker found hung is said once ("rank R (pid P) hung: ...");

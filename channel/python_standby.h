@@ -2,7 +2,8 @@
 // The agent runs `python -u -c kPythonStandby SCRIPT ARGS...` (or
 // `... -c kPythonStandby -m MODULE ARGS...`). The interpreter imports torch
 // (the slow part of a PyTorch worker's start, seconds), then waits on
-// DDPRUN_STANDBY_FD for the same message worker_lib standbys read
+// DDPRUN_STANDBY_FD (on a thread of its own, which beats in the assigned slot
+// when the assignment comes before the imports end) for the same message worker_lib standbys read
 // (standby_message.h), puts the variables into its environment and runs the
 // script as __main__, as `python SCRIPT` would have. A heal's replacement
 // imports the ddprun package first (python/ddprun/heal.py).
@@ -13,8 +14,42 @@ namespace ddprun::channel {
 inline constexpr const char* kPythonStandby = R"PY(
 import os, sys
 
+def _ddprun_read_assignment(fd, box, assigned, imported):
+    # "KEY=VALUE\0" entries, then one more "\0" (the empty message is "\0").
+    msg = b""
+    while not (msg == b"\0" or msg.endswith(b"\0\0")):
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            sys.stderr.write("ddprun standby: the agent closed DDPRUN_STANDBY_FD without an assignment\n")
+            os._exit(1)
+        msg += chunk
+    os.close(fd)
+    box.append(msg)
+    assigned.set()
+    # Assigned while torch still loads (a standby not yet warm): beat in the
+    # assigned slot until the imports are done, so that the agent does not
+    # take the start for a hang.
+    env = dict(e.split(b"=", 1) for e in msg.split(b"\0") if b"=" in e)
+    path, slot = env.get(b"DDPRUN_HEARTBEAT_FILE"), env.get(b"DDPRUN_HEARTBEAT_SLOT")
+    if not path or slot is None:
+        return
+    try:
+        import ctypes, mmap
+        with open(path, "r+b") as f:
+            m = mmap.mmap(f.fileno(), 0)
+        beats = ctypes.c_uint64.from_buffer(m, int(slot) * 2048)
+    except (OSError, ValueError):
+        return
+    while not imported.is_set():
+        beats.value += 1
+        imported.wait(0.05)
+
+
 def _ddprun_standby():
+    import threading
     fd = int(os.environ.pop("DDPRUN_STANDBY_FD"))
+    box, assigned, imported = [], threading.Event(), threading.Event()
+    threading.Thread(target=_ddprun_read_assignment, args=(fd, box, assigned, imported), daemon=True).start()
     # The slow part, done while the workers of this attempt run. A script
     # that does not use torch (or an interpreter without it) loses nothing.
     try:
@@ -28,15 +63,9 @@ def _ddprun_standby():
         import torch._dynamo  # noqa: F401
     except Exception:
         pass
-    # "KEY=VALUE\0" entries, then one more "\0" (the empty message is "\0").
-    msg = b""
-    while not (msg == b"\0" or msg.endswith(b"\0\0")):
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            sys.stderr.write("ddprun standby: the agent closed DDPRUN_STANDBY_FD without an assignment\n")
-            os._exit(1)
-        msg += chunk
-    os.close(fd)
+    imported.set()
+    assigned.wait()
+    msg = box[0]
     for entry in msg.split(b"\0"):
         key, eq, value = entry.partition(b"=")
         if eq:

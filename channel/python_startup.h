@@ -13,7 +13,9 @@
 // script's own phases are announced in the slot's phase word: an
 // evaluation from module.eval() until module.train(), a checkpoint inside
 // torch.save/torch.load. While it waits inside a torch.distributed call a
-// thread beats for it (a peer's long phase is no hang of its own). An interpreter run with -I, -E or -S skips
+// thread beats for it (a peer's long phase is no hang of its own). A heal's
+// replacement started afresh beats from its start until the ddprun package
+// (python/ddprun) is loaded, which beats while it joins. An interpreter run with -I, -E or -S skips
 // it; the agent then sees no handler and says so instead of signalling.
 #pragma once
 
@@ -231,7 +233,28 @@ def _ddprun_next_sitecustomize():
     spec.loader.exec_module(module)
 
 
+def _ddprun_replacement_pulse():
+    """A heal's replacement started afresh (no warm standby) imports torch
+    for seconds before the ddprun package (python/ddprun) beats for it while
+    it joins: beat until that package is loaded."""
+    if not os.environ.get("DDPRUN_HEAL_GENERATION"):
+        return
+    words = _ddprun_heartbeat()
+    if not words:
+        return
+    import threading
+
+    def pulse():
+        tick = threading.Event()  # never set: a timer
+        while "ddprun.heal" not in sys.modules:
+            words[0].value += 1
+            tick.wait(0.05)
+
+    threading.Thread(target=pulse, name="ddprun-replacement-pulse", daemon=True).start()
+
+
 _ddprun_stacks_on_signal()
+_ddprun_replacement_pulse()
 _ddprun_hook_torch()
 _ddprun_next_sitecustomize()
 )PY";

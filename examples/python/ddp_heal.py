@@ -91,8 +91,12 @@ def main():
     loss = float("nan")
     began = time.time()
     while progress["epoch"] < args.epochs:
-        # A heal may change the world (a lost node, no spare): read it each step.
+        # A heal may change the world (a lost node, no spare): read it each
+        # step. The rest of the epoch goes on from the global sample position.
+        was = world
         rank, world = dist.get_rank(), dist.get_world_size()
+        if world != was and rank == 0:
+            print(f"world size now {world}, going on from step {steps}", flush=True)
         if progress["sample"] + world * args.batch > len(x):
             progress["epoch"] += 1
             progress["sample"] = 0

@@ -258,9 +258,12 @@ def _collective_failed(error, healer):
 
 def _allreduce_hook(healer, bucket):
     """DDP's all-reduce, on the current default group (a heal replaces it):
-    the bucket averaged over the ranks, as DDP's own hook does."""
+    the bucket averaged over the ranks, as DDP's own hook does. While it is
+    under way the slot's pulse beats: a rank waiting for a slow or stopped
+    peer is not the one that hangs (a stopped rank's pulse stops with it)."""
     tensor = bucket.buffer()
     tensor.div_(dist.get_world_size())
+    healer._slot._add_waiting(+1)
     fut = dist.all_reduce(tensor, async_op=True).get_future()
 
     def reduced(f):
@@ -269,6 +272,8 @@ def _allreduce_hook(healer, bucket):
         except Exception:
             healer._hook_failed = True
             raise
+        finally:
+            healer._slot._add_waiting(-1)
 
     return fut.then(reduced)
 
@@ -336,6 +341,7 @@ class Healer:
                                  "make it on the default group")
             self._fix_buckets()
             self.ddp.register_comm_hook(self, _allreduce_hook)
+            self._pulse_while_buffers_sync()
         self.report.world_size = dist.get_world_size()
         if _process.joining:
             self._join()
@@ -387,6 +393,20 @@ class Healer:
         if not reducer._rebuild_buckets() and not _process.joining:
             raise ValueError("ddprun.Healer: make the Healer before the model's first forward "
                              "(DDP has fixed its buckets already)")
+
+    def _pulse_while_buffers_sync(self):
+        # DDP broadcasts the module's buffers (batch norm's statistics) at
+        # each forward, blocking: a rank waiting there for a stopped peer is
+        # not the one that hangs.
+        sync = getattr(self.ddp, "_sync_buffers", None)
+        if sync is None:
+            return
+
+        def sync_waiting(*args, **kwargs):
+            with self._slot.waiting():
+                return sync(*args, **kwargs)
+
+        self.ddp._sync_buffers = sync_waiting
 
     def _adopt_group(self):
         if self.ddp is not None:

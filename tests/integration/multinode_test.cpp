@@ -680,6 +680,84 @@ TEST(NetNodes, AKilledWorkerOfOneNodeIsReplacedThereAndTheJobEndsBitwiseEqual) {
   EXPECT_EQ(outcome_in(summary), want) << "the healed run's parameters or loss differ from an uninterrupted run's";
 }
 
+// The same heals for a PyTorch script (examples/python/ddp_heal.py, through
+// ddprun.Healer): 2 ranks on 2 hosts, 250 steps; its final parameters' line
+// (rank 0's) must be an uninterrupted 2-rank run's.
+std::vector<std::string> python_heal_job() {
+  return {HEAL_SCRIPT, "--samples", "16000", "--epochs", "1", "--print-steps"};
+}
+
+std::string python_outcome(const std::string& out) {
+  std::smatch m;
+  return std::regex_search(out, m, std::regex(R"(final loss [0-9.]+; checksum [0-9a-f]{16})")) ? m.str(0) : "";
+}
+
+const ddptest::EnvChanges kPythonHealEnv{"PYTHON_EXEC=" PYTHON_BIN, "OMP_NUM_THREADS=1"};
+
+std::string python_uninterrupted() {
+  Finished one = ddptest::run(node_cmd({"--nproc", "2"}, python_heal_job()), kPythonHealEnv);
+  EXPECT_EQ(one.exit_code, 0) << one.err;
+  return python_outcome(one.out);
+}
+
+TEST(NetNodes, APythonScriptsKilledWorkerIsReplacedOnItsNodeAndTheRunEndsBitwiseEqual) {
+  std::string why;
+  auto lab = lab_or_skip(2, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const std::string want = python_uninterrupted();
+  ASSERT_FALSE(want.empty());
+  auto node = [&](int i) { return lab->wrap(i, node_cmd(lab_flags(*lab, i, "2", "py-worker-heal"), python_heal_job())); };
+  Process n0(node(0), kPythonHealEnv);
+  Process n1(node(1), kPythonHealEnv);
+  ASSERT_TRUE(reach_step(n0, 40)) << n0.out() << n0.err();
+  const pid_t before = worker_of(n0);
+  const pid_t victim = worker_of(n1);
+  ASSERT_NE(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(reach_step(n0, 70)) << n0.out() << n0.err();
+  const pid_t after = worker_of(n0);
+  Finished f0 = n0.finish(4min);
+  Finished f1 = n1.finish(4min);
+  EXPECT_EQ(f0.exit_code, 0) << f0.err;
+  EXPECT_EQ(f1.exit_code, 0) << f1.err;
+  EXPECT_TRUE(contains(f1.err, "its replacement heals from the other workers in generation 1")) << f1.err;
+  for (const Finished* f : {&f0, &f1}) EXPECT_FALSE(contains(f->err, "restarting the workers")) << f->err;
+  EXPECT_EQ(after, before) << "node 0's worker was restarted";
+  EXPECT_TRUE(contains(f1.out, "with the state of its peers")) << f1.out;
+  EXPECT_EQ(python_outcome(f0.out), want) << "the healed run's parameters or loss differ from an uninterrupted run's";
+}
+
+TEST(NetNodes, APythonScriptsLostNodeIsTakenOverByASpareAndTheRunEndsBitwiseEqual) {
+  std::string why;
+  auto lab = lab_or_skip(3, &why);
+  if (!lab) GTEST_SKIP() << why;
+  const std::string want = python_uninterrupted();
+  ASSERT_FALSE(want.empty());
+  auto node = [&](int i) {
+    return lab->wrap(i, node_cmd(lab_flags(*lab, i, "2", "py-spare", "join_timeout=120", /*pin=*/i < 2),
+                                 python_heal_job()));
+  };
+  Process n0(node(0), kPythonHealEnv);
+  Process n1(node(1), kPythonHealEnv);
+  std::unique_ptr<Process> spare = start_spare(n0, node(2), kPythonHealEnv);
+  ASSERT_TRUE(spare) << n0.out() << n0.err();
+  ASSERT_TRUE(reach_step(n0, 60)) << n0.out();
+  const pid_t before = worker_of(n0);
+  n1.signal(SIGKILL);  // the whole node: its agent, and its worker with it
+  n1.finish(10s);
+  ASSERT_TRUE(reach_step(n0, 90)) << n0.out() << n0.err();
+  const pid_t after = worker_of(n0);
+  Finished f0 = n0.finish(4min);
+  Finished f2 = spare->finish(4min);
+  EXPECT_EQ(f0.exit_code, 0) << f0.err;
+  EXPECT_EQ(f2.exit_code, 0) << f2.err;
+  EXPECT_TRUE(contains(f0.err, "took over node rank 1")) << f0.err;
+  EXPECT_FALSE(contains(f0.err, "restarting the workers")) << f0.err;
+  EXPECT_EQ(after, before) << "node 0's worker was restarted";
+  EXPECT_TRUE(contains(f2.out, "with the state of its peers")) << f2.out;
+  EXPECT_EQ(python_outcome(f0.out), want) << "the healed run's parameters or loss differ from an uninterrupted run's";
+}
+
 // Compound: a node is lost while another node's worker heals. Node 2 is
 // paused (its agent and workers: its lease runs out 3 s later) and node 1's
 // worker killed: the rendezvous names a heal generation for the world of 3,
@@ -886,6 +964,23 @@ TEST(NetNodes, WithNoSpareTheJobShrinksPastAKilledNodeAndEndsAsAResumeAtOneRankW
   // The same job on 2 ranks, resumed on 1 from the step the shrink went on from.
   EXPECT_EQ(checksum_in(summary), checksum_resumed_at(env, 2, r.shrunk_at, 1, "shrink"))
       << "the shrunk run's parameters differ from a resume at 1 rank from step " << r.shrunk_at;
+}
+
+// The same shrink for a PyTorch script (ddprun.Healer): node 0's worker goes
+// on alone from the global sample position, so it takes exactly the steps
+// that position leaves (64 samples a step on 2 ranks, 32 on 1).
+TEST(NetNodes, WithNoSpareAPythonScriptShrinksPastAKilledNodeAndReadsTheRestOfTheEpochOnce) {
+  std::string why;
+  auto lab = lab_or_skip(2, &why);
+  if (!lab) GTEST_SKIP() << why;
+  ShrinkRun r = shrink_two_nodes(*lab, kPythonHealEnv, python_heal_job());
+  EXPECT_EQ(r.f0.exit_code, 0) << r.f0.err;
+  EXPECT_TRUE(contains(r.f0.err, "heal among the survivors")) << r.f0.err;
+  EXPECT_FALSE(contains(r.f0.err, "restarting the workers")) << r.f0.err;
+  EXPECT_EQ(r.worker_after, r.worker_before) << "node 0's worker was restarted";
+  ASSERT_GT(r.shrunk_at, 0) << r.f0.out;
+  const int64_t steps = r.shrunk_at + (16000 - r.shrunk_at * 64) / 32;
+  EXPECT_TRUE(contains(r.f0.out, "]:1 ranks, " + std::to_string(steps) + " steps in ")) << r.f0.out;
 }
 
 // --rdzv-backend embedded: the node that serves the rendezvous (node 0, on
