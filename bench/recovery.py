@@ -4,7 +4,8 @@ examples/train (healing, its default: the survivors keep running and a
 replacement takes the state from a peer; and restarting from a checkpoint,
 --max-heals 0) and the same job as a PyTorch DDP script
 (bench/recovery_torch.py), each with its default standbys and with
---no-standby, and for the anchors users pick instead (bench/anchors.py),
+--no-standby, and that script healing through ddprun.Healer (--heal:
+python/ddprun), and for the anchors users pick instead (bench/anchors.py),
 all on PyTorch 2.x:
 
 - torchrun 2.x (--monitor_interval 0.1) running that script, checkpoint

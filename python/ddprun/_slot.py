@@ -57,6 +57,9 @@ class Slot:
         self._waiting = 0
         self._lock = threading.Lock()
         self._pulse = None
+        # When set and true, the pulse keeps quiet although a wait is open:
+        # the wait is no longer for peers (see Healer._stale_wait).
+        self.quiet_when = None
 
     @classmethod
     def from_env(cls):
@@ -133,5 +136,5 @@ class Slot:
         tick = threading.Event()  # never set: a timer, not a synchronisation
         while True:
             tick.wait(_PULSE_S)
-            if self._waiting > 0:
+            if self._waiting > 0 and not (self.quiet_when and self.quiet_when()):
                 self.beat()

@@ -263,7 +263,7 @@ def _allreduce_hook(healer, bucket):
     peer is not the one that hangs (a stopped rank's pulse stops with it)."""
     tensor = bucket.buffer()
     tensor.div_(dist.get_world_size())
-    healer._slot._add_waiting(+1)
+    healer._collectives_begin()
     fut = dist.all_reduce(tensor, async_op=True).get_future()
 
     def reduced(f):
@@ -273,7 +273,7 @@ def _allreduce_hook(healer, bucket):
             healer._hook_failed = True
             raise
         finally:
-            healer._slot._add_waiting(-1)
+            healer._collectives_end()
 
     return fut.then(reduced)
 
@@ -335,6 +335,8 @@ class Healer:
             return
         self._backend = dist.get_backend()
         self.generation = _process.generation
+        self._under_way = 0
+        self._slot.quiet_when = self._stale_wait
         if self.ddp is not None:
             if self.ddp.process_group is not dist.distributed_c10d._get_default_group() and not _process.joining:
                 raise ValueError("ddprun.Healer: DDP on a process group of its own cannot heal; "
@@ -403,10 +405,32 @@ class Healer:
             return
 
         def sync_waiting(*args, **kwargs):
-            with self._slot.waiting():
+            self._collectives_begin()
+            try:
                 return sync(*args, **kwargs)
+            finally:
+                self._collectives_end()
 
         self.ddp._sync_buffers = sync_waiting
+
+    # Collectives of DDP's under way (the hook's all-reduces, the buffers'
+    # broadcast): the pulse beats while they wait for peers. Once the agent
+    # names a newer generation they wait for nothing: the peers are in the
+    # heal, and their dropped groups fail this one's at once. One that still
+    # blocks (a peer's group outlived its drop) stops beating, and ddprun
+    # finds it hung and replaces it, instead of everyone waiting for it.
+    def _collectives_begin(self):
+        with self._slot._lock:
+            self._under_way += 1
+        self._slot._add_waiting(+1)
+
+    def _collectives_end(self):
+        with self._slot._lock:
+            self._under_way -= 1
+        self._slot._add_waiting(-1)
+
+    def _stale_wait(self):
+        return self._under_way > 0 and self._slot.generation() > self.generation
 
     def _adopt_group(self):
         if self.ddp is not None:
