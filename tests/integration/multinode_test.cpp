@@ -638,6 +638,39 @@ TEST(NetNodes, AHangOnOneNodeIsDiagnosedJobWide) {
   EXPECT_FALSE(contains(f0.err, "rank 0 hung")) << f0.err;
 }
 
+// Two nodes of one rank each: node 1's worker (not its node) is SIGKILLed at
+// node 0's step 40. Checks that the job heals without a restart, node 0's
+// worker the same process throughout, and that the replacement says
+// `joined` on its stdout; node 0's ending is left in *f0.
+void kill_a_worker_on_node_1(NetLab& lab, const std::string& id, const std::vector<std::string>& program,
+                             const ddptest::EnvChanges& env, const std::string& joined, Finished* f0) {
+  auto node = [&](int i) { return lab.wrap(i, node_cmd(lab_flags(lab, i, "2", id), program)); };
+  Process n0(node(0), env);
+  Process n1(node(1), env);
+  ASSERT_TRUE(reach_step(n0, 40)) << n0.out() << n0.err();
+  const pid_t before = worker_of(n0);
+  const pid_t victim = worker_of(n1);
+  ASSERT_NE(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_TRUE(reach_step(n0, 70)) << n0.out() << n0.err();
+  const pid_t after = worker_of(n0);
+  *f0 = n0.finish(4min);
+  Finished f1 = n1.finish(4min);
+  EXPECT_EQ(f0->exit_code, 0) << f0->err;
+  EXPECT_EQ(f1.exit_code, 0) << f1.err;
+  EXPECT_TRUE(contains(f1.err, "asking the rendezvous for a heal generation")) << f1.err;
+  EXPECT_TRUE(contains(f1.err, "its replacement heals from the other workers in generation 1")) << f1.err;
+  EXPECT_TRUE(contains(f0->err, "the workers here heal with the replacement")) << f0->err;
+  const Finished* both[] = {f0, &f1};
+  for (const Finished* f : both) {
+    EXPECT_FALSE(contains(f->err, "restarting the workers")) << f->err;
+    EXPECT_FALSE(contains(f->err, "superseded")) << f->err;
+  }
+  EXPECT_NE(before, 0);
+  EXPECT_EQ(after, before) << "node 0's worker was restarted";
+  EXPECT_TRUE(contains(f1.out, joined)) << f1.out;
+}
+
 // A worker (not its node) dies: its agent asks the rendezvous for a heal
 // generation, starts a replacement in it, and the other node's worker heals
 // with it. Nothing restarts: node 0's worker is the same process throughout,
@@ -651,32 +684,8 @@ TEST(NetNodes, AKilledWorkerOfOneNodeIsReplacedThereAndTheJobEndsBitwiseEqual) {
   ASSERT_FALSE(want.empty());
 
   const fs::path summary = temp("worker-heal.json");
-  auto node = [&](int i) {
-    return lab->wrap(i, node_cmd(lab_flags(*lab, i, "2", "worker-heal"), heal_job(summary)));
-  };
-  Process n0(node(0), env);
-  Process n1(node(1), env);
-  ASSERT_TRUE(reach_step(n0, 40)) << n0.out() << n0.err();
-  const pid_t before = worker_of(n0);
-  const pid_t victim = worker_of(n1);
-  ASSERT_NE(victim, 0);
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
-  ASSERT_TRUE(reach_step(n0, 70)) << n0.out() << n0.err();
-  const pid_t after = worker_of(n0);
-  Finished f0 = n0.finish(4min);
-  Finished f1 = n1.finish(4min);
-  EXPECT_EQ(f0.exit_code, 0) << f0.err;
-  EXPECT_EQ(f1.exit_code, 0) << f1.err;
-  EXPECT_TRUE(contains(f1.err, "asking the rendezvous for a heal generation")) << f1.err;
-  EXPECT_TRUE(contains(f1.err, "its replacement heals from the other workers in generation 1")) << f1.err;
-  EXPECT_TRUE(contains(f0.err, "the workers here heal with the replacement")) << f0.err;
-  for (const Finished* f : {&f0, &f1}) {
-    EXPECT_FALSE(contains(f->err, "restarting the workers")) << f->err;
-    EXPECT_FALSE(contains(f->err, "superseded")) << f->err;
-  }
-  EXPECT_NE(before, 0);
-  EXPECT_EQ(after, before) << "node 0's worker was restarted";
-  EXPECT_TRUE(contains(f1.out, "joined at step")) << f1.out;
+  Finished f0;
+  kill_a_worker_on_node_1(*lab, "worker-heal", heal_job(summary), env, "joined at step", &f0);
   EXPECT_EQ(outcome_in(summary), want) << "the healed run's parameters or loss differ from an uninterrupted run's";
 }
 
@@ -706,24 +715,8 @@ TEST(NetNodes, APythonScriptsKilledWorkerIsReplacedOnItsNodeAndTheRunEndsBitwise
   if (!lab) GTEST_SKIP() << why;
   const std::string want = python_uninterrupted();
   ASSERT_FALSE(want.empty());
-  auto node = [&](int i) { return lab->wrap(i, node_cmd(lab_flags(*lab, i, "2", "py-worker-heal"), python_heal_job())); };
-  Process n0(node(0), kPythonHealEnv);
-  Process n1(node(1), kPythonHealEnv);
-  ASSERT_TRUE(reach_step(n0, 40)) << n0.out() << n0.err();
-  const pid_t before = worker_of(n0);
-  const pid_t victim = worker_of(n1);
-  ASSERT_NE(victim, 0);
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
-  ASSERT_TRUE(reach_step(n0, 70)) << n0.out() << n0.err();
-  const pid_t after = worker_of(n0);
-  Finished f0 = n0.finish(4min);
-  Finished f1 = n1.finish(4min);
-  EXPECT_EQ(f0.exit_code, 0) << f0.err;
-  EXPECT_EQ(f1.exit_code, 0) << f1.err;
-  EXPECT_TRUE(contains(f1.err, "its replacement heals from the other workers in generation 1")) << f1.err;
-  for (const Finished* f : {&f0, &f1}) EXPECT_FALSE(contains(f->err, "restarting the workers")) << f->err;
-  EXPECT_EQ(after, before) << "node 0's worker was restarted";
-  EXPECT_TRUE(contains(f1.out, "with the state of its peers")) << f1.out;
+  Finished f0;
+  kill_a_worker_on_node_1(*lab, "py-worker-heal", python_heal_job(), kPythonHealEnv, "with the state of its peers", &f0);
   EXPECT_EQ(python_outcome(f0.out), want) << "the healed run's parameters or loss differ from an uninterrupted run's";
 }
 
