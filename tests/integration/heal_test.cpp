@@ -31,6 +31,7 @@ using ddptest::checksum_in;
 using ddptest::contains;
 using ddptest::occurrences;
 using ddptest::reach_step;
+using ddptest::workers_of;
 
 fs::path temp(const std::string& name) { return ddptest::temp_path("heal", name); }
 
@@ -73,16 +74,6 @@ struct HealRun {
   std::string checksum;
   bool survivors_kept = false;
 };
-
-// ddprun's workers: its children but the warm standby it keeps for a heal.
-std::vector<pid_t> workers_of(pid_t ddprun) {
-  std::vector<pid_t> out;
-  for (pid_t c : ddptest::children_of(ddprun)) {
-    if (!ddptest::started_as_standby(c)) out.push_back(c);
-  }
-  std::sort(out.begin(), out.end());  // spawned in local-rank order: pids rise
-  return out;
-}
 
 HealRun kill_one(int nproc, const std::string& comm, int victim, int at_step, const std::vector<std::string>& flags = {}) {
   HealRun r;

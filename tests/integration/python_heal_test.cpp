@@ -24,6 +24,7 @@ using ddptest::Process;
 using ddptest::contains;
 using ddptest::occurrences;
 using ddptest::reach_step;
+using ddptest::workers_of;
 
 // 16,000 samples, one epoch: 125 steps on 4 ranks, 250 on 2.
 std::vector<std::string> heal_job(int nproc, const std::vector<std::string>& launcher_flags = {},
@@ -53,16 +54,6 @@ std::string reference(int nproc) {
     done[nproc] = checksum_of(f.out);
   }
   return done[nproc];
-}
-
-// The workers ddprun started first: its children but the warm standby.
-std::vector<pid_t> workers_of(pid_t ddprun) {
-  std::vector<pid_t> out;
-  for (pid_t c : ddptest::children_of(ddprun)) {
-    if (!ddptest::started_as_standby(c)) out.push_back(c);
-  }
-  std::sort(out.begin(), out.end());  // spawned in local-rank order
-  return out;
 }
 
 struct Outcome {

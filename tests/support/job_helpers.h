@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -130,6 +131,17 @@ inline pid_t worker_of(Process& agent) {
     if (!started_as_standby(c)) return c;
   }
   return 0;
+}
+
+// ddprun's workers, in local-rank order: its children but the warm
+// standbys it keeps for a heal or a restart.
+inline std::vector<pid_t> workers_of(pid_t ddprun) {
+  std::vector<pid_t> out;
+  for (pid_t c : children_of(ddprun)) {
+    if (!started_as_standby(c)) out.push_back(c);
+  }
+  std::sort(out.begin(), out.end());  // spawned in local-rank order: pids rise
+  return out;
 }
 
 // Runs argv (a `ddprun status ...`, say) again and again until it exits 0
