@@ -115,16 +115,17 @@ class Slot:
             self.slot = slot
 
         def __enter__(self):
-            self.slot._add_waiting(+1)
+            self.slot.add_waiting(+1)
 
         def __exit__(self, *exc):
-            self.slot._add_waiting(-1)
+            self.slot.add_waiting(-1)
 
     def waiting(self):
         """A context: while one is open, a thread beats for this worker."""
         return Slot._Waiting(self)
 
-    def _add_waiting(self, delta):
+    def add_waiting(self, delta):
+        """Opens (+1) or closes (-1) a wait: the pulse beats while any is open."""
         with self._lock:
             self._waiting += delta
             self.beat()

@@ -44,6 +44,7 @@ import copy
 import datetime
 import os
 import sys
+import threading
 import time
 import traceback
 
@@ -65,16 +66,16 @@ class _Process:
         self.heals = os.environ.get(_ENV_HEALS) == "1"
         self.generation = int(os.environ.get(_ENV_GENERATION, "0") or 0) if self.heals else 0
         self.joining = self.heals and self.generation > 0
+        # The heartbeat slot, mapped once for the process (None: no heals).
+        self.slot = Slot.from_env() if self.heals else None
         self.base_store = None  # the agent's c10d store, connected once
         self.store = None  # the current generation's
         # A replacement beats from its start until its Healer has the state
         # (building the model, loading data): the others wait for it.
         self.joining_beats = None
-        if self.joining:
-            slot = Slot.from_env()
-            if slot is not None:
-                self.joining_beats = slot.waiting()
-                self.joining_beats.__enter__()
+        if self.joining and self.slot is not None:
+            self.joining_beats = self.slot.waiting()
+            self.joining_beats.__enter__()
 
 
 _process = _Process()
@@ -205,7 +206,7 @@ def _replacement_init(backend=None, init_method=None, *args, **kwargs):
     if not _process.joining or kwargs.get("store") is not None:
         return _original_init(backend, init_method, *args, **kwargs)
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    slot = Slot.from_env()
+    slot = _process.slot
     while True:
         try:
             _init_generation(backend, _process.generation, slot)
@@ -329,13 +330,14 @@ class Healer:
         self._hook_failed = False
         self._reports_heal = False
         self._count_optimizer_steps()
-        self._slot = Slot.from_env() if _process.heals and dist.is_initialized() else None
+        self._slot = _process.slot if dist.is_initialized() else None
         self.heals = self._slot is not None
         if not self.heals:
             return
         self._backend = dist.get_backend()
         self.generation = _process.generation
         self._under_way = 0
+        self._under_way_lock = threading.Lock()
         self._slot.quiet_when = self._stale_wait
         if self.ddp is not None:
             if self.ddp.process_group is not dist.distributed_c10d._get_default_group() and not _process.joining:
@@ -420,14 +422,14 @@ class Healer:
     # blocks (a peer's group outlived its drop) stops beating, and ddprun
     # finds it hung and replaces it, instead of everyone waiting for it.
     def _collectives_begin(self):
-        with self._slot._lock:
+        with self._under_way_lock:
             self._under_way += 1
-        self._slot._add_waiting(+1)
+        self._slot.add_waiting(+1)
 
     def _collectives_end(self):
-        with self._slot._lock:
+        with self._under_way_lock:
             self._under_way -= 1
-        self._slot._add_waiting(-1)
+        self._slot.add_waiting(-1)
 
     def _stale_wait(self):
         return self._under_way > 0 and self._slot.generation() > self.generation
@@ -600,11 +602,11 @@ class Healer:
         if newest < 0:
             raise ValueError("ddprun: heal: no rank holds the training state (every rank is new)")
         source = steps.index(newest)
-        self._reports_heal = dist.get_rank() == source  # one rank says how the heal went
+        sending = dist.get_rank() == source
+        self._reports_heal = sending  # one rank says how the heal went
         if all(s == newest for s in steps):
             self.report.bytes = 0
             return
-        sending = dist.get_rank() == source
         live = self.optimizer.state_dict()  # the live tensors, not copies
         skeleton = None
         if sending:
