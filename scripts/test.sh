@@ -19,7 +19,43 @@ fi
 scripts/setup-torch2.sh
 # Both lanes run; either failing fails the whole.
 status=0
+lane1_start=$(date +%s)
 (cd build && ctest -j2 --output-on-failure --timeout 600) || status=1
 echo "test.sh: the PyTorch 2.x lane (build/torch2, torch $(build/torch2-venv/bin/python -c 'import torch; print(torch.__version__)' 2>/dev/null))"
+lane2_start=$(date +%s)
 (cd build/torch2 && ctest -j2 --output-on-failure --timeout 600) || status=1
+# The ten slowest tests of each lane, from the LastTest.log that lane's ctest
+# wrote (a test's block opens with "N/M Testing: NAME" and has "Test time =
+# S sec" right after "<end of output>"). Never fails the script.
+slowest() {  # lane, build dir, the lane's start (epoch seconds)
+  echo
+  echo "test.sh: ten slowest tests, lane $1 ($2/)"
+  python3 - "$2/Testing/Temporary/LastTest.log" "$3" <<'PY' || echo "  (could not read $2/Testing/Temporary/LastTest.log)"
+import os, re, sys
+log, start = sys.argv[1], float(sys.argv[2])
+if not os.path.isfile(log):
+    print("  (no %s: this lane ran no test)" % log)
+    sys.exit(0)
+if os.path.getmtime(log) < start:
+    print("  (%s is older than this run: this lane ran no test)" % log)
+    sys.exit(0)
+times, name, after_end = {}, None, False
+with open(log, errors="replace") as f:
+    for line in f:
+        m = re.match(r"\d+/\d+ Testing: (.+)$", line.rstrip("\n"))
+        if m:
+            name = m.group(1).strip()
+        elif after_end and name is not None:
+            t = re.match(r"Test time =\s*([0-9.]+) sec", line)
+            if t:
+                times[name] = float(t.group(1))
+        after_end = line.rstrip("\n") == "<end of output>"
+if not times:
+    print("  (no test times in %s)" % log)
+for n, t in sorted(times.items(), key=lambda kv: -kv[1])[:10]:
+    print("  %6.1f s  %s" % (t, n))
+PY
+}
+slowest 1 build "$lane1_start"
+slowest 2 build/torch2 "$lane2_start"
 exit $status
