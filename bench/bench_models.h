@@ -28,4 +28,22 @@ struct WideMlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(WideMlp);
 
+// 784-4096 (x7)-10, ReLU between: 104M parameters, for what grows with the
+// model's bytes (checkpoint copies, heals).
+struct Mlp100mImpl : torch::nn::Module {
+  Mlp100mImpl() {
+    layers = register_module("layers", torch::nn::Sequential());
+    layers->push_back(torch::nn::Linear(784, 4096));
+    for (int i = 0; i < 6; ++i) {
+      layers->push_back(torch::nn::ReLU());
+      layers->push_back(torch::nn::Linear(4096, 4096));
+    }
+    layers->push_back(torch::nn::ReLU());
+    layers->push_back(torch::nn::Linear(4096, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) { return layers->forward(x); }
+  torch::nn::Sequential layers{nullptr};
+};
+TORCH_MODULE(Mlp100m);
+
 }  // namespace bench

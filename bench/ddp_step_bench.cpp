@@ -5,8 +5,10 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <vector>
 
 #include "bench_models.h"
 #include "ddp/ddp.h"
@@ -28,8 +30,17 @@ struct Options {
 
 struct Timing {
   double ms_per_step = 0;
-  double stall_ms = 0;  // mean time in capture_state + save per checkpoint (rank 0)
+  // Rank 0, per checkpoint: the training thread's time in save() and
+  // waiting for the copy at the end of the next backward (the stall), and
+  // the background copy's own time.
+  double stall_ms = 0;
+  double stall_median_ms = 0;  // the median save() plus the mean wait in fence()
+  double copy_ms = 0;
   int checkpoints = 0;
+  // Rank 0's step times: the steps right after a save (their forward and
+  // backward ran beside the copy and the write), and the others.
+  double ms_after_save = 0;
+  double ms_other = 0;
 };
 
 template <typename Net>
@@ -53,15 +64,19 @@ Timing run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape
     ddp::CheckpointOptions co;
     co.dir = o.checkpoint_dir;
     co.every_steps = o.checkpoint_every;
-    ckpt = std::make_unique<ddp::Checkpointer>(world.cpu(), co);
+    ckpt = std::make_unique<ddp::Checkpointer>(world, co);  // DDP's backward fences its copies
   }
   Timing timing;
-  double stall = 0;
   int64_t steps = 0;
+  bool saved = false;  // the previous step saved
+  double after_save = 0, other = 0;
+  int after_saves = 0, others = 0;
+  std::vector<double> save_ms;  // each save()'s time on the training thread
   // Marked like a training loop (examples/train) so that, with
   // DDPRUN_TRACE_FILE set, the bench measures what recording costs.
   ddp::Tracer& tracer = world.tracer();
   auto step = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
     tracer.step(steps);
     opt.zero_grad();
     torch::nn::functional::cross_entropy(model(x), y).backward();
@@ -72,13 +87,17 @@ Timing run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape
     }
     ++steps;
     world.report_progress({.step = steps, .total_steps = o.warmup + o.steps, .samples = steps * o.batch * world.size()});
-    if (ckpt && ckpt->due(steps)) {
-      // The stall: what the training thread spends before it can go on.
-      const auto t0 = std::chrono::steady_clock::now();
+    const bool save = ckpt && ckpt->due(steps);
+    if (save) {
+      const auto s0 = std::chrono::steady_clock::now();
       ckpt->save(*model.module(), opt, steps, 0, 0);
-      stall += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      save_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count());
       ++timing.checkpoints;
     }
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    (saved ? after_save : other) += ms;
+    ++(saved ? after_saves : others);
+    saved = save;
   };
   for (int i = 0; i < o.warmup; ++i) step();
   if (ckpt) {
@@ -86,8 +105,12 @@ Timing run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape
     ckpt->save(*model.module(), opt, steps, 0, 0);
     ckpt->wait();
   }
-  stall = 0;
+  const ddp::CheckpointReport before = ckpt ? ckpt->report() : ddp::CheckpointReport{};
   timing.checkpoints = 0;
+  saved = false;
+  after_save = other = 0;
+  after_saves = others = 0;
+  save_ms.clear();
   world.barrier();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < o.steps; ++i) step();
@@ -97,9 +120,23 @@ Timing run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape
   torch::Tensor secs = torch::tensor(
       {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()}, torch::kFloat64);
   world.all_reduce(secs, ddp::ReduceOp::kMax);
-  if (ckpt) ckpt->wait();
   timing.ms_per_step = secs.item<double>() * 1000 / o.steps;
-  timing.stall_ms = timing.checkpoints ? stall / timing.checkpoints : 0;
+  if (ckpt) {
+    ckpt->wait();
+    const ddp::CheckpointReport r = ckpt->report();
+    const int n = std::max(1, timing.checkpoints);
+    timing.stall_ms = (r.stall_seconds - before.stall_seconds) * 1000 / n;
+    if (!save_ms.empty()) {
+      double saves = 0;
+      for (double x : save_ms) saves += x;
+      const double fence_mean = timing.stall_ms - saves / n;
+      std::sort(save_ms.begin(), save_ms.end());
+      timing.stall_median_ms = save_ms[save_ms.size() / 2] + std::max(0.0, fence_mean);
+    }
+    timing.copy_ms = (r.copy_seconds - before.copy_seconds) * 1000 / n;
+  }
+  timing.ms_after_save = after_saves ? after_save / after_saves : 0;
+  timing.ms_other = others ? other / others : 0;
   return timing;
 }
 
@@ -108,7 +145,8 @@ Timing run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape
 int main(int argc, char** argv) {
   CLI::App app{"Per-step time of ddprun's DistributedDataParallel", "ddp_step_bench"};
   Options o;
-  app.add_option("--model", o.model, "cnn or wide-mlp")->check(CLI::IsMember({"cnn", "wide-mlp"}));
+  app.add_option("--model", o.model, "cnn, wide-mlp (10M parameters) or mlp-100m")
+      ->check(CLI::IsMember({"cnn", "wide-mlp", "mlp-100m"}));
   app.add_option("--batch", o.batch, "Batch per rank");
   app.add_option("--steps", o.steps, "Timed steps");
   app.add_option("--warmup", o.warmup, "Untimed steps first");
@@ -123,14 +161,16 @@ int main(int argc, char** argv) {
 
   auto world = ddp::init();
   int64_t params = 0;
-  const Timing t = o.model == "cnn" ? run<bench::Cnn>(*world, o, {1, 28, 28}, &params)
-                                     : run<bench::WideMlp>(*world, o, {784}, &params);
+  const Timing t = o.model == "cnn"        ? run<bench::Cnn>(*world, o, {1, 28, 28}, &params)
+                   : o.model == "wide-mlp" ? run<bench::WideMlp>(*world, o, {784}, &params)
+                                           : run<bench::Mlp100m>(*world, o, {784}, &params);
   if (world->rank() == 0) {
     std::printf("{\"impl\": \"ddprun\", \"model\": \"%s\", \"params\": %lld, \"ranks\": %d, \"batch\": %d, "
                 "\"sync\": \"%s\", \"bucket_mb\": %g, \"ms_per_step\": %.3f, \"checkpoint_every\": %d, "
-                "\"checkpoint_stall_ms\": %.3f}\n",
+                "\"checkpoint_stall_ms\": %.3f, \"checkpoint_stall_median_ms\": %.3f, \"checkpoint_copy_ms\": %.3f, \"ms_after_save\": %.3f, "
+                "\"ms_other\": %.3f}\n",
                 o.model.c_str(), static_cast<long long>(params), world->size(), o.batch, o.sync.c_str(),
-                o.bucket_mb, t.ms_per_step, o.checkpoint_every, t.stall_ms);
+                o.bucket_mb, t.ms_per_step, o.checkpoint_every, t.stall_ms, t.stall_median_ms, t.copy_ms, t.ms_after_save, t.ms_other);
   }
   return 0;
 }

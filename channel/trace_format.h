@@ -32,7 +32,7 @@ enum class TracePhase : uint16_t {
   kAllReduce = 5,    // one bucket's all-reduce; arg: bucket index, bytes
   kFinalizeWait = 6, // waiting, after backward, for the buckets still in flight
   kOptimizer = 7,
-  kCheckpointCopy = 8,   // snapshot of the state on the training thread
+  kCheckpointCopy = 8,   // copy of the state: background (checkpoint track); main track: training waits for it
   kCheckpointWrite = 9,  // writing it out (background thread)
   kCollective = 10,      // a collective outside DDP; arg: CollectiveKind, bytes
   kRestore = 11,         // loading a checkpoint at start

@@ -11,6 +11,7 @@ packages=(
   zlib1g-dev libopenblas0-openmp python3-torch dataset-fashion-mnist
   procps openssl clang libclang-rt-14-dev
   libdw-dev                      # hung workers' stacks: function names and source lines
+  libisal-dev                    # checkpoint checksums: zlib's crc32, 5x faster (optional to the build)
   slurmctld slurmd slurm-client  # tests/slurm: a real Slurm for `srun ddprun`
   gnuplot-nox                    # bench/ddprun-bench draws its charts
   python3-venv                   # scripts/setup-torch2.sh: PyTorch 2.x from PyPI in a venv

@@ -226,7 +226,9 @@ TEST_F(DdpTraceTest, CheckpointsAreRecordedAndReportedAsProgress) {
   ASSERT_EQ(copy.size(), 1u);
   ASSERT_EQ(write.size(), 1u);
   ASSERT_EQ(restore.size(), 1u);
-  EXPECT_EQ(copy[0].track, uint8_t(ddp::TraceTrack::kMain));
+  // Copied in the background (training did not wait for it: no fence here).
+  EXPECT_EQ(copy[0].track, uint8_t(ddp::TraceTrack::kCheckpoint));
+  EXPECT_EQ(copy[0].step, 5);
   EXPECT_EQ(write[0].track, uint8_t(ddp::TraceTrack::kCheckpoint));
   EXPECT_EQ(write[0].step, 5);
   EXPECT_LE(copy[0].end_ns, write[0].begin_ns);  // written after it was copied

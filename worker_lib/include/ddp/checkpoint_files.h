@@ -8,6 +8,7 @@
 //     std::printf("step %lld in %s\n", static_cast<long long>(f.step), f.path.c_str());
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -23,6 +24,9 @@ struct CheckpointFile {
 };
 
 uint32_t checkpoint_crc(const std::vector<char>& bytes);
+// The same over bytes that come in pieces: start with crc = 0 and pass
+// each piece with the value the last call returned.
+uint32_t checkpoint_crc(uint32_t crc, const void* data, size_t n);
 
 // "ckpt-000000000100-1a2b3c4d.pt"
 std::string checkpoint_file_name(int64_t step, uint32_t crc);

@@ -1,5 +1,5 @@
-// Rank-0 checkpoints: written in the background, atomically, with a
-// checksum; restored by rank 0 and broadcast to every rank.
+// Rank-0 checkpoints: copied and written in the background, atomically,
+// with a checksum; restored by rank 0 and broadcast to every rank.
 //
 //   ddp::Checkpointer ckpt(world->cpu(), {.dir = "ckpt", .every_steps = 100});
 //   if (auto s = ckpt.restore()) ddp::apply_state(*s, *model, optimizer);  // collective
@@ -7,6 +7,17 @@
 //   if (ckpt.due(step)) ckpt.save(*model, optimizer, step, epoch, pos);
 //   ... at the end:
 //   ddp::CheckpointReport r = ckpt.finish();  // r.failed: saves that did not reach the disk
+//
+// Training hardly waits for a save: save() copies only what the next
+// step's forward changes (the module's buffers; the RNG and the counters)
+// and returns. The parameters and the optimizer's tensors stay unchanged
+// until the next optimizer step, so they are copied in the background
+// while that step's forward and backward run, into the host buffers of the
+// previous save (one staged copy at most), and written out from there.
+// fence() waits for that copy; ddp::DistributedDataParallel calls it at the
+// end of backward, through the World's state fence (state_fence.h), and so
+// does a heal. A loop whose optimizer step no such backward precedes calls
+// ckpt.fence() before it (or sets CheckpointOptions::copy = kInSave).
 //
 // Files are DIR/ckpt-<step, 12 digits>-<crc32 of the file, 8 hex>.pt, written
 // to a temporary name, fsynced and renamed, so a reader sees whole files
@@ -22,6 +33,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -34,6 +46,7 @@
 #include "ddp/checkpoint_files.h"
 #include "ddp/communicator.h"
 #include "ddp/progress.h"
+#include "ddp/state_fence.h"
 #include "ddp/trace.h"
 #include "ddp/training_state.h"
 #include "ddp/world.h"
@@ -51,6 +64,15 @@ struct CheckpointOptions {
   // in the World's.
   Tracer* tracer = nullptr;
   ProgressReporter* progress = nullptr;
+  // Where training waits for a save's copy of the parameters and the
+  // optimizer's tensors (see the top of this file).
+  //   kAuto:       kBackground for a Checkpointer made on a World (its
+  //                DDP's backward and Healer fence), kInSave on a bare
+  //                Communicator (nothing would call fence()).
+  //   kBackground: save() returns at once; fence() waits for the copy.
+  //   kInSave:     save() returns once the copy is done.
+  enum class Copy { kAuto, kBackground, kInSave };
+  Copy copy = Copy::kAuto;
 };
 
 // What became of the saves of a Checkpointer (rank 0; zeros elsewhere).
@@ -58,6 +80,11 @@ struct CheckpointReport {
   int64_t written = 0;     // saves that reached the disk
   int64_t failed = 0;      // saves that did not (each one warned about on stderr)
   std::string last_error;  // the newest failure, "" if none
+  // What the saves cost training: the training thread's time inside save()
+  // and waiting in fence() (the stall), and the copies' own time (in the
+  // background, unless they ran in save()).
+  double stall_seconds = 0;
+  double copy_seconds = 0;
 };
 
 class SerialWorker;
@@ -93,11 +120,17 @@ class Checkpointer {
   // A failed write does not throw: see the class comment.
   void save(TrainingState state);
 
-  // The same, capturing the state itself (only on rank 0) into the host
-  // buffers of the previous checkpoint once it is written: the copy, which
-  // is all that training waits for, then allocates nothing.
+  // The same, taking the state itself (only on rank 0): the buffers, the
+  // RNG and the counters now; the parameters and the optimizer's tensors in
+  // the background, into the host buffers of the previous checkpoint (no
+  // allocation), until fence(). Nothing may change them before fence().
   void save(const torch::nn::Module& model, torch::optim::Optimizer& optimizer, int64_t step, int64_t epoch,
             int64_t sampler_position);
+
+  // Waits until the last save's copy of the state is done (not its write):
+  // from then on the parameters and the optimizer's state may change. Cheap
+  // when there is nothing to wait for; any thread may call it.
+  void fence();
 
   // Waits for the write in flight; false if it failed (already warned about).
   bool wait();
@@ -116,6 +149,10 @@ class Checkpointer {
  private:
   // restore()'s reading and broadcast.
   std::optional<TrainingState> restore_broadcast();
+  // Hands a task writing `step` to the writer thread (at most one in flight).
+  void submit(int64_t step, std::function<void()> task);
+  // Waits for the staged copy; true if it had to wait.
+  bool wait_for_copy();
   // On the writer thread.
   void write(const TrainingState& state);
   void prune(int64_t newest_step);
@@ -139,7 +176,13 @@ class Checkpointer {
   int64_t failed_before_in_flight_ = 0;  // report_.failed when it was submitted
   std::shared_ptr<TrainingState> recycled_;  // the last state written, for its buffers
   bool joins_heal_ = false;                  // made by a replacement (World::replacement())
-  std::unique_ptr<SerialWorker> writer_;
+  bool copy_in_background_ = false;
+  std::mutex copy_mu_;
+  std::shared_future<void> copied_;  // the last save's staged copy; guarded by copy_mu_
+  std::shared_ptr<StateFence> fence_;  // the World's, where fence() is registered
+  StateFence::Id fence_id_ = 0;
+  std::unique_ptr<SerialWorker> copier_;  // stages copies (normal priority)
+  std::unique_ptr<SerialWorker> writer_;  // writes files (nice 10)
 };
 
 }  // namespace ddp

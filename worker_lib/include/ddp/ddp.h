@@ -23,6 +23,7 @@
 #include "ddp/reduce_op.h"
 #include "ddp/reducer.h"
 #include "ddp/sampler.h"
+#include "ddp/state_fence.h"
 #include "ddp/stop_flag.h"
 #include "ddp/trace.h"
 #include "ddp/training_state.h"

@@ -10,6 +10,7 @@
 
 namespace ddp {
 
+class StateFence;
 class Tracer;
 
 // How gradients are averaged over the ranks (seed 003's four designs):
@@ -82,6 +83,11 @@ struct DdpOptions {
   // recorded (trace.h); null: nowhere. DistributedDataParallel over a World
   // fills in the World's.
   Tracer* tracer = nullptr;
+  // Waited for at the end of each synchronised backward, before the
+  // optimizer step may change the state (a Checkpointer's copy in the
+  // background: state_fence.h); null: nothing. DistributedDataParallel over
+  // a World fills in the World's.
+  const StateFence* state_fence = nullptr;
 };
 
 }  // namespace ddp

@@ -69,6 +69,7 @@ class DistributedDataParallel {
  private:
   static DdpOptions with_tracer(DdpOptions o, World& world) {
     if (!o.tracer) o.tracer = &world.tracer();
+    if (!o.state_fence) o.state_fence = &world.state_fence();
     if (world.replacement()) o.init_sync = InitSync::kNone;  // the heal brings the state
     return o;
   }

@@ -17,6 +17,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -64,6 +65,12 @@ void apply_state(const TrainingState& state, torch::nn::Module& model,
                  torch::optim::Optimizer& optimizer, StateTensors tensors = StateTensors::kCopy);
 
 std::vector<char> encode_state(const TrainingState& state);
+// The same bytes handed to `sink` in pieces as they are made (the tensors'
+// from their own memory), instead of gathered: what a Checkpointer writes
+// to its file. An exception from the sink ends the writing; it is thrown
+// from here.
+using ByteSink = std::function<void(const void* data, size_t n)>;
+void encode_state_to(const TrainingState& state, const ByteSink& sink);
 // Throws std::runtime_error when the bytes are not a ddprun checkpoint.
 TrainingState decode_state(const std::vector<char>& bytes);
 

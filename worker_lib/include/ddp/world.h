@@ -22,6 +22,7 @@
 #include "ddp/communicator.h"
 #include "ddp/launch_info.h"
 #include "ddp/progress.h"
+#include "ddp/state_fence.h"
 #include "ddp/trace.h"
 #include "rendezvous/store.h"
 
@@ -122,6 +123,12 @@ class World {
   void report_progress(const ProgressReport& r) { progress_->report(r); }
   ProgressReporter& progress() { return *progress_; }
 
+  // Waits for background readers of the training state (a Checkpointer's
+  // copy) before the state changes: see ddp/state_fence.h. DDP's backward
+  // and the Healer call it; so does a loop that changes parameters itself.
+  StateFence& state_fence() { return *state_fence_; }
+  const std::shared_ptr<StateFence>& state_fence_handle() const { return state_fence_; }
+
   // Tells the agent this worker is alive (see --hang-timeout). Collectives
   // do it themselves; call it in long stretches without any.
   void heartbeat();
@@ -190,6 +197,7 @@ class World {
   std::shared_ptr<Heartbeat> heartbeat_;
   std::unique_ptr<Tracer> tracer_;
   std::unique_ptr<ProgressReporter> progress_;
+  std::shared_ptr<StateFence> state_fence_ = std::make_shared<StateFence>();
   std::shared_ptr<ddprun::Store> store_;
   std::unique_ptr<ddprun::Store> round_store_;
   uint32_t generation_ = 0;

@@ -1,10 +1,16 @@
 #include "ddp/checkpointer.h"
 
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
 
+#include "checkpoint/staged_state.h"
 #include "comm/serial_worker.h"
 #include "ddp/atomic_file.h"
 
@@ -15,6 +21,18 @@ namespace fs = std::filesystem;
 
 constexpr const char* kTempPrefix = ".ckpt-";
 constexpr const char* kTempSuffix = ".tmp";
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// SCHED_BATCH for the calling thread: woken by save(), it does not preempt
+// the training thread there (which would count as a stall), and takes its
+// turn as the scheduler sees fit. Best effort.
+void batch_scheduling() {
+  sched_param none{};
+  ::sched_setscheduler(0, SCHED_BATCH, &none);  // 0: this thread
+}
 
 }  // namespace
 
@@ -40,6 +58,15 @@ Checkpointer::Checkpointer(Communicator& comm, CheckpointOptions options)
     }
   }
   writer_ = std::make_unique<SerialWorker>();
+  // Encoding, checksumming and writing the file compete with training for
+  // the CPU; the writer yields to it (nice 10, this thread only).
+  writer_->submit([] {
+    batch_scheduling();
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
+  });
+  copier_ = std::make_unique<SerialWorker>();
+  copier_->submit(batch_scheduling);
+  copy_in_background_ = options_.copy == CheckpointOptions::Copy::kBackground;
 }
 
 namespace {
@@ -55,9 +82,15 @@ CheckpointOptions with_world(CheckpointOptions o, World& world) {
 Checkpointer::Checkpointer(World& world, CheckpointOptions options)
     : Checkpointer(world.cpu(), with_world(std::move(options), world)) {
   joins_heal_ = world.replacement();
+  if (comm_.rank() != 0 || options_.copy == CheckpointOptions::Copy::kInSave) return;
+  // The World's DDP and Healer wait for this Checkpointer's copies.
+  copy_in_background_ = true;
+  fence_ = world.state_fence_handle();
+  fence_id_ = fence_->add([this] { fence(); });
 }
 
 Checkpointer::~Checkpointer() {
+  if (fence_) fence_->remove(fence_id_);
   if (in_flight_.valid()) in_flight_.wait();
   std::lock_guard lock(path_mu_);
   if (!reported_) {
@@ -138,33 +171,88 @@ bool Checkpointer::due(int64_t step) const {
   return false;
 }
 
-void Checkpointer::save(TrainingState state) {
-  if (comm_.rank() != 0) return;
-  wait();  // at most one write in flight
-  last_save_ = std::chrono::steady_clock::now();
-  last_step_ = state.step;
-  auto shared = std::make_shared<TrainingState>(std::move(state));
+void Checkpointer::submit(int64_t step, std::function<void()> task) {
+  last_save_ = Clock::now();
+  last_step_ = step;
   // Counted now: the write may fail before wait() is called.
   failed_before_in_flight_ = report().failed;
-  in_flight_ = writer_->submit([this, shared] {
+  in_flight_ = writer_->submit([this, step, task = std::move(task)] {
     try {
-      write(*shared);
+      task();
     } catch (const std::exception& e) {
-      failed(shared->step, e.what());
+      failed(step, e.what());
     }
+  });
+}
+
+void Checkpointer::save(TrainingState state) {
+  if (comm_.rank() != 0) return;
+  const auto begin = Clock::now();
+  wait();  // at most one write in flight
+  auto shared = std::make_shared<TrainingState>(std::move(state));
+  submit(shared->step, [this, shared] {
+    write(*shared);
     recycled_ = shared;  // read by save() only after wait(): no race
   });
+  std::lock_guard lock(path_mu_);
+  report_.stall_seconds += seconds_since(begin);
 }
 
 void Checkpointer::save(const torch::nn::Module& model, torch::optim::Optimizer& optimizer, int64_t step,
                         int64_t epoch, int64_t sampler_position) {
   if (comm_.rank() != 0) return;
+  const auto begin = Clock::now();
   wait();  // the previous write is done: its buffers are free
-  auto reuse = std::move(recycled_);
-  TraceSpan copy(*tracer_, TracePhase::kCheckpointCopy);
-  TrainingState state = capture_state(model, optimizer, step, epoch, sampler_position, reuse.get());
-  copy.finish();
-  save(std::move(state));
+  std::shared_ptr<TrainingState> reuse = std::move(recycled_);
+  // Now, on this thread: what forward changes; the rest only referred to.
+  auto staged = std::make_shared<StagedState>(
+      refer_to_state(model, optimizer, step, epoch, sampler_position, reuse.get()));
+  // The copy, on a thread of normal priority: the next optimizer step
+  // waits for it.
+  auto copy = [this, staged, reuse, step] {
+    const auto copy_begin = Clock::now();
+    const int64_t copy_begin_ns = tracer_->recording() ? Tracer::now_ns() : 0;
+    stage_state(*staged, reuse.get());
+    if (copy_begin_ns) {
+      tracer_->record(TracePhase::kCheckpointCopy, TraceTrack::kCheckpoint, copy_begin_ns, Tracer::now_ns(), step);
+    }
+    std::lock_guard lock(path_mu_);
+    report_.copy_seconds += seconds_since(copy_begin);
+  };
+  std::shared_future<void> copied = copier_->submit(copy).share();
+  {
+    std::lock_guard lock(copy_mu_);
+    copied_ = copied;
+  }
+  // The write, on the low-priority writer: nothing waits for it but the
+  // next save. A failed copy (no memory) is this save's failure.
+  submit(step, [this, staged, copied] {
+    copied.get();
+    write(staged->state);
+    recycled_ = std::shared_ptr<TrainingState>(staged, &staged->state);  // read by save() only after wait()
+  });
+  if (!copy_in_background_) wait_for_copy();
+  std::lock_guard lock(path_mu_);
+  report_.stall_seconds += seconds_since(begin);
+}
+
+bool Checkpointer::wait_for_copy() {
+  std::shared_future<void> copied;
+  {
+    std::lock_guard lock(copy_mu_);
+    copied = copied_;
+  }
+  if (!copied.valid() || copied.wait_for(std::chrono::seconds(0)) == std::future_status::ready) return false;
+  TraceSpan span(*tracer_, TracePhase::kCheckpointCopy);
+  copied.wait();
+  return true;
+}
+
+void Checkpointer::fence() {
+  const auto begin = Clock::now();
+  if (!wait_for_copy()) return;
+  std::lock_guard lock(path_mu_);
+  report_.stall_seconds += seconds_since(begin);
 }
 
 bool Checkpointer::wait() {
@@ -203,10 +291,18 @@ void Checkpointer::failed(int64_t step, const std::string& why) {
 void Checkpointer::write(const TrainingState& state) {
   const bool traced = tracer_->recording();
   const int64_t begin = traced ? Tracer::now_ns() : 0;
-  const std::vector<char> bytes = encode_state(state);
-  const std::string name = checkpoint_file_name(state.step, checkpoint_crc(bytes));
-  const std::string final_path = options_.dir + "/" + name;
-  write_file_atomically(final_path, options_.dir + "/." + name + kTempSuffix, bytes.data(), bytes.size());
+  // Streamed to a temporary file with its checksum on the way (no copy of
+  // the whole file in memory), then renamed to the name the checksum gives.
+  char step_text[32];
+  std::snprintf(step_text, sizeof(step_text), "%012lld", static_cast<long long>(state.step));
+  AtomicFileWriter out(options_.dir + "/" + kTempPrefix + step_text + ".pt" + kTempSuffix);
+  uint32_t crc = 0;
+  encode_state_to(state, [&](const void* p, size_t n) {
+    crc = checkpoint_crc(crc, p, n);
+    out.write(p, n);
+  });
+  const std::string final_path = options_.dir + "/" + checkpoint_file_name(state.step, crc);
+  out.commit(final_path);
   {
     std::lock_guard lock(path_mu_);
     last_path_ = final_path;

@@ -1,5 +1,7 @@
 #include "ddp/training_state.h"
 
+#include "checkpoint/staged_state.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -10,6 +12,7 @@
 #include <torch/serialize.h>
 
 #include <cstring>
+#include <exception>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -211,7 +214,7 @@ at::Tensor bytes_tensor(const std::string& s) {
 // default (weights_only=True, PyTorch 2.6+) refuses; untagged, the file
 // holds only what that default allows: dicts, lists, strings, numbers and
 // tensors. LibTorch reads both forms.
-std::vector<char> save_untagged(const c10::IValue& value) {
+void save_untagged(const c10::IValue& value, const ByteSink& sink) {
   std::vector<char> pickled;
   torch::jit::Pickler pickler([&](const char* buf, size_t n) { pickled.insert(pickled.end(), buf, buf + n); },
                               /*tensor_table=*/nullptr, /*type_renamer=*/nullptr,
@@ -220,15 +223,24 @@ std::vector<char> save_untagged(const c10::IValue& value) {
   pickler.protocol();
   pickler.pushIValue(value);
   pickler.stop();
-  std::vector<char> file;
+  // The zip writer hands over each tensor's record straight from the
+  // tensor's memory (host tensors are not copied on the way). An exception
+  // must not cross it (miniz is C, and its destructor writes again): the
+  // sink's first one is kept, what follows is not written, and it is
+  // thrown once the writer is done.
+  std::exception_ptr failed;
   caffe2::serialize::PyTorchStreamWriter writer([&](const void* buf, size_t n) {
-    const char* bytes = static_cast<const char*>(buf);
-    file.insert(file.end(), bytes, bytes + n);
+    if (failed) return n;
+    try {
+      sink(buf, n);
+    } catch (...) {
+      failed = std::current_exception();
+    }
     return n;
   });
   torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
   writer.writeEndOfFile();
-  return file;
+  if (failed) std::rethrow_exception(failed);
 }
 
 }  // namespace
@@ -255,6 +267,39 @@ TrainingState capture_state(const torch::nn::Module& model, torch::optim::Optimi
     s.rng = gen.get_state();
   }
   return s;
+}
+
+StagedState refer_to_state(const torch::nn::Module& model, torch::optim::Optimizer& optimizer, int64_t step,
+                           int64_t epoch, int64_t sampler_position, TrainingState* reuse) {
+  at::NoGradGuard no_grad;
+  StagedState staged;
+  // Host tensors as themselves (others, a GPU's, are copied here).
+  staged.state = capture_state(model, optimizer, step, epoch, sampler_position, nullptr, StateTensors::kShare);
+  auto* old_model = reuse ? &reuse->model : nullptr;
+  for (const auto& b : model.named_buffers(true)) {
+    at::Tensor& t = staged.state.model[b.key()];
+    t = host_copy_into(t, take(old_model, b.key()));
+  }
+  for (const auto& p : model.named_parameters(true)) staged.parameters.push_back(p.key());
+  return staged;
+}
+
+void stage_state(StagedState& staged, TrainingState* reuse) {
+  at::NoGradGuard no_grad;
+  TrainingState& s = staged.state;
+  auto* old_model = reuse ? &reuse->model : nullptr;
+  for (const auto& name : staged.parameters) {
+    at::Tensor& t = s.model.at(name);
+    t = host_copy_into(t, take(old_model, name));
+  }
+  OptimizerState* old = reuse ? &reuse->optimizer : nullptr;
+  const bool can_reuse = old && old->kind == s.optimizer.kind && old->params.size() == s.optimizer.params.size();
+  for (size_t i = 0; i < s.optimizer.params.size(); ++i) {
+    for (auto& [key, t] : s.optimizer.params[i]) {
+      if (key == "step") continue;  // made afresh by the capture
+      t = host_copy_into(t, take(can_reuse ? &old->params[i] : nullptr, key));
+    }
+  }
 }
 
 void apply_state(const TrainingState& s, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
@@ -284,7 +329,7 @@ void apply_state(const TrainingState& s, torch::nn::Module& model, torch::optim:
   }
 }
 
-std::vector<char> encode_state(const TrainingState& s) {
+void encode_state_to(const TrainingState& s, const ByteSink& sink) {
   c10::impl::GenericDict opt(c10::StringType::get(), c10::AnyType::get());
   opt.insert("kind", s.optimizer.kind);
   // A float64 tensor: a List<double> pickles as torch.jit._pickle.build_doublelist,
@@ -303,7 +348,16 @@ std::vector<char> encode_state(const TrainingState& s) {
   d.insert("model", tensor_dict(s.model));
   d.insert("optimizer", opt);
   d.insert("rng", s.rng.defined() ? s.rng : at::empty({0}, at::kByte));
-  return save_untagged(d);
+  save_untagged(d, sink);
+}
+
+std::vector<char> encode_state(const TrainingState& s) {
+  std::vector<char> file;
+  encode_state_to(s, [&](const void* p, size_t n) {
+    const char* bytes = static_cast<const char*>(p);
+    file.insert(file.end(), bytes, bytes + n);
+  });
+  return file;
 }
 
 TrainingState decode_state(const std::vector<char>& bytes) {

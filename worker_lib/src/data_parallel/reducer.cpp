@@ -1,5 +1,7 @@
 #include "ddp/reducer.h"
 
+#include "ddp/state_fence.h"
+
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -437,6 +439,9 @@ void Reducer::run_finalize() {
     finalize_after_backward();
   }
   if (options_.broadcast_buffers) broadcast_state(buffers_);
+  // The optimizer step comes next: a checkpoint's copy of the parameters
+  // still running in the background ends first.
+  if (options_.state_fence) options_.state_fence->wait();
 }
 
 void Reducer::throw_unused(const std::vector<size_t>& missing) {

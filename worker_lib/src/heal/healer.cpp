@@ -189,6 +189,9 @@ void Healer::heal(const std::string& why) {
   // Waiting for the peers (the agent's generation, a replacement, the
   // state): beats go on, so the agent tells waiting from hanging.
   Heartbeat::WaitScope waiting(*world_.heartbeat_handle());
+  // A heal may receive a state into this rank's tensors: a checkpoint still
+  // copying them in the background finishes first.
+  world_.state_fence().wait();
   report_.wait_seconds = report_.connect_seconds = report_.transfer_seconds = 0;
   std::string cause = why;
   while (true) {
