@@ -365,7 +365,11 @@ int run(Options opt) {
                           {"device", device.str()},
                           {"dtype", opt.dtype},
                           {"param_checksum", sum},
-                          {"checkpoints_written", saved.written}};
+                          {"checkpoints_written", saved.written},
+                          // What the saves cost the training thread (stall) and the copies in the background.
+                          {"checkpoint_stall_s", saved.stall_seconds},
+                          {"checkpoint_copy_s", saved.copy_seconds},
+                          {"step_s", timed_steps ? timed_seconds / timed_steps : 0.0}};
       std::ofstream out(opt.summary_json);
       out << j.dump(2) << "\n";
       if (!out) throw std::runtime_error("cannot write --summary-json " + opt.summary_json);

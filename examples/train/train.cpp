@@ -62,9 +62,9 @@ std::string checksum(const torch::nn::Module& m) {
 
 // Rank 0's last word on its checkpoints: failed saves are counted, never fatal.
 void print_checkpoint_report(const ddp::CheckpointReport& r) {
-  std::printf("checkpoints: %lld written, %lld failed%s%s\n", static_cast<long long>(r.written),
-              static_cast<long long>(r.failed), r.failed ? " (newest failure: " : "",
-              r.failed ? (r.last_error + ")").c_str() : "");
+  std::printf("checkpoints: %lld written, %lld failed%s%s; training waited %.1f ms for them\n",
+              static_cast<long long>(r.written), static_cast<long long>(r.failed), r.failed ? " (newest failure: " : "",
+              r.failed ? (r.last_error + ")").c_str() : "", 1000 * r.stall_seconds);
   std::fflush(stdout);
 }
 
