@@ -493,21 +493,38 @@ void ShmGroup::broadcast(void* data, size_t bytes, int root, std::chrono::millis
   const auto deadline = Clock::now() + timeout;
   const Call call{2, static_cast<uint32_t>(root), bytes};
   begin(name, call, deadline, timeout);
-  // A chunk fills a whole buffer: every rank's slot, back to back.
+  // A chunk fills a whole buffer: every rank's slot, back to back. The
+  // copies in and out overlap: in phase k root copies chunk k into one
+  // buffer while the others copy chunk k - 1 out of the other buffer, and one
+  // arrival ends the phase (root rewrites a buffer only after everyone has
+  // read it, a phase later). n chunks take n + 1 phases, each on a seq of
+  // its own; an odd count gets one more, so that the group's seq stays
+  // 2 x chunk_ between collectives.
   const size_t per_chunk = size_t(size) * options_.slot_bytes;
+  const size_t chunks = (bytes + per_chunk - 1) / per_chunk;
+  const size_t phases = chunks + 1 + (chunks + 1) % 2;
+  const uint32_t base = static_cast<uint32_t>(2 * chunk_);
+  // Chunk k in buffer (chunk_ + k) % 2: the first is not the one a slower
+  // rank may still gather from after the previous collective's last chunk.
+  auto buffer = [&](size_t k) { return slot(static_cast<int>((chunk_ + k) % 2), 0); };
   char* p = static_cast<char*>(data);
-  for (size_t first = 0; first < bytes; first += per_chunk, ++chunk_) {
-    const size_t n = std::min(per_chunk, bytes - first);
-    char* buffer = slot(static_cast<int>(chunk_ % 2), 0);
-    if (me == root) std::memcpy(buffer, p + first, n);
-    signal(published_seq());
+  auto range = [&](size_t k) { return std::pair(k * per_chunk, std::min(per_chunk, bytes - k * per_chunk)); };
+  for (size_t phase = 0; phase < phases; ++phase) {
+    if (me == root && phase < chunks) {
+      const auto [first, n] = range(phase);
+      std::memcpy(buffer(phase), p + first, n);
+    }
+    if (me != root && phase >= 1 && phase <= chunks) {
+      const auto [first, n] = range(phase - 1);
+      std::memcpy(p + first, buffer(phase - 1), n);
+    }
+    const uint32_t seq = base + static_cast<uint32_t>(phase) + 1;
+    signal(seq);
     // Only root's data matters, but waiting for everyone also checks calls.
-    wait_all(published_seq(), name, deadline, timeout);
-    if (first == 0) check_calls(name, call);
-    if (me != root) std::memcpy(p + first, buffer, n);
-    signal(reduced_seq());
-    wait_all(reduced_seq(), name, deadline, timeout);
+    wait_all(seq, name, deadline, timeout);
+    if (phase == 0) check_calls(name, call);
   }
+  chunk_ += phases / 2;
   beat();
 }
 

@@ -19,7 +19,9 @@
 //
 // so every rank reduces its share in parallel. Consecutive chunks alternate
 // between the two buffers, so chunk c+1's publish never overwrites what a
-// slower rank still gathers from chunk c.
+// slower rank still gathers from chunk c. A broadcast is a pipeline with
+// one phase per chunk: root copies chunk c in while the others copy chunk
+// c-1 out of the other buffer (a heal's state moves at one copy's speed).
 //
 // A rank that waits past the timeout, or sees a peer process gone, marks
 // the segment aborted (waking everyone) and throws CollectiveError naming

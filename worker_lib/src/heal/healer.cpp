@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <future>
+#include <thread>
 #include <stdexcept>
 
 #include "ddp/collective_error.h"
@@ -274,6 +276,51 @@ at::Tensor empty_for_receiving(const std::vector<int64_t>& sizes, at::ScalarType
   return at::from_blob(p, sizes, [bytes](void* q) { munmap(q, bytes); }, at::TensorOptions().dtype(dtype));
 }
 
+// Makes the receive memory of a heal on a thread of its own, in the order
+// the tensors are broadcast, so that populating the optimizer's (fresh
+// pages the kernel zeroes: as long as the copy itself) overlaps the
+// broadcast of the module's tensors ahead of them, which exist already.
+class ReceiveMemory {
+ public:
+  void add(at::Tensor* slot, std::vector<int64_t> sizes, at::ScalarType dtype) {
+    items_.push_back({slot, std::move(sizes), dtype, {}, {}});
+  }
+  void start() {
+    if (items_.empty()) return;
+    for (auto& item : items_) item.made = item.promise.get_future();
+    maker_ = std::jthread([this](std::stop_token stop) {
+      for (auto& item : items_) {
+        if (stop.stop_requested()) {
+          item.promise.set_exception(std::make_exception_ptr(std::runtime_error("ddp: heal abandoned")));
+          continue;
+        }
+        try {
+          item.promise.set_value(empty_for_receiving(item.sizes, item.dtype));
+        } catch (...) {
+          item.promise.set_exception(std::current_exception());
+        }
+      }
+    });
+  }
+  // Fills *slot with its tensor once made (if it was added; else nothing).
+  // Slots come in the order they were added.
+  void take(at::Tensor* slot) {
+    if (next_ < items_.size() && items_[next_].slot == slot) *slot = items_[next_++].made.get();
+  }
+
+ private:
+  struct Item {
+    at::Tensor* slot;
+    std::vector<int64_t> sizes;
+    at::ScalarType dtype;
+    std::promise<at::Tensor> promise;
+    std::future<at::Tensor> made;
+  };
+  std::vector<Item> items_;
+  size_t next_ = 0;
+  std::jthread maker_;  // last: stopped and joined first
+};
+
 // "[32, 784]".
 std::string shape_text(const std::vector<int64_t>& sizes) {
   std::string out = "[";
@@ -340,6 +387,7 @@ void Healer::sync_state(bool have_state) {
     have_room = shapes_of(tensors_of(state)).equal(shapes);
   }
   if (!sending) counters = at::empty({static_cast<int64_t>(2 + state_.counters.size())}, at::kLong);
+  ReceiveMemory fresh;
   if (!sending && !have_room) {
     // A rank behind makes room from the shapes.
     const auto* data = static_cast<const char*>(skeleton_bytes.data_ptr());
@@ -379,7 +427,7 @@ void Healer::sync_state(bool have_state) {
           mine_t->second.sizes().vec() == sizes && mine_t->second.is_contiguous() && mine_t->second.device().is_cpu()) {
         *t = mine_t->second.detach();
       } else {
-        *t = empty_for_receiving(sizes, dtype);
+        fresh.add(t, std::move(sizes), dtype);
       }
     }
     if (model_tensors != own.size()) {
@@ -392,11 +440,13 @@ void Healer::sync_state(bool have_state) {
       }
     }
   }
+  fresh.start();
   comm.broadcast(counters, source);
   int64_t bytes = skeleton_bytes.numel();
   {
     at::NoGradGuard no_grad;  // parameters are written in place
     for (at::Tensor* t : tensors_of(state)) {
+      fresh.take(t);
       at::Tensor flat = t->reshape({-1});  // a view: every tensor here is contiguous
       if (flat.numel() > 0) comm.broadcast(flat, source);
       bytes += static_cast<int64_t>(t->nbytes());
