@@ -217,6 +217,12 @@ TEST(ShmGroup, ManyCollectivesInARowKeepStep) {
       int32_t b = g.rank() == i % 4 ? i : -1;
       g.broadcast(&b, sizeof(b), i % 4, 30s);
       ASSERT_EQ(b, i);
+      // And broadcasts of 1 to 3 chunks (16 KiB here): pipelined phases,
+      // odd and even in number, between all-reduces.
+      std::vector<int32_t> w(1 + gen() % 12000, g.rank() == (i + 1) % 4 ? i : -1);
+      g.broadcast(w.data(), w.size() * sizeof(int32_t), (i + 1) % 4, 30s);
+      ASSERT_EQ(w.front(), i);
+      ASSERT_EQ(w.back(), i);
     }
   }, 4096);
 }
