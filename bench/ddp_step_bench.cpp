@@ -26,6 +26,9 @@ struct Options {
   std::string overlap = "auto";
   std::string checkpoint_dir;  // with checkpoint_every > 0: rank 0 checkpoints
   int checkpoint_every = 0;
+  // The limit: the same processes, threads and batch, forward, backward and
+  // the optimizer step of the module itself, no DDP and no communication.
+  bool no_comm = false;
 };
 
 struct Timing {
@@ -51,10 +54,12 @@ Timing run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape
   d.bucket_cap_bytes = static_cast<size_t>(o.bucket_mb * (1 << 20));
   d.first_bucket_cap_bytes = static_cast<size_t>(o.first_bucket_mb * (1 << 20));
   d.overlap = ddp::parse_overlap(o.overlap);
-  ddp::DistributedDataParallel<Net> model(Net(), world, d);
+  Net net;
+  std::unique_ptr<ddp::DistributedDataParallel<Net>> model;
+  if (!o.no_comm) model = std::make_unique<ddp::DistributedDataParallel<Net>>(net, world, d);
   *param_count = 0;
-  for (const auto& p : model.module()->parameters()) *param_count += p.numel();
-  torch::optim::SGD opt(model.module()->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  for (const auto& p : net->parameters()) *param_count += p.numel();
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   auto gen = at::detail::createCPUGenerator(100 + world.rank());
   input_shape.insert(input_shape.begin(), o.batch);
   torch::Tensor x = at::randn(input_shape, gen);
@@ -79,8 +84,17 @@ Timing run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape
     const auto t0 = std::chrono::steady_clock::now();
     tracer.step(steps);
     opt.zero_grad();
-    torch::nn::functional::cross_entropy(model(x), y).backward();
-    model.finalize();
+    if (model) {
+      torch::nn::functional::cross_entropy((*model)(x), y).backward();
+      model->finalize();
+    } else {
+      // Marked as DDP marks them, so that --trace compares phase by phase.
+      ddp::TraceSpan forward(tracer, ddp::TracePhase::kForward);
+      torch::Tensor loss = torch::nn::functional::cross_entropy(net->forward(x), y);
+      forward.finish();
+      ddp::TraceSpan backward(tracer, ddp::TracePhase::kBackward);
+      loss.backward();
+    }
     {
       ddp::TraceSpan optimizer_span(tracer, ddp::TracePhase::kOptimizer);
       opt.step();
@@ -90,7 +104,7 @@ Timing run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape
     const bool save = ckpt && ckpt->due(steps);
     if (save) {
       const auto s0 = std::chrono::steady_clock::now();
-      ckpt->save(*model.module(), opt, steps, 0, 0);
+      ckpt->save(*net, opt, steps, 0, 0);
       save_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count());
       ++timing.checkpoints;
     }
@@ -102,7 +116,7 @@ Timing run(ddp::World& world, const Options& o, std::vector<int64_t> input_shape
   for (int i = 0; i < o.warmup; ++i) step();
   if (ckpt) {
     // Steady state: one checkpoint already written, its buffers reusable.
-    ckpt->save(*model.module(), opt, steps, 0, 0);
+    ckpt->save(*net, opt, steps, 0, 0);
     ckpt->wait();
   }
   const ddp::CheckpointReport before = ckpt ? ckpt->report() : ddp::CheckpointReport{};
@@ -157,6 +171,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "Where rank 0 checkpoints");
   app.add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every N steps (0: never)");
+  app.add_flag("--no-comm", o.no_comm, "The module without DDP: forward, backward and step, no communication");
   CLI11_PARSE(app, argc, argv);
 
   auto world = ddp::init();
@@ -165,11 +180,12 @@ int main(int argc, char** argv) {
                    : o.model == "wide-mlp" ? run<bench::WideMlp>(*world, o, {784}, &params)
                                            : run<bench::Mlp100m>(*world, o, {784}, &params);
   if (world->rank() == 0) {
-    std::printf("{\"impl\": \"ddprun\", \"model\": \"%s\", \"params\": %lld, \"ranks\": %d, \"batch\": %d, "
+    std::printf("{\"impl\": \"%s\", \"model\": \"%s\", \"params\": %lld, \"ranks\": %d, \"batch\": %d, "
                 "\"sync\": \"%s\", \"bucket_mb\": %g, \"ms_per_step\": %.3f, \"checkpoint_every\": %d, "
                 "\"checkpoint_stall_ms\": %.3f, \"checkpoint_stall_median_ms\": %.3f, \"checkpoint_copy_ms\": %.3f, \"ms_after_save\": %.3f, "
                 "\"ms_other\": %.3f}\n",
-                o.model.c_str(), static_cast<long long>(params), world->size(), o.batch, o.sync.c_str(),
+                o.no_comm ? "ddprun-no-comm" : "ddprun", o.model.c_str(), static_cast<long long>(params), world->size(),
+                o.batch, o.no_comm ? "none" : o.sync.c_str(),
                 o.bucket_mb, t.ms_per_step, o.checkpoint_every, t.stall_ms, t.stall_median_ms, t.copy_ms, t.ms_after_save, t.ms_other);
   }
   return 0;

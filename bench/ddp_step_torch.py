@@ -21,13 +21,15 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--bucket-mb", type=float, default=25)
+    p.add_argument("--no-comm", action="store_true",
+                   help="the module without DDP: forward, backward and step, no communication (the limit)")
     a = p.parse_args()
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     net = Cnn() if a.model == "cnn" else WideMlp()
-    model = DDP(net, bucket_cap_mb=a.bucket_mb)
+    model = net if a.no_comm else DDP(net, bucket_cap_mb=a.bucket_mb)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     gen = torch.Generator().manual_seed(100 + rank)
     x = torch.randn(a.batch, 784, generator=gen)
@@ -49,8 +51,8 @@ def main():
     dist.all_reduce(secs, op=dist.ReduceOp.MAX)  # the slowest rank's time is the step time
     if rank == 0:
         params = sum(p.numel() for p in net.parameters())
-        print(json.dumps({"impl": "torch", "model": a.model, "params": params, "ranks": world,
-                          "batch": a.batch, "sync": "bucketed", "bucket_mb": a.bucket_mb,
+        print(json.dumps({"impl": "torch-no-comm" if a.no_comm else "torch", "model": a.model, "params": params,
+                          "ranks": world, "batch": a.batch, "sync": "none" if a.no_comm else "bucketed", "bucket_mb": a.bucket_mb,
                           "ms_per_step": round(secs.item() * 1000 / a.steps, 3)}), flush=True)
     dist.barrier()
     # Skip teardown: with torch 1.13, destroying DDP's gloo process group
