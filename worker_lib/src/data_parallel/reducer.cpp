@@ -335,7 +335,7 @@ void Reducer::run_buckets_after_backward() {
   }
 }
 
-// On the communication thread: sum over the ranks and divide, in place.
+// On the communication thread: the average over the ranks, in place.
 // Gradients that are views of the bucket are then averaged; finalize()
 // deals with the few that are not.
 void Reducer::average_bucket(Bucket& b) { average(b.buffer); }
@@ -384,8 +384,10 @@ void Reducer::average(at::Tensor& flat) {
     flat.copy_(wire);
     return;
   }
-  comm_.all_reduce(flat, ReduceOp::kSum);
-  flat.div_(ws);
+  // The communicator averages: shared memory divides inside its reduce
+  // step (each rank its own share, no second pass over the bucket); Gloo
+  // and the two-level communicator sum, then divide once.
+  comm_.all_reduce(flat, ReduceOp::kAvg);
 }
 
 void Reducer::finalize() {
