@@ -111,6 +111,9 @@ TEST(GptExample, KilledRunResumesFromItsCheckpointAndEndsLikeAnUninterruptedOne)
                     with({"--checkpoint-dir", dir.string(), "--checkpoint-every", "10", "--summary-json",
                           summary.string()})));
   ASSERT_TRUE(ddptest::reach_step(p, 25)) << p.out();
+  // The checkpoint of step 20 is written in the background: on disk some
+  // steps after its save.
+  ASSERT_TRUE(ddptest::wait_for_checkpoint(dir, 20)) << p.out() << p.err();
   auto workers = ddptest::children_of(p.pid());
   ASSERT_EQ(workers.size(), 1u);
   kill(workers[0], SIGKILL);

@@ -125,6 +125,25 @@ inline bool reach_step(Process& p, int step,
       .has_value();
 }
 
+// Waits until dir holds the checkpoint file of `step` (written in the
+// background, it lands some steps after the save): the file's rename is
+// the event. False after timeout.
+inline bool wait_for_checkpoint(const std::filesystem::path& dir, long long step,
+                                std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  char prefix[32];
+  std::snprintf(prefix, sizeof(prefix), "ckpt-%012lld-", step);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(prefix, 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".pt") == 0) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling a folder: nothing to wake on
+  }
+  return false;
+}
+
 // An agent's worker (not a standby it warmed up); 0 if none.
 inline pid_t worker_of(Process& agent) {
   for (pid_t c : children_of(agent.pid())) {

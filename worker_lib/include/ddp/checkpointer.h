@@ -149,6 +149,7 @@ class Checkpointer {
  private:
   // restore()'s reading and broadcast.
   std::optional<TrainingState> restore_broadcast();
+  void start_threads();
   // Hands a task writing `step` to the writer thread (at most one in flight).
   void submit(int64_t step, std::function<void()> task);
   // Waits for the staged copy; true if it had to wait.

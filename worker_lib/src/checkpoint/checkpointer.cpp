@@ -43,6 +43,7 @@ Checkpointer::Checkpointer(Communicator& comm, CheckpointOptions options)
       last_save_(std::chrono::steady_clock::now()) {
   if (options_.dir.empty()) throw std::invalid_argument("ddp::Checkpointer: no folder given");
   if (options_.keep < 1) throw std::invalid_argument("ddp::Checkpointer: keep must be at least 1");
+  copy_in_background_ = options_.copy == CheckpointOptions::Copy::kBackground;
   if (comm_.rank() != 0) return;
   std::error_code ec;
   fs::create_directories(options_.dir, ec);
@@ -57,6 +58,15 @@ Checkpointer::Checkpointer(Communicator& comm, CheckpointOptions options)
       fs::remove(e.path(), ec);
     }
   }
+  start_threads();
+}
+
+// Rank 0's threads: made with the Checkpointer, or by the first save of a
+// rank that became rank 0 later (the job shrank without the old one).
+void Checkpointer::start_threads() {
+  if (writer_) return;
+  std::error_code ec;
+  fs::create_directories(options_.dir, ec);  // made already on the first rank 0; an error shows at the write
   writer_ = std::make_unique<SerialWorker>();
   // Encoding, checksumming and writing the file compete with training for
   // the CPU; the writer yields to it (nice 10, this thread only).
@@ -66,7 +76,6 @@ Checkpointer::Checkpointer(Communicator& comm, CheckpointOptions options)
   });
   copier_ = std::make_unique<SerialWorker>();
   copier_->submit(batch_scheduling);
-  copy_in_background_ = options_.copy == CheckpointOptions::Copy::kBackground;
 }
 
 namespace {
@@ -82,8 +91,9 @@ CheckpointOptions with_world(CheckpointOptions o, World& world) {
 Checkpointer::Checkpointer(World& world, CheckpointOptions options)
     : Checkpointer(world.cpu(), with_world(std::move(options), world)) {
   joins_heal_ = world.replacement();
-  if (comm_.rank() != 0 || options_.copy == CheckpointOptions::Copy::kInSave) return;
-  // The World's DDP and Healer wait for this Checkpointer's copies.
+  if (options_.copy == CheckpointOptions::Copy::kInSave) return;
+  // The World's DDP and Healer wait for this Checkpointer's copies (on
+  // every rank: a heal may make another rank rank 0).
   copy_in_background_ = true;
   fence_ = world.state_fence_handle();
   fence_id_ = fence_->add([this] { fence(); });
@@ -187,6 +197,7 @@ void Checkpointer::submit(int64_t step, std::function<void()> task) {
 
 void Checkpointer::save(TrainingState state) {
   if (comm_.rank() != 0) return;
+  start_threads();
   const auto begin = Clock::now();
   wait();  // at most one write in flight
   auto shared = std::make_shared<TrainingState>(std::move(state));
@@ -201,6 +212,7 @@ void Checkpointer::save(TrainingState state) {
 void Checkpointer::save(const torch::nn::Module& model, torch::optim::Optimizer& optimizer, int64_t step,
                         int64_t epoch, int64_t sampler_position) {
   if (comm_.rank() != 0) return;
+  start_threads();
   const auto begin = Clock::now();
   wait();  // the previous write is done: its buffers are free
   std::shared_ptr<TrainingState> reuse = std::move(recycled_);
