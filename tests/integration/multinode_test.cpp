@@ -883,8 +883,7 @@ std::string checksum_resumed_at(const ddptest::EnvChanges& env, int before, int6
                                 env, 4min);
   EXPECT_EQ(first.exit_code, 0) << first.err;
   fs::create_directories(one);
-  char prefix[32];
-  std::snprintf(prefix, sizeof(prefix), "ckpt-%012lld-", static_cast<long long>(step));
+  const std::string prefix = ddptest::checkpoint_file_prefix(step);
   for (const auto& e : fs::directory_iterator(every)) {
     if (e.path().filename().string().rfind(prefix, 0) == 0) fs::copy_file(e.path(), one / e.path().filename());
   }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -125,13 +126,20 @@ inline bool reach_step(Process& p, int step,
       .has_value();
 }
 
+// How the checkpoint files of `step` begin: "ckpt-000000000020-" (the crc
+// follows; worker_lib's checkpoint_file_name).
+inline std::string checkpoint_file_prefix(long long step) {
+  char prefix[32];
+  std::snprintf(prefix, sizeof(prefix), "ckpt-%012lld-", step);
+  return prefix;
+}
+
 // Waits until dir holds the checkpoint file of `step` (written in the
 // background, it lands some steps after the save): the file's rename is
 // the event. False after timeout.
 inline bool wait_for_checkpoint(const std::filesystem::path& dir, long long step,
                                 std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  char prefix[32];
-  std::snprintf(prefix, sizeof(prefix), "ckpt-%012lld-", step);
+  const std::string prefix = checkpoint_file_prefix(step);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     std::error_code ec;

@@ -1,7 +1,7 @@
 // Rank-0 checkpoints: copied and written in the background, atomically,
 // with a checksum; restored by rank 0 and broadcast to every rank.
 //
-//   ddp::Checkpointer ckpt(world->cpu(), {.dir = "ckpt", .every_steps = 100});
+//   ddp::Checkpointer ckpt(*world, {.dir = "ckpt", .every_steps = 100});
 //   if (auto s = ckpt.restore()) ddp::apply_state(*s, *model, optimizer);  // collective
 //   ... after each optimizer step:
 //   if (ckpt.due(step)) ckpt.save(*model, optimizer, step, epoch, pos);
@@ -33,8 +33,8 @@
 #pragma once
 
 #include <chrono>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
