@@ -588,7 +588,7 @@ int Agent::run() {
   if (cfg_.lease_timeout.count() > 0) {
     lease_ = std::make_unique<LeaseKeeper>(
         rdzv_, LeaseOptions{cfg_.run_id, node_id_, cfg_.keep_alive_interval, cfg_.lease_timeout,
-                            cfg_.on_control_candidates});
+                            cfg_.on_control_candidates, cfg_.takeover_allowance});
   }
   if (heartbeats_) {
     status_ = std::make_unique<StatusReporter>(rdzv_, *heartbeats_,

@@ -47,11 +47,17 @@ struct AgentConfig {
   // it off (one-node jobs, whose rendezvous lives in the same process).
   std::chrono::milliseconds keep_alive_interval{250};
   std::chrono::milliseconds lease_timeout{0};
+  // With a control plane: how long the job may be without a serving node
+  // while one takes over (the etcd term, two Raft election timeouts). The
+  // agent gives up on the rendezvous only after this and a lease without
+  // an answer: a takeover is not a lost rendezvous, and the successor
+  // starts every node's lease afresh.
+  std::chrono::milliseconds takeover_allowance{0};
   // This agent hosts the rendezvous, so it stays until every node has left.
   bool hosts_rendezvous = false;
-  // With a control plane (--rdzv-backend etcd): why this node may not join
-  // again ("" when it may): it served the rendezvous, and another agent
-  // took it over and dropped this node.
+  // With the embedded control plane: why this node may not join again (""
+  // when it may): it has been out of a majority's reach for longer than a
+  // lease (a partition left it on the smaller side).
   std::function<std::string()> fenced;
   // The embedded control plane: where this agent takes the job's Raft
   // messages, sent in its joins so that the leader may make it a voter

@@ -3,6 +3,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <stdexcept>
 
@@ -10,6 +11,9 @@
 
 namespace ddprun {
 namespace {
+
+// A wake-up later than asked by more than this is a stall of this process.
+constexpr auto kLateWake = std::chrono::milliseconds(50);
 
 // Whether b tells the agent something that a did not.
 bool news(const std::optional<NodeView>& a, const NodeView& b) {
@@ -151,6 +155,13 @@ LeaseStatus LeaseKeeper::peek() const {
 void LeaseKeeper::loop() {
   using Clock = std::chrono::steady_clock;
   auto last_answer = Clock::now();
+  // This thread's own stalls since the last answer (it woke much later than
+  // it asked: a loaded machine, a paused process): not the rendezvous'
+  // silence, so not counted against it (memberlist's Lifeguard).
+  Clock::duration stalled{0};
+  // A keep-alive may take a third of the lease: one that is slow to come
+  // back (a loaded machine, a long round trip) still renews.
+  const auto call_timeout = std::max(options_.interval * 2, options_.lease / 3);
   std::unique_lock lock(mu_);
   while (!stop_) {
     const uint64_t epoch = epoch_;
@@ -161,8 +172,7 @@ void LeaseKeeper::loop() {
     std::string error;
     const int64_t send_ns = monotonic_ns();
     try {
-      view = client_.keep_alive(options_.job_id, options_.node_id, options_.interval * 2,
-                                workers_heal_round_.load(), heal);
+      view = client_.keep_alive(options_.job_id, options_.node_id, call_timeout, workers_heal_round_.load(), heal);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -179,6 +189,7 @@ void LeaseKeeper::loop() {
       // reset() came while the call was out: its answer may predate it.
     } else if (view) {
       last_answer = now;
+      stalled = Clock::duration::zero();
       if (options_.on_candidates && !view->control_candidates.empty()) {
         lock.unlock();
         options_.on_candidates(view->control_candidates);
@@ -190,7 +201,7 @@ void LeaseKeeper::loop() {
       status_.error.clear();
     } else {
       status_.error = error;
-      if (!status_.contact_lost && now - last_answer >= options_.lease) {
+      if (!status_.contact_lost && now - last_answer - stalled >= options_.lease + options_.takeover_allowance) {
         status_.contact_lost = true;
         changed = true;
         // A fresh connection for what follows (keep-alives, the next join):
@@ -205,7 +216,9 @@ void LeaseKeeper::loop() {
     // the Hold, or the new leader would not hear when this agent dies.
     if (hold_cancel_ && hold_target_ != client_.target()) hold_cancel_->cancel();
     if (changed) notify();
-    stop_cv_.wait_for(lock, options_.interval, [this] { return stop_ || send_now_; });
+    const auto wake = Clock::now() + options_.interval;
+    stop_cv_.wait_until(lock, wake, [this] { return stop_ || send_now_; });
+    if (const auto late = Clock::now() - wake; late > kLateWake) stalled += late;
     send_now_ = false;
   }
 }

@@ -32,11 +32,14 @@ struct LeaseOptions {
   // Each answer's control-plane voters (NodeView::control_candidates), on
   // the keeper's thread; may be empty.
   std::function<void(const std::vector<std::string>&)> on_candidates;
+  // Added to the lease before contact counts as lost: a control plane's
+  // takeover (AgentConfig::takeover_allowance).
+  std::chrono::milliseconds takeover_allowance{0};
 };
 
 struct LeaseStatus {
   std::optional<NodeView> view;  // the latest answer, if any came
-  bool contact_lost = false;     // no answer for a whole lease
+  bool contact_lost = false;     // no answer for a whole lease (and a takeover's allowance)
   std::string error;             // why the last keep-alive failed
 };
 

@@ -9,6 +9,11 @@
 
 namespace ddprun {
 
+namespace {
+// The etcd backend's term (see HostedControlPlane).
+constexpr auto kEtcdTerm = std::chrono::seconds(3);
+}  // namespace
+
 // What the control plane did, in the agent's log: which node serves the job
 // and from when, and why one stopped.
 ControlPlaneHost::OnEvent control_plane_log(const std::string& job_id) {
@@ -25,8 +30,9 @@ ControlPlaneHost::OnEvent control_plane_log(const std::string& job_id) {
         }
         break;
       case ControlPlaneEvent::Kind::kStopped:
-        spdlog::warn("control plane: this node stopped serving job {}'s rendezvous (term {}): {}", job_id, e.term,
-                     e.detail);
+        spdlog::warn("control plane: this node stopped serving job {}'s rendezvous (term {}): {}; it goes on "
+                     "as a member, served by whichever node leads next",
+                     job_id, e.term, e.detail);
         break;
       case ControlPlaneEvent::Kind::kError:
         // Said once while it lasts: the campaign tries again every third of a ttl.
@@ -52,14 +58,17 @@ HostedControlPlane::HostedControlPlane(LaunchPlan& plan) {
   a.local_ifname = interface_of(a.local_addr);
   if (a.node_id.empty()) a.node_id = a.host + ":" + std::to_string(getpid());
   etcd_ = std::make_shared<EtcdClient>(plan.etcd_endpoints);
-  // etcd rounds the term's ttl up to its own minimum (1.5 election timeouts).
-  plane_ = std::make_unique<EtcdControlPlane>(etcd_, a.run_id, std::chrono::seconds(1));
+  // The term outlives ordinary jitter (renewed every third of it: a leader
+  // unscheduled for two seconds keeps it); etcd rounds it up to its own
+  // minimum (1.5 election timeouts). A dead leader's successor serves
+  // after it.
+  plane_ = std::make_unique<EtcdControlPlane>(etcd_, a.run_id, kEtcdTerm);
   host_ = std::make_unique<ControlPlaneHost>(*plane_, a.run_id, a.node_id, control_plane_log(a.run_id));
   ServerOptions o{a.local_addr, 0, a.rdzv_auth, plan.rdzv_limits, host_.get()};
   server_ = std::make_unique<RendezvousServer>(o, make_nccl_unique_id);
   a.rdzv_address = server_->address();
+  a.takeover_allowance = plane_->ttl();
   a.hosts_rendezvous = false;  // a leader that leaves hands the job on (it resigns)
-  a.fenced = [host = host_.get()] { return host->why_fenced(); };
   host_->start(server_->registry(), server_->address());
 }
 

@@ -15,11 +15,15 @@ namespace ddprun {
 
 namespace {
 
-// Raft's clock: a leader sends heartbeats every 75 ms and steps down after
-// 0.6 s without a majority; a follower that hears no leader for 0.6-1.2 s
-// starts an election. So losing the serving node costs about a second.
-constexpr auto kHeartbeat = std::chrono::milliseconds(75);
-constexpr auto kElection = std::chrono::milliseconds(600);
+// Raft's clock: a leader sends heartbeats every 100 ms and steps down after
+// 1 s without a majority; a follower that hears no leader for 1-2 s starts
+// an election (PreVote first: it deposes nobody while the others still hear
+// the leader). Its timers run on lived time (RaftNode), so a member's own
+// stall is not counted against the others. A term that ends anyway (a
+// loaded machine) costs a pause, not a node: the old leader goes on as a
+// member.
+constexpr auto kHeartbeat = std::chrono::milliseconds(100);
+constexpr auto kElection = std::chrono::milliseconds(1000);
 
 }  // namespace
 
@@ -127,16 +131,17 @@ EmbeddedControlPlane::EmbeddedControlPlane(LaunchPlan& plan) {
   });
 
   a.rdzv_address = server_->address();
+  a.takeover_allowance = 2 * kElection;
   a.hosts_rendezvous = false;  // a leader that leaves hands the job on
   a.control_address = control_address;
   // This node may no longer act for the job (asked before and while it
-  // joins again): it served the control plane and its term ended, or it has
-  // been out of a majority's reach for longer than a lease (a partition left
-  // it on the smaller side, or most nodes are gone). Where a majority is,
-  // the job goes on, and drops this node when its lease runs out.
+  // joins again): it has been out of a majority's reach for longer than a
+  // lease (a partition left it on the smaller side, or most nodes are
+  // gone), counted in lived time (its own stalls left out). Where a
+  // majority is, the job goes on, and drops this node when its lease runs
+  // out.
   const auto cut_off_after = std::max<std::chrono::steady_clock::duration>(a.lease_timeout, 2 * kElection);
-  a.fenced = [host = host_.get(), node = node_.get(), cut_off_after]() -> std::string {
-    if (std::string f = host->why_fenced(); !f.empty()) return f;
+  a.fenced = [node = node_.get(), cut_off_after]() -> std::string {
     const auto contact = node->majority_contact_at();
     const auto now = std::chrono::steady_clock::now();
     if (contact == std::chrono::steady_clock::time_point::max() || now - contact < cut_off_after) return "";

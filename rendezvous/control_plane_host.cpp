@@ -51,21 +51,9 @@ std::pair<std::string, int64_t> ControlPlaneHost::serving_as() const {
   return {node_id_, term_};
 }
 
-std::string ControlPlaneHost::fenced() const {
+std::string ControlPlaneHost::last_term_end() const {
   std::lock_guard lock(mu_);
-  if (!fenced_.empty()) return fenced_;
-  // A term that ran out unrenewed (this process was paused, or cut off) is
-  // over even before the renewal loop gets to say so: another node may
-  // lead by now, and this one must not join again in the meantime.
-  if (term_ != 0 && Clock::now() >= valid_until_) {
-    return "term " + std::to_string(term_) + " ran out unrenewed (this node was paused or cut off)";
-  }
-  return "";
-}
-
-std::string ControlPlaneHost::why_fenced() const {
-  const std::string f = fenced();
-  return f.empty() ? f : "this node served the job's rendezvous until " + f + ", and another node took it over";
+  return last_term_end_;
 }
 
 bool ControlPlaneHost::wait_stop(std::chrono::milliseconds d) {
@@ -160,7 +148,7 @@ void ControlPlaneHost::lead(int64_t term) {
   std::string predecessor;
   try {
     if (!plane_.renew(term)) why = term_text + " ended as it began";
-    // 2. The job as the last leader saved it; that leader's node goes.
+    // 2. The job as the last leader saved it (its node stays: see the top).
     if (why.empty()) {
       if (const std::optional<std::string> saved = plane_.load()) {
         registry_->drop_job(job_id_);  // anything left from an earlier term of ours
@@ -183,11 +171,6 @@ void ControlPlaneHost::lead(int64_t term) {
     valid_until_ = sent + ttl;
     saver_ = saver;
     committed_revision_ = registry_->revision(job_id_);  // what was restored is saved
-  }
-  if (!predecessor.empty() && predecessor != node_id_) {
-    registry_->drop_node(job_id_, predecessor,
-                         "its agent led the job's control plane, and a successor took over in " + term_text);
-    saver->changed();
   }
   on_event_(ControlPlaneEvent{ControlPlaneEvent::Kind::kLeads, term, "", predecessor});
 
@@ -221,7 +204,7 @@ void ControlPlaneHost::lead(int64_t term) {
     std::lock_guard lock(mu_);
     term_ = 0;
     saver_.reset();
-    if (!stopping) fenced_ = term_text + " ended: " + why;
+    if (!stopping) last_term_end_ = term_text + " ended: " + why;
   }
   saver.reset();  // a save in flight ends first
   registry_->drop_job(job_id_);  // its parked calls go to the next leader

@@ -1,14 +1,19 @@
 // One agent's part in its job's control plane (control_plane.h), for jobs
-// that have one (--rdzv-backend etcd): every agent runs a rendezvous
-// service and campaigns. The leader
-//   1. serves the job from the state its predecessor saved, and drops the
-//      predecessor's node at once (that agent is gone, or fenced);
+// that have one (--rdzv-backend etcd or embedded): every agent runs a
+// rendezvous service and campaigns. The leader
+//   1. serves the job from the state its predecessor saved, every node's
+//      lease started afresh. The predecessor's node stays in the job: a
+//      term also ends when its leader was only slow (a loaded machine, a
+//      pause, a blip), and that agent goes on as a member whose service
+//      sends its calls here. If it is gone, its lease runs out like any
+//      node's;
 //   2. saves each change before anyone hears of it (commit(), StateSaver);
 //   3. renews its term every ttl/3 and stops serving as soon as a ttl has
 //      passed since the last renewal that succeeded - by its own clock,
 //      checked before every answer, so a process that was paused past its
 //      term answers nothing from it - or when the control plane says the
-//      term is over, or refuses a save. It then campaigns again.
+//      term is over, or refuses a save. It then campaigns again, and its
+//      node is a member like any other.
 // Every other agent's service answers with the leader's address
 // (serving_gate.h), and clients follow it there.
 #pragma once
@@ -60,12 +65,9 @@ class ControlPlaneHost final : public ServingGate {
   void stop();
   // The term this agent leads and serves now (0: none).
   int64_t term() const;
-  // Why this agent's last term ended while it still ran (another agent
-  // took over: it was paused or cut off past its term); "" if none did.
-  // Such an agent's node is out of the job: it must not join again.
-  std::string fenced() const;
-  // fenced() as the sentence an agent leaves with ("" when not fenced).
-  std::string why_fenced() const;
+  // Why this agent's last term ended while it still ran ("" if none did):
+  // for its log. The node is still in the job.
+  std::string last_term_end() const;
   // Who leads (asked of the control plane at most every 100 ms).
   std::optional<ControlLeader> leader();
 
@@ -99,7 +101,7 @@ class ControlPlaneHost final : public ServingGate {
   Clock::time_point valid_until_;  // serving only before this
   std::shared_ptr<StateSaver> saver_;
   uint64_t committed_revision_ = 0;  // the registry's revision known saved
-  std::string fenced_;  // see fenced()
+  std::string last_term_end_;  // see last_term_end()
 
   std::mutex cache_mu_;  // one question to the control plane at a time
   std::optional<ControlLeader> cached_leader_;

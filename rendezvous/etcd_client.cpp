@@ -202,6 +202,28 @@ bool EtcdClient::put_if(const std::string& guard, int64_t guard_revision, const 
   return resp.succeeded();
 }
 
+bool EtcdClient::holds(const std::string& key, int64_t create_revision, int64_t lease, const std::string& value) {
+  pb::TxnRequest req;
+  auto* c = req.add_compare();
+  c->set_key(key);
+  c->set_target(pb::Compare::CREATE);
+  c->set_result(pb::Compare::EQUAL);
+  c->set_create_revision(create_revision);
+  c = req.add_compare();
+  c->set_key(key);
+  c->set_target(pb::Compare::LEASE);
+  c->set_result(pb::Compare::EQUAL);
+  c->set_lease(lease);
+  c = req.add_compare();
+  c->set_key(key);
+  c->set_target(pb::Compare::VALUE);
+  c->set_result(pb::Compare::EQUAL);
+  c->set_value(value);
+  pb::TxnResponse resp;
+  on_any("leader check", [&](Stubs& s, grpc::ClientContext& ctx) { return s.kv->Txn(&ctx, req, &resp); });
+  return resp.succeeded();
+}
+
 bool EtcdClient::wait_deleted(const std::string& key, int64_t after, std::chrono::milliseconds timeout) {
   size_t i;
   {

@@ -79,6 +79,11 @@ class EtcdClient {
   bool put_if(const std::string& guard, int64_t guard_revision, const std::string& key,
               const std::string& value);
 
+  // Whether key exists exactly as written: created at `create_revision`,
+  // attached to `lease`, holding `value` (one transaction). A leader's
+  // check that its key was not deleted or rewritten behind its back.
+  bool holds(const std::string& key, int64_t create_revision, int64_t lease, const std::string& value);
+
   // Blocks until key is deleted at a revision after `after` (true), or
   // until timeout passes or the member watched stops answering (false: look
   // again). No event is missed between a get and this.

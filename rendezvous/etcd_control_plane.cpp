@@ -51,8 +51,9 @@ std::optional<int64_t> EtcdControlPlane::campaign(const std::string& address, co
     std::chrono::seconds granted{0};
     const int64_t lease = etcd_->grant_lease(ttl_, &granted);
     EtcdClient::Created c;
+    const std::string value = address + "\n" + node_id;
     try {
-      c = etcd_->create(leader_key_, address + "\n" + node_id, lease);
+      c = etcd_->create(leader_key_, value, lease);
     } catch (const EtcdError&) {
       etcd_->revoke_lease(lease);
       throw;
@@ -61,6 +62,7 @@ std::optional<int64_t> EtcdControlPlane::campaign(const std::string& address, co
       std::lock_guard lock(mu_);
       lease_ = lease;
       term_ = c.kv.create_revision;
+      leader_value_ = value;
       if (granted > ttl_) ttl_ = granted;
       return term_;
     }
@@ -91,12 +93,14 @@ bool EtcdControlPlane::wait_leader_gone(int64_t term, std::chrono::milliseconds 
 
 bool EtcdControlPlane::renew(int64_t term) {
   int64_t lease;
+  std::string value;
   {
     std::lock_guard lock(mu_);
     if (term != term_ || lease_ == 0) return false;
     lease = lease_;
+    value = leader_value_;
   }
-  return etcd_->keep_alive(lease);
+  return etcd_->keep_alive(lease) && etcd_->holds(leader_key_, term, lease, value);
 }
 
 void EtcdControlPlane::resign(int64_t term) {

@@ -13,6 +13,10 @@
 //           manifest), fenced as above; older chunks go after that.
 // A candidate creates the leader key if it is absent, else watches it until
 // it is deleted (its lease expired, or its leader resigned) and tries again.
+// A leader's renewal keeps its lease alive and then checks, in one
+// transaction, that the key is still the one it created (same create
+// revision, lease and value): a key deleted or rewritten behind its back
+// (etcdctl, another tool) ends its term, so two agents never serve.
 #pragma once
 
 #include <memory>
@@ -51,6 +55,7 @@ class EtcdControlPlane final : public ControlPlane {
   mutable std::mutex mu_;
   int64_t lease_ = 0;  // of the term this process leads (0: none)
   int64_t term_ = 0;
+  std::string leader_value_;  // what its leader key holds
 };
 
 }  // namespace ddprun

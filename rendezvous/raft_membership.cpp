@@ -8,6 +8,16 @@ namespace ddprun {
 namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kChangeTimeout = std::chrono::seconds(10);
+constexpr int kChangesAPass = 8;
+
+// What `voters` voters tolerate, for the log.
+std::string tolerance(size_t voters) {
+  if (voters >= 3) {
+    return std::to_string(voters) + " voters: the job survives the loss of any " + std::to_string((voters - 1) / 2) +
+           " node(s), the serving one included";
+  }
+  return std::to_string(voters) + " voter(s): losing the serving node ends the job until it has 3 nodes";
+}
 }  // namespace
 
 uint64_t raft_id_of(const std::string& node_id) {
@@ -27,8 +37,13 @@ RaftMembership::RaftMembership(RaftNode& node, JobRegistry& registry, std::strin
       job_id_(std::move(job_id)),
       on_change_(std::move(on_change)),
       task_(every, [this] {
-        const std::string did = reconcile();
-        if (!did.empty() && on_change_) on_change_(did);
+        // Changes one after another while there are any: a voter to be is
+        // promoted as soon as it caught up, not a period later.
+        for (int i = 0; i < kChangesAPass; ++i) {
+          const std::string did = reconcile();
+          if (did.empty()) break;
+          if (on_change_) on_change_(did);
+        }
       }) {}
 
 RaftMembership::~RaftMembership() = default;
@@ -53,14 +68,20 @@ std::string RaftMembership::reconcile() {
     return id == self || std::any_of(live.begin(), live.end(), [id](const auto& c) { return c.first == id; });
   };
   auto is_voter = [&](uint64_t id) { return std::find(s.voters.begin(), s.voters.end(), id) != s.voters.end(); };
+  auto is_standby = [&](uint64_t id) { return std::find(s.standbys.begin(), s.standbys.end(), id) != s.standbys.end(); };
   const auto deadline = Clock::now() + kChangeTimeout;
-  auto now_voting = [&] { return " (" + std::to_string(node_.status().voters.size()) + " voters)"; };
-  // 1. A voter whose node is gone (left, lost) goes first.
+  auto now_voting = [&] { return " (" + tolerance(node_.status().voters.size()) + ")"; };
+  // 1. A voter whose node is gone (left, lost) goes first; then a standby's.
   for (uint64_t v : s.voters) {
     if (v != self && !is_live(v)) {
       return node_.remove(v, deadline)
                  ? "removed the vote of a node that is gone (Raft id " + std::to_string(v) + ")" + now_voting()
                  : "";
+    }
+  }
+  for (uint64_t m : s.members) {
+    if (m != self && !is_voter(m) && !is_live(m)) {
+      return node_.remove(m, deadline) ? "removed a node that is gone (Raft id " + std::to_string(m) + ")" : "";
     }
   }
   // All of them up to five, in an odd number; one below three.
@@ -75,12 +96,26 @@ std::string RaftMembership::reconcile() {
       }
     }
   }
-  // 3. Fewer: the first live node that does not vote yet.
+  // 3. Fewer: the first live nodes that do not vote yet. Each becomes a
+  //    standby first (it gets the log and catches up while the voters stay
+  //    as they are); once all of them are, each is made a voter, a quick
+  //    change. So the group spends no catch-up with an even number of
+  //    voters (two need both: losing either stops the control plane).
   if (s.voters.size() < target) {
-    for (const auto& [id, address] : live) {
-      if (!is_voter(id)) {
-        return node_.add_voter(id, address, deadline) ? "the node at " + address + " votes" + now_voting() : "";
+    std::vector<std::pair<uint64_t, std::string>> to_vote;
+    for (const auto& c : live) {
+      if (s.voters.size() + to_vote.size() >= target) break;
+      if (!is_voter(c.first)) to_vote.push_back(c);
+    }
+    for (const auto& [id, address] : to_vote) {
+      if (!is_standby(id)) {
+        return node_.add_standby(id, address, deadline)
+                   ? "the node at " + address + " gets the control plane's log, to vote once caught up"
+                   : "";
       }
+    }
+    for (const auto& [id, address] : to_vote) {
+      return node_.add_voter(id, address, deadline) ? "the node at " + address + " votes" + now_voting() : "";
     }
   }
   return "";

@@ -49,13 +49,39 @@ struct RaftNode::Impl {
   std::string state;  // the FSM: the newest applied blob
   bool has_state = false;
   uint64_t state_version = 0;  // counts the FSM's changes: publish() copies the blob only after one
-  // When each member was last heard from (any message in any term).
+  // When each member was last heard from (any message in any term), in
+  // lived time (below).
   std::map<uint64_t, std::chrono::steady_clock::time_point> heard;
+
+  // Lived time: the steady clock less the stretches this thread was not
+  // running when it should have (it asked to wake for a tick and woke
+  // much later: a loaded machine, a paused process). libraft's timers run
+  // on it, so a member that was not scheduled does not count that silence
+  // against the others: a follower starts no election, and a leader does
+  // not step down, for its own stall (memberlist's Lifeguard). Never goes
+  // backwards. Raft thread only.
+  std::chrono::steady_clock::duration stalled{0};
+  std::chrono::steady_clock::time_point last_lived{};
+  std::chrono::steady_clock::time_point lived_now() {
+    const auto t = std::chrono::steady_clock::now() - stalled;
+    if (t > last_lived) last_lived = t;
+    return last_lived;
+  }
+  // A lived instant as the steady clock's (for callers on other threads).
+  std::chrono::steady_clock::time_point to_steady(std::chrono::steady_clock::time_point lived) const {
+    if (lived == std::chrono::steady_clock::time_point::max() || lived == std::chrono::steady_clock::time_point::min()) {
+      return lived;
+    }
+    return lived + stalled;
+  }
 };
 
 namespace {
 
 using Pb = ddprun::v1::RaftMessage;
+
+// A wake-up later than asked by more than this is a stall (see lived_now).
+constexpr auto kLateWake = std::chrono::milliseconds(50);
 
 void copy_conf_out(const struct raft_configuration& c, google::protobuf::RepeatedPtrField<ddprun::v1::RaftServer>* out) {
   for (unsigned i = 0; i < c.n; ++i) {
@@ -385,10 +411,9 @@ struct RaftNodeIo {
     return 0;
   }
 
-  static raft_time time(struct raft_io*) {
-    return static_cast<raft_time>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                      std::chrono::steady_clock::now().time_since_epoch())
-                                      .count());
+  static raft_time time(struct raft_io* io) {
+    return static_cast<raft_time>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(impl(io).lived_now().time_since_epoch()).count());
   }
 
   static int random(struct raft_io* io, int min, int max) {
@@ -550,7 +575,7 @@ void RaftNode::deliver(const std::string& bytes) {
       for (unsigned i = 0; i < conf.n && !known; ++i) known = conf.servers[i].id == pb->from_id();
       if (!known) return;
     }
-    impl_->heard[pb->from_id()] = Clock::now();
+    impl_->heard[pb->from_id()] = impl_->lived_now();
     struct raft_message m;
     if (!decode(*pb, &m)) return;
     impl_->recv(&impl_->io, &m);  // libraft owns m's buffers now
@@ -645,17 +670,26 @@ bool RaftNode::barrier(uint64_t term, Clock::time_point deadline) {
 }
 
 bool RaftNode::add_voter(uint64_t id, const std::string& address, Clock::time_point deadline) {
-  // Two changes: added as a spare (it catches up), then made a voter; one
-  // added before (a promotion that failed) is only promoted.
+  return add_as(id, address, RAFT_VOTER, deadline);
+}
+
+bool RaftNode::add_standby(uint64_t id, const std::string& address, Clock::time_point deadline) {
+  return add_as(id, address, RAFT_STANDBY, deadline);
+}
+
+bool RaftNode::add_as(uint64_t id, const std::string& address, int role, Clock::time_point deadline) {
+  // Two changes: added as a spare, then given its role (libraft catches a
+  // new voter up first); one added before (a change that failed) only
+  // gets its role.
   const RaftStatus now = status();
   const bool added = std::find(now.members.begin(), now.members.end(), id) != now.members.end();
-  for (const bool promote : {false, true}) {
-    if (!promote && added) continue;
+  for (const bool assign : {false, true}) {
+    if (!assign && added) continue;
     const bool ok = request([&](const std::shared_ptr<Outcome>& outcome) {
       if (raft_state(&impl_->raft) != RAFT_LEADER) return false;
       auto* p = pending<struct raft_change>(this, outcome);
-      const int rv = promote ? raft_assign(&impl_->raft, &p->req, id, RAFT_VOTER, &RaftNodeIo::done<struct raft_change>)
-                             : raft_add(&impl_->raft, &p->req, id, address.c_str(), &RaftNodeIo::done<struct raft_change>);
+      const int rv = assign ? raft_assign(&impl_->raft, &p->req, id, role, &RaftNodeIo::done<struct raft_change>)
+                            : raft_add(&impl_->raft, &p->req, id, address.c_str(), &RaftNodeIo::done<struct raft_change>);
       if (rv != 0) delete p;
       return rv == 0;
     }, deadline);
@@ -730,6 +764,8 @@ void RaftNode::publish() {
       if (r.configuration.servers[i].role == RAFT_VOTER) {
         s.voters.push_back(r.configuration.servers[i].id);
         s.voter_addresses.push_back(r.configuration.servers[i].address);
+      } else if (r.configuration.servers[i].role == RAFT_STANDBY) {
+        s.standbys.push_back(r.configuration.servers[i].id);
       }
     }
   }
@@ -767,8 +803,11 @@ void RaftNode::publish() {
     contact = majority;
   } else if (s.leader_id != 0) {
     auto it = impl_->heard.find(s.leader_id);
-    contact = it == impl_->heard.end() ? Clock::now() : it->second;  // a leader named in a snapshot or entry
+    contact = it == impl_->heard.end() ? impl_->lived_now() : it->second;  // a leader named in a snapshot or entry
   }
+  // Published on the steady clock: a caller's now minus these is lived time.
+  majority = impl_->to_steady(majority);
+  if (contact) contact = impl_->to_steady(*contact);
   bool changed = false;
   {
     std::lock_guard lock(mu_);
@@ -821,6 +860,8 @@ void RaftNode::loop() {
       continue;
     }
     cv_.wait_until(lock, next_tick, [&] { return stop_ || !tasks_.empty(); });
+    // Woke well past the tick it waited for: this thread did not run.
+    if (const auto woke = Clock::now(); woke > next_tick + kLateWake) impl_->stalled += woke - next_tick;
   }
 }
 

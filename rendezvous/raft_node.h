@@ -63,6 +63,7 @@ struct RaftStatus {
   uint64_t applied = 0;        // index of the last applied entry
   std::vector<uint64_t> voters;
   std::vector<uint64_t> members;  // every id in the configuration, voters or not
+  std::vector<uint64_t> standbys;  // members that get the log but do not vote
   std::vector<std::string> voter_addresses;
   bool operator==(const RaftStatus&) const = default;
 };
@@ -116,12 +117,16 @@ class RaftNode {
   // Leader only: adds a member and makes it a voter once it caught up.
   // False when not leader, on a change already running, or at the deadline.
   bool add_voter(uint64_t id, const std::string& address, std::chrono::steady_clock::time_point deadline);
+  // Leader only: adds a member that gets the log but does not vote (yet):
+  // its promotion by add_voter is then one quick change, not a catch-up.
+  bool add_standby(uint64_t id, const std::string& address, std::chrono::steady_clock::time_point deadline);
   // Leader only: removes a member (a lost node's).
   bool remove(uint64_t id, std::chrono::steady_clock::time_point deadline);
   // Leader only: hands the leadership to another voter (a clean exit).
   void transfer();
 
  private:
+  bool add_as(uint64_t id, const std::string& address, int role, std::chrono::steady_clock::time_point deadline);
   friend struct RaftNodeIo;
   using Clock = std::chrono::steady_clock;
 

@@ -12,6 +12,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The timer thread wakes at least this often, and a wake-up later than
+// asked by more than kLateWake is taken as a stall of this process.
+constexpr auto kStallProbe = std::chrono::milliseconds(250);
+constexpr auto kLateWake = std::chrono::milliseconds(50);
+
 // "12:00:01.234" (local time) for a steady-clock instant in the past.
 std::string wall_time(Clock::time_point t) {
   const auto ago = Clock::now() - t;
@@ -281,9 +286,9 @@ void JobRegistry::unwatch_news(uint64_t ticket) {
   news_watchers_.erase(ticket);
 }
 
-void JobRegistry::settle_locked(Job& job, Clock::time_point now, std::vector<Completion>& out) {
+void JobRegistry::settle_locked(Job& job, Clock::time_point now, std::vector<Completion>& out, bool expire_leases) {
   RoundState& rounds = *job.rounds;
-  rounds.advance(now);
+  rounds.advance(now, expire_leases);
   news_locked(job, out);
   // A node that left or was lost: the end of a Hold it opened before says
   // nothing about it if it comes back (its agent opens another).
@@ -418,7 +423,7 @@ NodeView JobRegistry::keep_alive(const std::string& job_id, const std::string& n
     }
     job->rounds->check_lease(node_id, lease_key);
     const auto now = Clock::now();
-    settle_locked(*job, now, completions);  // expire others' leases first
+    settle_locked(*job, now, completions);
     v = job->rounds->keep_alive(node_id, now, workers_heal_round, heal);
     score_nodes_locked(*job, now);
     if (auto sc = job->scores.find(node_id); sc != job->scores.end() && sc->second.straggler) {
@@ -466,9 +471,7 @@ void JobRegistry::connection_lost(const std::string& job_id, const std::string& 
     auto newest = job->holds.find(node_id);
     if (newest == job->holds.end() || newest->second != hold) return;
     job->holds.erase(newest);
-    const auto now = Clock::now();
-    job->rounds->lose(node_id, "its agent's connection to the rendezvous closed", now);
-    settle_locked(*job, now, completions);
+    job->rounds->connection_closed(node_id, Clock::now());
   }
   wake_timer_.notify_all();
   run(completions);
@@ -540,7 +543,7 @@ JobStatus JobRegistry::status(const std::string& job_id) {
                        "' here (is the job id right, and does the job still run?)");
     }
     const auto now = Clock::now();
-    settle_locked(*job, now, completions);  // leases that ran out show as such
+    settle_locked(*job, now, completions);
     s = job->rounds->status(now);
     if (job->progress) {
       s.progress = job->progress;
@@ -591,15 +594,26 @@ size_t JobRegistry::nodes_in_all_jobs() {
 void JobRegistry::timer_loop() {
   std::unique_lock lock(mu_);
   std::vector<Completion> completions;
+  std::optional<Clock::time_point> asked;  // the wake-up the last wait asked for
   while (!closed_) {
     const auto now = Clock::now();
+    // Woken past the time it asked for: this process did not run meanwhile
+    // (a loaded machine, a pause). Leases would run out for the silence of
+    // nodes whose keep-alives wait, unread, in our sockets: excuse it.
+    if (asked && now > *asked + kLateWake) {
+      const auto late = std::chrono::duration_cast<std::chrono::milliseconds>(now - *asked);
+      for (auto& [id, job] : jobs_) {
+        if (job->rounds) job->rounds->excuse(late, now);
+      }
+    }
+    asked.reset();
     std::optional<Clock::time_point> wake;
     auto consider = [&](Clock::time_point t) {
       if (!wake || t < *wake) wake = t;
     };
     for (auto& [id, job] : jobs_) {
       if (!job->rounds) continue;
-      settle_locked(*job, now, completions);
+      settle_locked(*job, now, completions, /*expire_leases=*/true);
       if (auto d = job->rounds->next_deadline()) consider(*d);
       if (!job->parked.empty()) consider(job->next_due);
     }
@@ -609,11 +623,10 @@ void JobRegistry::timer_loop() {
       lock.lock();
       continue;
     }
-    if (wake) {
-      wake_timer_.wait_until(lock, *wake);
-    } else {
-      wake_timer_.wait(lock);
-    }
+    // Never longer than kStallProbe, so a stall is measured while it ends.
+    consider(now + kStallProbe);
+    asked = *wake;
+    wake_timer_.wait_until(lock, *wake);
   }
 }
 

@@ -115,8 +115,10 @@ class JobRegistry {
   // node's newest Hold is the one that counts: an agent that connected
   // afresh (a cut link) opens another, and the old one's end means nothing.
   uint64_t hold_opened(const std::string& job_id, const std::string& node_id);
-  // Hold `hold` of the node ended without a Leave: its agent is gone,
-  // unless a newer Hold of the node is open.
+  // Hold `hold` of the node ended without a Leave, and no newer Hold of
+  // the node is open. Its agent may be gone, or its link blipped, or it
+  // reconnects: the node is lost only if its lease runs out
+  // (RoundState::connection_closed).
   void connection_lost(const std::string& job_id, const std::string& node_id, uint64_t hold);
   // News for a job's agents sooner than their next keep-alive: `nudge` runs
   // (never under the registry's lock) each time the job's view changes in a
@@ -168,9 +170,8 @@ class JobRegistry {
   // named): what a successor's saved state must have caught up with
   // (serving_gate.h). 0 for a job nobody joined.
   uint64_t revision(const std::string& job_id);
-  // Drops a node at once, as if its lease had run out (a control plane's
-  // successor drops its predecessor's node: that agent is gone or fenced).
-  // False when the job does not have it.
+  // Drops a node at once, as if its lease had run out (for a node known to
+  // be gone). False when the job does not have it.
   bool drop_node(const std::string& job_id, const std::string& node_id, const std::string& why);
   // Stops serving the job (its control plane moved): parked joins and
   // store waits fail with NotServedHere, and it is forgotten here.
@@ -255,8 +256,9 @@ class JobRegistry {
   Job* find_locked(const std::string& job_id);
   // After any change to a job: hands out assignments, fails joins that
   // timed out or can no longer succeed, drops old rounds' keys.
+  // Leases run out only when the timer thread settles (expire_leases).
   void settle_locked(Job& job, std::chrono::steady_clock::time_point now,
-                     std::vector<Completion>& out);
+                     std::vector<Completion>& out, bool expire_leases = false);
   // The current round's NCCL id holder (made lazily by run()), or null
   // when no member of the round asked for one.
   std::shared_ptr<RoundNcclId> round_nccl_id_locked(Job& job);

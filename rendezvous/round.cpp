@@ -152,7 +152,10 @@ void RoundState::join(const NodeSpec& node, const RoundSettings& settings, const
     // did not change.)
     if (closed_ && is_member(id)) ++generation_;
   } else if (static_cast<int>(members_.size()) < settings_.max_nodes) {
-    if (closed_ && grow(id, now)) {
+    // A node back after it was lost (it ran in an earlier round: paused or
+    // cut off past its lease) takes the rank a grow gives, whatever rank it
+    // asked for the first time: the others closed ranks meanwhile.
+    if (closed_ && grow(id, now, /*any_rank=*/intent.last_round >= 0)) {
       // In the running round already.
     } else {
       if (closed_) supersede(RoundReason::kAdmit, "admitting node " + quote_id(id), false, now);
@@ -245,11 +248,11 @@ void RoundState::end_job(JobPhase phase, std::string message) {
   ++generation_;
 }
 
-bool RoundState::advance(TimePoint now) {
+bool RoundState::advance(TimePoint now, bool expire_leases) {
   bool changed = false;
   // Leases: drop every node silent for longer than its lease.
   std::vector<std::string> expired;
-  if (lease_check_at_ && now >= *lease_check_at_) {
+  if (expire_leases && lease_check_at_ && now >= *lease_check_at_) {
     lease_check_at_.reset();
     for (const auto& [id, n] : nodes_) {
       if (n.lease.count() == 0) continue;
@@ -285,14 +288,36 @@ void RoundState::lose(const std::string& node_id, const std::string& why, TimePo
   drop(node_id, now, why);
 }
 
+void RoundState::connection_closed(const std::string& node_id, TimePoint now) {
+  auto it = nodes_.find(node_id);
+  if (it != nodes_.end()) it->second.closed_at = now;
+}
+
+void RoundState::excuse(Duration stalled, TimePoint now) {
+  if (stalled.count() <= 0) return;
+  lease_check_at_.reset();
+  for (auto& [id, n] : nodes_) {
+    if (n.lease.count() == 0) continue;
+    n.last_seen = std::min(n.last_seen + stalled, now);
+    const TimePoint due = n.last_seen + n.lease;
+    if (!lease_check_at_ || due < *lease_check_at_) lease_check_at_ = due;
+  }
+}
+
 void RoundState::drop(const std::string& id, TimePoint now, const std::string& why) {
   auto it = nodes_.find(id);
   if (it == nodes_.end()) return;
   const Node n = it->second;
   nodes_.erase(it);
   const auto silent = std::chrono::duration_cast<Duration>(now - n.last_seen);
-  const std::string how =
-      why.empty() ? "no keep-alive for " + std::to_string(silent.count()) + " ms" : why;
+  std::string how = why;
+  if (how.empty()) {
+    how = "no keep-alive for " + std::to_string(silent.count()) + " ms";
+    if (n.closed_at) {
+      how += " (its agent's connection to the rendezvous had closed " +
+             std::to_string(std::chrono::duration_cast<Duration>(now - *n.closed_at).count()) + " ms before)";
+    }
+  }
   lost_.push_back(LostNode{id, n.spec.host, n.last_seen, how, now, n.lease});
   expected_.erase(id);
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
@@ -414,6 +439,7 @@ NodeView RoundState::keep_alive(const std::string& node_id, TimePoint now, int64
   if (it != nodes_.end()) {
     Node& n = it->second;
     n.last_seen = now;
+    n.closed_at.reset();
     if (n.workers_heal_round != workers_heal_round) {
       // Whether its workers heal decides takeovers, shrinks and admissions:
       // a change of the job (parked joins look again; a successor must know).
@@ -515,13 +541,13 @@ JobStatus RoundState::status(TimePoint now) const {
   return s;
 }
 
-bool RoundState::grow(const std::string& id, TimePoint now) {
+bool RoundState::grow(const std::string& id, TimePoint now, bool any_rank) {
   const NodeSpec& spec = nodes_.at(id).spec;
   const int n = static_cast<int>(members_.size());
   // Someone holds the state and every holder heals; the newcomer's workers
   // heal too (they start as replacements); and it takes the next node rank.
   if (n < 1 || assignments_.size() != members_.size() || !spec.heals || !members_heal() ||
-      (spec.node_rank_hint >= 0 && spec.node_rank_hint != n)) {
+      (!any_rank && spec.node_rank_hint >= 0 && spec.node_rank_hint != n)) {
     return false;
   }
   int world = 0;

@@ -109,9 +109,12 @@ class RoundState {
   void join(const NodeSpec& node, const RoundSettings& settings, const JoinIntent& intent,
             Duration lease, TimePoint now, const std::string& lease_key = "");
 
-  // Closes the open round when its conditions hold and drops nodes whose
-  // lease ran out; true if anything changed.
-  bool advance(TimePoint now);
+  // Closes the open round when its conditions hold and, with
+  // expire_leases, drops nodes whose lease ran out; true if anything
+  // changed. (The registry expires leases only on its timer thread, after
+  // it excused its own lateness: a call served first after a stall must
+  // not drop the nodes whose keep-alives wait behind it.)
+  bool advance(TimePoint now, bool expire_leases = true);
 
   // A sign of life from a node; what it should know about the job.
   // workers_heal_round: the round in which all of the node's workers heal in
@@ -124,9 +127,20 @@ class RoundState {
   // The whole job as `ddprun status` shows it (progress is the registry's).
   JobStatus status(TimePoint now) const;
 
-  // The node is gone for certain (its agent's connection closed): dropped
-  // now as if its lease had run out. Unknown nodes are ignored.
+  // The node is gone for certain (its host said so, or a successor knows
+  // it): dropped now as if its lease had run out. Unknown nodes are ignored.
   void lose(const std::string& node_id, const std::string& why, TimePoint now);
+  // The node's agent's connection (its Hold call) closed. That is no proof
+  // of death: a link blip, a reconnect or a move to a new leader closes one
+  // too. The node stays until its lease runs out, as for any silent node;
+  // the note only goes into the words of its loss if that comes.
+  void connection_closed(const std::string& node_id, TimePoint now);
+  // This process was not running for `stalled` (its timer woke that late:
+  // the machine is loaded, or the process was paused): nobody's silence
+  // over that stretch is held against them. Every lease moves on by it,
+  // never past `now` (memberlist's Lifeguard: a node that was slow itself
+  // suspects nobody for it).
+  void excuse(Duration stalled, TimePoint now);
 
   // A node leaves the job (see LeaveKind; kHandedOver: as lose(), with the
   // message as why). Unknown nodes are ignored, except
@@ -182,6 +196,9 @@ class RoundState {
     NodeSpec spec;
     Duration lease{0};
     TimePoint last_seen;
+    // When its agent's connection last closed, if since then it was not
+    // seen (connection_closed); only for the words of its loss.
+    std::optional<TimePoint> closed_at;
     int64_t workers_heal_round = -1;  // see keep_alive
     uint64_t heal_request_id = 0;     // its last answered HealRequest
     uint32_t heal_request_generation = 0;  // named for it (0: refused)
@@ -211,8 +228,8 @@ class RoundState {
   // already out of nodes_) if the takeover rules hold; false if not.
   bool take_over(const std::string& lost, const Node& gone, const std::string& how);
   // The node `id` (known, not a member) joins the running round if the grow
-  // rules hold; false if not.
-  bool grow(const std::string& id, TimePoint now);
+  // rules hold; false if not. any_rank: its node rank hint does not count.
+  bool grow(const std::string& id, TimePoint now, bool any_rank = false);
   // The running round goes on without `lost` if the shrink rules hold;
   // false if not.
   bool shrink(const std::string& lost, const Node& gone, const std::string& how);

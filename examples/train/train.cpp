@@ -310,9 +310,11 @@ int run(const Options& opt) {
           stopped = true;
         }
       });
-      if (world->size() != ws) {
-        // The job shrank inside that step: the survivors healed among
-        // themselves and go on as a smaller world.
+      if (world->size() != ws || world->rank() != rank) {
+        // The world changed inside that step: it shrank (the survivors
+        // healed among themselves and go on as a smaller world) or grew, or
+        // both at once (a lost node came back within one heal: the same
+        // size, but the ranks moved).
         rank = world->rank();
         ws = world->size();
         if (rank == 0) {

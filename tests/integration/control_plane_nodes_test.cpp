@@ -148,10 +148,11 @@ TEST(ControlPlaneNodes, EtcdLeaderThenTheServingNodeKilledASpareTakesOverAndTheJ
   EXPECT_EQ(f1.exit_code, 0) << f1.err;
   EXPECT_EQ(f2.exit_code, 0) << f2.err;
   const std::string both = f1.err + f2.err;
-  // A survivor took the rendezvous over from node 0 and dropped node 0 at once.
+  // A survivor took the rendezvous over from node 0, and node 0 was lost
+  // when its lease (started afresh there) ran out.
   EXPECT_TRUE(std::regex_search(both, std::regex(R"(this node took over job etcd-job's rendezvous from node \S+ \(term \d+\))")))
       << both;
-  EXPECT_TRUE(contains(both, "its agent led the job's control plane, and a successor took over")) << both;
+  EXPECT_TRUE(contains(both, "lost: no keep-alive for ")) << both;
   EXPECT_TRUE(contains(f2.err, "taking over node rank 0 (ranks 0..0)")) << f2.err;
   EXPECT_FALSE(contains(f1.err, "restarting the workers")) << f1.err;
   EXPECT_FALSE(contains(f1.err, "superseded")) << f1.err;
@@ -160,7 +161,13 @@ TEST(ControlPlaneNodes, EtcdLeaderThenTheServingNodeKilledASpareTakesOverAndTheJ
   EXPECT_EQ(outcome_in(summary), want) << "the healed run's parameters or loss differ from an uninterrupted run's";
 }
 
-TEST(ControlPlaneNodes, APausedServingNodeIsFencedAndLeavesAndTheOthersFinish) {
+// The serving node paused past its term and its lease: another agent takes
+// the rendezvous over, node 0's lease runs out there and the job shrinks
+// past it without a restart. Node 0, continued, serves nothing more (its
+// term is over) and is told it was dropped; it comes back as a member
+// (the round grows again, at the next node rank) unless the job finished
+// meanwhile. Either way the job ends once, on the survivors' rank 0.
+TEST(ControlPlaneNodes, APausedServingNodeIsDroppedAndTheOthersGoOnWithoutARestart) {
   std::string why;
   EtcdLab l = etcd_lab(4, &why);  // hosts 0..2 run the job, host 3 etcd
   if (!l.etcd) GTEST_SKIP() << why;
@@ -186,18 +193,18 @@ TEST(ControlPlaneNodes, APausedServingNodeIsFencedAndLeavesAndTheOthersFinish) {
   Finished f0 = n0.finish(4min);
   Finished f1 = n1.finish(4min);
   Finished f2 = n2.finish(4min);
-  // Node 0 serves nothing more, is out of the job and says so.
-  EXPECT_NE(f0.exit_code, 0) << f0.err;
+  // Node 0 serves nothing more, and knows it was dropped.
   EXPECT_TRUE(std::regex_search(f0.err, std::regex(R"(stopped serving job paused-job's rendezvous \(term \d+\))")))
       << f0.err;
-  EXPECT_TRUE(contains(f0.err, "and another node took it over: the job goes on without this node, which leaves")) << f0.err;
-  EXPECT_FALSE(contains(f0.err, "joining the running round")) << f0.err;
+  EXPECT_TRUE(contains(f0.err, "this node was dropped from the job (its lease ran out)")) << f0.err;
   EXPECT_EQ(f1.exit_code, 0) << f1.err;
   EXPECT_EQ(f2.exit_code, 0) << f2.err;
   EXPECT_TRUE(contains(f1.err + f2.err, "took over job paused-job's rendezvous from node")) << f1.err << f2.err;
   EXPECT_FALSE(contains(f1.err + f2.err, "restarting the workers")) << f1.err << f2.err;
+  EXPECT_FALSE(contains(f1.err + f2.err, "superseded")) << f1.err << f2.err;
   // One rank 0 finished the job: the new one, on node 1 or 2.
-  EXPECT_EQ(ddptest::occurrences(f1.out + f2.out, "]:parameters identical on all 2 ranks"), 1) << f1.out << f2.out;
+  EXPECT_EQ(ddptest::occurrences(f1.out + f2.out, "]:parameters identical on all "), 1)
+      << f1.out << f2.out << f0.err << f1.err << f2.err;
   EXPECT_FALSE(contains(f0.out, "]:parameters identical")) << f0.out;
   EXPECT_FALSE(ddptest::checksum_in(summary).empty());
 }

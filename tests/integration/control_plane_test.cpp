@@ -82,6 +82,35 @@ TEST(EtcdControlPlane, ALeaderThatStopsRenewingLosesItAfterItsTtlAndIsFenced) {
   EXPECT_FALSE(b.load());  // nobody saved
 }
 
+// The leader key deleted or rewritten behind the leader's back (etcdctl,
+// another tool): its lease lives on, but its renewal checks the key and
+// ends the term, so that it never serves beside the next leader.
+TEST(EtcdControlPlane, ALeaderKeyDeletedOrRewrittenEndsTheTerm) {
+  REQUIRE_ETCD();
+  EtcdCluster etcd(1, "rewritten");
+  auto raw = client_of(etcd);
+  for (const bool rewrite : {false, true}) {
+    const std::string job = rewrite ? "rewritten" : "deleted";
+    EtcdControlPlane a(client_of(etcd), job, 1s), b(client_of(etcd), job, 1s);
+    const auto term_a = a.campaign("a:1", "a", never);
+    ASSERT_TRUE(term_a);
+    ASSERT_TRUE(a.renew(*term_a));
+    const std::string key = EtcdControlPlane::prefix(job) + "leader";
+    if (rewrite) {
+      raw->put(key, "evil:1\nevil");  // same create revision, no lease, another value
+    } else {
+      raw->erase(key);
+    }
+    EXPECT_FALSE(a.renew(*term_a)) << (rewrite ? "rewritten" : "deleted") << ": a would serve on";
+    if (!rewrite) {
+      const auto term_b = b.campaign("b:1", "b", never);  // the key is free: b leads
+      ASSERT_TRUE(term_b);
+      EXPECT_FALSE(a.renew(*term_a));
+      EXPECT_TRUE(b.renew(*term_b));
+    }
+  }
+}
+
 // 10,000 nodes make a state of about 3 MB, over etcd's 1.5 MiB request
 // limit: it goes in chunks, comes back whole, and a smaller state after it
 // leaves no chunk behind; a fenced leader's chunks never become the state.

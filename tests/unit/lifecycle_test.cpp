@@ -113,7 +113,7 @@ TEST(Lifecycle, AnotherNodesSuccessLetsTheWorkersFinishButAFailedJobStopsThem) {
   EXPECT_TRUE(life.on_view(view(0, JobPhase::kFailed)));
 }
 
-TEST(Lifecycle, ADroppedNodeStopsItsWorkersAndRejoins) {
+TEST(Lifecycle, ADroppedNodeStopsItsWorkersAndJoinsAgain) {
   Lifecycle life({0, false});
   life.start();
   life.on_join(joined(0));

@@ -271,6 +271,70 @@ TEST(Round, KeepAlivesHoldTheLease) {
   EXPECT_TRUE(r.lost().empty());
 }
 
+// A closed connection is no proof of death (a blip, a reconnect, a new
+// leader): the node stays until its lease runs out, and a keep-alive in
+// time clears the matter. Only then does the loss name the closed
+// connection.
+TEST(Round, AClosedConnectionIsNotALossOnlyTheLeaseIs) {
+  RoundSettings s{2, 2, 0ms};
+  RoundState r = running(s, {"a", "b"}, 1s);
+  r.connection_closed("b", t0 + 100ms);
+  r.keep_alive("a", t0 + 200ms);
+  r.advance(t0 + 200ms);
+  EXPECT_EQ(r.current_round(), 0);
+  EXPECT_TRUE(r.lost().empty());
+  r.keep_alive("b", t0 + 800ms);  // back within its lease: nothing happened
+  r.keep_alive("a", t0 + 1500ms);
+  r.advance(t0 + 1500ms);
+  EXPECT_TRUE(r.lost().empty());
+  r.connection_closed("b", t0 + 1600ms);  // and this time it does not come back
+  r.keep_alive("a", t0 + 1700ms);
+  r.advance(t0 + 1700ms);
+  EXPECT_TRUE(r.lost().empty());
+  r.advance(t0 + 1800ms);  // b's lease: 1 s from 800 ms
+  ASSERT_EQ(r.lost().size(), 1u);
+  EXPECT_EQ(r.lost()[0].node_id, "b");
+  EXPECT_NE(r.lost()[0].why.find("no keep-alive for 1000 ms (its agent's connection to the rendezvous "
+                                 "had closed 200 ms before)"),
+            std::string::npos)
+      << r.lost()[0].why;
+}
+
+// The rendezvous' own stall (its timer woke late) is nobody's silence:
+// every lease moves on by it.
+TEST(Round, AStallOfTheRendezvousItselfExtendsEveryLease) {
+  RoundSettings s{2, 2, 0ms};
+  RoundState r = running(s, {"a", "b"}, 1s);
+  // Not running from 500 ms to 3 s: a's and b's keep-alives wait in its sockets.
+  r.excuse(2500ms, t0 + 3s);
+  r.advance(t0 + 3s);
+  EXPECT_TRUE(r.lost().empty()) << r.lost()[0].why;
+  EXPECT_EQ(r.next_deadline(), t0 + 3500ms);  // last seen at 2.5 s (0 + 2.5 s), lease 1 s
+  r.keep_alive("a", t0 + 3100ms);
+  r.advance(t0 + 3500ms);  // b never came back after all
+  ASSERT_EQ(r.lost().size(), 1u);
+  EXPECT_EQ(r.lost()[0].node_id, "b");
+  // A stall never moves anyone's last sign of life past now.
+  RoundState q = running(s, {"a", "b"}, 1s);
+  q.excuse(10s, t0 + 2s);
+  q.advance(t0 + 2s);
+  EXPECT_TRUE(q.lost().empty());
+  q.advance(t0 + 3s);
+  EXPECT_EQ(q.lost().size(), 2u);
+}
+
+// Leases run out only when the caller says so (the registry's timer, after
+// it excused its own stall), not on the first call served after one.
+TEST(Round, LeasesRunOutOnlyWhenTheCallerExpiresThem) {
+  RoundSettings s{2, 2, 0ms};
+  RoundState r = running(s, {"a", "b"}, 1s);
+  r.keep_alive("a", t0 + 5s);
+  r.advance(t0 + 5s, /*expire_leases=*/false);
+  EXPECT_TRUE(r.lost().empty());
+  r.advance(t0 + 5s);
+  EXPECT_EQ(r.lost().size(), 1u);
+}
+
 TEST(Round, TooFewSurvivorsLeaveTheRoundOpen) {
   RoundSettings s{2, 2, 0ms, 3};
   RoundState r = running(s, {"a", "b"}, 1s);
@@ -811,6 +875,22 @@ TEST(Round, ANodeIsAdmittedByANewRoundUnlessEveryoneHealsAndItTakesTheNextRank) 
   wants_rank_0.join(healing("d", 2, 0), s, kFirst, 0ms, t0 + 1s);
   EXPECT_EQ(wants_rank_0.current_round(), 1);
   EXPECT_EQ(wants_rank_0.heal_generation(), 0u);
+}
+
+// A node that was lost (paused or cut off past its lease) and comes back
+// asks for the node rank it had the first time (--node-rank 0), which the
+// others took when they closed ranks: it grows the round at the next rank
+// instead of restarting everyone for its old one.
+TEST(Round, ANodeBackAfterItWasLostGrowsTheRoundWhateverRankItFirstAskedFor) {
+  RoundSettings s{2, 4, 100ms, 5};
+  RoundState r = running_healers(s);
+  r.lose("a", "paused past its lease", t0 + 1s);  // the round shrinks: b, c are node ranks 0, 1
+  EXPECT_EQ(r.num_members(), 2u);
+  r.join(healing("a", 2, 0), s, JoinIntent{0, false}, 0ms, t0 + 2s);  // back, asking for rank 0
+  EXPECT_EQ(r.current_round(), 0) << "a restart for everyone";
+  ASSERT_TRUE(r.assignment("a"));
+  EXPECT_EQ(r.assignment("a")->node_rank, 2);
+  EXPECT_EQ(r.heal_generation(), 2u);  // the shrink, then the grow
 }
 
 }  // namespace

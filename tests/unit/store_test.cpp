@@ -489,26 +489,6 @@ TEST(RendezvousService, AHoldCallIsNudgedWhenTheJobHasNews) {
   holder.join();
 }
 
-TEST(RendezvousService, ANodeWhoseHoldEndsWithoutALeaveIsLostAtOnce) {
-  RendezvousServer server("127.0.0.1", 0, no_nccl);
-  RendezvousClient client(server.address());
-  join_a_and_b(client);
-  EXPECT_NE(client.hold("job", "stranger", nullptr).find("join first"), std::string::npos);
-  CallCanceller dies;
-  std::promise<void> open;
-  std::thread holder([&] { client.hold("job", "b", &dies, [&] { open.set_value(); }); });
-  open.get_future().wait();  // the service holds b; now b's process "dies"
-  dies.cancel();
-  holder.join();
-  // b's lease (60 s) is far from over, yet the job moves on without it.
-  NodeView v;
-  for (int i = 0; i < 500 && (v = client.keep_alive("job", "a", 2s)).round == 0; ++i) {
-  }
-  EXPECT_EQ(v.round, 1);
-  EXPECT_EQ(v.reason, RoundReason::kNodeLost);
-  EXPECT_NE(v.detail.find("connection to the rendezvous closed"), std::string::npos) << v.detail;
-}
-
 TEST(RendezvousService, ACancelledJoinReturnsAndLeavesTheRound) {
   RendezvousServer server("127.0.0.1", 0, no_nccl);
   RendezvousClient client(server.address());
