@@ -89,8 +89,11 @@ bool lacks_torch(const WorkerExit& e) {
   return false;
 }
 
-// The order of failures: root cause first.
-bool earlier(const WorkerExit& a, const WorkerExit& b) { return a.time < b.time; }
+// The order of failures: root cause first (blamed by a hang's verdict, then earliest).
+bool earlier(const WorkerExit& a, const WorkerExit& b) {
+  if (a.blamed != b.blamed) return a.blamed;
+  return a.time < b.time;
+}
 
 }  // namespace
 
@@ -170,7 +173,8 @@ std::string format_failure_summary(std::vector<WorkerExit> failures, const Summa
   if (failures.empty()) {
     os << "  no worker failed on its own\n";
   } else {
-    os << "  root cause (earliest failure): ";
+    os << (failures.front().blamed ? "  root cause (the rank the hang's verdict names): "
+                                   : "  root cause (earliest failure): ");
     describe_worker(os, failures.front(), "    ");
     for (size_t i = 1; i < failures.size(); ++i) {
       os << "  also failed: ";

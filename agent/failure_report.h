@@ -20,6 +20,9 @@ struct WorkerExit {
   int signal = 0;     // the signal that killed it, 0 if it exited
   std::chrono::system_clock::time_point time;
   std::string reason;                    // set when ddprun judged it failed (hung), else ""
+  // A hung worker the hang's verdict blames (the others waited for it):
+  // the root cause before any that were only waiting, whenever they fell silent.
+  bool blamed = false;
   std::string error_message;             // from its error file, if it wrote one
   std::vector<std::string> stderr_tail;  // last lines of its stderr
 
@@ -65,7 +68,8 @@ struct SummaryContext {
 };
 
 // The root cause among failures (not empty, need not be sorted): the
-// earliest, the first of those equally early. The summary names the same.
+// earliest one a hang's verdict blames, else the earliest, the first of
+// those equally early. The summary names the same.
 const WorkerExit& root_cause(const std::vector<WorkerExit>& failures);
 
 // Multi-line summary; failures need not be sorted. Stderr lines that the

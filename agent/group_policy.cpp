@@ -21,10 +21,16 @@ GroupPolicy::GroupPolicy(int workers, GroupPolicyOptions options, TimePoint star
       phase_seen_(workers, false),
       phase_left_(workers, started),
       awaited_(workers, std::chrono::milliseconds(0)),
+      in_step_(workers, false),
+      finishing_(workers, false),
+      busy_now_(workers, std::chrono::milliseconds(0)),
+      busy_at_beat_(workers, std::chrono::milliseconds(0)),
+      slow_said_(workers, false),
       started_(started),
       heal_ready_(workers, false),
       joining_(workers, false),
-      heals_(workers, 0) {
+      heals_(workers, 0),
+      join_failures_(workers, 0) {
   if (options_.learned_hang) learned_.emplace(workers, *options_.learned_hang);
 }
 
@@ -40,14 +46,30 @@ GroupPolicy::GroupPolicy(int workers, GroupPolicyOptions options, TimePoint star
 bool GroupPolicy::heal_allowed(int w) const {
   if (options_.max_heals <= 0 || stopping_ || any_failed_ || any_succeeded_) return false;
   if (!(heal_ready_[w] || joining_[w]) || heals_[w] >= options_.max_heals) return false;
-  // A running worker that holds the training state (not one still joining).
+  // A running worker that holds the training state (not one still joining,
+  // nor one already on its way to be replaced: a pass that finds several
+  // hung replaces no more of them than leaves one holding the state).
   bool state_survives = options_.generations_from_rendezvous && other_nodes_;
   for (size_t o = 0; o < alive_.size(); ++o) {
     if (static_cast<int>(o) == w || !alive_[o]) continue;
+    if (std::find(to_replace_.begin(), to_replace_.end(), static_cast<int>(o)) != to_replace_.end()) continue;
     if (!(heal_ready_[o] || joining_[o]) || hung_[o]) return false;
     if (heal_ready_[o] && !joining_[o]) state_survives = true;
   }
   return state_survives;
+}
+
+// The others wait for a hung worker inside a step (their Healer heals
+// there), or join as replacements: a heal can complete. Outside one (an
+// evaluation, the end of training) they may never reach another
+// collective, and a replacement would wait for them for ever.
+bool GroupPolicy::peers_in_step(int w) const {
+  for (size_t o = 0; o < alive_.size(); ++o) {
+    if (static_cast<int>(o) == w || !alive_[o]) continue;
+    if (std::find(to_replace_.begin(), to_replace_.end(), static_cast<int>(o)) != to_replace_.end()) continue;
+    if (!in_step_[o] && !joining_[o]) return false;
+  }
+  return true;
 }
 
 bool GroupPolicy::any_alive() const {
@@ -89,6 +111,16 @@ WorkerEnd GroupPolicy::on_exit(int w, bool failed, bool on_its_own) {
     alive_[w] = false;
     return WorkerEnd::kHealed;
   }
+  // A replacement that failed before it could join: once may be chance (a
+  // peer died under it); twice in a row is the program (it cannot load its
+  // data, a bad device), and another would fail the same way.
+  const bool failed_joining = failed && joining_[w] && !heal_ready_[w];
+  if (failed_joining && ++join_failures_[w] >= kJoinFailures && !stopping_) {
+    alive_[w] = false;
+    any_failed_ = true;
+    join_failed_ = w;
+    return WorkerEnd::kFailed;
+  }
   if (!hung_[w] && failed && heal_allowed(w)) {
     alive_[w] = false;
     to_replace_.push_back(w);
@@ -106,6 +138,7 @@ WorkerEnd GroupPolicy::on_exit(int w, bool failed, bool on_its_own) {
   }
   if (!failed) {
     any_succeeded_ = true;
+    finishing_[w] = true;
     return WorkerEnd::kSucceeded;
   }
   any_failed_ = true;
@@ -139,8 +172,33 @@ std::vector<GroupCommand> GroupPolicy::after_exits(TimePoint now) {
     return replace_workers(replace, now);
   }
   if (!replace.empty()) any_failed_ = true;
+  if (join_failed_ >= 0 && !stopping_) {
+    GroupCommand note;
+    note.kind = GroupCommand::kNote;
+    note.worker = join_failed_;
+    note.why = "is not replaced again: its replacements failed " + std::to_string(join_failures_[join_failed_]) +
+               " times in a row before they could join (the program fails there: another would too)";
+    out.push_back(note);
+    join_failed_ = -1;
+  }
+  // A replacement still joining takes the state from peers that hold it;
+  // once one of them has finished (exited 0) the heal cannot complete and
+  // it would wait for them for ever: the failure it replaced stands.
+  if (any_succeeded_ && !stopping_ && !any_failed_) {
+    for (size_t w = 0; w < alive_.size(); ++w) {
+      if (!alive_[w] || !joining_[w]) continue;
+      GroupCommand note;
+      note.kind = GroupCommand::kNote;
+      note.worker = static_cast<int>(w);
+      note.why = "its replacement cannot heal: the workers that hold the state finished (exited 0) before it "
+                 "joined; the failure it replaced stands";
+      out.push_back(note);
+      any_failed_ = true;
+    }
+  }
   if (stopping_ || !any_failed_) return out;
-  return begin_stop(SIGTERM, now);
+  for (auto& c : begin_stop(SIGTERM, now)) out.push_back(c);
+  return out;
 }
 
 std::vector<GroupCommand> GroupPolicy::replace_workers(const std::vector<int>& workers, TimePoint now) {
@@ -153,6 +211,8 @@ std::vector<GroupCommand> GroupPolicy::replace_workers(const std::vector<int>& w
     joining_[w] = true;
     beats_[w] = 0;
     beat_changed_[w] = now;
+    busy_at_beat_[w] = busy_now_[w] = std::chrono::milliseconds(0);  // a new process counts from 0
+    slow_said_[w] = false;
     start_grace_[w] = first_beat_after_;  // until replacement_started says it came from a standby
     ++heals_[w];
     ++heal_count_;
@@ -206,6 +266,9 @@ std::vector<GroupCommand> GroupPolicy::on_signal(int sig, TimePoint now) {
 
 void GroupPolicy::replacement_started(int w, bool from_standby, TimePoint now) {
   beat_changed_[w] = now;
+  busy_at_beat_[w] = busy_now_[w] = std::chrono::milliseconds(0);  // a new process counts from 0
+  slow_said_[w] = false;
+  finishing_[w] = in_step_[w] = false;
   start_grace_[w] = from_standby ? std::chrono::milliseconds(0) : first_beat_after_;
   if (learned_) learned_->restart(w);
   in_phase_[w] = phase_seen_[w] = false;
@@ -260,18 +323,49 @@ std::string GroupPolicy::hung_because(int w, uint64_t count, TimePoint now) cons
   return why;
 }
 
-// A worker judged hung (hung_because) is killed at once (it may be
-// stopped, or stuck), and replaced if it may heal, else the others are
-// stopped. Only an announced phase excuses silence, and only the learned
-// limit's (see hung_because): a worker that waits for its peers beats
-// (its pulse), and a stopped one cannot.
-std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& counts, TimePoint now) {
+void GroupPolicy::on_own_stall(std::chrono::milliseconds stalled, TimePoint now) {
+  if (stalled.count() <= 0) return;
+  for (size_t w = 0; w < alive_.size(); ++w) {
+    beat_changed_[w] = std::min(beat_changed_[w] + stalled, now);
+    phase_left_[w] = std::min(phase_left_[w] + stalled, now);
+  }
+}
+
+std::chrono::milliseconds GroupPolicy::busy_since_beat(int w) const {
+  return std::max(std::chrono::milliseconds(0), busy_now_[w] - busy_at_beat_[w]);
+}
+
+// A worker silent past its limit (hung_because) is hung unless it is slow
+// (see on_beats in the header); a hung one is killed at once (it may be
+// stopped, or stuck), and replaced if it may heal and is inside a step,
+// else the others are stopped. Only an announced phase excuses silence,
+// and only the learned limit's (see hung_because): a worker that waits for
+// its peers beats (its pulse), and a stopped one cannot.
+std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& counts, TimePoint now,
+                                                const std::vector<std::chrono::milliseconds>& busy) {
+  using std::chrono::milliseconds;
   std::vector<GroupCommand> out;
+  for (size_t w = 0; w < busy.size() && w < busy_now_.size(); ++w) busy_now_[w] = busy[w];
   if (!options_.heartbeats || stopping_) return out;
   for (size_t w = 0; w < alive_.size(); ++w) {
     if (joining_[w] && heal_ready_[w]) joining_[w] = false;
   }
+  const auto s = [](milliseconds t) { return t.count() / 1000.0; };
+  // Silent workers that are busy: slow, and maybe what the idle ones wait for.
+  auto is_busy = [&](size_t w) {
+    const auto silent = std::chrono::duration_cast<milliseconds>(now - beat_changed_[w]);
+    return !busy.empty() && silent.count() > 0 && busy_since_beat(static_cast<int>(w)).count() >= kBusyShare * silent.count();
+  };
+  // (Busy through a silence of a second at least: a step's usual compute
+  // between two beats excuses nobody.)
+  bool someone_busy = false;
+  for (size_t w = 0; w < alive_.size() && w < counts.size(); ++w) {
+    if (alive_[w] && counts[w] == beats_[w] && now - beat_changed_[w] >= kLongSilence && is_busy(w)) {
+      someone_busy = true;
+    }
+  }
   bool all_beating = true;
+  std::vector<GroupCommand> kills;
   for (size_t w = 0; w < alive_.size() && w < counts.size(); ++w) {
     if (!alive_[w]) continue;
     // Killed to be replaced: silent until it is reaped, and no longer judged.
@@ -281,34 +375,63 @@ std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& cou
       if (beats_[w] == 0 && heals_[w] == 0) {
         // A first worker's first beat: how long a fresh process takes.
         first_beat_after_ = std::max(first_beat_after_,
-                                     std::chrono::duration_cast<std::chrono::milliseconds>(now - started_));
+                                     std::chrono::duration_cast<milliseconds>(now - started_));
       }
       // The rhythm, leaving out gaps that spanned an announced phase.
       if (learned_ && beats_[w] != 0 && !phase_seen_[w]) {
-        learned_->on_gap(static_cast<int>(w), std::chrono::duration_cast<std::chrono::milliseconds>(now - beat_changed_[w]));
+        learned_->on_gap(static_cast<int>(w), std::chrono::duration_cast<milliseconds>(now - beat_changed_[w]));
       }
       phase_seen_[w] = in_phase_[w];
       beats_[w] = counts[w];
       beat_changed_[w] = now;
+      busy_at_beat_[w] = busy_now_[w];
+      slow_said_[w] = false;
       continue;
     }
-    if (!hang_watching()) continue;
+    if (!hang_watching() || finishing_[w]) continue;
     const std::string why = hung_because(static_cast<int>(w), counts[w], now);
     if (why.empty()) continue;
+    const auto silent = std::chrono::duration_cast<milliseconds>(now - beat_changed_[w]);
+    if (is_busy(w) || someone_busy) {
+      // Slow, not hung: said once a silence.
+      if (!slow_said_[w]) {
+        slow_said_[w] = true;
+        GroupCommand note;
+        note.kind = GroupCommand::kNote;
+        note.worker = static_cast<int>(w);
+        note.silent = silent;
+        char text[320];
+        if (is_busy(w)) {
+          std::snprintf(text, sizeof(text),
+                        "is slow, not hung: silent for %.1f s, but it ran or waited to run for %.1f s of "
+                        "it (a long step, or a loaded machine); it goes on",
+                        s(silent), s(busy_since_beat(static_cast<int>(w))));
+        } else {
+          std::snprintf(text, sizeof(text),
+                        "has had no heartbeat for %.1f s, but another worker of this node is busy and slow "
+                        "meanwhile (it may wait for that one); it goes on",
+                        s(silent));
+        }
+        note.why = text;
+        out.push_back(note);
+      }
+      continue;
+    }
     GroupCommand kill;
     kill.kind = GroupCommand::kKillWorker;
     kill.worker = static_cast<int>(w);
     kill.why = why;
-    kill.silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - beat_changed_[w]);
-    kill.heal = heal_allowed(static_cast<int>(w));
+    kill.silent = silent;
+    kill.heal = heal_allowed(static_cast<int>(w)) && peers_in_step(static_cast<int>(w));
     if (kill.heal) {
       to_replace_.push_back(static_cast<int>(w));  // replaced once its exit is seen
     } else {
       hung_[w] = true;
     }
-    out.push_back(kill);
+    kills.push_back(kill);
   }
-  const bool stop = std::any_of(out.begin(), out.end(), [](const GroupCommand& c) { return !c.heal; });
+  out.insert(out.end(), kills.begin(), kills.end());
+  const bool stop = std::any_of(kills.begin(), kills.end(), [](const GroupCommand& c) { return !c.heal; });
   if (stop) {
     for (auto& c : begin_stop(SIGTERM, now)) out.push_back(c);
     return out;

@@ -29,7 +29,9 @@ struct GroupCommand {
   // kAskGeneration: ask the rendezvous for a heal generation to replace the
   // workers that wait for one in (generations_from_rendezvous); its answer
   // comes to on_generation.
-  enum Kind { kSignalRunning, kKillWorker, kWarmStandbys, kSuspendSelf, kReplaceWorker, kAskGeneration };
+  // kNote: tell the user something about `worker` (`why`), do nothing: a
+  // silent worker that is slow, not hung; a replacement that cannot heal.
+  enum Kind { kSignalRunning, kKillWorker, kWarmStandbys, kSuspendSelf, kReplaceWorker, kAskGeneration, kNote };
   Kind kind = kSignalRunning;
   int sig = 0;     // kSignalRunning
   // kSignalRunning of a stop the agent decided itself (a worker failed or
@@ -40,7 +42,8 @@ struct GroupCommand {
   uint32_t generation = 0;  // kReplaceWorker
   bool heal = false;        // kKillWorker: the hung worker will be replaced, the others go on
   bool straggler = false;   // kKillWorker: a straggler replaced (--straggler-action replace), not hung
-  // kKillWorker of a hung worker: why, and how long it had been silent.
+  // kKillWorker of a hung worker: why, and how long it had been silent;
+  // kNote: what to say.
   std::string why;
   std::chrono::milliseconds silent{0};
 };
@@ -93,8 +96,14 @@ class GroupPolicy {
   // slot); read before exits are reported.
   void set_heal_ready(int w, bool ready) {
     heal_ready_[w] = ready;
-    if (ready) joining_[w] = false;  // a replacement that has the state
+    if (ready) {
+      joining_[w] = false;  // a replacement that has the state
+      join_failures_[w] = 0;
+    }
   }
+  // Replacements of one worker that fail in a row before they join: at
+  // this many the worker is not replaced again (the group stops).
+  static constexpr int kJoinFailures = 2;
   // After the exits seen together: the first failure stops the others (only
   // now, so that workers that failed together all count as failures).
   std::vector<GroupCommand> after_exits(TimePoint now);
@@ -145,6 +154,16 @@ class GroupPolicy {
   // SIGSTOP, then ddprun; SIGCONT continues them, and the pause counts
   // neither as silence (hang detection) nor towards the stop timeout.
   std::vector<GroupCommand> on_signal(int sig, TimePoint now);
+  // Whether worker w is inside a ddp::Healer step now (its slot's word). A
+  // hung worker is replaced only while the others are inside one (or join
+  // as replacements): outside (an evaluation, the end of training) they
+  // may never reach another collective, and a replacement would wait for
+  // them for ever; the group stops instead (a restart, or the failure).
+  void set_in_step(int w, bool in_step) { in_step_[w] = in_step; }
+  // Whether worker w says it is past its last step (the finishing phase:
+  // its final evaluation and saves are over, or its interpreter exits): it
+  // is never judged hung, however long its exit takes.
+  void set_finishing(int w, bool finishing) { finishing_[w] = finishing; }
   // The workers' heartbeat counters (one per worker; ignored for exited ones).
   // A worker whose counter stays still for hang_timeout is hung, during a
   // heal too: worker_lib beats for a worker that waits for its peers (the
@@ -152,7 +171,26 @@ class GroupPolicy {
   // (SIGSTOP, a stuck syscall) falls silent. A replacement that has not
   // beaten yet is judged from its start, allowing a fresh process the time
   // the first workers took to beat (see replacement_started).
-  std::vector<GroupCommand> on_beats(const std::vector<uint64_t>& counts, TimePoint now);
+  //
+  // Slowness is not a hang. `busy` (empty: unknown) is, per worker, the CPU
+  // time its processes ran or waited, runnable, to run (cgroup cpu.stat
+  // plus cpu.pressure; cumulative). A silent worker that was busy for at
+  // least kBusyShare of its silence is slow, not hung: it computes, or
+  // would if the machine gave it the CPU (a kNote says so, once a
+  // silence). While any silent worker of the node is busy, an idle silent
+  // one may be waiting for it (a collective without a pulse) and is not
+  // judged either. A worker in the finishing phase (past its last step) is
+  // never judged.
+  static constexpr double kBusyShare = 0.5;
+  // A busy worker silent this long excuses the idle silent others.
+  static constexpr std::chrono::milliseconds kLongSilence{1000};
+  std::vector<GroupCommand> on_beats(const std::vector<uint64_t>& counts, TimePoint now,
+                                     const std::vector<std::chrono::milliseconds>& busy = {});
+  // The agent itself did not run for `stalled` (its loop woke that much
+  // later than it asked: a loaded machine, a paused ddprun). Whatever the
+  // workers did meanwhile it could not see: that stretch is nobody's
+  // silence (memberlist's Lifeguard: the slow one suspects nobody for it).
+  void on_own_stall(std::chrono::milliseconds stalled, TimePoint now);
   // --straggler-action replace: worker w is slow; kill it to be replaced
   // through a heal (within --max-heals), or nothing when it cannot heal
   // now (see heal_allowed): the job goes on at its pace.
@@ -196,9 +234,13 @@ class GroupPolicy {
   GroupCommand warm_standbys();
   bool standbys_by_clock() const;
   bool heal_allowed(int w) const;
+  bool peers_in_step(int w) const;
   // Why worker w, whose counter (`count`) has not moved since
-  // beat_changed_[w], is hung by now; empty while it is not.
+  // beat_changed_[w], has been silent too long by now; empty while it has
+  // not. (Whether that is a hang or slowness is on_beats'.)
   std::string hung_because(int w, uint64_t count, TimePoint now) const;
+  // Worker w's busy time since its counter last moved (0 when unknown).
+  std::chrono::milliseconds busy_since_beat(int w) const;
   bool hang_watching() const { return options_.hang_timeout.count() > 0 || learned_.has_value(); }
   // Starts replacements for `workers` in generation_ (already advanced).
   std::vector<GroupCommand> replace_workers(const std::vector<int>& workers, TimePoint now);
@@ -220,6 +262,13 @@ class GroupPolicy {
   std::vector<bool> phase_seen_;
   std::vector<TimePoint> phase_left_;
   std::vector<std::chrono::milliseconds> awaited_;  // see set_awaited
+  std::vector<bool> in_step_;                        // see set_in_step
+  std::vector<bool> finishing_;                      // see set_finishing
+  // Busy time (see on_beats): the latest reading, and the one when the
+  // counter last moved; whether this silence was said to be slowness.
+  std::vector<std::chrono::milliseconds> busy_now_;
+  std::vector<std::chrono::milliseconds> busy_at_beat_;
+  std::vector<bool> slow_said_;
   bool stopping_ = false;
   bool killed_ = false;
   bool any_failed_ = false;
@@ -237,6 +286,8 @@ class GroupPolicy {
   std::vector<bool> heal_ready_;
   std::vector<bool> joining_;  // a replacement that has not said it can heal yet
   std::vector<int> heals_;
+  std::vector<int> join_failures_;  // see kJoinFailures
+  int join_failed_ = -1;            // a worker that just ran out of them (for after_exits' note)
   std::vector<int> to_replace_;
   std::vector<int> awaiting_;  // to replace once the rendezvous names a generation
   bool other_nodes_ = true;    // see set_other_nodes

@@ -92,7 +92,7 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
-std::string hang_verdict(const std::vector<RankView>& ranks, int64_t now_ns) {
+HangVerdict judge_hang(const std::vector<RankView>& ranks, int64_t now_ns) {
   std::vector<std::string> parts;
   std::vector<const RankView*> suspects;
   std::vector<int> last_said;  // ranks whose last collective the verdict names
@@ -202,8 +202,13 @@ std::string hang_verdict(const std::vector<RankView>& ranks, int64_t now_ns) {
     const bool said = std::find(last_said.begin(), last_said.end(), v->rank) != last_said.end();
     if (std::string w = where_line(*v, now_ns, said); !w.empty()) parts.push_back(w);
   }
-  std::string out;
-  for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
+  HangVerdict out;
+  for (const auto& p : parts) out.text += (out.text.empty() ? "" : "; ") + p;
+  for (const RankView* v : suspects) {
+    if (std::find(out.suspects.begin(), out.suspects.end(), v->rank) == out.suspects.end()) {
+      out.suspects.push_back(v->rank);
+    }
+  }
   return out;
 }
 

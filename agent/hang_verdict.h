@@ -23,7 +23,17 @@ struct RankView {
   StackReport stacks;  // state kGone with no text when none were asked for
 };
 
-std::string hang_verdict(const std::vector<RankView>& ranks, int64_t now_ns);
+// The verdict, and the ranks it blames: those the others wait for (or, with
+// nothing to tell them apart, the hung ones).
+struct HangVerdict {
+  std::string text;
+  std::vector<int> suspects;
+};
+HangVerdict judge_hang(const std::vector<RankView>& ranks, int64_t now_ns);
+// judge_hang's text.
+inline std::string hang_verdict(const std::vector<RankView>& ranks, int64_t now_ns) {
+  return judge_hang(ranks, now_ns).text;
+}
 
 // "0,1,3"
 std::string rank_list(const std::vector<int>& ranks);

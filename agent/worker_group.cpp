@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "agent/cpu_busy.h"
 #include "agent/job_cgroup.h"
 #include "agent/monotonic_clock.h"
 #include "agent/shm_cleanup.h"
@@ -27,6 +28,10 @@
 namespace ddprun {
 
 namespace {
+
+// A poll that returns later than its timeout by more than this is a stall
+// of the agent (GroupPolicy::on_own_stall).
+constexpr auto kLateWake = std::chrono::milliseconds(100);
 
 // A failed worker's exit in words: why it was killed (hung), else its
 // exit code or signal.
@@ -251,6 +256,16 @@ void WorkerGroup::run_command(const GroupCommand& c) {
     case GroupCommand::kSuspendSelf:
       suspend_self();
       break;
+    case GroupCommand::kNote: {
+      const auto& id = workers_[c.worker]->launch->id;
+      spdlog::warn("rank {} (pid {}) {}", id.rank, workers_[c.worker]->pid, c.why);
+      if (options_.events && c.silent.count() > 0) {
+        options_.events->write(channel::events::kSlow,
+                               {{"attempt", options_.attempt}, {"rank", id.rank}, {"local_rank", id.local_rank},
+                                {"silent_s", c.silent.count() / 1000.0}, {"detail", c.why}});
+      }
+      break;
+    }
     case GroupCommand::kWarmStandbys:
       if (options_.on_all_beating) {
         auto ready = std::move(options_.on_all_beating);
@@ -354,7 +369,9 @@ std::string WorkerGroup::finish_stack_collection() {
     remote_ = {};
   }
   std::sort(views.begin(), views.end(), [](const RankView& a, const RankView& b) { return a.rank < b.rank; });
-  const std::string verdict = hang_verdict(views, now_ns);
+  const HangVerdict judged = judge_hang(views, now_ns);
+  const std::string& verdict = judged.text;
+  hang_suspects_ = judged.suspects;
   const char* title = collecting_for_hang_ ? "hang" : "stacks";
   spdlog::warn("{}: {}", title, verdict);
   for (const auto& v : views) {
@@ -386,7 +403,17 @@ std::string WorkerGroup::finish_stack_collection() {
     if (!collecting_for_hang_ && !options_.asked_stacks_copy.empty()) {
       // Renamed into place: `ddprun status --stacks` waits for the rename.
       const std::string tmp = options_.asked_stacks_copy + ".tmp";
-      if (channel::write_output_file(tmp, text).empty()) std::rename(tmp.c_str(), options_.asked_stacks_copy.c_str());
+      std::string copy_err = channel::write_output_file(tmp, text);
+      if (copy_err.empty() && std::rename(tmp.c_str(), options_.asked_stacks_copy.c_str()) != 0) {
+        copy_err = options_.asked_stacks_copy + ": " + std::strerror(errno);
+        std::remove(tmp.c_str());
+      }
+      if (!copy_err.empty()) {
+        // `ddprun status --stacks` waits for this copy: say why it will not come.
+        spdlog::warn("cannot write the copy of the stacks that `ddprun status --stacks` reads ({}); the stacks "
+                     "are on this console{}",
+                     copy_err, stacks_file_.empty() ? "" : " and in " + stacks_file_);
+      }
     }
   }
   return verdict;
@@ -403,6 +430,7 @@ void WorkerGroup::record_hung(const GroupCommand& kill, const std::string& verdi
   e.time = std::chrono::system_clock::now() -
            std::chrono::duration_cast<std::chrono::system_clock::duration>(kill.silent);
   e.reason = kill.why + (verdict.empty() ? "" : "; " + verdict);
+  e.blamed = std::find(hang_suspects_.begin(), hang_suspects_.end(), e.rank) != hang_suspects_.end();
   spdlog::warn("rank {} (pid {}) {}; killing it and {}", e.rank, e.pid, e.reason,
                kill.heal ? "replacing it while the others go on" : "stopping the other workers");
   if (options_.events) {
@@ -558,12 +586,23 @@ void WorkerGroup::check_heartbeats() {
   const auto now = std::chrono::steady_clock::now();
   std::vector<uint64_t> counts(workers_.size(), 0);
   std::vector<channel::Phase> phases(workers_.size(), channel::Phase::kNone);
+  // How busy each worker was (cgroup or /proc): read for all or none.
+  std::vector<std::chrono::milliseconds> busy(workers_.size(), std::chrono::milliseconds(0));
+  bool busy_known = true;
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (!policy_->alive(static_cast<int>(i))) continue;
     const int lr = workers_[i]->launch->id.local_rank;
     phases[i] = options_.heartbeats->phase(lr);
-    policy_->set_silence_expected(static_cast<int>(i), phases[i] != channel::Phase::kNone, now);
+    const bool finishing = phases[i] == channel::Phase::kFinishing;
+    policy_->set_finishing(static_cast<int>(i), finishing);
+    policy_->set_silence_expected(static_cast<int>(i), phases[i] != channel::Phase::kNone && !finishing, now);
+    policy_->set_in_step(static_cast<int>(i), options_.heartbeats->in_step(lr));
     counts[i] = options_.heartbeats->read(lr);
+    if (const auto b = busy_time(workers_[i]->cgroup, workers_[i]->pid)) {
+      busy[i] = *b;
+    } else {
+      busy_known = false;
+    }
   }
   // Who the others wait for, for the workers in an announced phase.
   if (std::any_of(phases.begin(), phases.end(), [](channel::Phase p) { return p != channel::Phase::kNone; })) {
@@ -577,7 +616,7 @@ void WorkerGroup::check_heartbeats() {
       policy_->set_awaited(static_cast<int>(i), std::chrono::milliseconds(waited[i] / 1000000));
     }
   }
-  execute(policy_->on_beats(counts, now));
+  execute(policy_->on_beats(counts, now, busy_known ? busy : std::vector<std::chrono::milliseconds>{}));
 }
 
 // News from the rendezvous (only while the workers run on their own: once
@@ -768,8 +807,13 @@ GroupResult WorkerGroup::run() {
                                   static_cast<bool>(options_.on_monitor), next_monitor_);
     // Workers answering for their stacks are looked at every 10 ms.
     if (collecting_) timeout_ms = timeout_ms < 0 ? 10 : std::min(timeout_ms, 10);
+    const auto asked = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
     int n = poll(fds.data(), fds.size(), timeout_ms);
     if (n < 0 && errno != EINTR) throw std::runtime_error("poll failed");
+    // Woke well after it asked to: this agent was not running meanwhile.
+    if (const auto woke = std::chrono::steady_clock::now(); timeout_ms >= 0 && woke > asked + kLateWake) {
+      policy_->on_own_stall(std::chrono::duration_cast<std::chrono::milliseconds>(woke - asked), woke);
+    }
 
     for (size_t i = first_worker; i < first_console; ++i) {
       if (fds[i].revents) drain(*owners[i].first, /*until_eof=*/false);

@@ -202,6 +202,7 @@ class WorkerGroup {
   int asked_ = 0;                     // stacks asked for so far
   std::string stacks_file_;           // where the last ones went
   std::string hang_verdict_;          // the last ones' verdict, which the kills they held carry
+  std::vector<int> hang_suspects_;    // the ranks it blames
   // Stragglers among the local ranks (their flight records, read with the
   // monitor), each said once per heal generation (the scores start over).
   StragglerScores stragglers_;

@@ -24,6 +24,7 @@ inline constexpr const char* kSpawn = "spawn";            // attempt, rank, loca
 inline constexpr const char* kExit = "exit";              // attempt, rank, local_rank, pid, exit_code | signal
 inline constexpr const char* kFailure = "failure";        // attempt, rank, local_rank, exit_code | signal, root_cause, message
 inline constexpr const char* kHang = "hang";              // attempt, rank, local_rank, silent_s, verdict, stacks_file
+inline constexpr const char* kSlow = "slow";              // attempt, rank, local_rank, silent_s, detail (silent, but busy: not hung)
 inline constexpr const char* kStraggler = "straggler";    // attempt, rank, local_rank, score, last_share, late_ms
 inline constexpr const char* kStragglerNode = "straggler_node";  // attempt, node_rank, score, handed_over (bool), detail
 inline constexpr const char* kHeal = "heal";              // attempt, rank, local_rank, pid (the replacement's), generation, heals

@@ -31,7 +31,9 @@
 //   bytes 112..115 phase: written by the worker, nonzero while the program
 //                 announces a long stretch without collectives (start-up,
 //                 a checkpoint, an evaluation: channel::Phase); the learned
-//                 hang timeout (--hang-timeout auto) does not judge it;
+//                 hang timeout (--hang-timeout auto) does not judge it; and
+//                 kFinishing once it is past its last step (its World ends,
+//                 its interpreter exits): never judged hung at all;
 //   bytes 116..119 in step: written by the worker, 1 while it is inside a
 //                 ddp::Healer step (a heal named now is handled there; one
 //                 named outside, in an evaluation say, fails the worker's
@@ -167,7 +169,7 @@ inline uint32_t* placement_words(void* map, int slot) {
 
 // What a worker announces it does (the slot's phase word): while one is
 // announced, silence is expected and the learned hang timeout waits.
-enum class Phase : uint32_t { kNone = 0, kStartup = 1, kCheckpoint = 2, kEvaluation = 3, kOther = 4 };
+enum class Phase : uint32_t { kNone = 0, kStartup = 1, kCheckpoint = 2, kEvaluation = 3, kOther = 4, kFinishing = 5 };
 
 inline const char* phase_name(Phase p) {
   switch (p) {
@@ -175,6 +177,7 @@ inline const char* phase_name(Phase p) {
     case Phase::kCheckpoint: return "checkpoint";
     case Phase::kEvaluation: return "evaluation";
     case Phase::kOther: return "announced phase";
+    case Phase::kFinishing: return "finishing";
     case Phase::kNone: break;
   }
   return "none";

@@ -12,7 +12,8 @@
 // (torch 2.x's global step hook; on 1.x, Optimizer.zero_grad), and the
 // script's own phases are announced in the slot's phase word: an
 // evaluation from module.eval() until module.train(), a checkpoint inside
-// torch.save/torch.load. While it waits inside a torch.distributed call a
+// torch.save/torch.load, and the end of the script (its interpreter's exit,
+// however long that takes) as finishing. While it waits inside a torch.distributed call a
 // thread beats for it (a peer's long phase is no hang of its own). A heal's
 // replacement started afresh beats from its start until the ddprun package
 // (python/ddprun) is loaded, which beats while it joins. An interpreter run with -I, -E or -S skips
@@ -105,8 +106,18 @@ class _DdprunTorchHooks:
 
     @classmethod
     def say(cls, phase):
-        if cls.slot():
+        if cls.slot() and not cls.finished:
             cls.words[1].value = phase
+
+    finished = False
+
+    @classmethod
+    def finish(cls):
+        # channel::Phase::kFinishing: the interpreter exits, past the last
+        # step; however long that takes, it is no hang.
+        cls.beat()
+        cls.say(5)
+        cls.finished = True
 
     @classmethod
     def enter(cls, phase):
@@ -164,9 +175,18 @@ class _DdprunTorchHooks:
 
     @classmethod
     def install(cls, torch):
+        import atexit
         import importlib
         import torch.nn
         import torch.optim
+        # The script's last line has run: finishing, before the interpreter
+        # joins the threads it left running (threading's own exit hook, 3.9+)
+        # and before any atexit handler (plain atexit where there is none).
+        try:
+            import threading
+            threading._register_atexit(cls.finish)
+        except (AttributeError, RuntimeError):
+            atexit.register(cls.finish)
         optimizer = importlib.import_module("torch.optim.optimizer")
         if hasattr(optimizer, "register_optimizer_step_post_hook"):
             optimizer.register_optimizer_step_post_hook(cls.beat)
@@ -202,7 +222,7 @@ class _DdprunTorchHooks:
             c10d = dist.distributed_c10d
             for name in ("all_reduce", "broadcast", "all_gather", "all_gather_object", "broadcast_object_list",
                          "reduce", "gather", "scatter", "reduce_scatter", "all_to_all", "barrier",
-                         "monitored_barrier", "all_gather_into_tensor", "reduce_scatter_tensor"):
+                         "monitored_barrier", "all_gather_into_tensor", "reduce_scatter_tensor", "destroy_process_group"):
                 fn = getattr(c10d, name, None)
                 if fn is None:
                     continue

@@ -58,6 +58,31 @@ TEST(Hang, TheRankTheOthersWaitForIsNamedWithItsStackBeforeTheKill) {
   }
 }
 
+// Slowness is not a hang: a rank that computes for 4 s of CPU without a
+// beat, under --hang-timeout 1, is named slow and goes on; the job ends 0.
+// (Its computation takes CPU time, not wall time: a loaded machine only
+// makes it longer, and it stays busy or runnable throughout.)
+TEST(Hang, ARankThatComputesWithoutBeatingIsSlowNotHung) {
+  ddptest::Finished f = ddptest::run(ddprun({"--nproc", "2", "--hang-timeout", "1", HANG_CHECK_BIN, "--stuck", "1",
+                                             "--at", "3", "--busy-ms", "4000", "--steps", "8"}));
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(std::regex_search(f.err, std::regex(R"(rank 1 \(pid \d+\) is slow, not hung: silent for )")))
+      << f.err;
+  EXPECT_FALSE(contains(f.err, "hung: no heartbeat")) << f.err;
+}
+
+// Finished is finished: a script whose interpreter takes 6 s to exit after
+// its last line (a thread it left running), under --hang-timeout 2, is not
+// hung: its start-up said "finishing" when the script ended.
+TEST(Hang, AScriptsSlowExitIsNotAHang) {
+  ddptest::Finished f = ddptest::run(ddprun({"--nproc", "2", "--hang-timeout", "2", HANG_SCRIPT, "--train-steps", "20",
+                                             "--no-stuck", "--slow-exit", "6"}),
+                                     {"DDPRUN_PYTHON=" PYTHON_BIN});
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(ddptest::occurrences(f.out, " is done"), 2) << f.out;
+  EXPECT_FALSE(contains(f.err, "hung")) << f.err;
+}
+
 // No --hang-timeout: the default learns the job's rhythm (5 ms steps) and
 // fires at its floor (auto:2 here, 15 s by default), before any kill the
 // verdict as with a fixed timeout.

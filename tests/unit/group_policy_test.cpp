@@ -360,8 +360,12 @@ GroupPolicyOptions healing(int max_heals, std::chrono::milliseconds hang = 0ms) 
   return o;
 }
 
+// Every worker can heal and is inside a Healer step.
 void all_ready(GroupPolicy& p, int n) {
-  for (int w = 0; w < n; ++w) p.set_heal_ready(w, true);
+  for (int w = 0; w < n; ++w) {
+    p.set_heal_ready(w, true);
+    p.set_in_step(w, true);
+  }
 }
 
 std::vector<GroupCommand> replacements(const std::vector<GroupCommand>& cs) {
@@ -429,6 +433,117 @@ TEST(GroupPolicy, NoHealOnceAWorkerHasFinished) {
   EXPECT_EQ(p.on_exit(0, false), WorkerEnd::kSucceeded);
   EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kFailed);
   EXPECT_TRUE(replacements(p.after_exits(t0)).empty());
+  EXPECT_EQ(p.outcome(), GroupPolicy::kWorkerFailed);
+}
+
+// Slowness is not a hang: a silent worker whose processes ran (or waited,
+// runnable, to run) for at least half its silence computes; it is named
+// slow once, and judged again only if it goes idle.
+TEST(GroupPolicy, ASilentButBusyWorkerIsSlowNotHung) {
+  GroupPolicy p(2, opts(1s), t0);
+  using ms = std::chrono::milliseconds;
+  p.on_beats({1, 1}, t0, {ms(0), ms(0)});
+  auto cs = p.on_beats({5, 1}, t0 + 1500ms, {ms(100), ms(1200)});  // worker 1 computed 1.2 s of 1.5
+  ASSERT_EQ(cs.size(), 1u);
+  EXPECT_EQ(cs[0].kind, GroupCommand::kNote);
+  EXPECT_EQ(cs[0].worker, 1);
+  EXPECT_NE(cs[0].why.find("is slow, not hung: silent for 1.5 s, but it ran or waited to run for 1.2 s"),
+            std::string::npos)
+      << cs[0].why;
+  EXPECT_TRUE(p.on_beats({6, 1}, t0 + 2s, {ms(100), ms(1700)}).empty()) << "said once a silence";
+  // Then it stops: idle from 2 s on, its busy share falls under half.
+  EXPECT_TRUE(p.on_beats({7, 1}, t0 + 3s, {ms(100), ms(1700)}).empty());  // 1.7 of 3 s
+  cs = p.on_beats({8, 1}, t0 + 3500ms, {ms(100), ms(1700)});               // 1.7 of 3.5 s
+  ASSERT_FALSE(cs.empty());
+  EXPECT_EQ(cs[0].kind, GroupCommand::kKillWorker);
+  EXPECT_EQ(cs[0].worker, 1);
+  EXPECT_TRUE(signals(cs, SIGTERM));
+}
+
+// A whole node slow at once is the node's load: while a silent worker is
+// busy, the idle silent ones may wait for it (a collective without a
+// pulse) and nobody is judged; without busy readings they are, as before.
+TEST(GroupPolicy, IdleWorkersAreNotJudgedWhileASilentPeerIsBusy) {
+  using ms = std::chrono::milliseconds;
+  GroupPolicy p(3, opts(1s), t0);
+  p.on_beats({1, 1, 1}, t0, {ms(0), ms(0), ms(0)});
+  const auto cs = p.on_beats({1, 1, 1}, t0 + 2s, {ms(1900), ms(10), ms(10)});
+  ASSERT_EQ(cs.size(), 3u);
+  for (const auto& c : cs) EXPECT_EQ(c.kind, GroupCommand::kNote) << c.why;
+  EXPECT_NE(cs[1].why.find("another worker of this node is busy"), std::string::npos) << cs[1].why;
+  EXPECT_FALSE(p.stopping());
+  GroupPolicy unknown(3, opts(1s), t0);
+  unknown.on_beats({1, 1, 1}, t0);
+  EXPECT_TRUE(signals(unknown.on_beats({1, 1, 1}, t0 + 2s), SIGTERM));
+}
+
+// A worker past its last step (finishing: its World ended, its interpreter
+// exits) is never judged, however long its exit takes.
+TEST(GroupPolicy, AFinishingWorkerIsNeverHung) {
+  GroupPolicy p(2, opts(1s), t0);
+  p.on_beats({1, 1}, t0);
+  p.set_finishing(1, true);
+  EXPECT_TRUE(p.on_beats({9, 1}, t0 + 60s).empty());
+  EXPECT_FALSE(p.stopping());
+  EXPECT_EQ(p.on_exit(1, false), WorkerEnd::kSucceeded);
+}
+
+// The agent's own stall (its loop woke long after it asked) is nobody's
+// silence: every worker's silence starts again after it.
+TEST(GroupPolicy, TheAgentsOwnStallIsNobodysSilence) {
+  GroupPolicy p(2, opts(1s), t0);
+  p.on_beats({1, 1}, t0);
+  p.on_own_stall(5s, t0 + 5s);  // the agent itself ran not from 0 to 5 s
+  EXPECT_TRUE(p.on_beats({1, 1}, t0 + 5500ms).empty());
+  EXPECT_TRUE(signals(p.on_beats({1, 1}, t0 + 6s), SIGTERM));  // 1 s after the stall: hung
+}
+
+// A hang while the others are not inside a step (an evaluation, the end of
+// training) is no heal: they may never reach another collective, and a
+// replacement would wait for them for ever. The group stops instead.
+TEST(GroupPolicy, AHangWhileThePeersAreOutsideAStepStopsTheGroup) {
+  GroupPolicy p(2, healing(3, 1s), t0);
+  all_ready(p, 2);
+  p.set_in_step(0, false);  // worker 0 evaluates; worker 1 hangs
+  p.on_beats({1, 1}, t0);
+  const auto cs = p.on_beats({5, 1}, t0 + 1100ms);
+  ASSERT_FALSE(cs.empty());
+  EXPECT_EQ(cs[0].kind, GroupCommand::kKillWorker);
+  EXPECT_FALSE(cs[0].heal);
+  EXPECT_TRUE(signals(cs, SIGTERM));
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kHung);
+}
+
+// Several found hung in one pass: no more of them are replaced than leaves
+// one holding the state (two workers, both hung: neither is replaced).
+TEST(GroupPolicy, HungWorkersAreNeverAllReplacedAtOnce) {
+  GroupPolicy p(2, healing(3, 1s), t0);
+  all_ready(p, 2);
+  p.on_beats({1, 1}, t0);
+  const auto cs = p.on_beats({1, 1}, t0 + 1100ms);
+  int kills = 0;
+  for (const auto& c : cs) kills += c.kind == GroupCommand::kKillWorker;
+  EXPECT_EQ(kills, 2);
+  EXPECT_TRUE(signals(cs, SIGTERM)) << "one of them held the state: the group stops";
+  EXPECT_TRUE(replacements(p.after_exits(t0 + 1200ms)).empty());
+}
+
+// A replacement takes the state from peers that hold it; once one of them
+// finished (exited 0) it never will, and the failure it replaced stands.
+TEST(GroupPolicy, AReplacementWhosePeersFinishedIsNotWaitedForEver) {
+  GroupPolicy p(2, healing(3), t0);
+  all_ready(p, 2);
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kHealed);
+  ASSERT_EQ(replacements(p.after_exits(t0)).size(), 1u);
+  p.set_heal_ready(1, false);
+  p.replacement_started(1, true, t0);
+  EXPECT_EQ(p.on_exit(0, false), WorkerEnd::kSucceeded);  // the survivor finished its last step
+  const auto cs = p.after_exits(t0 + 1s);
+  ASSERT_FALSE(cs.empty());
+  EXPECT_EQ(cs[0].kind, GroupCommand::kNote);
+  EXPECT_NE(cs[0].why.find("cannot heal"), std::string::npos) << cs[0].why;
+  EXPECT_TRUE(signals(cs, SIGTERM));
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kStopped);
   EXPECT_EQ(p.outcome(), GroupPolicy::kWorkerFailed);
 }
 
@@ -605,6 +720,38 @@ TEST(GroupPolicy, AFailureDuringAHealBeginsTheNextGeneration) {
   all_ready(p, 3);
   for (int w = 0; w < 3; ++w) EXPECT_EQ(p.on_exit(w, false), WorkerEnd::kSucceeded);
   EXPECT_EQ(p.outcome(), GroupPolicy::kSucceeded);
+}
+
+// A replacement that fails before it joins may have met a peer's death
+// once; failing twice in a row is the program's own (it cannot load its
+// data, say): it is not replaced again until --max-heals runs out, the
+// group stops saying why.
+TEST(GroupPolicy, AReplacementThatFailsTwiceBeforeJoiningIsNotReplacedAgain) {
+  GroupPolicy p(2, healing(5), t0);
+  all_ready(p, 2);
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kHealed);
+  ASSERT_EQ(replacements(p.after_exits(t0)).size(), 1u);
+  p.set_heal_ready(1, false);
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kHealed);  // the first replacement fails joining: once
+  ASSERT_EQ(replacements(p.after_exits(t0 + 1s)).size(), 1u);
+  EXPECT_EQ(p.on_exit(1, true), WorkerEnd::kFailed);  // and the second: the program's own
+  const auto cs = p.after_exits(t0 + 2s);
+  ASSERT_FALSE(cs.empty());
+  EXPECT_EQ(cs[0].kind, GroupCommand::kNote);
+  EXPECT_NE(cs[0].why.find("failed 2 times in a row before they could join"), std::string::npos) << cs[0].why;
+  EXPECT_TRUE(signals(cs, SIGTERM));
+  EXPECT_EQ(p.heals_of(1), 2);
+  // One that joins in between starts the count over.
+  GroupPolicy q(2, healing(10), t0);
+  all_ready(q, 2);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(q.on_exit(1, true), WorkerEnd::kHealed) << i;
+    ASSERT_EQ(replacements(q.after_exits(t0)).size(), 1u);
+    q.set_heal_ready(1, false);
+    EXPECT_EQ(q.on_exit(1, true), WorkerEnd::kHealed) << i;  // fails joining once
+    ASSERT_EQ(replacements(q.after_exits(t0)).size(), 1u);
+    q.set_heal_ready(1, true);  // the next one joins
+  }
 }
 
 TEST(GroupPolicy, ALoneWorkerIsNeverHealedNobodyWouldHoldItsState) {

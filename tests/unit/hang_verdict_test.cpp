@@ -79,6 +79,7 @@ TEST(HangVerdict, NamesTheRankTheOthersWaitForAndWhereItIs) {
   EXPECT_TRUE(has(v, "rank 1 never entered it (its last: all_reduce #5, finished 13.0 s ago)")) << v;
   EXPECT_TRUE(has(v, "rank 1 is in: load_batch (loader.cpp:88) [train]")) << v;
   EXPECT_FALSE(has(v, "rank 0 is in")) << v;
+  EXPECT_EQ(judge_hang(ranks, 104 * kSecond).suspects, std::vector<int>{1});
 }
 
 // Across nodes the verdict is the job's: the other nodes' ranks come from
@@ -193,6 +194,7 @@ TEST(HangVerdict, PythonStacksSayWhoIsInsideTorchDistributed) {
   const std::string v = hang_verdict(ranks, 0);
   EXPECT_TRUE(has(v, "rank 0 waits in torch.distributed (all_reduce)")) << v;
   EXPECT_TRUE(has(v, "rank 1 is not in it; rank 1 is in: File \"/job/train.py\", line 8 in stuck_in_python")) << v;
+  EXPECT_EQ(judge_hang(ranks, 0).suspects, std::vector<int>{1}) << "the failure summary's root cause";
 }
 
 TEST(StackDump, TheMainThreadsOwnFrameIsFoundInNativeAndPythonDumps) {

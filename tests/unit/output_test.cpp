@@ -267,6 +267,29 @@ TEST(FailureSummary, WhatWorkersWroteLosesItsEscapeSequences) {
   EXPECT_NE(s.find("  tail clearedover\n"), std::string::npos) << s;
 }
 
+// Ranks judged hung while they waited for another (their silence began
+// first: a script's ranks inside a collective without a pulse) are not the
+// root cause: the rank the hang's verdict blames is.
+TEST(FailureSummary, RootCauseOfAHangIsTheRankTheVerdictBlames) {
+  const auto t = std::chrono::system_clock::now();
+  auto hung = [&](int rank, std::chrono::milliseconds silent_since, bool blamed) {
+    WorkerExit e;
+    e.rank = e.local_rank = rank;
+    e.pid = 100 + rank;
+    e.host = "hostA";
+    e.reason = "hung: no heartbeat";
+    e.time = t + silent_since;
+    e.blamed = blamed;
+    return e;
+  };
+  const std::string s = format_failure_summary(
+      {hung(0, std::chrono::milliseconds(0), false), hung(2, std::chrono::milliseconds(900), true),
+       hung(1, std::chrono::milliseconds(10), false)},
+      SummaryContext{"job1", 0, 0, 0, ""});
+  EXPECT_NE(s.find("root cause (the rank the hang's verdict names): rank 2 "), std::string::npos) << s;
+  EXPECT_EQ(root_cause({hung(0, std::chrono::milliseconds(0), false), hung(2, std::chrono::milliseconds(900), true)}).rank, 2);
+}
+
 TEST(FailureSummary, RootCauseIsTheEarliestFailure) {
   const auto t = std::chrono::system_clock::now();
   auto worker = [&](int rank, pid_t pid, int code, int sig, std::chrono::milliseconds later) {

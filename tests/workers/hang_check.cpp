@@ -7,12 +7,15 @@
 // rank --slow F times as long (--slow-factor), and --steps N ends the run.
 // At step --evaluate-at every rank announces an evaluation and spends
 // --evaluate-ms in it without collectives; with --stuck-in-evaluation rank
-// --stuck gets stuck there, inside the announced phase.
+// --stuck gets stuck there, inside the announced phase. With --busy-ms B
+// rank --stuck is not stuck at step --at but computes for B ms without a
+// beat (a long step: slow, not hung) and goes on.
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -33,7 +36,7 @@ int main(int argc, char** argv) {
   int stuck = 1, at = 5, slow = -1, evaluate_at = -1;
   double evaluate_ms = 0;
   long steps = -1;
-  double work_ms = 0, slow_factor = 1.5;
+  double work_ms = 0, slow_factor = 1.5, busy_ms = 0;
   bool stop_self = false, stuck_in_evaluation = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -47,6 +50,7 @@ int main(int argc, char** argv) {
     else if (a == "--steps" && i + 1 < argc) steps = std::atol(argv[++i]);
     else if (a == "--evaluate-at" && i + 1 < argc) evaluate_at = std::atoi(argv[++i]);
     else if (a == "--evaluate-ms" && i + 1 < argc) evaluate_ms = std::atof(argv[++i]);
+    else if (a == "--busy-ms" && i + 1 < argc) busy_ms = std::atof(argv[++i]);
   }
   auto world = ddp::init();
   at::Tensor t = at::ones({1024});
@@ -54,7 +58,15 @@ int main(int argc, char** argv) {
       1000 * work_ms * (world->rank() == slow ? slow_factor : 1.0)));
   for (long step = 0; step != steps; ++step) {
     if (work.count() > 0) std::this_thread::sleep_for(work);
-    if (step == at && world->rank() == stuck && !stuck_in_evaluation) {
+    if (step == at && world->rank() == stuck && busy_ms > 0) {
+      std::printf("rank %d computes for %.0f ms at step %ld\n", world->rank(), busy_ms, step);
+      std::fflush(stdout);
+      // CPU time, not wall time: on a loaded machine it takes longer, and
+      // is still a computation, never a wait.
+      const clock_t until = clock() + static_cast<clock_t>(busy_ms / 1000.0 * CLOCKS_PER_SEC);
+      volatile double x = 0;
+      while (clock() < until) x = x + 1;
+    } else if (step == at && world->rank() == stuck && !stuck_in_evaluation) {
       std::printf("rank %d gets stuck at step %ld\n", world->rank(), step);
       std::fflush(stdout);
       if (stop_self) raise(SIGSTOP);

@@ -51,13 +51,21 @@ Heartbeat::Heartbeat(const std::string& path, int slot) {
 }
 
 void Heartbeat::enter_phase(uint32_t phase) {
-  if (phase_depth_.fetch_add(1) == 0 && phase_) __atomic_store_n(phase_, phase, __ATOMIC_RELAXED);
+  if (phase_depth_.fetch_add(1) == 0 && phase_ && !finished_) __atomic_store_n(phase_, phase, __ATOMIC_RELAXED);
   beat();  // the silence before it was the step's, not the phase's
 }
 
 void Heartbeat::leave_phase() {
   beat();
-  if (phase_depth_.fetch_sub(1) == 1 && phase_) __atomic_store_n(phase_, 0u, __ATOMIC_RELAXED);
+  if (phase_depth_.fetch_sub(1) == 1 && phase_ && !finished_) __atomic_store_n(phase_, 0u, __ATOMIC_RELAXED);
+}
+
+void Heartbeat::finish() {
+  finished_ = true;
+  beat();
+  if (phase_) {
+    __atomic_store_n(phase_, static_cast<uint32_t>(ddprun::channel::Phase::kFinishing), __ATOMIC_RELAXED);
+  }
 }
 
 std::optional<HealPlacement> Heartbeat::placement() const {

@@ -60,6 +60,9 @@ class Heartbeat {
   // until the last one ends.
   void enter_phase(uint32_t phase);
   void leave_phase();
+  // The worker is past its last step (its World ends): the phase word says
+  // kFinishing from now on, so that a slow exit is never judged a hang.
+  void finish();
   // Whether the worker is inside a ddp::Healer step (the slot's in-step word).
   void set_in_step(bool in_step) {
     if (in_step_) __atomic_store_n(in_step_, in_step ? 1u : 0u, __ATOMIC_RELAXED);
@@ -127,6 +130,7 @@ class Heartbeat {
   uint32_t* phase_ = nullptr;
   uint32_t* in_step_ = nullptr;
   std::atomic<int> phase_depth_{0};
+  std::atomic<bool> finished_{false};
   // The pulse: a thread made with the mapping, beating every kWaitPulse
   // while waiting_ > 0 or a collective is under way (pulse_loop).
   std::mutex pulse_mu_;
