@@ -14,6 +14,8 @@ namespace {
 
 // A wake-up later than asked by more than this is a stall of this process.
 constexpr auto kLateWake = std::chrono::milliseconds(50);
+// At most one fresh connection this often while keep-alives go unanswered.
+constexpr auto kReconnectEvery = std::chrono::seconds(1);
 
 // Whether b tells the agent something that a did not.
 bool news(const std::optional<NodeView>& a, const NodeView& b) {
@@ -162,6 +164,7 @@ void LeaseKeeper::loop() {
   // A keep-alive may take a third of the lease: one that is slow to come
   // back (a loaded machine, a long round trip) still renews.
   const auto call_timeout = std::max(options_.interval * 2, options_.lease / 3);
+  auto last_reconnect = Clock::now();
   std::unique_lock lock(mu_);
   while (!stop_) {
     const uint64_t epoch = epoch_;
@@ -204,10 +207,16 @@ void LeaseKeeper::loop() {
       if (!status_.contact_lost && now - last_answer - stalled >= options_.lease + options_.takeover_allowance) {
         status_.contact_lost = true;
         changed = true;
-        // A fresh connection for what follows (keep-alives, the next join):
-        // the old one may hold answers back long after the link is up. The
-        // Hold call moves to it too (the service ignores the old one's end:
-        // a node's newest Hold is the one that counts).
+      }
+      // A keep-alive went unanswered: the next goes on a fresh connection
+      // (at most one a second). After a link blip the old one holds its
+      // calls back behind TCP's retransmission back-off (a second or more
+      // after the link is up); a new one connects at once, so a blip
+      // shorter than the lease costs nothing. The Hold call moves to it too
+      // (the service ignores the old one's end: a node's newest Hold is
+      // the one that counts, and a closed one drops nobody).
+      if (now - last_reconnect >= kReconnectEvery) {
+        last_reconnect = now;
         client_.reconnect();
         if (hold_cancel_) hold_cancel_->cancel();
       }

@@ -3,10 +3,11 @@
 // a heal is asked for) and keeps the latest answer. The agent's event loop polls
 // fd(), which becomes readable when the answer changes (a new round, the job
 // ended, the node was dropped) or when the rendezvous has not answered for a
-// whole lease; it never blocks on the network itself. When contact is lost
-// it has the client connect afresh (a cut link can leave the old
-// connection holding answers back for seconds after the link is up) and
-// opens its Hold call again on the new connection.
+// whole lease (and, with a control plane, a takeover's allowance); it never
+// blocks on the network itself. When a keep-alive goes unanswered it has
+// the client connect afresh (a cut link can leave the old connection
+// holding answers back for seconds after the link is up), at most once a
+// second, and opens its Hold call again on the new connection.
 #pragma once
 
 #include <atomic>

@@ -38,6 +38,13 @@ void ControlPlaneHost::stop() {
   }
   stop_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  std::thread refresher;
+  {
+    std::lock_guard lock(cache_mu_);
+    refresh_stop_ = true;
+    refresher = std::move(refresher_);
+  }
+  if (refresher.joinable()) refresher.join();
 }
 
 int64_t ControlPlaneHost::term() const {
@@ -62,15 +69,38 @@ bool ControlPlaneHost::wait_stop(std::chrono::milliseconds d) {
 }
 
 std::optional<ControlLeader> ControlPlaneHost::leader() {
-  std::lock_guard lock(cache_mu_);
-  const auto now = Clock::now();
-  if (now - cached_at_ >= std::chrono::milliseconds(100)) {
+  std::unique_lock lock(cache_mu_);
+  if (!asked_once_) {
+    // The first answer is waited for: there is nothing else to give.
+    asked_once_ = true;
     try {
       cached_leader_ = plane_.leader();
     } catch (const std::exception&) {
-      // The control plane is out of reach for now: the last answer stands.
+      // Out of reach: no leader known yet; the next call asks again.
     }
-    cached_at_ = now;
+    cached_at_ = Clock::now();
+    return cached_leader_;
+  }
+  // After that the last answer is given at once, and a stale one is asked
+  // again on a thread of its own: the service's handlers never wait on the
+  // control plane (etcd out of reach waits out its call timeout, and every
+  // call to this service would wait with it).
+  if (Clock::now() - cached_at_ >= kLeaderFresh && !refreshing_ && !refresh_stop_) {
+    refreshing_ = true;
+    if (refresher_.joinable()) refresher_.join();  // done: refreshing_ was false
+    refresher_ = std::thread([this] {
+      std::optional<ControlLeader> l;
+      bool answered = true;
+      try {
+        l = plane_.leader();
+      } catch (const std::exception&) {
+        answered = false;  // out of reach for now: the last answer stands
+      }
+      std::lock_guard done(cache_mu_);
+      if (answered) cached_leader_ = l;
+      cached_at_ = Clock::now();
+      refreshing_ = false;
+    });
   }
   return cached_leader_;
 }

@@ -68,8 +68,11 @@ class ControlPlaneHost final : public ServingGate {
   // Why this agent's last term ended while it still ran ("" if none did):
   // for its log. The node is still in the job.
   std::string last_term_end() const;
-  // Who leads (asked of the control plane at most every 100 ms).
+  // Who leads, never waiting on the control plane but the first time: the
+  // last answer, asked again (on a thread of its own) once it is older
+  // than kLeaderFresh.
   std::optional<ControlLeader> leader();
+  static constexpr std::chrono::milliseconds kLeaderFresh{100};
 
   std::optional<std::string> leader_elsewhere(const std::string& job_id) override;
   bool commit(const std::string& job_id, bool force) override;
@@ -103,9 +106,13 @@ class ControlPlaneHost final : public ServingGate {
   uint64_t committed_revision_ = 0;  // the registry's revision known saved
   std::string last_term_end_;  // see last_term_end()
 
-  std::mutex cache_mu_;  // one question to the control plane at a time
+  std::mutex cache_mu_;  // guards the cache and its refresher
   std::optional<ControlLeader> cached_leader_;
   Clock::time_point cached_at_{};
+  bool asked_once_ = false;
+  bool refreshing_ = false;   // the refresher asks now
+  bool refresh_stop_ = false;  // stop(): no more refreshes
+  std::thread refresher_;
 
   std::thread thread_;
 };

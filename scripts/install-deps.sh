@@ -17,6 +17,7 @@ packages=(
   python3-venv                   # scripts/setup-torch2.sh: PyTorch 2.x from PyPI in a venv
   etcd-server etcd-client        # --rdzv-backend etcd, and the tests of a control plane that survives its host
   libraft-dev                    # the embedded control plane: Raft among the job's first agents
+  stress-ng                      # bench/soak.py (and its short run in ctest): jobs under load
 )
 
 missing=()
