@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -11,8 +10,8 @@ namespace ddprun {
 
 namespace {
 
-// The value after `key` (a whole word, then a space or '=') in a file of
-// such pairs (cpu.stat: "usage_usec 123"; cpu.pressure: "some ... total=123").
+// The number after `key` on the first line that starts with `line_start`
+// (cpu.stat: "usage_usec 123"; cpu.pressure: "some avg10=... total=123").
 std::optional<int64_t> value_after(const std::string& path, const std::string& line_start, const std::string& key) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
@@ -32,15 +31,15 @@ std::optional<int64_t> value_after(const std::string& path, const std::string& l
 
 }  // namespace
 
-std::optional<int64_t> cgroup_busy_us(const std::string& cgroup) {
+std::optional<CpuTimes> cgroup_cpu_times(const std::string& cgroup) {
   if (cgroup.empty()) return std::nullopt;
   const auto used = value_after(cgroup + "/cpu.stat", "usage_usec", "usage_usec ");
   if (!used) return std::nullopt;
   const auto waited = value_after(cgroup + "/cpu.pressure", "some", "total=");
-  return *used + waited.value_or(0);
+  return CpuTimes{std::chrono::microseconds(*used), std::chrono::microseconds(waited.value_or(0))};
 }
 
-std::optional<int64_t> proc_busy_us(pid_t pid) {
+std::optional<CpuTimes> proc_cpu_times(pid_t pid) {
   char path[64];
   std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
   std::ifstream stat(path);
@@ -48,34 +47,33 @@ std::optional<int64_t> proc_busy_us(pid_t pid) {
   if (!stat || !std::getline(stat, text)) return std::nullopt;
   // The command name may hold spaces and parentheses: fields start after the last ')'.
   const size_t close = text.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
+  if (close == std::string::npos || close + 2 > text.size()) return std::nullopt;
   std::istringstream fields(text.substr(close + 2));
   std::string f;
   // Fields 3.. here; utime, stime, cutime, cstime are fields 14-17.
   long long ticks = 0;
   for (int field = 3; field <= 17 && fields >> f; ++field) {
-    if (field >= 14) {
-      try {
-        ticks += std::stoll(f);
-      } catch (const std::exception&) {
-        return std::nullopt;
-      }
+    if (field < 14) continue;
+    try {
+      ticks += std::stoll(f);
+    } catch (const std::exception&) {
+      return std::nullopt;
     }
   }
   const long hz = sysconf(_SC_CLK_TCK);
-  int64_t us = hz > 0 ? ticks * 1000000 / hz : 0;
+  CpuTimes t;
+  t.used = std::chrono::microseconds(hz > 0 ? ticks * 1000000 / hz : 0);
   std::snprintf(path, sizeof(path), "/proc/%d/schedstat", static_cast<int>(pid));
   std::ifstream sched(path);
   long long on_cpu_ns = 0, waited_ns = 0;
-  if (sched >> on_cpu_ns >> waited_ns) us += waited_ns / 1000;
-  return us;
+  if (sched >> on_cpu_ns >> waited_ns) t.waited = std::chrono::microseconds(waited_ns / 1000);
+  return t;
 }
 
-std::optional<std::chrono::milliseconds> busy_time(const std::string& cgroup, pid_t pid) {
-  auto us = cgroup_busy_us(cgroup);
-  if (!us && pid > 0) us = proc_busy_us(pid);
-  if (!us) return std::nullopt;
-  return std::chrono::milliseconds(*us / 1000);
+std::optional<CpuTimes> cpu_times(const std::string& cgroup, pid_t pid) {
+  if (auto t = cgroup_cpu_times(cgroup)) return t;
+  if (pid > 0) return proc_cpu_times(pid);
+  return std::nullopt;
 }
 
 }  // namespace ddprun

@@ -164,4 +164,18 @@ std::vector<int> StragglerScores::stragglers() const {
   return out;
 }
 
+std::string StragglerScores::slowed_by_load(const std::vector<double>& waited, size_t slow, double score) {
+  if (slow >= waited.size() || waited.size() < 2) return "";
+  double peers = 0;
+  for (size_t i = 0; i < waited.size(); ++i) {
+    if (i != slow) peers += waited[i];
+  }
+  peers /= static_cast<double>(waited.size() - 1);
+  if (waited[slow] - peers < kLoadExplains * score) return "";
+  char text[160];
+  std::snprintf(text, sizeof(text), "it waited for a CPU %.0f%% of the time against its peers' %.0f%%",
+                100 * waited[slow], 100 * peers);
+  return text;
+}
+
 }  // namespace ddprun

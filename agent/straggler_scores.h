@@ -36,8 +36,10 @@ class StragglerScores {
   static constexpr int64_t kMinSamples = 40;
   static constexpr double kFlagScore = 0.25;
   static constexpr double kFlagWaitShare = 0.8;
-  // Collectives of each generation (the start, each heal) left unscored.
-  static constexpr uint64_t kSettling = 5;
+  // Collectives of each generation (the start, each heal) left unscored:
+  // a replacement's first ones (its caches cold, its pages faulted in, its
+  // threads starting) are no pace of its own.
+  static constexpr uint64_t kSettling = 20;
 
   // The flight records of every local rank (rank → its records), read now.
   void update(const std::map<int, std::vector<channel::FlightEntry>>& records);
@@ -57,6 +59,15 @@ class StragglerScores {
   std::string slowest() const;
   // Ranks that are stragglers as things stand.
   std::vector<int> stragglers() const;
+
+  // Whether the machine's load explains a straggler: `waited` is each local
+  // rank's share of the scoring window spent runnable and waiting for a CPU
+  // (cgroup cpu.pressure), `slow` the straggler's index, `score` its score.
+  // When it waited more than its peers by at least kLoadExplains of its
+  // score, a fresh process in its place would wait the same (more threads
+  // than cores, a neighbour on its cores): "" when not, else why in words.
+  static constexpr double kLoadExplains = 0.5;
+  static std::string slowed_by_load(const std::vector<double>& waited, size_t slow, double score);
 
   // The node as a whole, for the job-wide scores of nodes
   // (rendezvous/node_scores.h): how long its ranks spend inside a

@@ -598,8 +598,8 @@ void WorkerGroup::check_heartbeats() {
     policy_->set_silence_expected(static_cast<int>(i), phases[i] != channel::Phase::kNone && !finishing, now);
     policy_->set_in_step(static_cast<int>(i), options_.heartbeats->in_step(lr));
     counts[i] = options_.heartbeats->read(lr);
-    if (const auto b = busy_time(workers_[i]->cgroup, workers_[i]->pid)) {
-      busy[i] = *b;
+    if (const auto t = cpu_times(workers_[i]->cgroup, workers_[i]->pid)) {
+      busy[i] = t->busy();
     } else {
       busy_known = false;
     }
@@ -714,7 +714,16 @@ void WorkerGroup::check_stragglers() {
   }
   const uint32_t generation = stragglers_.generation();
   stragglers_.update(records);
-  if (stragglers_.generation() != generation) stragglers_said_.clear();  // a heal: judged afresh
+  const auto now = std::chrono::steady_clock::now();
+  if (stragglers_.generation() != generation || cpu_window_.empty()) {
+    // A heal (or the start): judged afresh, and the CPU times counted from now.
+    if (stragglers_.generation() != generation) stragglers_said_.clear();
+    cpu_window_.clear();
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      cpu_window_.push_back(cpu_times(workers_[i]->cgroup, workers_[i]->pid).value_or(CpuTimes{}));
+    }
+    cpu_window_start_ = now;
+  }
   // A heal is handled inside a ddp::Healer step; one named while a worker
   // evaluates, say, fails its next collective: a replacement waits for a
   // moment when every worker is inside a step.
@@ -726,6 +735,18 @@ void WorkerGroup::check_stragglers() {
     }
     stragglers_said_.push_back(rank);
     const StragglerScore& s = stragglers_.scores().at(rank);
+    if (const std::string load = slowed_by_load(w, s.score); !load.empty()) {
+      spdlog::info("rank {} is the slowest here (score {:.2f}), but {}: this node's load, not the rank; it goes on",
+                   rank, s.score, load);
+      if (options_.events) {
+        options_.events->write(channel::events::kStraggler,
+                               {{"attempt", options_.attempt}, {"rank", rank},
+                                {"local_rank", workers_[w]->launch->id.local_rank}, {"score", s.score},
+                                {"wait_share", s.wait_share}, {"late_ms", s.late_ms}, {"action", "load"},
+                                {"detail", load}});
+      }
+      continue;
+    }
     char why[200];
     std::snprintf(why, sizeof(why),
                   "a straggler: %.0f%% of the time the others wait is for it, %.1f ms a collective on average; "
@@ -752,6 +773,21 @@ void WorkerGroup::check_stragglers() {
                               {"wait_share", s.wait_share}, {"late_ms", s.late_ms}, {"action", action}});
     }
   }
+}
+
+// Each worker's share of the time since the scores' generation began that
+// it spent waiting for a CPU (StragglerScores::slowed_by_load); "" when
+// the times cannot be read, else why the load explains worker w.
+std::string WorkerGroup::slowed_by_load(int w, double score) const {
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - cpu_window_start_).count();
+  if (wall <= 0 || cpu_window_.size() != workers_.size()) return "";
+  std::vector<double> waited(workers_.size(), 0);
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const auto t = cpu_times(workers_[i]->cgroup, workers_[i]->pid);
+    if (!t) return "";
+    waited[i] = std::chrono::duration<double>(t->waited - cpu_window_[i].waited).count() / wall;
+  }
+  return StragglerScores::slowed_by_load(waited, static_cast<size_t>(w), score);
 }
 
 // How long poll may wait: the policy's limit, and the monitor's next beat.

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/cpu_busy.h"
 #include "agent/env.h"
 #include "agent/event_log.h"
 #include "agent/failure_report.h"
@@ -207,6 +208,10 @@ class WorkerGroup {
   // monitor), each said once per heal generation (the scores start over).
   StragglerScores stragglers_;
   std::vector<int> stragglers_said_;
+  // Each worker's CPU times since the scores' generation began (slowed_by_load).
+  std::vector<CpuTimes> cpu_window_;
+  std::chrono::steady_clock::time_point cpu_window_start_{};
+  std::string slowed_by_load(int w, double score) const;
   std::vector<GroupCommand> deferred_;
 };
 
