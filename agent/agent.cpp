@@ -188,9 +188,14 @@ JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
   std::optional<NodeView> ended;  // the job ended while this node joined
   auto tell_lost = [&](const LeaseStatus& st) {
     if (!st.contact_lost || told_lost) return;
-    spdlog::warn("no answer from the rendezvous at {} ({}); waiting for it up to "
-                 "--rdzv-conf join_timeout={} s",
-                 cfg_.rdzv_address, st.error, cfg_.join_timeout.count() / 1000.0);
+    const std::string state = control_plane_state();
+    if (state.empty()) {
+      spdlog::warn("no answer from the rendezvous at {} ({}); waiting for it up to --rdzv-conf join_timeout={} s",
+                   cfg_.rdzv_address, st.error, cfg_.join_timeout.count() / 1000.0);
+    } else {
+      spdlog::warn("no answer from the job's rendezvous: {}; waiting for it up to --rdzv-conf join_timeout={} s",
+                   state, cfg_.join_timeout.count() / 1000.0);
+    }
     told_lost = true;
   };
   if (lease_) tell_lost(lease_->peek());
@@ -235,6 +240,18 @@ JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
   joiner.join();
   close(done_fd);
   if (end.joined) end.fenced.clear();  // it got through after all
+  const bool unanswered = end.error.find("no answer within") != std::string::npos ||
+                          end.error.find("has no leader now") != std::string::npos;
+  if (!end.joined && unanswered) {
+    // The error names this agent's own service, which only relays to the
+    // control plane's leader: say what the control plane knows instead.
+    if (const std::string state = control_plane_state(); !state.empty()) {
+      char waited[32];
+      std::snprintf(waited, sizeof(waited), "%.1f", cfg_.join_timeout.count() / 1000.0);
+      end.error = std::string("no answer from the job's rendezvous within ") + waited + " s: " + state +
+                  "; to wait longer raise --rdzv-conf join_timeout=SECONDS";
+    }
+  }
   if (lease_) {
     lease_->reset();  // news from before this join is stale
     if (end.joined) lease_->hold();
@@ -528,9 +545,11 @@ std::string Agent::leave(LeaveKind kind, const std::string& message, std::option
   // Before the Leave: the host merges the trace once every node has left
   // (and answers keep-alives until then).
   write_trace_clock(cfg_.lease_timeout);
+  // A control plane that cannot be reached (no leader, etcd gone) will not
+  // hear it anyway: a second's try, not five.
+  const auto patience = control_plane_state().empty() ? std::chrono::seconds(5) : std::chrono::seconds(1);
   try {
-    rdzv_.leave(cfg_.run_id, node_id_, kind, message, std::chrono::seconds(5),
-                kind == LeaveKind::kSucceeded ? round : std::nullopt);
+    rdzv_.leave(cfg_.run_id, node_id_, kind, message, patience, kind == LeaveKind::kSucceeded ? round : std::nullopt);
   } catch (const RendezvousCallError& e) {
     if (kind == LeaveKind::kSucceeded && e.refused()) return e.what();
     // The rendezvous may be gone (its host finished or died): nothing to tell.

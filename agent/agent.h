@@ -81,6 +81,8 @@ class Agent {
   // run on several nodes (--nnodes MAX above 1), even while it runs on one
   // (the round may grow), that heals across nodes (takes_over).
   bool names_heals_at_rendezvous() const { return takes_over() && lease_ != nullptr && cfg_.rdzv.max_nodes > 1; }
+  // AgentConfig::control_plane_state, "" without a control plane.
+  std::string control_plane_state() const { return cfg_.control_plane_state ? cfg_.control_plane_state() : ""; }
   // On the monitor's beat: tells the rendezvous whether all local workers
   // heal in place in this round (a takeover, a grow or a worker heal needs
   // every other member's).

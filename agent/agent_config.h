@@ -59,6 +59,11 @@ struct AgentConfig {
   // when it may): it has been out of a majority's reach for longer than a
   // lease (a partition left it on the smaller side).
   std::function<std::string()> fenced;
+  // With a control plane: what it says is wrong ("" when nothing is: a
+  // leader serves), for the errors of joins and keep-alives, which would
+  // otherwise name this agent's own service (etcd out of reach, no listed
+  // node answering).
+  std::function<std::string()> control_plane_state;
   // The embedded control plane: where this agent takes the job's Raft
   // messages, sent in its joins so that the leader may make it a voter
   // ("": none).

@@ -12,16 +12,25 @@ namespace ddprun {
 namespace {
 // The etcd backend's term (see HostedControlPlane).
 constexpr auto kEtcdTerm = std::chrono::seconds(3);
+// How often a control plane that stays out of reach is said again.
+constexpr auto kRepeatErrors = std::chrono::seconds(30);
 }  // namespace
 
 // What the control plane did, in the agent's log: which node serves the job
 // and from when, and why one stopped.
 ControlPlaneHost::OnEvent control_plane_log(const std::string& job_id) {
-  auto last_error = std::make_shared<std::string>();
+  // An error is said when it first comes, and again (it may have changed:
+  // another member, another errno) at most every kRepeatErrors while the
+  // control plane stays out of reach.
+  struct Said {
+    std::string text;
+    std::chrono::steady_clock::time_point at{};
+  };
+  auto last_error = std::make_shared<Said>();
   return [job_id, last_error](const ControlPlaneEvent& e) {
     switch (e.kind) {
       case ControlPlaneEvent::Kind::kLeads:
-        last_error->clear();
+        last_error->text.clear();
         if (e.predecessor.empty()) {
           spdlog::info("control plane: this node serves job {}'s rendezvous (term {})", job_id, e.term);
         } else {
@@ -34,11 +43,17 @@ ControlPlaneHost::OnEvent control_plane_log(const std::string& job_id) {
                      "as a member, served by whichever node leads next",
                      job_id, e.term, e.detail);
         break;
-      case ControlPlaneEvent::Kind::kError:
-        // Said once while it lasts: the campaign tries again every third of a ttl.
-        if (*last_error != e.detail) spdlog::warn("control plane: {}; trying again", e.detail);
-        *last_error = e.detail;
+      case ControlPlaneEvent::Kind::kError: {
+        // The campaign tries again every third of a ttl.
+        const auto now = std::chrono::steady_clock::now();
+        if (last_error->text.empty() || (last_error->text != e.detail && now - last_error->at >= kRepeatErrors)) {
+          spdlog::warn("control plane: {}; trying again{}", e.detail,
+                       last_error->text.empty() ? "" : " (said at most every 30 s while it lasts)");
+          last_error->text = e.detail;
+          last_error->at = now;
+        }
         break;
+      }
     }
   };
 }
@@ -68,6 +83,14 @@ HostedControlPlane::HostedControlPlane(LaunchPlan& plan) {
   server_ = std::make_unique<RendezvousServer>(o, make_nccl_unique_id);
   a.rdzv_address = server_->address();
   a.takeover_allowance = plane_->ttl();
+  // What the join's and the keep-alives' errors name instead of this
+  // agent's own service: etcd, and why it did not answer.
+  a.control_plane_state = [host = host_.get(), endpoints = plan.etcd_endpoints]() -> std::string {
+    std::string list;
+    for (const auto& e : endpoints) list += (list.empty() ? "" : ",") + e;
+    const std::string err = host->last_error();
+    return err.empty() ? "" : "etcd at " + list + " did not answer (" + err + ")";
+  };
   a.hosts_rendezvous = false;  // a leader that leaves hands the job on (it resigns)
   host_->start(server_->registry(), server_->address());
 }

@@ -47,6 +47,11 @@ std::pair<std::string, int64_t> DeferredGate::serving_as() const {
   return gate_ ? gate_->serving_as() : std::pair<std::string, int64_t>{"", 0};
 }
 
+std::string DeferredGate::job() const {
+  std::lock_guard lock(mu_);
+  return gate_ ? gate_->job() : "";
+}
+
 std::vector<std::string> DeferredGate::candidates() {
   std::lock_guard lock(mu_);
   return gate_ ? gate_->candidates() : std::vector<std::string>{};
@@ -90,7 +95,10 @@ EmbeddedControlPlane::EmbeddedControlPlane(LaunchPlan& plan) {
       first = i == 0;
     } catch (const ListenError& e) {
       if (i == 0 && plan.rdzv_host_mode == "on") throw;
-      spdlog::debug("{}: taken (another agent of the job serves there)", e.what());
+      // Another agent of this job serves there, or another job does: this
+      // node serves at a port of its own and joins through the listed one,
+      // whose service refuses a job that is not its own.
+      spdlog::info("{}: taken; this node joins the job through it and serves at a port of its own", e.what());
     }
   }
   if (!server_) {
@@ -132,6 +140,15 @@ EmbeddedControlPlane::EmbeddedControlPlane(LaunchPlan& plan) {
 
   a.rdzv_address = server_->address();
   a.takeover_allowance = 2 * kElection;
+  // What the join's and the keep-alives' errors name instead of this
+  // agent's own service: the listed nodes, while none leads.
+  std::string listed_text;
+  for (const auto& [host, port] : given) listed_text += (listed_text.empty() ? "" : ", ") + with_port(host, port);
+  a.control_plane_state = [node = node_.get(), listed_text]() -> std::string {
+    if (node->status().leader_id != 0) return "";
+    return "no control-plane leader: none of the nodes --rdzv-endpoint lists (" + listed_text +
+           ") answered as one";
+  };
   a.hosts_rendezvous = false;  // a leader that leaves hands the job on
   a.control_address = control_address;
   // This node may no longer act for the job (asked before and while it

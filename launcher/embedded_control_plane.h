@@ -35,6 +35,7 @@ class DeferredGate final : public ServingGate {
   bool commit(const std::string& job_id, bool force) override;
   std::pair<std::string, int64_t> serving_as() const override;
   std::vector<std::string> candidates() override;
+  std::string job() const override;
 
  private:
   mutable std::mutex mu_;

@@ -51,6 +51,7 @@ std::string serialize(const JobFileEntry& e) {
   line("tls_ca", e.auth.tls.ca);
   line("pid", std::to_string(e.pid));
   line("start_time", e.start_time);
+  line("netns", e.netns);
   return out;
 }
 
@@ -70,6 +71,7 @@ std::optional<JobFileEntry> parse(const std::string& text) {
   e.auth.tls.key = kv["tls_key"];
   e.auth.tls.ca = kv["tls_ca"];
   e.start_time = kv["start_time"];
+  e.netns = kv["netns"];
   char* end = nullptr;
   const std::string pid = kv["pid"];
   e.pid = std::strtol(pid.c_str(), &end, 10);
@@ -100,6 +102,81 @@ std::string process_start_time(long pid) {
   std::string field;
   for (int i = 3; i <= 22 && rest >> field; ++i) {
     if (i == 22) return field;
+  }
+  return "";
+}
+
+std::string own_netns() {
+  char buf[64];
+  const ssize_t n = readlink("/proc/self/ns/net", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+namespace {
+
+// The inodes of the sockets listening on TCP `port` in the network
+// namespace of `pid` (its /proc/PID/net/tcp and tcp6).
+std::vector<std::string> listening_inodes(long pid, int port) {
+  std::vector<std::string> out;
+  char hex_port[16];
+  std::snprintf(hex_port, sizeof(hex_port), "%04X", static_cast<unsigned>(port) & 0xFFFFu);
+  for (const char* table : {"tcp", "tcp6"}) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/net/" + table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+      std::istringstream f(line);
+      std::string sl, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      if (!(f >> sl >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode)) continue;
+      const auto colon = local.rfind(':');
+      if (state == "0A" && colon != std::string::npos && local.substr(colon + 1) == hex_port) out.push_back(inode);
+    }
+  }
+  return out;
+}
+
+// Whether process pid holds one of these socket inodes (its fd table).
+bool holds_socket(long pid, const std::vector<std::string>& inodes) {
+  const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = opendir(fds.c_str());
+  if (!d) return false;
+  bool found = false;
+  while (dirent* ent = readdir(d)) {
+    char target[64];
+    const ssize_t n = readlink((fds + "/" + ent->d_name).c_str(), target, sizeof(target) - 1);
+    if (n <= 0) continue;
+    const std::string t(target, static_cast<size_t>(n));
+    for (const auto& inode : inodes) found = found || t == "socket:[" + inode + "]";
+  }
+  closedir(d);
+  return found;
+}
+
+}  // namespace
+
+std::string why_not_contacted(const JobFileEntry& e) {
+  const std::string where = " (" + e.endpoint + "): not contacted";
+  if (e.netns.empty() || e.netns != own_netns()) {
+    return "its ddprun (pid " + std::to_string(e.pid) + ") runs in another network namespace" + where +
+           " (run `ddprun status` there, or give --rdzv-endpoint and --rdzv-id)";
+  }
+  struct stat st {};
+  if (stat(("/proc/" + std::to_string(e.pid)).c_str(), &st) != 0 || st.st_uid != geteuid()) {
+    return "its ddprun (pid " + std::to_string(e.pid) + ") is not this user's" + where;
+  }
+  const auto colon = e.endpoint.rfind(':');
+  int port = 0;
+  if (colon != std::string::npos) {
+    try {
+      port = std::stoi(e.endpoint.substr(colon + 1));
+    } catch (const std::exception&) {
+      port = 0;
+    }
+  }
+  if (port <= 0 || !holds_socket(e.pid, listening_inodes(e.pid, port))) {
+    return "its rendezvous is not served by its ddprun (pid " + std::to_string(e.pid) + ") here" + where +
+           " (another host's, or give --rdzv-endpoint and --rdzv-id)";
   }
   return "";
 }

@@ -25,7 +25,19 @@ struct JobFileEntry {
   RendezvousAuth auth;   // its token and TLS files
   long pid = 0;          // of the ddprun that wrote it
   std::string start_time;  // the process's start (/proc/PID/stat), against pid reuse
+  std::string netns;     // its network namespace ("net:[4026531840]"; "" in older files)
 };
+
+// This process's network namespace, as /proc/self/ns/net names it.
+std::string own_netns();
+
+// Why `ddprun status` must not send the job's token to its endpoint ("":
+// it may): the job runs in another network namespace (its loopback is not
+// ours: another process may listen at the same address here), its ddprun
+// is not this user's, or no listening socket of that ddprun serves the
+// endpoint's port (the rendezvous is another host's, or another process
+// holds the port now). Each proven from /proc.
+std::string why_not_contacted(const JobFileEntry& e);
 
 // This user's job folder (not created).
 std::string job_dir();

@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
       const AgentConfig& a = plan.agent;
       job_file = std::make_unique<JobFile>(JobFileEntry{a.run_id, a.rdzv_address, a.rdzv_auth,
                                                         static_cast<long>(getpid()),
-                                                        process_start_time(getpid())});
+                                                        process_start_time(getpid()), own_netns()});
     } catch (const std::exception& e) {
       spdlog::warn("`ddprun status` will not find this job: {}", e.what());
     }

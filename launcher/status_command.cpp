@@ -427,13 +427,27 @@ int run_status_command(const std::vector<std::string>& args) {
         }
         if (!mine.empty()) return print_asked_stacks(mine, dir, timeout_given ? timeout_s : 10.0);
       }
+      std::vector<std::pair<std::string, std::string>> passed;  // jobs not contacted, and why
       for (auto& j : jobs) {
         if (!job_id.empty() && j.run_id != job_id) continue;
         // Several agents of one job on this machine: the job once.
         const bool seen = std::any_of(targets.begin(), targets.end(), [&](const Target& t) {
           return t.job_id == j.run_id && t.endpoint == j.endpoint;
         });
-        if (!seen) targets.push_back(Target{j.run_id, j.endpoint, j.auth, j.pid});
+        if (seen) continue;
+        // The token goes only where this user's own ddprun listens, here.
+        if (const std::string why = why_not_contacted(j); !why.empty()) {
+          passed.emplace_back(j.run_id, why);
+          continue;
+        }
+        targets.push_back(Target{j.run_id, j.endpoint, j.auth, j.pid});
+      }
+      for (const auto& [id, why] : passed) {
+        // Said only for a job no other agent of this machine shows.
+        const bool shown = std::any_of(targets.begin(), targets.end(), [&, &id = id](const Target& t) {
+          return t.job_id == id;
+        });
+        if (!shown) std::fprintf(stderr, "ddprun: warning: status: job %s: %s\n", id.c_str(), why.c_str());
       }
       if (targets.empty()) {
         std::fprintf(stderr, "ddprun: error: status: %s (looked in %s; for a job elsewhere give "

@@ -63,6 +63,11 @@ std::string ControlPlaneHost::last_term_end() const {
   return last_term_end_;
 }
 
+std::string ControlPlaneHost::last_error() const {
+  std::lock_guard lock(mu_);
+  return last_error_;
+}
+
 bool ControlPlaneHost::wait_stop(std::chrono::milliseconds d) {
   std::unique_lock lock(mu_);
   return stop_cv_.wait_for(lock, d, [this] { return stop_; });
@@ -157,9 +162,17 @@ void ControlPlaneHost::loop() {
         return stop_;
       });
     } catch (const std::exception& e) {
+      {
+        std::lock_guard lock(mu_);
+        last_error_ = e.what();
+      }
       on_event_(ControlPlaneEvent{ControlPlaneEvent::Kind::kError, 0, e.what(), ""});
       if (wait_stop(plane_.ttl() / 3)) return;
       continue;
+    }
+    {
+      std::lock_guard lock(mu_);
+      last_error_.clear();
     }
     if (!term) return;
     lead(*term);

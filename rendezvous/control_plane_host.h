@@ -68,6 +68,9 @@ class ControlPlaneHost final : public ServingGate {
   // Why this agent's last term ended while it still ran ("" if none did):
   // for its log. The node is still in the job.
   std::string last_term_end() const;
+  // Why the control plane could not be reached the last time it was tried
+  // (its campaign failed: etcd out of reach), "" once it answered again.
+  std::string last_error() const;
   // Who leads, never waiting on the control plane but the first time: the
   // last answer, asked again (on a thread of its own) once it is older
   // than kLeaderFresh.
@@ -78,6 +81,7 @@ class ControlPlaneHost final : public ServingGate {
   bool commit(const std::string& job_id, bool force) override;
   std::pair<std::string, int64_t> serving_as() const override;
   std::vector<std::string> candidates() override { return plane_.candidates(); }
+  std::string job() const override { return job_id_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -105,6 +109,7 @@ class ControlPlaneHost final : public ServingGate {
   std::shared_ptr<StateSaver> saver_;
   uint64_t committed_revision_ = 0;  // the registry's revision known saved
   std::string last_term_end_;  // see last_term_end()
+  std::string last_error_;     // see last_error()
 
   std::mutex cache_mu_;  // guards the cache and its refresher
   std::optional<ControlLeader> cached_leader_;

@@ -549,6 +549,12 @@ grpc::ServerUnaryReactor* RendezvousHandler::Wait(grpc::CallbackServerContext* c
 MaybeStatus RendezvousHandler::served(grpc::ServerContextBase& ctx, const std::string& job_id) {
   if (auto bad = check_job(job_id)) return bad;
   if (!options_.gate) return std::nullopt;
+  if (const std::string own = options_.gate->job(); !own.empty() && own != job_id) {
+    return grpc::Status(StatusCode::FAILED_PRECONDITION,
+                        "rendezvous: this service runs job '" + own + "''s control plane, not job '" + job_id +
+                            "''s: --rdzv-endpoint names another job's rendezvous (give each job its own port, "
+                            "or check --rdzv-id)");
+  }
   const std::optional<std::string> leader = options_.gate->leader_elsewhere(job_id);
   if (!leader) return std::nullopt;
   return moved(ctx, job_id, *leader);

@@ -36,6 +36,10 @@ class ServingGate {
   // leader (the embedded control plane's voters); agents learn them in
   // their keep-alives. Empty by default.
   virtual std::vector<std::string> candidates() { return {}; }
+  // The one job this service's control plane runs ("": any). Calls for
+  // another job are refused outright (the caller's endpoint is another
+  // job's), not redirected nor served.
+  virtual std::string job() const { return ""; }
 };
 
 }  // namespace ddprun

@@ -175,6 +175,54 @@ TEST(MultiNode, AJoinThatTimesOutSaysWhichFlagToRaise) {
   EXPECT_FALSE(contains(f.out, "RANK=")) << "no worker may start";
 }
 
+// Two jobs given one endpoint: the first serves its embedded control plane
+// there; the second's calls reach that service, which refuses a job not its
+// own at once (never serving it, nor sending it to wait for a leader until
+// join_timeout), and the second says so and ends.
+TEST(MultiNode, AnEmbeddedControlPlaneRefusesAnotherJobAtItsEndpoint) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  auto job = [&](const std::string& id) {
+    return node_cmd({"--nnodes", "2", "--rdzv-backend", "embedded", "--rdzv-endpoint", endpoint, "--rdzv-id", id,
+                     "--rdzv-conf", "join_timeout=300"},
+                    {PROBE_BIN, "env"});
+  };
+  Process a(job("first"));
+  ASSERT_TRUE(a.wait_for_err_line([](const std::string& l) { return contains(l, "joining job first"); }, 60s))
+      << a.err();
+  Finished b = ddptest::run(job("second"), {}, 120s);
+  a.signal(SIGINT);
+  a.finish(30s);
+  EXPECT_EQ(b.exit_code, 1) << b.err;
+  EXPECT_TRUE(contains(b.err, "runs job 'first''s control plane, not job 'second''s: --rdzv-endpoint names another "
+                              "job's rendezvous"))
+      << b.err;
+  EXPECT_FALSE(contains(b.out, "RANK=")) << b.out;
+}
+
+// A control plane nobody answers for: the join's error says what did not
+// answer (etcd there, or the nodes --rdzv-endpoint lists), not this
+// agent's own service, which only relays; and an etcd out of reach is said
+// once, not at every try.
+TEST(MultiNode, AJoinThatTimesOutNamesTheControlPlaneThatDidNotAnswer) {
+  const std::string etcd = "127.0.0.1:" + std::to_string(free_port());  // nobody listens there
+  Finished e = ddptest::run(node_cmd({"--nnodes", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", etcd, "--rdzv-id",
+                                      "no-etcd", "--rdzv-conf", "join_timeout=4"},
+                                     {PROBE_BIN, "env"}),
+                            {}, 60s);
+  EXPECT_EQ(e.exit_code, 1) << e.err;
+  EXPECT_TRUE(contains(e.err, "error: no answer from the job's rendezvous within 4.0 s: etcd at " + etcd +
+                                  " did not answer"))
+      << e.err;
+  EXPECT_LE(ddptest::occurrences(e.err, "warning: control plane: "), 1) << e.err;
+  const std::string listed = "192.0.2.1:" + std::to_string(free_port());  // TEST-NET-1: never answers
+  Finished m = ddptest::run(node_cmd({"--nnodes", "3", "--rdzv-backend", "embedded", "--rdzv-endpoint", listed,
+                                      "--rdzv-id", "no-node-0", "--rdzv-conf", "join_timeout=4"},
+                                     {PROBE_BIN, "env"}),
+                            {}, 60s);
+  EXPECT_EQ(m.exit_code, 1) << m.err;
+  EXPECT_TRUE(contains(m.err, "no control-plane leader: none of the nodes --rdzv-endpoint lists (" + listed)) << m.err;
+}
+
 // A shell line that runs argv with stderr merged into stdout (to wait for
 // the agent's log lines).
 std::vector<std::string> merged(const std::vector<std::string>& argv) {

@@ -1,6 +1,8 @@
 // The job files `ddprun status` finds local jobs by: private to the user,
 // gone with their process, and nothing another user plants is trusted.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -30,7 +32,7 @@ struct Dir {
 
 JobFileEntry me(const std::string& run_id = "job-a") {
   return JobFileEntry{run_id, "127.0.0.1:1234", RendezvousAuth{"tok-0123456789abcdef", {}},
-                      static_cast<long>(getpid()), process_start_time(getpid())};
+                      static_cast<long>(getpid()), process_start_time(getpid()), own_netns()};
 }
 
 // A job file as a ddprun with pid `pid` would write it, written by hand.
@@ -133,6 +135,35 @@ TEST(JobFile, AFolderThatIsALinkOpenToOthersOrNotOursIsRefused) {
     EXPECT_THROW(running_jobs(warnings, d.dir()), std::runtime_error);
     EXPECT_THROW(JobFile(me(), d.dir()), std::runtime_error);
   }
+}
+
+// `ddprun status` sends a job's token only where that job's own ddprun
+// listens in this network namespace: here, this test process stands for
+// the ddprun, with a listening socket of its own.
+TEST(JobFile, ATokenGoesOnlyToASocketItsOwnDdprunListensOnInThisNamespace) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  JobFileEntry e = me();
+  e.endpoint = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  EXPECT_EQ(why_not_contacted(e), "");
+  // Another namespace's loopback is not ours: whoever listens here is not it.
+  JobFileEntry elsewhere = e;
+  elsewhere.netns = "net:[1]";
+  EXPECT_NE(why_not_contacted(elsewhere).find("runs in another network namespace"), std::string::npos);
+  JobFileEntry old_file = e;
+  old_file.netns = "";  // written before files said their namespace: unproven
+  EXPECT_NE(why_not_contacted(old_file), "");
+  // A port its ddprun does not listen on (another host's rendezvous, or
+  // another process's port now).
+  close(fd);
+  EXPECT_NE(why_not_contacted(e).find("not served by its ddprun"), std::string::npos);
 }
 
 TEST(JobFile, NoFolderMeansNoJobs) {
