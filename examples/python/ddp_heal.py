@@ -64,6 +64,8 @@ def main():
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--print-steps", action="store_true", help="rank 0 prints a line after every step")
     ap.add_argument("--no-heal", action="store_true", help="the plain DDP loop: no Healer")
+    ap.add_argument("--evaluate-first", action="store_true",
+                    help="evaluate the untrained model before training (a forward without gradients)")
     args = ap.parse_args()
 
     dist.init_process_group("gloo")
@@ -82,6 +84,13 @@ def main():
         progress["sample"] += world * args.batch
         return loss.item()
 
+    if args.evaluate_first:
+        model.eval()
+        with torch.no_grad():
+            first = torch.nn.functional.mse_loss(model(x[:args.batch]), y[:args.batch]).item()
+        model.train()
+        if rank == 0:
+            print(f"untrained loss {first:.6f}", flush=True)
     healer = None if args.no_heal else ddprun.Healer(model, optimizer, state=progress)
     step = healer.step if healer else (lambda fn, *a: fn(*a))
     if healer is not None and healer.joined:

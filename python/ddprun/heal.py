@@ -393,10 +393,16 @@ class Healer:
         # replacement's would then differ from the survivors'. Rebuilt now,
         # in parameter order, on every rank alike, they never change again.
         reducer = self.ddp.reducer
-        reducer._push_all_rebuilt_params()
-        if not reducer._rebuild_buckets() and not _process.joining:
-            raise ValueError("ddprun.Healer: make the Healer before the model's first forward "
-                             "(DDP has fixed its buckets already)")
+        too_late = ValueError("ddprun.Healer: make the Healer before the model's first forward with gradients "
+                              "(DDP has begun an iteration or fixed its buckets already: a replacement's would "
+                              "differ, and it could not heal bit for bit)")
+        try:
+            reducer._push_all_rebuilt_params()
+            rebuilt = reducer._rebuild_buckets()
+        except RuntimeError as e:  # "must NOT be called during autograd execution": a forward's graph waits
+            raise too_late from e
+        if not rebuilt and not _process.joining:
+            raise too_late
 
     def _pulse_while_buffers_sync(self):
         # DDP broadcasts the module's buffers (batch norm's statistics) at
@@ -615,6 +621,12 @@ class Healer:
                 "state": self.state,
                 "extra": [o.state_dict() for o in self.extra],
                 "rng": _rng_state(),
+                # DDP's forward syncs the buffers only if the forward before it
+                # ran with gradients: a flag of the survivors' history that a
+                # replacement's own start (an evaluation forward before its
+                # Healer) may have left otherwise, and a broadcast that one
+                # rank skips deadlocks the others in it.
+                "forward_sync": getattr(self.ddp, "require_forward_param_sync", None),
                 "model": [(tuple(t.shape), str(t.dtype)) for t in self._tensors()],
                 "optimizer": _without_tensors(live),
             }
@@ -647,6 +659,8 @@ class Healer:
         for o, sd in zip(self.extra, skeleton["extra"]):
             o.load_state_dict(sd)
         _set_rng_state(skeleton["rng"])
+        if skeleton.get("forward_sync") is not None and self.ddp is not None:
+            self.ddp.require_forward_param_sync = skeleton["forward_sync"]
 
 
 def _first_line(error):

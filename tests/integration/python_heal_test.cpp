@@ -45,15 +45,17 @@ std::string checksum_of(const std::string& out) {
   return m[0];
 }
 
-// The final loss and checksum of an uninterrupted run (once per world size).
-std::string reference(int nproc) {
-  static std::map<int, std::string> done;
-  if (!done.count(nproc)) {
-    Finished f = ddptest::run(heal_job(nproc), kEnv);
+// The final loss and checksum of an uninterrupted run (once per world size
+// and script flags).
+std::string reference(int nproc, const std::vector<std::string>& script_flags = {}) {
+  static std::map<std::pair<int, std::vector<std::string>>, std::string> done;
+  const auto key = std::make_pair(nproc, script_flags);
+  if (!done.count(key)) {
+    Finished f = ddptest::run(heal_job(nproc, {}, script_flags), kEnv);
     EXPECT_EQ(f.exit_code, 0) << f.err;
-    done[nproc] = checksum_of(f.out);
+    done[key] = checksum_of(f.out);
   }
-  return done[nproc];
+  return done[key];
 }
 
 struct Outcome {
@@ -65,9 +67,10 @@ struct Outcome {
 // with `during_heal`, also that worker once ddprun has begun the heal.
 // Checks that every other first worker is still the same process ten steps
 // later.
-Outcome kill_at(int nproc, std::vector<int> victims, int at_step, int during_heal = -1) {
+Outcome kill_at(int nproc, std::vector<int> victims, int at_step, int during_heal = -1,
+                const std::vector<std::string>& script_flags = {}) {
   Outcome o;
-  Process p(heal_job(nproc), kEnv);
+  Process p(heal_job(nproc, {}, script_flags), kEnv);
   EXPECT_TRUE(reach_step(p, at_step)) << p.out() << p.err();
   const std::vector<pid_t> workers = workers_of(p.pid());
   EXPECT_EQ(static_cast<int>(workers.size()), nproc);
@@ -119,6 +122,28 @@ TEST(PythonHeal, RankZeroOfTwoKilledIsReplacedAndTheRunEndsBitwiseEqual) {
   const std::string want = reference(2);
   ASSERT_FALSE(want.empty());
   expect_healed(kill_at(2, {0}, 120), 1, want);
+}
+
+// A script that evaluates before it trains (a forward without gradients
+// before its Healer is made) leaves DDP's "sync the buffers at the next
+// forward" off until its first training forward; a replacement evaluates
+// too at its start, and would skip the buffers' broadcast its peers make in
+// the step they run again (the two deadlocked). The flag travels with the
+// state.
+TEST(PythonHeal, AScriptThatEvaluatesBeforeItTrainsHealsBitwiseEqual) {
+  const std::string want = reference(2, {"--evaluate-first"});
+  ASSERT_FALSE(want.empty());
+  expect_healed(kill_at(2, {1}, 40, -1, {"--evaluate-first"}), 1, want);
+}
+
+// A Healer made after a forward with gradients (DDP has begun an
+// iteration) could not heal bit for bit: it refuses, saying so.
+TEST(PythonHeal, AHealerMadeAfterAForwardWithGradientsRefusesClearly) {
+  Finished f = ddptest::run({DDPRUN_BIN, "--nproc", "2", LATE_HEALER_SCRIPT}, kEnv);
+  EXPECT_NE(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "ValueError: ddprun.Healer: make the Healer before the model's first forward with "
+                              "gradients"))
+      << f.err;
 }
 
 TEST(PythonHeal, TwoRanksKilledAtOnceAreBothReplacedBitwiseEqual) {
