@@ -158,7 +158,7 @@ JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
   args.job_id = cfg_.run_id;
   args.node = NodeSpec{node_id_,         cfg_.host,          cfg_.nproc,       cfg_.local_addr,
                        cfg_.node_rank,   cfg_.wants_nccl_id, cfg_.master_port, takes_over(), program_identity(),
-                       cfg_.control_address};
+                       cfg_.control_address, cfg_.probe_address};
   args.settings = cfg_.rdzv;
   args.intent = intent;
   args.lease = cfg_.lease_timeout;
@@ -461,9 +461,9 @@ GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& li
   running = &group;
   GroupResult result = group.run();
   if (lease_) lease_->set_workers_heal_round(-1);  // none of them runs any more
-  if (!result.healed.empty() && result.outcome != GroupResult::kWorkerFailed) {
+  if (result.heals > 0 && result.outcome != GroupResult::kWorkerFailed) {
     spdlog::info("{} failed worker(s) were replaced while the others went on (heal generation {}; no restart)",
-                 result.healed.size(), result.heal_generation);
+                 result.heals, result.heal_generation);
   }
   // A checkpoint saved just before the end, since the last tick.
   watch_progress(attempt, a);

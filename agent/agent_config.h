@@ -68,6 +68,9 @@ struct AgentConfig {
   // messages, sent in its joins so that the leader may make it a voter
   // ("": none).
   std::string control_address;
+  // host:port this agent listens on while it lives (NodeSpec::probe_address):
+  // its own rendezvous service, or a socket kept for it; "": none.
+  std::string probe_address;
   // ... and what it learns from keep-alives: the services of the control
   // plane's voters (whom its own service asks when it knows no leader).
   std::function<void(const std::vector<std::string>&)> on_control_candidates;

@@ -83,6 +83,7 @@ HostedControlPlane::HostedControlPlane(LaunchPlan& plan) {
   server_ = std::make_unique<RendezvousServer>(o, make_nccl_unique_id);
   a.rdzv_address = server_->address();
   a.takeover_allowance = plane_->ttl();
+  a.probe_address = probe_address_of(server_->address(), a.local_addr);
   // What the join's and the keep-alives' errors name instead of this
   // agent's own service: etcd, and why it did not answer.
   a.control_plane_state = [host = host_.get(), endpoints = plan.etcd_endpoints]() -> std::string {

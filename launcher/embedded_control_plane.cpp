@@ -140,6 +140,7 @@ EmbeddedControlPlane::EmbeddedControlPlane(LaunchPlan& plan) {
 
   a.rdzv_address = server_->address();
   a.takeover_allowance = 2 * kElection;
+  a.probe_address = probe_address_of(server_->address(), a.local_addr);
   // What the join's and the keep-alives' errors name instead of this
   // agent's own service: the listed nodes, while none leads.
   std::string listed_text;

@@ -237,10 +237,18 @@ int main(int argc, char** argv) {
     std::unique_ptr<HostedControlPlane> control_plane;
     std::unique_ptr<EmbeddedControlPlane> embedded_control_plane;
     std::unique_ptr<RendezvousServer> server;
+    std::unique_ptr<ProbeSocket> probe_socket;
     try {
       if (!plan.etcd_endpoints.empty()) control_plane = std::make_unique<HostedControlPlane>(plan);
       if (plan.embedded_control_plane) embedded_control_plane = std::make_unique<EmbeddedControlPlane>(plan);
       server = place_rendezvous(plan);
+      // A node that holds a lease on a rendezvous elsewhere, with no
+      // service of its own: a socket where its host can say it is gone.
+      AgentConfig& a = plan.agent;
+      if (a.lease_timeout.count() > 0 && !a.hosts_rendezvous && a.probe_address.empty() && !a.local_addr.empty()) {
+        probe_socket = ProbeSocket::listen_on(a.local_addr);
+        if (probe_socket) a.probe_address = probe_socket->address();
+      }
     } catch (const UsageError& e) {
       std::fprintf(stderr, "ddprun: error: %s\n", e.what());
       return kExitUsage;

@@ -119,4 +119,41 @@ std::string source_address_towards(const std::string& address) {
   return numeric(reinterpret_cast<sockaddr*>(&local));
 }
 
+std::unique_ptr<ProbeSocket> ProbeSocket::listen_on(const std::string& address) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  if (inet_pton(AF_INET, address.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    len = sizeof(sockaddr_in);
+  } else if (inet_pton(AF_INET6, address.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    len = sizeof(sockaddr_in6);
+  } else {
+    return nullptr;
+  }
+  const int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return nullptr;
+  // A backlog for the probes' handshakes, which nothing accepts: the
+  // rendezvous probes only when a node's connection closes.
+  if (bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || listen(fd, 128) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    close(fd);
+    return nullptr;
+  }
+  const int port = ss.ss_family == AF_INET ? ntohs(v4->sin_port) : ntohs(v6->sin6_port);
+  return std::unique_ptr<ProbeSocket>(new ProbeSocket(fd, with_port(address, port)));
+}
+
+ProbeSocket::~ProbeSocket() { close(fd_); }
+
+std::string probe_address_of(const std::string& service, const std::string& local_addr) {
+  const auto colon = service.rfind(':');
+  if (colon == std::string::npos || local_addr.empty()) return "";
+  std::string host = service.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host == local_addr ? service : "";
+}
+
 }  // namespace ddprun

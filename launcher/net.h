@@ -3,6 +3,7 @@
 // its addresses the other nodes reach it by.
 #pragma once
 
+#include <memory>
 #include <string>
 
 namespace ddprun {
@@ -29,5 +30,29 @@ std::string interface_of(const std::string& address);
 // The IPv4 (else IPv6) address of interface `name`, empty if it has none
 // or there is no such interface.
 std::string address_of_interface(const std::string& name);
+
+// A socket that only listens, for as long as this process lives: where the
+// rendezvous may ask this node's host whether its agent still lives
+// (rendezvous/liveness_probe.h; NodeSpec::probe_address). Nothing is ever
+// accepted; the kernel answers the probe's handshake, or refuses it once
+// the process is gone.
+class ProbeSocket {
+ public:
+  // On address:0; nullptr when it cannot listen there (then the lease alone decides).
+  static std::unique_ptr<ProbeSocket> listen_on(const std::string& address);
+  ~ProbeSocket();
+  ProbeSocket(const ProbeSocket&) = delete;
+  ProbeSocket& operator=(const ProbeSocket&) = delete;
+  const std::string& address() const { return address_; }  // host:port
+
+ private:
+  ProbeSocket(int fd, std::string address) : fd_(fd), address_(std::move(address)) {}
+  int fd_;
+  std::string address_;
+};
+
+// A node's probe address: its rendezvous service's host:port when that is
+// on local_addr (the rendezvous probes only a node's own address), else "".
+std::string probe_address_of(const std::string& service, const std::string& local_addr);
 
 }  // namespace ddprun

@@ -215,6 +215,9 @@ void ControlPlaneHost::lead(int64_t term) {
     saver_ = saver;
     committed_revision_ = registry_->revision(job_id_);  // what was restored is saved
   }
+  // The predecessor's node stays (see the top), but its host may say at
+  // once that its agent is gone: then waiting out its lease buys nothing.
+  if (!predecessor.empty() && predecessor != node_id_) registry_->probe_node(job_id_, predecessor);
   on_event_(ControlPlaneEvent{ControlPlaneEvent::Kind::kLeads, term, "", predecessor});
 
   // 3. Renew every third of a ttl; stop serving once a ttl passed without

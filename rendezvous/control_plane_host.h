@@ -6,7 +6,8 @@
 //      term also ends when its leader was only slow (a loaded machine, a
 //      pause, a blip), and that agent goes on as a member whose service
 //      sends its calls here. If it is gone, its lease runs out like any
-//      node's;
+//      node's, or sooner if its host refuses a connect where it listened
+//      (JobRegistry::probe_node);
 //   2. saves each change before anyone hears of it (commit(), StateSaver);
 //   3. renews its term every ttl/3 and stops serving as soon as a ttl has
 //      passed since the last renewal that succeeded - by its own clock,

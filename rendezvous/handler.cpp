@@ -350,9 +350,21 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
   }
   const auto& n = req->node();
   if (n.node_id().size() > 512 || n.host().size() > 512 || n.local_addr().size() > 512 ||
-      n.control_address().size() > 1100) {
-    return refuse(ctx, invalid_argument("node id, host or local_addr longer than 512 bytes, or control_address "
-                                        "longer than 1100"));
+      n.control_address().size() > 1100 || n.probe_address().size() > 600) {
+    return refuse(ctx, invalid_argument("node id, host or local_addr longer than 512 bytes, control_address "
+                                        "longer than 1100 or probe_address longer than 600"));
+  }
+  // The rendezvous connects to a node's probe address only on the node's
+  // own host (its local_addr): never to one a caller chose elsewhere.
+  if (!n.probe_address().empty()) {
+    const auto colon = n.probe_address().rfind(':');
+    std::string host = colon == std::string::npos ? "" : n.probe_address().substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (host != n.local_addr()) {
+      return refuse(ctx, invalid_argument("probe_address '" + printable(n.probe_address(), false) +
+                                              "' is not on the node's local_addr '" + printable(n.local_addr(), false) +
+                                              "'"));
+    }
   }
   // Every agent prints them (in a takeover's, a shrink's or a grow's news).
   if (n.program().size() > kMaxProgramBytes) {
@@ -364,7 +376,8 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
                                  {"host", &n.host()},
                                  {"local_addr", &n.local_addr()},
                                  {"program", &n.program()},
-                                 {"control_address", &n.control_address()}}) {
+                                 {"control_address", &n.control_address()},
+                                 {"probe_address", &n.probe_address()}}) {
     if (printable(*v, false) != *v) {
       return refuse(ctx, invalid_argument(std::string(field) + " '" + printable(*v, false) +
                                               "' holds control characters"));

@@ -42,9 +42,29 @@ JoinOutcome failure(const std::string& message) {
 JobRegistry::JobRegistry(IdSource id_source, ServiceLimits limits)
     : id_source_(std::move(id_source)), limits_(limits) {
   timer_ = std::thread([this] { timer_loop(); });
+  probe_ = std::make_unique<LivenessProbe>([this](const std::string& job, const std::string& node,
+                                                  const std::string& address) {
+    // The host refused: nothing listens where the agent did. Gone - unless
+    // it spoke again meanwhile (then the refusal was of another process).
+    std::vector<Completion> completions;
+    {
+      std::lock_guard lock(mu_);
+      if (closed_) return;
+      Job* j = find_locked(job);
+      if (!j || !j->rounds || !j->rounds->silent_since_closed(node)) return;
+      const auto now = Clock::now();
+      j->rounds->lose(node, "its host refused connections at " + address + " where its agent listened (the "
+                                "agent is gone), after its connection to the rendezvous closed",
+                      now);
+      settle_locked(*j, now, completions);
+    }
+    wake_timer_.notify_all();
+    run(completions);
+  });
 }
 
 JobRegistry::~JobRegistry() {
+  probe_.reset();
   close();
   if (timer_.joinable()) timer_.join();
 }
@@ -472,9 +492,18 @@ void JobRegistry::connection_lost(const std::string& job_id, const std::string& 
     if (newest == job->holds.end() || newest->second != hold) return;
     job->holds.erase(newest);
     job->rounds->connection_closed(node_id, Clock::now());
+    probe_->ask(job_id, node_id, job->rounds->probe_address(node_id));
   }
   wake_timer_.notify_all();
   run(completions);
+}
+
+void JobRegistry::probe_node(const std::string& job_id, const std::string& node_id) {
+  std::lock_guard lock(mu_);
+  Job* job = find_locked(job_id);
+  if (!job || !job->rounds) return;
+  job->rounds->connection_closed(node_id, Clock::now());
+  probe_->ask(job_id, node_id, job->rounds->probe_address(node_id));
 }
 
 bool JobRegistry::holds(const std::string& job_id, const std::string& node_id, const std::string& lease_key) {

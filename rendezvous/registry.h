@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "rendezvous/limits.h"
+#include "rendezvous/liveness_probe.h"
 #include "rendezvous/memory_store.h"
 #include "rendezvous/node_scores.h"
 #include "rendezvous/round.h"
@@ -118,8 +119,12 @@ class JobRegistry {
   // Hold `hold` of the node ended without a Leave, and no newer Hold of
   // the node is open. Its agent may be gone, or its link blipped, or it
   // reconnects: the node is lost only if its lease runs out
-  // (RoundState::connection_closed).
+  // (RoundState::connection_closed) - or, sooner, if its host refuses a
+  // connect at the node's probe address while it stays silent (probe_node).
   void connection_lost(const std::string& job_id, const std::string& node_id, uint64_t hold);
+  // Asks the node's host whether its agent lives (liveness_probe.h), as if
+  // its connection had closed: a successor asks so of its predecessor.
+  void probe_node(const std::string& job_id, const std::string& node_id);
   // News for a job's agents sooner than their next keep-alive: `nudge` runs
   // (never under the registry's lock) each time the job's view changes in a
   // way its nodes act on at once: a round opens or closes, a heal
@@ -282,6 +287,8 @@ class JobRegistry {
   std::map<uint64_t, std::pair<std::string, Nudge>> news_watchers_;  // ticket → job id, nudge
   bool closed_ = false;
   std::thread timer_;
+  // Last: it stops (and its callbacks with it) before the rest goes.
+  std::unique_ptr<LivenessProbe> probe_;
 };
 
 }  // namespace ddprun

@@ -293,6 +293,16 @@ void RoundState::connection_closed(const std::string& node_id, TimePoint now) {
   if (it != nodes_.end()) it->second.closed_at = now;
 }
 
+bool RoundState::silent_since_closed(const std::string& node_id) const {
+  auto it = nodes_.find(node_id);
+  return it != nodes_.end() && it->second.closed_at.has_value();
+}
+
+std::string RoundState::probe_address(const std::string& node_id) const {
+  auto it = nodes_.find(node_id);
+  return it == nodes_.end() ? "" : it->second.spec.probe_address;
+}
+
 void RoundState::excuse(Duration stalled, TimePoint now) {
   if (stalled.count() <= 0) return;
   lease_check_at_.reset();

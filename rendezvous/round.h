@@ -135,6 +135,10 @@ class RoundState {
   // too. The node stays until its lease runs out, as for any silent node;
   // the note only goes into the words of its loss if that comes.
   void connection_closed(const std::string& node_id, TimePoint now);
+  // Whether the node's connection closed and it gave no sign of life since.
+  bool silent_since_closed(const std::string& node_id) const;
+  // The node's probe address ("" when unknown or none).
+  std::string probe_address(const std::string& node_id) const;
   // This process was not running for `stalled` (its timer woke that late:
   // the machine is loaded, or the process was paused): nobody's silence
   // over that stretch is held against them. Every lease moves on by it,

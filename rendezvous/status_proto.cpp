@@ -6,7 +6,7 @@ NodeSpec from_proto(const v1::NodeInfo& n) {
   return NodeSpec{n.node_id(),        n.host(),          n.local_world_size(),
                   n.local_addr(),     n.node_rank_hint(), n.wants_nccl_id(),
                   n.master_port(),    n.heals(),          n.program(),
-                  n.control_address()};
+                  n.control_address(), n.probe_address()};
 }
 
 void to_proto(const NodeSpec& s, v1::NodeInfo* n) {
@@ -20,6 +20,7 @@ void to_proto(const NodeSpec& s, v1::NodeInfo* n) {
   n->set_heals(s.heals);
   n->set_program(s.program);
   n->set_control_address(s.control_address);
+  n->set_probe_address(s.probe_address);
 }
 
 ProgressInfo from_proto(const v1::Progress& p) {

@@ -42,6 +42,10 @@ struct NodeSpec {
   // The embedded control plane: where its agent takes Raft messages
   // (raft_control_plane.h); "": not a candidate to vote.
   std::string control_address;
+  // host:port its agent listens on while it lives (liveness_probe.h): when
+  // its connection closes, a refused connect there says it is gone. "":
+  // none; the lease decides.
+  std::string probe_address;
 };
 inline constexpr size_t kMaxProgramBytes = 4096;
 

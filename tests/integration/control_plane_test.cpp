@@ -164,7 +164,7 @@ TEST(EtcdControlPlane, TheNextLeadersRegistryServesTheJobTheLastOneSaved) {
   for (const char* id : {"a", "b"}) {
     ddprun::JoinCall c;
     c.job_id = "job";
-    c.node = ddprun::NodeSpec{id, std::string(id) + "-host", 2, "10.0.0.1", -1, false, 0, true, "train", ""};
+    c.node = ddprun::NodeSpec{id, std::string(id) + "-host", 2, "10.0.0.1", -1, false, 0, true, "train", "", ""};
     c.settings = ddprun::RoundSettings{2, 2, 0ms, 3};
     c.lease = 5s;
     c.lease_key = std::string("key-") + id;

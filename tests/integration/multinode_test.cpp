@@ -384,10 +384,11 @@ TEST(NetNodes, AKilledNodeCostsTheSurvivorsARoundNotTheJob) {
   Finished f0 = n0.finish(3min);
   n1.finish(10s);
   EXPECT_EQ(f0.exit_code, 0) << f0.err;
-  // Lost when its lease ran out (a closed connection alone proves nothing).
-  // (The survivor hears of it as a superseded round or, when its own
-  // workers failed first, in the next round's list of lost nodes.)
-  EXPECT_TRUE(contains(f0.err, "no keep-alive for ")) << f0.err;
+  // Its connection closed, which alone proves nothing; but its host
+  // refused a connect where its agent listened: lost at once, not after its
+  // lease. (The survivor hears of it as a superseded round or, when its
+  // own workers failed first, in the next round's list of lost nodes.)
+  EXPECT_TRUE(contains(f0.err, "its host refused connections at " + lab->addr(1) + ":")) << f0.err;
   EXPECT_TRUE(contains(f0.out, "]:resumed from ")) << f0.out;
   EXPECT_TRUE(contains(f0.out, "parameters identical on all 1 ranks")) << f0.out;
 }

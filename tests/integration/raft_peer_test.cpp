@@ -108,7 +108,7 @@ TEST(RaftMembership, ThreeNodesVoteAndALostOnesVoteGoesAndTwoShrinkToOne) {
     JoinCall call;
     call.job_id = "job";
     call.node = NodeSpec{id, id + "-host", 1, "10.0.0.1", -1, false, 0, false, "train",
-                         raft_address(m->server->address(), id)};
+                         raft_address(m->server->address(), id), ""};
     call.settings = RoundSettings{3, 3, 0ms, 3};
     call.lease = 60s;
     call.lease_key = "key-" + id;

@@ -3,6 +3,9 @@
 // original would from there on - same ranks, lease keys, heal generations,
 // restarts, store and NCCL id - and only the leases start afresh.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -11,6 +14,7 @@
 
 #include "rendezvous/control_plane_host.h"
 #include "rendezvous/job_state.h"
+#include "rendezvous/liveness_probe.h"
 #include "rendezvous/registry.h"
 #include "rendezvous/state_saver.h"
 
@@ -231,6 +235,51 @@ TEST(Registry, ANodeWhoseHoldEndsWithoutALeaveStaysUntilItsLeaseRunsOut) {
   EXPECT_TRUE(va.closed);
   EXPECT_TRUE(registry.keep_alive("job", "b", jb.lease_key).known) << "b was dropped for a closed connection";
   EXPECT_EQ(registry.status("job").nodes.size(), 2u);
+}
+
+// The host's word: a node whose connection closed is gone at once if its
+// host refuses a connect where its agent listened; while something listens
+// there (the agent lives), only its lease decides.
+TEST(Registry, ANodeWhoseHostRefusesItsProbeIsLostAtOnceOneThatListensStays) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(fd, 4), 0);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string listening = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  EXPECT_EQ(probe_address(listening, 1s), Liveness::kAccepted);
+
+  JobRegistry registry([] { return std::string(); });
+  std::promise<JoinOutcome> b_done;
+  JoinCall ja = join_call("a"), jb = join_call("b");
+  ja.lease = jb.lease = 60s;
+  ja.node.local_addr = jb.node.local_addr = "127.0.0.1";
+  jb.node.probe_address = listening;
+  registry.join_async(jb, [&b_done](JoinOutcome o) { b_done.set_value(std::move(o)); });
+  ASSERT_TRUE(join_now(registry, ja).result);
+  ASSERT_TRUE(b_done.get_future().get().result);
+  // b's agent lives (its socket listens): its closed connection changes nothing.
+  registry.connection_lost("job", "b", registry.hold_opened("job", "b"));
+  registry.probe_node("job", "b");  // asks again: the answer is in once this one is
+  EXPECT_TRUE(registry.keep_alive("job", "b", "key-b").known);
+  // Its agent dies: the port is refused now, and b is lost well before its 60 s lease.
+  close(fd);
+  EXPECT_EQ(probe_address(listening, 1s), Liveness::kRefused);
+  auto news = std::make_shared<std::promise<void>>();
+  auto told = std::make_shared<std::atomic<bool>>(false);
+  const uint64_t ticket = registry.watch_news("job", [news, told] {
+    if (!told->exchange(true)) news->set_value();
+  });
+  registry.connection_lost("job", "b", registry.hold_opened("job", "b"));
+  ASSERT_EQ(news->get_future().wait_for(30s), std::future_status::ready) << "b's loss made no news";
+  registry.unwatch_news(ticket);
+  EXPECT_FALSE(registry.keep_alive("job", "b", "key-b").known);
+  const NodeView v = registry.keep_alive("job", "a", "key-a");
+  EXPECT_NE(v.detail.find("its host refused connections at " + listening), std::string::npos) << v.detail;
 }
 
 TEST(JobState, ASuccessorRegistryServesTheJobsStoreNcclIdAndTakeover) {

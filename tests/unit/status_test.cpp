@@ -29,7 +29,7 @@ JoinCall node(const std::string& id, int nproc, int nodes = 2, int max_restarts 
   JoinCall c;
   c.lease_key = "key-" + id;  // the same node brings the same key each time
   c.job_id = "job";
-  c.node = NodeSpec{id, id + "-host", nproc, "10.0.0.1", -1, false, 0, false, "", ""};
+  c.node = NodeSpec{id, id + "-host", nproc, "10.0.0.1", -1, false, 0, false, "", "", ""};
   c.settings = RoundSettings{nodes, nodes, 0ms, max_restarts};
   c.timeout = 5s;
   return c;

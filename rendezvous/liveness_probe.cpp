@@ -1,0 +1,98 @@
+#include "rendezvous/liveness_probe.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace ddprun {
+
+Liveness probe_address(const std::string& address, std::chrono::milliseconds timeout) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) return Liveness::kNoAnswer;
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  try {
+    port = std::stoi(address.substr(colon + 1));
+  } catch (const std::exception&) {
+    return Liveness::kNoAnswer;
+  }
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(sockaddr_in);
+  } else if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(sockaddr_in6);
+  } else {
+    return Liveness::kNoAnswer;  // not an address this probe resolves
+  }
+  const int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Liveness::kNoAnswer;
+  Liveness verdict = Liveness::kNoAnswer;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&ss), len) == 0) {
+    verdict = Liveness::kAccepted;
+  } else if (errno == ECONNREFUSED) {
+    verdict = Liveness::kRefused;
+  } else if (errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    if (poll(&p, 1, static_cast<int>(timeout.count())) == 1) {
+      int err = 0;
+      socklen_t el = sizeof(err);
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+      verdict = err == 0 ? Liveness::kAccepted : err == ECONNREFUSED ? Liveness::kRefused : Liveness::kNoAnswer;
+    }
+  }
+  close(fd);
+  return verdict;
+}
+
+LivenessProbe::LivenessProbe(OnRefused on_refused, std::chrono::milliseconds timeout)
+    : on_refused_(std::move(on_refused)), timeout_(timeout), thread_([this] { loop(); }) {}
+
+LivenessProbe::~LivenessProbe() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void LivenessProbe::ask(const std::string& job_id, const std::string& node_id, const std::string& address) {
+  if (address.empty()) return;
+  {
+    std::lock_guard lock(mu_);
+    if (stop_ || !pending_.insert({job_id, node_id}).second) return;
+    queue_.push_back(Ask{job_id, node_id, address});
+  }
+  cv_.notify_all();
+}
+
+void LivenessProbe::loop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    Ask a = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    const Liveness l = probe_address(a.address, timeout_);
+    if (l == Liveness::kRefused) on_refused_(a.job, a.node, a.address);
+    lock.lock();
+    pending_.erase({a.job, a.node});
+  }
+}
+
+}  // namespace ddprun

@@ -1,0 +1,59 @@
+// Asks a node's host whether its agent still lives, when the node's
+// connection to the rendezvous closed: one TCP connect to the address the
+// agent listens on (NodeSpec::probe_address: its own rendezvous service, or
+// a socket it keeps for this). A closed connection proves nothing (a blip,
+// a reconnect, a new leader), and the node stays until its lease runs out;
+// but a refused connect is the host's own word that nothing listens there
+// any more - the agent's process is gone - and then waiting out the lease
+// buys nothing. No answer (the host is down, the link cut) and an accepted
+// connect (the agent lives) change nothing: the lease decides.
+//
+// One thread of its own: the asker (a gRPC handler) never waits; at most one
+// probe per node is pending.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+namespace ddprun {
+
+enum class Liveness { kRefused, kAccepted, kNoAnswer };
+
+// One connect to "host:port" (numeric IPv4 or IPv6 host), waiting up to timeout.
+Liveness probe_address(const std::string& address, std::chrono::milliseconds timeout);
+
+class LivenessProbe {
+ public:
+  // on_refused(job, node, address) runs on the probe's thread for every
+  // probe whose connect the host refused.
+  using OnRefused = std::function<void(const std::string&, const std::string&, const std::string&)>;
+  explicit LivenessProbe(OnRefused on_refused,
+                         std::chrono::milliseconds timeout = std::chrono::milliseconds(1000));
+  ~LivenessProbe();  // stops the thread; pending probes are dropped
+  LivenessProbe(const LivenessProbe&) = delete;
+  LivenessProbe& operator=(const LivenessProbe&) = delete;
+
+  void ask(const std::string& job_id, const std::string& node_id, const std::string& address);
+
+ private:
+  struct Ask {
+    std::string job, node, address;
+  };
+  void loop();
+  OnRefused on_refused_;
+  std::chrono::milliseconds timeout_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Ask> queue_;
+  std::set<std::pair<std::string, std::string>> pending_;  // (job, node)
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ddprun
