@@ -569,8 +569,7 @@ void WorkerGroup::reap() {
                    "job; --max-heals {} per rank)",
                    e.rank, e.pid, failure_of(e), policy_->heal_count(),
                    options_.max_heals);
-      latest_heal_[i] = result_.healed.size();
-      result_.healed.push_back(std::move(e));
+      record_heal(i, std::move(e));
     } else {
       spdlog::warn("rank {} (pid {}) failed ({}); stopping the other workers", e.rank, e.pid, describe_exit(e));
       result_.failures.push_back(std::move(e));
@@ -578,6 +577,18 @@ void WorkerGroup::reap() {
   }
   heal_pending_.clear();
   execute(commands);
+}
+
+// Each worker's newest heal only (what a root cause may need), and a
+// count: a job that heals for days keeps no record of every one.
+void WorkerGroup::record_heal(int i, WorkerExit e) {
+  ++result_.heals;
+  if (auto it = latest_heal_.find(i); it != latest_heal_.end()) {
+    result_.healed[it->second] = std::move(e);
+    return;
+  }
+  latest_heal_[i] = result_.healed.size();
+  result_.healed.push_back(std::move(e));
 }
 
 void WorkerGroup::check_heartbeats() {
@@ -671,8 +682,7 @@ void WorkerGroup::check_heal_answer() {
       spdlog::warn("rank {} (pid {}): its replacement heals from the other workers in generation {} (heal {} of "
                    "the node; --max-heals {} per rank)",
                    e.rank, e.pid, *generation, policy_->heal_count(), options_.max_heals);
-      latest_heal_[i] = result_.healed.size();
-      result_.healed.push_back(std::move(e));
+      record_heal(i, std::move(e));
     }
   }
   awaiting_.clear();

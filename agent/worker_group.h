@@ -45,7 +45,8 @@ struct GroupResult {
   Outcome outcome = kSucceeded;
   int signal = 0;                   // for kStoppedBySignal
   std::vector<WorkerExit> failures;  // workers that failed on their own
-  std::vector<WorkerExit> healed;    // workers that failed and were replaced while the others went on
+  std::vector<WorkerExit> healed;    // of each worker replaced while the others went on, its newest failure
+  int heals = 0;                     // replacements in all
   uint32_t heal_generation = 0;      // the last heal's (0: none)
   int stopped_count = 0;             // workers the group stopped
   std::string stop_reason;           // for kStoppedForRound
@@ -194,6 +195,7 @@ class WorkerGroup {
   std::map<int, std::string> killed_hung_;
   // Each worker's latest heal: its index in result_.healed.
   std::map<int, size_t> latest_heal_;
+  void record_heal(int i, WorkerExit e);
   std::unique_ptr<StackCollection> collecting_;
   // The other nodes' ranks for the verdict (GroupOptions::other_ranks),
   // awaited until remote_deadline_ at most.
