@@ -7,8 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 namespace ddprun {
 
@@ -58,8 +60,11 @@ Liveness probe_address(const std::string& address, std::chrono::milliseconds tim
   return verdict;
 }
 
-LivenessProbe::LivenessProbe(OnRefused on_refused, std::chrono::milliseconds timeout)
-    : on_refused_(std::move(on_refused)), timeout_(timeout), thread_([this] { loop(); }) {}
+LivenessProbe::LivenessProbe(OnRefused on_refused, StillSilent still_silent, std::chrono::milliseconds timeout)
+    : on_refused_(std::move(on_refused)),
+      still_silent_(std::move(still_silent)),
+      timeout_(timeout),
+      thread_([this] { loop(); }) {}
 
 LivenessProbe::~LivenessProbe() {
   {
@@ -75,7 +80,7 @@ void LivenessProbe::ask(const std::string& job_id, const std::string& node_id, c
   {
     std::lock_guard lock(mu_);
     if (stop_ || !pending_.insert({job_id, node_id}).second) return;
-    queue_.push_back(Ask{job_id, node_id, address});
+    queue_.push_back(Ask{job_id, node_id, address, Clock::now(), 0});
   }
   cv_.notify_all();
 }
@@ -85,13 +90,26 @@ void LivenessProbe::loop() {
   while (true) {
     cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
     if (stop_) return;
-    Ask a = std::move(queue_.front());
-    queue_.pop_front();
+    // The one due first (asks again wait their turn).
+    auto next = std::min_element(queue_.begin(), queue_.end(),
+                                 [](const Ask& x, const Ask& y) { return x.not_before < y.not_before; });
+    if (next->not_before > Clock::now()) {
+      cv_.wait_until(lock, next->not_before);
+      continue;
+    }
+    Ask a = std::move(*next);
+    queue_.erase(next);
     lock.unlock();
     const Liveness l = probe_address(a.address, timeout_);
     if (l == Liveness::kRefused) on_refused_(a.job, a.node, a.address);
+    const bool again = l == Liveness::kAccepted && a.tries < std::size(kRetries) && still_silent_(a.job, a.node);
     lock.lock();
-    pending_.erase({a.job, a.node});
+    if (again && !stop_) {
+      a.not_before = Clock::now() + kRetries[a.tries++];
+      queue_.push_back(std::move(a));
+    } else {
+      pending_.erase({a.job, a.node});
+    }
   }
 }
 

@@ -8,6 +8,12 @@
 // buys nothing. No answer (the host is down, the link cut) and an accepted
 // connect (the agent lives) change nothing: the lease decides.
 //
+// A process that dies closes its connections and its listening socket in
+// no fixed order: a probe right after the connection closed may still find
+// the socket there. An accepted probe is asked again after 0.25 s and 1 s
+// (kRetries), while the node stays silent (still_silent): a dying agent's
+// socket is gone by then, a living agent has spoken.
+//
 // One thread of its own: the asker (a gRPC handler) never waits; at most one
 // probe per node is pending.
 #pragma once
@@ -33,8 +39,12 @@ class LivenessProbe {
   // on_refused(job, node, address) runs on the probe's thread for every
   // probe whose connect the host refused.
   using OnRefused = std::function<void(const std::string&, const std::string&, const std::string&)>;
-  explicit LivenessProbe(OnRefused on_refused,
+  // still_silent(job, node): whether asking again is still worth it.
+  using StillSilent = std::function<bool(const std::string&, const std::string&)>;
+  explicit LivenessProbe(OnRefused on_refused, StillSilent still_silent,
                          std::chrono::milliseconds timeout = std::chrono::milliseconds(1000));
+  static constexpr std::chrono::milliseconds kRetries[] = {std::chrono::milliseconds(250),
+                                                           std::chrono::milliseconds(1000)};
   ~LivenessProbe();  // stops the thread; pending probes are dropped
   LivenessProbe(const LivenessProbe&) = delete;
   LivenessProbe& operator=(const LivenessProbe&) = delete;
@@ -42,11 +52,15 @@ class LivenessProbe {
   void ask(const std::string& job_id, const std::string& node_id, const std::string& address);
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Ask {
     std::string job, node, address;
+    Clock::time_point not_before{};
+    size_t tries = 0;
   };
   void loop();
   OnRefused on_refused_;
+  StillSilent still_silent_;
   std::chrono::milliseconds timeout_;
   std::mutex mu_;
   std::condition_variable cv_;

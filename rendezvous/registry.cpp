@@ -60,6 +60,10 @@ JobRegistry::JobRegistry(IdSource id_source, ServiceLimits limits)
     }
     wake_timer_.notify_all();
     run(completions);
+  }, [this](const std::string& job, const std::string& node) {
+    std::lock_guard lock(mu_);
+    Job* j = closed_ ? nullptr : find_locked(job);
+    return j && j->rounds && j->rounds->silent_since_closed(node);
   });
 }
 

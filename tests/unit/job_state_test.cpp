@@ -282,6 +282,35 @@ TEST(Registry, ANodeWhoseHostRefusesItsProbeIsLostAtOnceOneThatListensStays) {
   EXPECT_NE(v.detail.find("its host refused connections at " + listening), std::string::npos) << v.detail;
 }
 
+// A dying agent closes its connection and its listening socket in no fixed
+// order: a probe that still finds the socket asks again while the node
+// stays silent, and finds it refused once the socket is gone.
+TEST(LivenessProbe, AnAcceptedProbeIsAskedAgainWhileTheNodeStaysSilent) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(fd, 4), 0);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  std::promise<std::string> refused;
+  std::atomic<int> asked_again{0};
+  LivenessProbe probe([&](const std::string&, const std::string& node, const std::string&) { refused.set_value(node); },
+                      [&](const std::string&, const std::string&) {
+                        // Asked after the first, accepted probe: the agent finishes dying now.
+                        if (asked_again++ == 0) close(fd);
+                        return true;
+                      });
+  probe.ask("job", "b", address);
+  auto got = refused.get_future();
+  ASSERT_EQ(got.wait_for(30s), std::future_status::ready) << "never asked again";
+  EXPECT_EQ(got.get(), "b");
+  EXPECT_EQ(asked_again.load(), 1);
+}
+
 TEST(JobState, ASuccessorRegistryServesTheJobsStoreNcclIdAndTakeover) {
   int ids = 0;
   JobRegistry old_leader([&ids] { return "nccl-id-" + std::to_string(++ids); });
