@@ -10,9 +10,9 @@
 //
 // A process that dies closes its connections and its listening socket in
 // no fixed order: a probe right after the connection closed may still find
-// the socket there. An accepted probe is asked again after 0.25 s and 1 s
-// (kRetries), while the node stays silent (still_silent): a dying agent's
-// socket is gone by then, a living agent has spoken.
+// the socket there. An accepted probe is asked again after 50 ms, 0.25 s
+// and 1 s (kRetries), while the node stays silent (still_silent): a dying
+// agent's socket is gone by then, a living agent has spoken.
 //
 // One thread of its own: the asker (a gRPC handler) never waits; at most one
 // probe per node is pending.
@@ -43,8 +43,8 @@ class LivenessProbe {
   using StillSilent = std::function<bool(const std::string&, const std::string&)>;
   explicit LivenessProbe(OnRefused on_refused, StillSilent still_silent,
                          std::chrono::milliseconds timeout = std::chrono::milliseconds(1000));
-  static constexpr std::chrono::milliseconds kRetries[] = {std::chrono::milliseconds(250),
-                                                           std::chrono::milliseconds(1000)};
+  static constexpr std::chrono::milliseconds kRetries[] = {
+      std::chrono::milliseconds(50), std::chrono::milliseconds(250), std::chrono::milliseconds(1000)};
   ~LivenessProbe();  // stops the thread; pending probes are dropped
   LivenessProbe(const LivenessProbe&) = delete;
   LivenessProbe& operator=(const LivenessProbe&) = delete;
