@@ -24,6 +24,39 @@
 
 namespace ddptest {
 
+// A socket listening on 127.0.0.1 at a port the kernel picked, for as long
+// as it lives (or until close()): what a live agent's listening port looks
+// like to a probe or to `ddprun status`.
+class LoopbackListener {
+ public:
+  LoopbackListener() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(fd_, 4) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      close();
+      return;
+    }
+    address_ = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  }
+  ~LoopbackListener() { close(); }
+  LoopbackListener(const LoopbackListener&) = delete;
+  LoopbackListener& operator=(const LoopbackListener&) = delete;
+  // "" when it could not listen.
+  const std::string& address() const { return address_; }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  std::string address_;
+};
+
 // A loopback port nobody listens on right now (for an explicit
 // --rdzv-endpoint, which the test's nodes bind later). It is drawn at random
 // below the kernel's ephemeral range (ip_local_port_range): a port the kernel
@@ -161,11 +194,13 @@ inline pid_t worker_of(Process& agent) {
 }
 
 // ddprun's workers, in local-rank order: its children but the warm
-// standbys it keeps for a heal or a restart.
+// standbys it keeps for a heal or a restart, and but a child that is still
+// between its clone and its exec (a standby being started shares ddprun's
+// memory until then, so its environment has no LOCAL_RANK yet).
 inline std::vector<pid_t> workers_of(pid_t ddprun) {
   std::vector<pid_t> out;
   for (pid_t c : children_of(ddprun)) {
-    if (!started_as_standby(c)) out.push_back(c);
+    if (!started_as_standby(c) && has_env(c, "LOCAL_RANK")) out.push_back(c);
   }
   std::sort(out.begin(), out.end());  // spawned in local-rank order: pids rise
   return out;

@@ -195,11 +195,13 @@ std::vector<pid_t> children_of(pid_t parent) {
   return out;
 }
 
-bool started_as_standby(pid_t pid) {
+bool has_env(pid_t pid, const std::string& name) {
   std::ifstream env("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
-  std::string all((std::istreambuf_iterator<char>(env)), {});
-  return all.find("DDPRUN_STANDBY_FD=") != std::string::npos;
+  const std::string all = std::string(1, '\0') + std::string((std::istreambuf_iterator<char>(env)), {});
+  return all.find('\0' + name + '=') != std::string::npos;
 }
+
+bool started_as_standby(pid_t pid) { return has_env(pid, "DDPRUN_STANDBY_FD"); }
 
 bool exits_within(pid_t pid, std::chrono::milliseconds timeout) {
   int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));

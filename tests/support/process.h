@@ -82,6 +82,9 @@ char process_state(pid_t pid);
 // holds DDPRUN_STANDBY_FD).
 bool started_as_standby(pid_t pid);
 
+// Whether the process's environment (as it was at its exec) sets `name`.
+bool has_env(pid_t pid, const std::string& name);
+
 // Whether process pid exits within timeout (works for processes that are not
 // our children, through a pidfd). True if it is already gone.
 bool exits_within(pid_t pid, std::chrono::milliseconds timeout);

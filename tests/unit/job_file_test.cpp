@@ -1,8 +1,6 @@
 // The job files `ddprun status` finds local jobs by: private to the user,
 // gone with their process, and nothing another user plants is trusted.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -141,17 +139,10 @@ TEST(JobFile, AFolderThatIsALinkOpenToOthersOrNotOursIsRefused) {
 // listens in this network namespace: here, this test process stands for
 // the ddprun, with a listening socket of its own.
 TEST(JobFile, ATokenGoesOnlyToASocketItsOwnDdprunListensOnInThisNamespace) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(listen(fd, 1), 0);
-  socklen_t len = sizeof(a);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  ddptest::LoopbackListener listener;
+  ASSERT_FALSE(listener.address().empty());
   JobFileEntry e = me();
-  e.endpoint = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  e.endpoint = listener.address();
   EXPECT_EQ(why_not_contacted(e), "");
   // Another namespace's loopback is not ours: whoever listens here is not it.
   JobFileEntry elsewhere = e;
@@ -162,7 +153,7 @@ TEST(JobFile, ATokenGoesOnlyToASocketItsOwnDdprunListensOnInThisNamespace) {
   EXPECT_NE(why_not_contacted(old_file), "");
   // A port its ddprun does not listen on (another host's rendezvous, or
   // another process's port now).
-  close(fd);
+  listener.close();
   EXPECT_NE(why_not_contacted(e).find("not served by its ddprun"), std::string::npos);
 }
 

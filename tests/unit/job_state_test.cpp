@@ -3,9 +3,6 @@
 // original would from there on - same ranks, lease keys, heal generations,
 // restarts, store and NCCL id - and only the leases start afresh.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -17,6 +14,7 @@
 #include "rendezvous/liveness_probe.h"
 #include "rendezvous/registry.h"
 #include "rendezvous/state_saver.h"
+#include "support/job_helpers.h"
 
 namespace ddprun {
 namespace {
@@ -241,16 +239,9 @@ TEST(Registry, ANodeWhoseHoldEndsWithoutALeaveStaysUntilItsLeaseRunsOut) {
 // host refuses a connect where its agent listened; while something listens
 // there (the agent lives), only its lease decides.
 TEST(Registry, ANodeWhoseHostRefusesItsProbeIsLostAtOnceOneThatListensStays) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(listen(fd, 4), 0);
-  socklen_t len = sizeof(a);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  const std::string listening = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  ddptest::LoopbackListener agent;
+  const std::string listening = agent.address();
+  ASSERT_FALSE(listening.empty());
   EXPECT_EQ(probe_address(listening, 1s), Liveness::kAccepted);
 
   JobRegistry registry([] { return std::string(); });
@@ -267,7 +258,7 @@ TEST(Registry, ANodeWhoseHostRefusesItsProbeIsLostAtOnceOneThatListensStays) {
   registry.probe_node("job", "b");  // asks again: the answer is in once this one is
   EXPECT_TRUE(registry.keep_alive("job", "b", "key-b").known);
   // Its agent dies: the port is refused now, and b is lost well before its 60 s lease.
-  close(fd);
+  agent.close();
   EXPECT_EQ(probe_address(listening, 1s), Liveness::kRefused);
   auto news = std::make_shared<std::promise<void>>();
   auto told = std::make_shared<std::atomic<bool>>(false);
@@ -286,22 +277,15 @@ TEST(Registry, ANodeWhoseHostRefusesItsProbeIsLostAtOnceOneThatListensStays) {
 // order: a probe that still finds the socket asks again while the node
 // stays silent, and finds it refused once the socket is gone.
 TEST(LivenessProbe, AnAcceptedProbeIsAskedAgainWhileTheNodeStaysSilent) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(listen(fd, 4), 0);
-  socklen_t len = sizeof(a);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  const std::string address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  ddptest::LoopbackListener agent;
+  const std::string address = agent.address();
+  ASSERT_FALSE(address.empty());
   std::promise<std::string> refused;
   std::atomic<int> asked_again{0};
   LivenessProbe probe([&](const std::string&, const std::string& node, const std::string&) { refused.set_value(node); },
                       [&](const std::string&, const std::string&) {
                         // Asked after the first, accepted probe: the agent finishes dying now.
-                        if (asked_again++ == 0) close(fd);
+                        if (asked_again++ == 0) agent.close();
                         return true;
                       });
   probe.ask("job", "b", address);
