@@ -69,9 +69,15 @@ void describe_worker(std::ostringstream& os, const WorkerExit& e, const char* in
       if (!trimmed(line).empty()) in_message.insert(trimmed(line));
     }
   }
+  // (worker_lib prints its uncaught error as "error: " and the message.)
+  auto said = [&](const std::string& line) {
+    std::string t = trimmed(without_rank_prefix(line));
+    if (t.rfind("error: ", 0) == 0) t = trimmed(t.substr(7));
+    return in_message.count(t) > 0;
+  };
   std::vector<std::string> tail;
   for (const auto& l : e.stderr_tail) {
-    if (!in_message.count(trimmed(without_rank_prefix(l)))) tail.push_back(l);
+    if (!said(l)) tail.push_back(l);
   }
   if (!tail.empty()) {
     os << indent << "last " << tail.size() << " line(s) of stderr"

@@ -17,6 +17,7 @@
 #include "agent/line_splitter.h"
 #include "agent/worker_output.h"
 #include "ddp/error_file.h"
+#include "support/job_helpers.h"
 
 namespace ddprun {
 namespace {
@@ -288,6 +289,21 @@ TEST(FailureSummary, RootCauseOfAHangIsTheRankTheVerdictBlames) {
       SummaryContext{"job1", 0, 0, 0, ""});
   EXPECT_NE(s.find("root cause (the rank the hang's verdict names): rank 2 "), std::string::npos) << s;
   EXPECT_EQ(root_cause({hung(0, std::chrono::milliseconds(0), false), hung(2, std::chrono::milliseconds(900), true)}).rank, 2);
+}
+
+// worker_lib prints an uncaught error on stderr as "error: " and the
+// message it writes to the error file: the summary shows it once.
+TEST(FailureSummary, AWorkerLibErrorIsShownOnce) {
+  WorkerExit e;
+  e.rank = e.local_rank = 0;
+  e.pid = 100;
+  e.host = "hostA";
+  e.exit_code = 1;
+  e.error_message = "ddp::CollectiveError: ddp: the group heals in generation 2";
+  e.stderr_tail = {"ddp: healed in generation 1", "error: ddp::CollectiveError: ddp: the group heals in generation 2"};
+  const std::string s = format_failure_summary({e}, SummaryContext{"job1", 0, 0, 0, ""});
+  EXPECT_EQ(ddptest::occurrences(s, "the group heals in generation 2"), 1) << s;
+  EXPECT_NE(s.find("ddp: healed in generation 1"), std::string::npos) << s;
 }
 
 TEST(FailureSummary, RootCauseIsTheEarliestFailure) {
