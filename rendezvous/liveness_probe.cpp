@@ -102,10 +102,11 @@ void LivenessProbe::loop() {
     lock.unlock();
     const Liveness l = probe_address(a.address, timeout_);
     if (l == Liveness::kRefused) on_refused_(a.job, a.node, a.address);
-    const bool again = l == Liveness::kAccepted && a.tries < std::size(kRetries) && still_silent_(a.job, a.node);
+    const bool again = l == Liveness::kAccepted && still_silent_(a.job, a.node);
     lock.lock();
     if (again && !stop_) {
-      a.not_before = Clock::now() + kRetries[a.tries++];
+      // 50 ms, 0.25 s, then every second until the node speaks or is dropped.
+      a.not_before = Clock::now() + kRetries[std::min(a.tries++, std::size(kRetries) - 1)];
       queue_.push_back(std::move(a));
     } else {
       pending_.erase({a.job, a.node});

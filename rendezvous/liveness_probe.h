@@ -10,9 +10,11 @@
 //
 // A process that dies closes its connections and its listening socket in
 // no fixed order: a probe right after the connection closed may still find
-// the socket there. An accepted probe is asked again after 50 ms, 0.25 s
-// and 1 s (kRetries), while the node stays silent (still_silent): a dying
-// agent's socket is gone by then, a living agent has spoken.
+// the socket there, and on a loaded machine a dying process may take
+// seconds to let go of it. An accepted probe is asked again after 50 ms,
+// 0.25 s and then every second (kRetries) for as long as the node stays
+// silent (still_silent): until its socket is gone, it speaks, or its lease
+// runs out.
 //
 // One thread of its own: the asker (a gRPC handler) never waits; at most one
 // probe per node is pending.

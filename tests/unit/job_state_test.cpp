@@ -295,6 +295,28 @@ TEST(LivenessProbe, AnAcceptedProbeIsAskedAgainWhileTheNodeStaysSilent) {
   EXPECT_EQ(asked_again.load(), 1);
 }
 
+// On a loaded machine a dying agent may hold its socket for seconds: the
+// probe goes on asking (every second) while the node stays silent, past
+// its first quick retries.
+TEST(LivenessProbe, ASocketThatLingersPastTheQuickRetriesIsStillFoundRefused) {
+  ddptest::LoopbackListener agent;
+  const std::string address = agent.address();
+  ASSERT_FALSE(address.empty());
+  constexpr int kLingers = static_cast<int>(std::size(LivenessProbe::kRetries)) + 1;
+  std::promise<std::string> refused;
+  std::atomic<int> asked_again{0};
+  LivenessProbe probe([&](const std::string&, const std::string& node, const std::string&) { refused.set_value(node); },
+                      [&](const std::string&, const std::string&) {
+                        if (++asked_again == kLingers) agent.close();
+                        return true;
+                      });
+  probe.ask("job", "b", address);
+  auto got = refused.get_future();
+  ASSERT_EQ(got.wait_for(30s), std::future_status::ready) << "gave up after " << asked_again.load() << " asks";
+  EXPECT_EQ(got.get(), "b");
+  EXPECT_EQ(asked_again.load(), kLingers);
+}
+
 TEST(JobState, ASuccessorRegistryServesTheJobsStoreNcclIdAndTakeover) {
   int ids = 0;
   JobRegistry old_leader([&ids] { return "nccl-id-" + std::to_string(++ids); });
