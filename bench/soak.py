@@ -59,6 +59,10 @@ sys.path.insert(0, HERE)
 from node_loss import IP, Lab, kill, start_etcd  # noqa: E402  (the namespace hosts)
 from recovery import working_children  # noqa: E402  (ddprun's workers, not its standbys)
 
+# The bounds a disturbance must stay under to cost nothing: the jobs' own
+# --hang-timeout and ddprun's lease.
+HANG_TIMEOUT_S = 2.0
+LEASE_S = 3.0
 STEP = re.compile(r"step (\d+) done")
 CHECKSUM = re.compile(r"parameters identical on all \d+ ranks \(checksum ([0-9a-f]+)\)|checksum ([0-9a-f]{8,})")
 # What a healthy job must never make ddprun say (its own lines only).
@@ -109,6 +113,7 @@ class Job:
     def __init__(self, name, logs):
         self.name, self.logs, self.lines, self.procs = name, logs, queue.Queue(), []
         self.done = []  # what the job went through, in words
+        self.overran = []  # disturbances the harness held past their bound (it ran late)
         self.out = {}   # node -> its lines
 
     def start(self, node, proc):
@@ -256,9 +261,9 @@ class Kind:
     def command(self, args, lab, i, summary):
         ddprun = os.path.join(args.build, "ddprun")
         if self.name == "one-node":
-            return [ddprun, "--nproc", "4", "--hang-timeout", "2"] + train_argv(args.build, summary, 1)
+            return [ddprun, "--nproc", "4", "--hang-timeout", "%g" % HANG_TIMEOUT_S] + train_argv(args.build, summary, 1)
         if self.name.startswith("python"):
-            return [ddprun, "--nproc", "2", "--hang-timeout", "2",
+            return [ddprun, "--nproc", "2", "--hang-timeout", "%g" % HANG_TIMEOUT_S,
                     os.path.join(ROOT, "examples", "python", "ddp_heal.py"), "--samples", "16000", "--epochs", "1",
                     "--print-steps"]
         # MIN:MAX nodes, so that a lost node shrinks the job (--faults); no
@@ -290,14 +295,22 @@ class Kind:
                 # The embedded plane's serving node is node 0: its blips are the ones that matter most.
                 node = 0 if self.name == "embedded" and rng.random() < 0.5 else node
                 ip_link(lab, node, "down")
+                cut = time.monotonic()
                 time.sleep(length)  # the blip's length is the point
+                held = time.monotonic() - cut
                 ip_link(lab, node, "up")
             else:
                 pid = job.procs[node].pid if what == "agent" else pick_worker(job.procs[node].pid, rng)
                 if not pid:
                     continue
-                pause(pid, length, whole_node=lab is not None and what == "agent")
+                held = pause(pid, length, whole_node=lab is not None and what == "agent")
             job.done.append("%s %d %.1f s" % (what, node, length))
+            # Under load this harness's own sleep can run late: a pause held
+            # past its bound (the hang timeout for a worker, the lease for
+            # the rest) is a real fault, and the job is not judged.
+            bound = HANG_TIMEOUT_S if what == "worker" else LEASE_S
+            if held >= bound:
+                job.overran.append("%s %d held %.1f s (meant %.1f s, bound %.1f s)" % (what, node, held, length, bound))
             time.sleep(rng.uniform(1.0, 3.0))  # between disturbances
 
     def fault(self, job, lab, fault, rng, deadline):
@@ -356,12 +369,15 @@ def pause(pid, seconds, whole_node):
             os.kill(p, signal.SIGSTOP)
         except ProcessLookupError:
             pass
+    stopped = time.monotonic()
     time.sleep(seconds)  # the pause's length is the point
+    held = time.monotonic() - stopped
     for p in pids:
         try:
             os.kill(p, signal.SIGCONT)
         except ProcessLookupError:
             pass
+    return held
 
 
 # Each fault, and ddprun's line that says it found it.
@@ -427,24 +443,32 @@ def main():
             rows.append((kind.name, "NOT RUN: its quiet reference failed (%s); see %s" % (codes, logs)))
             failed = True
             continue
-        false, changes, slow, loads, shakes = 0, 0, 0, [], 0
+        false, changes, slow, loads, shakes, unjudged = 0, 0, 0, [], 0, 0
         for n in range(args.jobs):
             with Load(args.load, args.hog_mb):
                 codes, got, job, _ = kind.run(args, "soak", rng, logs, "soak%d" % n)
                 loads.append(loadavg())
             ok, alarms, c, s = judge(job, codes, got, want)
             changes, slow, shakes = changes + c, slow + s, shakes + len(job.done)
-            if not ok:
+            if job.overran:
+                unjudged += 1
+                print("soak: NOT JUDGED %s job %d: this harness ran late and held %s; %s; logs in %s" % (
+                    kind.name, n, "; ".join(job.overran), "it ended ok" if ok else "it failed, as a fault that "
+                    "long may make it", logs), flush=True)
+            elif not ok:
                 false += 1
                 print("soak: FALSE FAILURE %s job %d (%s): exit %s, checksum %s (want %s), %s; logs in %s" % (
                     kind.name, n, "; ".join(job.done), codes, got or "none", want, alarms or "no alarm", logs),
                       flush=True)
             else:
                 print("soak: %s job %d ok (%s)" % (kind.name, n, "; ".join(job.done)), flush=True)
-        failed = failed or false > 0
+        # A kind none of whose jobs could be judged showed nothing: that fails too.
+        failed = failed or false > 0 or unjudged == args.jobs
         rows.append((kind.name, "%d job(s), %d disturbance(s), load average %.0f-%.0f: %d false failure(s); "
-                     "%d leadership change(s), %d slow note(s)" % (args.jobs, shakes, min(loads), max(loads), false,
-                                                                   changes, slow)))
+                     "%d leadership change(s), %d slow note(s)%s" % (
+                         args.jobs, shakes, min(loads), max(loads), false, changes, slow,
+                         "; %d NOT JUDGED (the harness held a disturbance past its bound)" % unjudged
+                         if unjudged else "")))
     if rows:
         print("\nsoak under load (goal: 0 false failures)")
     for name, text in rows:
