@@ -35,7 +35,8 @@ else()
   set_target_properties(ddprun PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON EXPORT_NAME launcher)
   install(TARGETS ddprun train EXPORT ddprunTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
-install(TARGETS gpt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# gpt is built by `scripts/setup.sh --all` (or `--target gpt`), not by the first command.
+install(TARGETS gpt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} OPTIONAL)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/ddprun DESTINATION ${CMAKE_INSTALL_DATADIR}/ddprun/python
         FILES_MATCHING PATTERN "*.py")
 install(TARGETS ddp ddp_base ddprun_store ddprun_channel ddprun_rdzv_client ddprun_rdzv_auth ddprun_proto

@@ -26,5 +26,5 @@ fi
 cxx=g++
 command -v clang++ >/dev/null && cxx=clang++
 cmake -S . -B build/torch2 -G Ninja -DDDPRUN_WERROR=ON -DCMAKE_CXX_COMPILER="$cxx" \
-      -DDDPRUN_PYTHON="$PWD/$venv/bin/python" -DDDPRUN_TOOLS_FROM="$PWD/build/bin"
+      -DDDPRUN_PYTHON="$PWD/$venv/bin/python" -DDDPRUN_TOOLS_FROM="$PWD/build/bin" -DDDPRUN_REQUIRE_TESTS=ON
 cmake --build build/torch2

@@ -5,7 +5,7 @@
 # PyPI's PyTorch 2.x (clang; scripts/torch2-requirements.txt pins it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --all
 # The Kubernetes manifest's validator comes from the npm registry (once).
 if [ ! -d build/k8s-check/node_modules/kubernetes-models ]; then
   if ! command -v npm >/dev/null; then

@@ -1,0 +1,8 @@
+# The Python package (python/ddprun) beside the programs, where the agent
+# finds it for its Python workers (bin/../python); installed under
+# share/ddprun/python (cmake/install.cmake).
+file(GLOB DDPRUN_PYTHON_FILES CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/python/ddprun/*.py")
+foreach(file ${DDPRUN_PYTHON_FILES})
+  get_filename_component(name "${file}" NAME)
+  configure_file("${file}" "${CMAKE_BINARY_DIR}/python/ddprun/${name}" COPYONLY)
+endforeach()
