@@ -70,9 +70,10 @@ void describe_worker(std::ostringstream& os, const WorkerExit& e, const char* in
     }
   }
   // (worker_lib prints its uncaught error as "error: " and the message.)
+  static constexpr std::string_view kErrorPrefix = "error: ";
   auto said = [&](const std::string& line) {
     std::string t = trimmed(without_rank_prefix(line));
-    if (t.rfind("error: ", 0) == 0) t = trimmed(t.substr(7));
+    if (t.rfind(kErrorPrefix, 0) == 0) t = trimmed(t.substr(kErrorPrefix.size()));
     return in_message.count(t) > 0;
   };
   std::vector<std::string> tail;

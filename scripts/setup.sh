@@ -20,12 +20,12 @@ case "${1:-}" in
 esac
 [ "$#" -le 1 ] || { echo "setup.sh: one option at most (--launcher-only or --all)" >&2; exit 2; }
 scripts/install-deps.sh "$mode"
-flags=(-DDDPRUN_WERROR=ON -DDDPRUN_LAUNCHER_ONLY=OFF -DDDPRUN_REQUIRE_TESTS=OFF)
-targets=(--target ddprun train)
+launcher_only=OFF require_tests=OFF targets=(--target ddprun train)
 case "$mode" in
-  launcher) flags=(-DDDPRUN_WERROR=ON -DDDPRUN_LAUNCHER_ONLY=ON); targets=(--target ddprun) ;;
-  tests) flags=(-DDDPRUN_WERROR=ON -DDDPRUN_LAUNCHER_ONLY=OFF -DDDPRUN_REQUIRE_TESTS=ON); targets=() ;;
+  launcher) launcher_only=ON targets=(--target ddprun) ;;
+  tests) require_tests=ON targets=() ;;
 esac
 # Debian's LibTorch here, even with a venv active (scripts/setup-torch2.sh builds against PyPI's).
-env -u VIRTUAL_ENV cmake -S . -B build -G Ninja "${flags[@]}"
+env -u VIRTUAL_ENV cmake -S . -B build -G Ninja -DDDPRUN_WERROR=ON -DDDPRUN_LAUNCHER_ONLY="$launcher_only" \
+    -DDDPRUN_REQUIRE_TESTS="$require_tests"
 cmake --build build "${targets[@]}"
