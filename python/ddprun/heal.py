@@ -118,9 +118,13 @@ class _GenerationStore(dist.Store):
                                f"{self._generation} connected (a peer failed meanwhile)")
 
     def wait(self, keys, timeout=None):
+        # The generation first: keys a peer set before it died are present,
+        # but a generation the agent has gone past never completes.
         deadline = time.monotonic() + (timeout or self._timeout).total_seconds()
-        while not self._present(keys):
+        while True:
             self._still_current()
+            if self._present(keys):
+                return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"ddprun: heal generation {self._generation}: timed out waiting for {keys}")
             if self._slot is not None:
@@ -182,8 +186,55 @@ def _init_generation(backend, generation, slot):
     rank, world = _rank_in(generation, slot)
     # The group keeps its store; so does this process (a Python store must
     # outlive the C++ references to it).
-    _process.store = _GenerationStore(generation, slot)
-    _original_init(backend, store=_process.store, rank=rank, world_size=world, timeout=_timeout())
+    store = _process.store = _GenerationStore(generation, slot)
+    # 1. Every rank of the generation says it is here, and waits for the
+    #    others in Python, where a newer generation ends the wait. A peer
+    #    that dies before all have come is seen here, not in step 2.
+    store.set(f"ddprun/here/{rank}", "1")
+    store.wait([f"ddprun/here/{r}" for r in range(world)])
+    # 2. Gloo connects the ranks in C++. A rank that waits there for a peer
+    #    that died meanwhile waits out the group's timeout: nothing in
+    #    Python can end that wait (see _Overtaken).
+    with _Overtaken(generation, slot):
+        _original_init(backend, store=store, rank=rank, world_size=world, timeout=_timeout())
+
+
+class _Overtaken:
+    """While a replacement (which holds no state yet) connects generation g:
+    if the agent names a newer generation and the connect has not given up
+    _GRACE_S later, it waits in C++ for a peer that died after saying it was
+    here. The process then ends itself, saying so, and the agent starts a
+    replacement for the newest generation (a replacement that fails before
+    it joined is replaced again, once). A survivor holds state and waits:
+    its connect gives up at the group's timeout."""
+
+    _GRACE_S = 10.0
+
+    def __init__(self, generation, slot):
+        self._generation = generation
+        self._slot = slot
+        self._done = threading.Event()
+
+    def __enter__(self):
+        if _process.joining and self._slot is not None:
+            threading.Thread(target=self._watch, name="ddprun-overtaken", daemon=True).start()
+
+    def __exit__(self, *exc):
+        self._done.set()
+
+    def _watch(self):
+        newer = self._generation
+        while not self._done.is_set() and newer <= self._generation:
+            if self._slot.no_heal_coming():
+                return  # the agent stops the group: it ends this process too
+            newer = self._slot.wait_generation(self._generation, 0.5)
+        if self._done.wait(self._GRACE_S):
+            return
+        print(f"ddprun: heal generation {newer} began while this replacement connected generation "
+              f"{self._generation}, and its connect still waits {self._GRACE_S:g} s later (for a peer that "
+              "died): it holds no state yet, so it ends and ddprun starts one for the newest generation",
+              file=sys.stderr, flush=True)
+        os._exit(1)
 
 
 def _forget_failed_init():
