@@ -171,11 +171,26 @@ std::string StragglerScores::slowed_by_load(const std::vector<double>& waited, s
     if (i != slow) peers += waited[i];
   }
   peers /= static_cast<double>(waited.size() - 1);
-  if (waited[slow] - peers < kLoadExplains * score) return "";
-  char text[160];
-  std::snprintf(text, sizeof(text), "it waited for a CPU %.0f%% of the time against its peers' %.0f%%",
-                100 * waited[slow], 100 * peers);
-  return text;
+  char text[200];
+  // 1. It waited for a CPU more than its peers did, by enough to explain
+  //    much of its lateness (more threads than cores, a neighbour on its
+  //    cores).
+  if (waited[slow] - peers >= kLoadExplains * score) {
+    std::snprintf(text, sizeof(text), "it waited for a CPU %.0f%% of the time against its peers' %.0f%%",
+                  100 * waited[slow], 100 * peers);
+    return text;
+  }
+  // 2. Or it was kept off a CPU at least as long as its peers waited for it:
+  //    on a machine loaded past its cores the ranks' turns fall unevenly,
+  //    and the one whose turns come late is late by no fault of its own.
+  if (waited[slow] >= score) {
+    std::snprintf(text, sizeof(text),
+                  "it waited for a CPU %.0f%% of the time, as long as or longer than the %.0f%% its peers waited "
+                  "for it",
+                  100 * waited[slow], 100 * score);
+    return text;
+  }
+  return "";
 }
 
 }  // namespace ddprun

@@ -63,9 +63,11 @@ class StragglerScores {
   // Whether the machine's load explains a straggler: `waited` is each local
   // rank's share of the scoring window spent runnable and waiting for a CPU
   // (cgroup cpu.pressure), `slow` the straggler's index, `score` its score.
-  // When it waited more than its peers by at least kLoadExplains of its
-  // score, a fresh process in its place would wait the same (more threads
-  // than cores, a neighbour on its cores): "" when not, else why in words.
+  // When it waited at least its score (the share of their time its peers
+  // waited for it), or more than its peers by at least kLoadExplains of
+  // its score, a fresh process in its place would wait the same (a machine
+  // loaded past its cores, more threads than cores, a neighbour on its
+  // cores): "" when not, else why in words.
   static constexpr double kLoadExplains = 0.5;
   static std::string slowed_by_load(const std::vector<double>& waited, size_t slow, double score);
 
