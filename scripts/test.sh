@@ -5,7 +5,9 @@
 # PyPI's PyTorch 2.x (clang; scripts/torch2-requirements.txt pins it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+t0=$(date +%s)
 scripts/setup.sh --all
+t_build1=$(date +%s)
 # The Kubernetes manifest's validator comes from the npm registry (once).
 if [ ! -d build/k8s-check/node_modules/kubernetes-models ]; then
   if ! command -v npm >/dev/null; then
@@ -16,6 +18,7 @@ if [ ! -d build/k8s-check/node_modules/kubernetes-models ]; then
 fi
 # The PyTorch 2.x lane: a venv with PyPI's PyTorch and a build against its
 # LibTorch (what links LibTorch or runs PyTorch, with clang).
+t_k8s=$(date +%s)
 scripts/setup-torch2.sh
 # Both lanes run; either failing fails the whole.
 status=0
@@ -23,7 +26,16 @@ lane1_start=$(date +%s)
 (cd build && ctest -j2 --output-on-failure --timeout 600) || status=1
 echo "test.sh: the PyTorch 2.x lane (build/torch2, torch $(build/torch2-venv/bin/python -c 'import torch; print(torch.__version__)' 2>/dev/null))"
 lane2_start=$(date +%s)
-(cd build/torch2 && ctest -j2 --output-on-failure --timeout 600) || status=1
+# Lane 2 is for what PyTorch 2.x changes: Python scripts, LibTorch's API,
+# the anchors. Tests of the agent's own behaviour with the C++ worker
+# (nodes lost and cut off, heals and restarts, hangs, the launcher) run in
+# lane 1 only: a C++ worker linked against 2.x makes them no different.
+# Every test whose name says Python, PyTorch or Script stays in both.
+lane2_skip=$(cd build/torch2 && ctest -N | sed -n 's/^ *Test *#[0-9]*: //p' |
+  grep -E '^(NetNodes|Heal|FaultTolerance|MultiNode|NetLab|Storage|ControlPlane|Launcher|Hang)\.' |
+  grep -vE 'Python|Pytorch|PyTorch|Script' | paste -sd '|' || true)
+echo "test.sh: lane 2 leaves $(tr '|' '\n' <<<"$lane2_skip" | grep -c . || true) tests of the agent with the C++ worker to lane 1"
+(cd build/torch2 && ctest -j2 --output-on-failure --timeout 600 ${lane2_skip:+-E "^($lane2_skip)\$"}) || status=1
 # The ten slowest tests of each lane, from the LastTest.log that lane's ctest
 # wrote (a test's block opens with "N/M Testing: NAME" and has "Test time =
 # S sec" right after "<end of output>"). Never fails the script.
@@ -56,6 +68,11 @@ for n, t in sorted(times.items(), key=lambda kv: -kv[1])[:10]:
     print("  %6.1f s  %s" % (t, n))
 PY
 }
+lane2_end=$(date +%s)
 slowest 1 build "$lane1_start"
 slowest 2 build/torch2 "$lane2_start"
+echo
+echo "test.sh: seconds spent: set-up and lane 1 build $((t_build1 - t0)), Kubernetes validator $((t_k8s - t_build1)),"\
+  "lane 2 set-up and build $((lane1_start - t_k8s)), lane 1 tests $((lane2_start - lane1_start)),"\
+  "lane 2 tests $((lane2_end - lane2_start)); in all $((lane2_end - t0))"
 exit $status
