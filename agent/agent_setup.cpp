@@ -130,7 +130,7 @@ void Agent::prepare_files() {
     std::filesystem::create_directory(dir, ec);
     const std::string err = ec ? ec.message()
                                : channel::write_output_file(dir + "/" + channel::kPythonStartupFile,
-                                                            channel::kPythonStartup);
+                                                            channel::python_startup());
     if (err.empty()) {
       python_startup_dir_ = dir;
     } else {

@@ -1,6 +1,6 @@
 // The agent ↔ worker contract, part 4: a standby for Python entrypoints.
-// The agent runs `python -u -c kPythonStandby SCRIPT ARGS...` (or
-// `... -c kPythonStandby -m MODULE ARGS...`). The interpreter imports torch
+// The agent runs `python -u -c python_standby() SCRIPT ARGS...` (or
+// `... -c python_standby() -m MODULE ARGS...`). The interpreter imports torch
 // (the slow part of a PyTorch worker's start, seconds), then waits on
 // DDPRUN_STANDBY_FD (on a thread of its own, which beats in the assigned slot
 // when the assignment comes before the imports end) for the same message worker_lib standbys read
@@ -9,9 +9,13 @@
 // imports the ddprun package first (python/ddprun/heal.py).
 #pragma once
 
+#include <string>
+
+#include "channel/stack_dump.h"
+
 namespace ddprun::channel {
 
-inline constexpr const char* kPythonStandby = R"PY(
+inline constexpr const char* kPythonStandbyBody = R"PY(
 import os, sys
 
 def _ddprun_read_assignment(fd, box, assigned, imported):
@@ -72,6 +76,9 @@ def _ddprun_standby():
             os.environb[key] = value
         elif key:
             os.environb.pop(key, None)  # set for another assignment
+    # Stacks go to the assigned slot's file (the start-up file opened the
+    # slot this standby was started for, perhaps another rank's).
+    _ddprun_stacks_to(os.environ.get("DDPRUN_HEARTBEAT_FILE"), os.environ.get("DDPRUN_HEARTBEAT_SLOT"))
     # A heal's replacement: the ddprun package (python/ddprun) makes the
     # script's init_process_group join the heal generation; imported here,
     # it does so even for a script that imports it after that call.
@@ -93,5 +100,8 @@ def _ddprun_standby():
 
 _ddprun_standby()
 )PY";
+
+// The program: the stack handler (stack_dump.h), then the standby.
+inline std::string python_standby() { return std::string(kPythonStackHandler) + kPythonStandbyBody; }
 
 }  // namespace ddprun::channel

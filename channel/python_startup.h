@@ -1,5 +1,5 @@
 // The agent ↔ worker contract, part 7: the start-up of Python workers. For
-// a Python entrypoint the agent writes kPythonStartup as sitecustomize.py
+// a Python entrypoint the agent writes python_startup() as sitecustomize.py
 // into a folder of its own and puts that folder first on the workers'
 // PYTHONPATH, so that every interpreter it starts, unmodified script and
 // all, handles the stack dump signal (stack_dump.h) with faulthandler,
@@ -20,28 +20,20 @@
 // it; the agent then sees no handler and says so instead of signalling.
 #pragma once
 
+#include <string>
+
+#include "channel/stack_dump.h"
+
 namespace ddprun::channel {
 
 inline constexpr const char* kPythonStartupFile = "sitecustomize.py";
 
-inline constexpr const char* kPythonStartup = R"PY(# Written by ddprun (channel/python_startup.h); removed when the job ends.
+inline constexpr const char* kPythonStartupHead = R"PY(# Written by ddprun (channel/python_startup.h); removed when the job ends.
 import os
 import sys
+)PY";
 
-
-def _ddprun_stacks_on_signal():
-    hb = os.environ.get("DDPRUN_HEARTBEAT_FILE")
-    slot = os.environ.get("DDPRUN_HEARTBEAT_SLOT")
-    if not hb or slot is None:
-        return
-    import faulthandler
-    import signal
-    try:
-        f = open(hb + ".stacks." + slot, "a")
-    except OSError:
-        return
-    faulthandler.register(signal.SIGRTMIN + 5, file=f, all_threads=True, chain=False)
-    globals()["_ddprun_stack_file"] = f  # faulthandler writes to its fd
+inline constexpr const char* kPythonStartupBody = R"PY(
 
 
 def _ddprun_heartbeat():
@@ -273,10 +265,15 @@ def _ddprun_replacement_pulse():
     threading.Thread(target=pulse, name="ddprun-replacement-pulse", daemon=True).start()
 
 
-_ddprun_stacks_on_signal()
+_ddprun_stacks_to(os.environ.get("DDPRUN_HEARTBEAT_FILE"), os.environ.get("DDPRUN_HEARTBEAT_SLOT"))
 _ddprun_replacement_pulse()
 _ddprun_hook_torch()
 _ddprun_next_sitecustomize()
 )PY";
+
+// The file's text: the head, the stack handler (stack_dump.h), the body.
+inline std::string python_startup() {
+  return std::string(kPythonStartupHead) + kPythonStackHandler + kPythonStartupBody;
+}
 
 }  // namespace ddprun::channel

@@ -34,4 +34,29 @@ inline std::string stack_file_path(const std::string& heartbeat_file, int slot) 
 
 inline constexpr const char* kNativeThreadMark = "native thread ";
 
+// Python's side, one definition for the start-up file (python_startup.h)
+// and the standby (python_standby.h): _ddprun_stacks_to(HEARTBEAT_FILE,
+// SLOT) registers faulthandler for stack_dump_signal(), writing every
+// thread's traceback into that slot's stack_file_path(). A second call (a
+// standby given its slot, which may differ from the one it was started
+// with) replaces the first and closes its file.
+inline constexpr const char* kPythonStackHandler = R"PY(
+_ddprun_stack_files = []  # faulthandler writes to the file's fd: kept open
+
+
+def _ddprun_stacks_to(hb, slot):
+    if not hb or slot is None:
+        return
+    import faulthandler
+    import signal
+    try:
+        f = open(hb + ".stacks." + str(slot), "a")
+    except OSError:
+        return
+    faulthandler.register(signal.SIGRTMIN + 5, file=f, all_threads=True, chain=False)
+    for old in _ddprun_stack_files:
+        old.close()
+    _ddprun_stack_files[:] = [f]
+)PY";
+
 }  // namespace ddprun::channel

@@ -176,7 +176,7 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
     // python -u -c <standby> [-m] ENTRYPOINT ARGS: imports torch, then waits.
     // Also without restart standbys: a heal's replacement starts from one
     // (a script run as it is would not wait for its assignment).
-    a.standby_argv = {a.argv[0], "-u", "-c", channel::kPythonStandby};
+    a.standby_argv = {a.argv[0], "-u", "-c", channel::python_standby()};
     a.standby_argv.insert(a.standby_argv.end(), a.argv.begin() + 2, a.argv.end());
     a.standby_warmup = std::chrono::milliseconds(kPythonStandbyWarmupMs);
   }

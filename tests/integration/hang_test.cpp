@@ -21,16 +21,7 @@ using namespace std::chrono_literals;
 using ddptest::contains;
 using ddptest::ddprun;
 
-// The file ddprun named for every rank's stacks ("" when none).
-std::string stacks_file(const std::string& err) {
-  std::smatch m;
-  if (!std::regex_search(err, m, std::regex(R"(every rank's stacks, all threads: (\S+))"))) return "";
-  std::ifstream in(m[1].str());
-  std::stringstream s;
-  s << in.rdbuf();
-  std::filesystem::remove(m[1].str());
-  return s.str();
-}
+using ddptest::stacks_file;
 
 TEST(Hang, TheRankTheOthersWaitForIsNamedWithItsStackBeforeTheKill) {
   ddptest::Finished f = ddptest::run(

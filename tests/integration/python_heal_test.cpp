@@ -158,6 +158,33 @@ TEST(PythonHeal, ASurvivorKilledDuringTheHealIsReplacedTooBitwiseEqual) {
   expect_healed(kill_at(4, {1}, 40, /*during_heal=*/3), 2, want);
 }
 
+// A heal's replacement comes from a warm standby, started for slot 0
+// before anyone failed: asked for stacks, it must answer in its own slot's
+// file (it wrote into rank 0's, and its own was "not open").
+TEST(PythonHeal, AReplacementsStacksAreItsOwnWhenAsked) {
+  Process p(heal_job(2), kEnv);
+  ASSERT_TRUE(reach_step(p, 30)) << p.out() << p.err();
+  const std::vector<pid_t> workers = workers_of(p.pid());
+  ASSERT_EQ(workers.size(), 2u);
+  kill(workers[1], SIGKILL);
+  ASSERT_TRUE(p.wait_for_line([](const std::string& l) { return contains(l, "with the state of its peers"); },
+                              std::chrono::seconds(120)))
+      << p.finish(std::chrono::seconds(10)).err;
+  p.signal(SIGRTMIN + 5);
+  auto said = p.wait_for_err_line([](const std::string& l) { return contains(l, "every rank's stacks, all threads: "); },
+                                  std::chrono::seconds(120));
+  ASSERT_TRUE(said) << p.finish(std::chrono::seconds(10)).err;
+  const std::string text = ddptest::stacks_file(*said);
+  const size_t rank1 = text.find("=== rank 1 (pid ");
+  ASSERT_NE(rank1, std::string::npos) << text;
+  const std::string rank0_part = text.substr(0, rank1), rank1_part = text.substr(rank1);
+  EXPECT_EQ(occurrences(rank0_part, "Current thread 0x"), 1) << "two processes wrote rank 0's stacks:\n" << text;
+  EXPECT_EQ(occurrences(rank1_part, "Current thread 0x"), 1) << text;
+  EXPECT_TRUE(contains(rank1_part, std::string("File \"") + HEAL_SCRIPT + "\"")) << text;
+  Finished f = p.finish();
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+}
+
 TEST(PythonHeal, TheScriptWithoutItsHealerRestartsAsBefore) {
   Process p(heal_job(2, {"--max-restarts", "1"}, {"--no-heal"}), kEnv);
   ASSERT_TRUE(reach_step(p, 40)) << p.out() << p.err();

@@ -193,6 +193,18 @@ inline pid_t worker_of(Process& agent) {
   return 0;
 }
 
+// The text of the file ddprun named for every rank's stacks in `err`
+// ("every rank's stacks, all threads: FILE"), removed once read; "" when
+// none.
+inline std::string stacks_file(const std::string& err) {
+  std::smatch m;
+  if (!std::regex_search(err, m, std::regex(R"(every rank's stacks, all threads: (\S+))"))) return "";
+  std::ifstream in(m[1].str());
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(m[1].str());
+  return text;
+}
+
 // ddprun's workers, in local-rank order: its children but the warm
 // standbys it keeps for a heal or a restart, and but a child that is still
 // between its clone and its exec (a standby being started shares ddprun's
