@@ -37,9 +37,10 @@ inline constexpr const char* kNativeThreadMark = "native thread ";
 // Python's side, one definition for the start-up file (python_startup.h)
 // and the standby (python_standby.h): _ddprun_stacks_to(HEARTBEAT_FILE,
 // SLOT) registers faulthandler for stack_dump_signal(), writing every
-// thread's traceback into that slot's stack_file_path(). A second call (a
-// standby given its slot, which may differ from the one it was started
-// with) replaces the first and closes its file.
+// thread's traceback into that slot's stack_file_path(). The standby calls
+// it again once given its slot (which may differ from the one it was
+// started with): that registration replaces the start-up file's, whose
+// file stays open, unused.
 inline constexpr const char* kPythonStackHandler = R"PY(
 _ddprun_stack_files = []  # faulthandler writes to the file's fd: kept open
 
@@ -54,9 +55,7 @@ def _ddprun_stacks_to(hb, slot):
     except OSError:
         return
     faulthandler.register(signal.SIGRTMIN + 5, file=f, all_threads=True, chain=False)
-    for old in _ddprun_stack_files:
-        old.close()
-    _ddprun_stack_files[:] = [f]
+    _ddprun_stack_files.append(f)
 )PY";
 
 }  // namespace ddprun::channel

@@ -10,7 +10,6 @@
 #include <fstream>
 #include <optional>
 #include <regex>
-#include <sstream>
 
 #include "support/job_helpers.h"
 #include "support/process.h"
