@@ -23,19 +23,22 @@ launcher=(
   libspdlog-dev libcli11-dev nlohmann-json3-dev zlib1g-dev procps
   libdw-dev                      # hung workers' stacks: function names and source lines
   libraft-dev                    # the embedded control plane: Raft among the job's first agents
+  ccache                         # in every set: installed later, it would change the compiler
+                                 # command and rebuild everything an earlier set-up built
 )
 job=(
   libtorch-dev libgloo-dev libopenblas0-openmp dataset-fashion-mnist
   libisal-dev                    # checkpoint checksums: zlib's crc32, 5x faster (optional to the build)
 )
 tests=(
-  ccache libgtest-dev python3-torch openssl
+  libgtest-dev python3-torch openssl
   clang libclang-rt-14-dev       # the second lane and the rendezvous fuzzer
   slurmctld slurmd slurm-client  # tests/slurm: a real Slurm for `srun ddprun`
   gnuplot-nox                    # bench/ddprun-bench draws its charts
   python3-venv                   # scripts/setup-torch2.sh: PyTorch 2.x from PyPI in a venv
   etcd-server etcd-client        # --rdzv-backend etcd, and the tests of a control plane that survives its host
   stress-ng                      # bench/soak.py (and its short run in ctest): jobs under load
+  iproute2                       # `ip netns`: the multi-host tests' hosts (a minimal Debian lacks it)
 )
 case "$set_name" in
   launcher) packages=("${launcher[@]}") ;;

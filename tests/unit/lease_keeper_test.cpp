@@ -15,13 +15,14 @@
 #include "agent/lease_keeper.h"
 #include "rendezvous/client.h"
 #include "rendezvous/server.h"
+#include "support/no_nccl.h"
 
 namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
 
-std::string no_nccl() { throw std::runtime_error("no NCCL in this test"); }
+using ddptest::no_nccl;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())

@@ -22,13 +22,14 @@
 #include "rendezvous/memory_store.h"
 #include "rendezvous/server.h"
 #include "support/test_certs.h"
+#include "support/no_nccl.h"
 
 namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
 
-std::string no_nccl() { throw std::runtime_error("no NCCL in this test"); }
+using ddptest::no_nccl;
 
 JoinArgs one_node(const std::string& job) {
   JoinArgs a;

@@ -17,13 +17,14 @@
 #include "rendezvous/registry.h"
 #include "rendezvous/security.h"
 #include "rendezvous/server.h"
+#include "support/no_nccl.h"
 
 namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
 
-std::string no_nccl() { throw std::runtime_error("no NCCL in this test"); }
+using ddptest::no_nccl;
 
 JoinCall node(const std::string& id, int nproc, int nodes = 2, int max_restarts = 3) {
   JoinCall c;

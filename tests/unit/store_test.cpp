@@ -14,13 +14,14 @@
 #include "rendezvous/memory_store.h"
 #include "rendezvous/registry.h"
 #include "rendezvous/server.h"
+#include "support/no_nccl.h"
 
 namespace ddprun {
 namespace {
 
 using namespace std::chrono_literals;
 
-std::string no_nccl() { throw std::runtime_error("no NCCL in this test"); }
+using ddptest::no_nccl;
 
 JoinCall call(const std::string& job, const NodeSpec& n, RoundSettings s,
               std::chrono::milliseconds timeout, JoinIntent intent = {-1, false},

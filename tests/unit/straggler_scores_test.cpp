@@ -14,7 +14,7 @@ namespace {
 using namespace ddprun;
 using channel::FlightEntry;
 
-constexpr int64_t kMs = 1000000;
+constexpr int64_t kNsPerMs = 1000000;
 
 // Records steps of `ranks` ranks, each computing work_ms (rank `slow`
 // slow_factor times as long, plus jitter) then running `buckets`
@@ -42,10 +42,10 @@ struct Job {
     for (int r = 0; r < ranks; ++r) {
       double w = work_ms * (r == slow ? slow_factor : 1.0);
       if (r == delayed) w += jitter_ms;
-      arrive[static_cast<size_t>(r)] = now + static_cast<int64_t>(w * kMs);
+      arrive[static_cast<size_t>(r)] = now + static_cast<int64_t>(w * kNsPerMs);
     }
     for (int b = 0; b < buckets; ++b) {
-      if (b > 0 && bucket_jitter_ms > 0) arrive[static_cast<size_t>(who(rng))] += static_cast<int64_t>(bucket_jitter_ms * kMs);
+      if (b > 0 && bucket_jitter_ms > 0) arrive[static_cast<size_t>(who(rng))] += static_cast<int64_t>(bucket_jitter_ms * kNsPerMs);
       ++seq;
       int64_t done = 0;
       for (int r = 0; r < ranks; ++r) {
@@ -59,7 +59,7 @@ struct Job {
         if (ring.size() > 16) ring.erase(ring.begin());
         done = std::max(done, arrive[static_cast<size_t>(r)]);
       }
-      done += kMs / 10;
+      done += kNsPerMs / 10;
       // Every rank leaves together, when the last one came and the
       // transfer (0.1 ms) is done.
       for (int r = 0; r < ranks; ++r) {
@@ -192,7 +192,7 @@ TEST(StragglerScores, ACollectiveUnderWayIsCountedOnceFinished) {
     FlightEntry e;
     e.id = e.seq = job.seq;
     e.state = static_cast<uint32_t>(channel::FlightState::kStarted);
-    e.started_ns = job.now + 2 * kMs;
+    e.started_ns = job.now + 2 * kNsPerMs;
     job.rings[r].push_back(e);
   }
   scores.update(job.rings);
@@ -200,7 +200,7 @@ TEST(StragglerScores, ACollectiveUnderWayIsCountedOnceFinished) {
   for (int r = 0; r < job.ranks; ++r) {
     FlightEntry& e = job.rings[r].back();
     e.state = static_cast<uint32_t>(channel::FlightState::kFinished);
-    e.finished_ns = e.started_ns + 50 * kMs;  // a long wait
+    e.finished_ns = e.started_ns + 50 * kNsPerMs;  // a long wait
   }
   scores.update(job.rings);
   EXPECT_EQ(scores.node_samples(), before + 1);
