@@ -6,15 +6,21 @@
 #      LibTorch or runs PyTorch, built with clang against the venv's
 #      LibTorch; the launcher, agent and rendezvous are build/'s (run
 #      scripts/setup.sh first).
-# Safe to run again. Usage: scripts/setup-torch2.sh
+# Safe to run again. Usage: scripts/setup-torch2.sh [--venv-only]
+#   --venv-only   step 1 alone (scripts/test.sh downloads it while build/ compiles)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=build/torch2-venv
 pins=scripts/torch2-requirements.txt
-if [ ! -x build/bin/ddprun ]; then
+case "${1:-}" in
+  "" | --venv-only) ;;
+  *) echo "setup-torch2: unknown option '$1' (--venv-only)" >&2; exit 2 ;;
+esac
+if [ "${1:-}" != --venv-only ] && [ ! -x build/bin/ddprun ]; then
   echo "setup-torch2: build/bin/ddprun is missing: run scripts/setup.sh first" >&2
   exit 2
 fi
+mkdir -p build
 if ! cmp -s "$pins" "$venv/installed-requirements.txt" 2>/dev/null; then
   echo "setup-torch2: installing $(grep -c '==' "$pins") pinned packages into $venv"
   python=$(command -v python3)
@@ -22,6 +28,7 @@ if ! cmp -s "$pins" "$venv/installed-requirements.txt" 2>/dev/null; then
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$pins"
   cp "$pins" "$venv/installed-requirements.txt"
 fi
+[ "${1:-}" != --venv-only ] || exit 0
 "$venv/bin/python" -c 'import torch; print("setup-torch2: torch", torch.__version__)'
 cxx=g++
 command -v clang++ >/dev/null && cxx=clang++
