@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include "channel/heartbeat_layout.h"
 #include "channel/stack_dump.h"
 
 namespace ddprun::channel {
@@ -41,7 +42,7 @@ def _ddprun_read_assignment(fd, box, assigned, imported):
         import ctypes, mmap
         with open(path, "r+b") as f:
             m = mmap.mmap(f.fileno(), 0)
-        beats = ctypes.c_uint64.from_buffer(m, int(slot) * 2048)
+        beats = ctypes.c_uint64.from_buffer(m, int(slot) * _DDPRUN_SLOT_BYTES)
     except (OSError, ValueError):
         return
     while not imported.is_set():
@@ -102,6 +103,11 @@ _ddprun_standby()
 )PY";
 
 // The program: the stack handler (stack_dump.h), then the standby.
-inline std::string python_standby() { return std::string(kPythonStackHandler) + kPythonStandbyBody; }
+// The program's text: the slot's size as heartbeat_layout.h defines it, the
+// stack handler (stack_dump.h), the body.
+inline std::string python_standby() {
+  return "_DDPRUN_SLOT_BYTES = " + std::to_string(kHeartbeatSlotBytes) + "\n" + kPythonStackHandler +
+         kPythonStandbyBody;
+}
 
 }  // namespace ddprun::channel

@@ -22,6 +22,7 @@
 
 #include <string>
 
+#include "channel/heartbeat_layout.h"
 #include "channel/stack_dump.h"
 
 namespace ddprun::channel {
@@ -46,9 +47,9 @@ def _ddprun_heartbeat():
     try:
         with open(hb, "r+b") as f:
             m = mmap.mmap(f.fileno(), 0)
-        base = int(slot) * 2048
-        # The counter (bytes 0..7) and the phase word (bytes 112..115).
-        return ctypes.c_uint64.from_buffer(m, base), ctypes.c_uint32.from_buffer(m, base + 112)
+        base = int(slot) * _DDPRUN_SLOT_BYTES
+        # The counter (the slot's first 8 bytes) and the phase word.
+        return ctypes.c_uint64.from_buffer(m, base), ctypes.c_uint32.from_buffer(m, base + _DDPRUN_PHASE_OFFSET)
     except (OSError, ValueError):
         return None
 
@@ -271,9 +272,11 @@ _ddprun_hook_torch()
 _ddprun_next_sitecustomize()
 )PY";
 
-// The file's text: the head, the stack handler (stack_dump.h), the body.
+// The file's text: the head, the slot's layout as heartbeat_layout.h
+// defines it, the stack handler (stack_dump.h), the body.
 inline std::string python_startup() {
-  return std::string(kPythonStartupHead) + kPythonStackHandler + kPythonStartupBody;
+  return std::string(kPythonStartupHead) + "_DDPRUN_SLOT_BYTES = " + std::to_string(kHeartbeatSlotBytes) +
+         "\n_DDPRUN_PHASE_OFFSET = " + std::to_string(kPhaseOffset) + "\n" + kPythonStackHandler + kPythonStartupBody;
 }
 
 }  // namespace ddprun::channel

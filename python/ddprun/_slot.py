@@ -23,6 +23,7 @@ _HEAL_READY = 80
 _HEAL_GENERATION = 84
 _NO_HEAL_COMING = 88
 _PLACEMENT = 92  # generation, rank, world size, node rank, number of nodes
+_PLACEMENT_WORDS = 5
 _IN_STEP = 116
 
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
@@ -51,7 +52,7 @@ class Slot:
         self._ready = word(_HEAL_READY)
         self._generation = word(_HEAL_GENERATION)
         self._no_heal = word(_NO_HEAL_COMING)
-        self._placement = [word(_PLACEMENT + 4 * i) for i in range(5)]
+        self._placement = [word(_PLACEMENT + 4 * i) for i in range(_PLACEMENT_WORDS)]
         self._in_step = word(_IN_STEP)
         self._libc = ctypes.CDLL(None, use_errno=True)  # CDLL: the GIL is let go while it sleeps
         self._waiting = 0

@@ -278,14 +278,14 @@ TEST(Heal, AHealWithNoRoomInDevShmGoesOnOverGlooBitwiseEqual) {
   const fs::path shm = fs::path("/proc") / std::to_string(p.pid()) / "root/dev/shm";
   std::vector<pid_t> workers = workers_of(p.pid());
   ASSERT_EQ(workers.size(), 4u);
-  // In a chroot, /proc/PID/root shows the outer /dev/shm, not the job's:
-  // never fill that one.
+  // Fill only the job's own 64 MiB tmpfs, never a /dev/shm that
+  // /proc/PID/root leads to instead of it (the machine's own).
   struct statvfs st {};
   ASSERT_EQ(statvfs(shm.c_str(), &st), 0) << shm;
   if (static_cast<uint64_t>(st.f_blocks) * st.f_frsize > (64u << 20)) {
     kill(p.pid(), SIGTERM);
     p.finish();
-    GTEST_SKIP() << "the job's /dev/shm (a 64 MiB tmpfs) is not what " << shm << " shows here (a chroot?)";
+    GTEST_SKIP() << "the job's /dev/shm (a 64 MiB tmpfs) is not what " << shm << " shows here";
   }
   {
     DevShmFiller full(shm, workers);

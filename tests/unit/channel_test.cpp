@@ -1,8 +1,15 @@
 // The agent <-> worker contract: what one side writes, the other reads.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+
 #include "channel/error_file.h"
 #include "channel/heartbeat_layout.h"
+#include "channel/python_standby.h"
+#include "channel/python_startup.h"
 #include "channel/standby_message.h"
 
 namespace ddprun::channel {
@@ -54,6 +61,41 @@ TEST(Channel, HeartbeatSlotsAreWholeCacheLines) {
   const char* ring = reinterpret_cast<char*>(flight_ring(heartbeat_slot(table, 1)));
   EXPECT_EQ((ring - table) % 64, 0);
   EXPECT_LE(ring + sizeof(FlightRing) - table, 2 * static_cast<long>(kHeartbeatSlotBytes));
+}
+
+// The heartbeat slot's layout has one definition, heartbeat_layout.h: the
+// Python package's words (python/ddprun/_slot.py) are its numbers, and the
+// Python the agent writes for its workers and standbys takes them from it.
+TEST(Channel, PythonSeesTheHeartbeatSlotAsHeartbeatLayoutDefinesIt) {
+  std::ifstream in(DDPRUN_SOURCE_DIR "/python/ddprun/_slot.py");
+  ASSERT_TRUE(in) << DDPRUN_SOURCE_DIR "/python/ddprun/_slot.py";
+  std::map<std::string, size_t> py;
+  const std::regex word(R"(^(_?[A-Z][A-Z_]*) = ([0-9]+)\b)");
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, word)) py[m[1]] = std::stoul(m[2]);
+  }
+  alignas(64) char slot[kHeartbeatSlotBytes] = {};
+  const auto beats = static_cast<size_t>(reinterpret_cast<char*>(heartbeat_counter(slot, 0)) - slot);
+  const std::map<std::string, size_t> cpp{{"SLOT_BYTES", kHeartbeatSlotBytes},
+                                          {"_BEATS", beats},
+                                          {"_HEAL_READY", kHealReadyOffset},
+                                          {"_HEAL_GENERATION", kHealGenerationOffset},
+                                          {"_NO_HEAL_COMING", kNoHealComingOffset},
+                                          {"_PLACEMENT", kPlacementOffset},
+                                          {"_PLACEMENT_WORDS", static_cast<size_t>(kPlacementWords)},
+                                          {"_IN_STEP", kInStepOffset}};
+  for (const auto& [name, value] : cpp) {
+    ASSERT_TRUE(py.count(name)) << "_slot.py has no " << name;
+    EXPECT_EQ(py[name], value) << "_slot.py's " << name;
+  }
+  const std::string startup = python_startup(), standby = python_standby();
+  const std::string size = std::to_string(kHeartbeatSlotBytes);
+  EXPECT_NE(startup.find("_DDPRUN_SLOT_BYTES = " + size + "\n"), std::string::npos);
+  EXPECT_NE(startup.find("_DDPRUN_PHASE_OFFSET = " + std::to_string(kPhaseOffset) + "\n"), std::string::npos);
+  EXPECT_NE(standby.find("_DDPRUN_SLOT_BYTES = " + size + "\n"), std::string::npos);
+  // ... and writes the slot's size once, not again as a number of its own.
+  for (const std::string* text : {&startup, &standby}) EXPECT_EQ(text->find(size), text->rfind(size)) << *text;
 }
 
 TEST(Channel, ProgressReadsBackWhatWasWritten) {
