@@ -52,6 +52,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "channel/flight_record.h"
 
@@ -211,6 +212,13 @@ static_assert(kFlightOffset >= kHeartbeatWordsBytes && kFlightOffset + sizeof(Fl
 
 inline uint32_t* stop_reason_word(void* map, int slot) {
   return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kStopReasonOffset);
+}
+
+// The words the agent's own Python (python_startup.h, python_standby.h)
+// reads, as Python assignments taken from the constants above.
+inline std::string python_slot_words() {
+  return "_DDPRUN_SLOT_BYTES = " + std::to_string(kHeartbeatSlotBytes) + "\n_DDPRUN_PHASE_OFFSET = " +
+         std::to_string(kPhaseOffset) + "\n";
 }
 
 }  // namespace ddprun::channel

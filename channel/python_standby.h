@@ -102,12 +102,8 @@ def _ddprun_standby():
 _ddprun_standby()
 )PY";
 
-// The program: the stack handler (stack_dump.h), then the standby.
-// The program's text: the slot's size as heartbeat_layout.h defines it, the
-// stack handler (stack_dump.h), the body.
-inline std::string python_standby() {
-  return "_DDPRUN_SLOT_BYTES = " + std::to_string(kHeartbeatSlotBytes) + "\n" + kPythonStackHandler +
-         kPythonStandbyBody;
-}
+// The program: the slot's words (heartbeat_layout.h), the stack handler
+// (stack_dump.h), then the standby.
+inline std::string python_standby() { return python_slot_words() + kPythonStackHandler + kPythonStandbyBody; }
 
 }  // namespace ddprun::channel

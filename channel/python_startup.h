@@ -272,11 +272,10 @@ _ddprun_hook_torch()
 _ddprun_next_sitecustomize()
 )PY";
 
-// The file's text: the head, the slot's layout as heartbeat_layout.h
-// defines it, the stack handler (stack_dump.h), the body.
+// The file's text: the head, the slot's words (heartbeat_layout.h), the
+// stack handler (stack_dump.h), the body.
 inline std::string python_startup() {
-  return std::string(kPythonStartupHead) + "_DDPRUN_SLOT_BYTES = " + std::to_string(kHeartbeatSlotBytes) +
-         "\n_DDPRUN_PHASE_OFFSET = " + std::to_string(kPhaseOffset) + "\n" + kPythonStackHandler + kPythonStartupBody;
+  return std::string(kPythonStartupHead) + python_slot_words() + kPythonStackHandler + kPythonStartupBody;
 }
 
 }  // namespace ddprun::channel

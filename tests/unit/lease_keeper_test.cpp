@@ -9,7 +9,6 @@
 #include <poll.h>
 
 #include <chrono>
-#include <stdexcept>
 #include <thread>
 
 #include "agent/lease_keeper.h"
