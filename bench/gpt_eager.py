@@ -131,6 +131,9 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--fused", action="store_true", help="AdamW(fused=True) (torch 2.x, CUDA)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (torch 2.x)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="time data, forward, backward, clip and optimizer apart (waits for the device after each)")
     ap.add_argument("--data", default="")
     ap.add_argument("--data-cache", default="")
     ap.add_argument("--seed", type=int, default=0)
@@ -151,6 +154,7 @@ def main():
     windows = (data.numel() - 1) // T
     torch.manual_seed(args.seed)
     model = Gpt(c).to(device)
+    run_model = torch.compile(model) if args.compile else model
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     extra = {"fused": True} if args.fused else {}
@@ -172,8 +176,26 @@ def main():
     fpt = model.flops_per_token(T)
     tokens_per_step = args.batch_size * T
     timed, timed_steps, first, last = 0.0, 0, None, None
+    # The first step warms caches and allocators; a compiled model also
+    # compiles in its first steps.
+    skip = 3 if args.compile else 1
+    phases = dict.fromkeys(("data", "forward", "backward", "clip", "optimizer"), 0.0)
+    step_phases = dict(phases)
+    mark_t = [0.0]
+
+    def mark(name):
+        if not args.breakdown:
+            return
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        now = time.perf_counter()
+        step_phases[name] += now - mark_t[0]
+        mark_t[0] = now
+
     for step in range(args.steps):
         t0 = time.perf_counter()
+        mark_t[0] = t0
+        step_phases = dict.fromkeys(phases, 0.0)
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         opt.zero_grad(set_to_none=True)
@@ -184,24 +206,33 @@ def main():
         win = torch.stack([data[i * T:i * T + T + 1] for i in idx.tolist()]).long()
         x = win[:, :-1].to(device, non_blocking=True)
         y = win[:, 1:].to(device, non_blocking=True)
+        mark("data")
         with torch.autocast(device_type=args.device, dtype=torch.bfloat16, enabled=args.dtype == "bf16"):
-            loss = F.cross_entropy(model(x).view(-1, c["vocab"]), y.reshape(-1))
+            loss = F.cross_entropy(run_model(x).view(-1, c["vocab"]), y.reshape(-1))
+        mark("forward")
         loss.backward()
+        mark("backward")
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        mark("clip")
         opt.step()
+        mark("optimizer")
         value = loss.item()
         secs = time.perf_counter() - t0
         first = value if first is None else first
         last = value
-        if step > 0:
+        if step >= skip:
             timed += secs
             timed_steps += 1
+            for k in phases:
+                phases[k] += step_phases[k]
     tps = tokens_per_step * timed_steps / timed if timed_steps else 0.0
     mfu = tps * fpt / (peak * 1e12) if peak else 0.0
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     result = dict(tokens_per_s=tps, mfu=mfu, first_loss=first, final_loss=last, steps=args.steps,
                   params=sum(p.numel() for p in model.parameters()), flops_per_token=fpt,
-                  device=name, torch=torch.__version__, dtype=args.dtype, fused=args.fused)
+                  device=name, torch=torch.__version__, dtype=args.dtype, fused=args.fused, compiled=args.compile,
+                  breakdown_ms={k: 1e3 * v / timed_steps for k, v in phases.items()}
+                  if args.breakdown and timed_steps else {})
     print("pytorch eager %s on %s: loss %.4f -> %.4f, %.0f tokens/s, MFU %s" %
           (torch.__version__, name, first, last, tps, "%.1f%%" % (100 * mfu) if peak else "n/a"))
     if args.json:

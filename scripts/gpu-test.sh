@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 37's one call on the GPU machine (an H100 or H200 with CUDA, nvcc,
+# The one call on the GPU machine (issues 37 and 51) (an H100 or H200 with CUDA, nvcc,
 # CMake and a Python whose PyTorch has CUDA, but no package registry), from
 # the repository root:
 #
@@ -178,6 +178,29 @@ echo "   $(grep -c 'warning:' "$out/build.log") compiler warnings (build.log)" |
 bin=$build/bin
 
 # --- 3. the checks, in order of value ---------------------------------------
+# Issue 51 first: worker_lib's fused and foreach AdamW and its clip against
+# LibTorch's on the GPU, then the GPT table (issues 10 and 51): the C++
+# trainer with each AdamW against PyTorch eager (foreach, fused, compiled),
+# and where each step's time goes.
+# PyTorch 2.11's libtorch.so carries a std::filesystem::remove_all that
+# jumps to 0 (worker_lib/CMakeLists.txt): comm_tests run with libstdc++
+# preloaded.
+preload=$(c++ -print-file-name=libstdc++.so.6)
+if (( gpu )); then
+  step optim_cuda 60 env DDPRUN_TEST_DEVICE=cuda LD_PRELOAD="$preload" "$bin/comm_tests" --gtest_filter='Optim.*'
+  grep -h "^\[  PASSED\|^\[  FAILED" "$out/optim_cuda.log" >>"$summary"
+else
+  skip optim_cuda "no GPU"
+fi
+if (( gpu )) && [[ ${GPU_BENCH:-1} != 0 ]]; then
+  peak=h100; grep -q H200 "$out/versions.txt" && peak=h200
+  step gpt_bench "${GPU_BENCH_LIMIT:-330}" "$py" "$repo/bench/gpt_throughput.py" --build "$build" --python "$py" \
+    --model small --device cuda --dtype bf16 --batch-size 16 --steps 30 --repeats 2 --peak "$peak" \
+    --cpp-optimizers plain,foreach,fused --eager-variants default,fused,compile --breakdown
+  grep -h "^|\|^device\|^Per step" "$out/gpt_bench.log" >>"$summary"
+else
+  skip gpt_bench "$( (( gpu )) && echo GPU_BENCH=0 || echo 'no GPU')"
+fi
 if (( gpu && nccl )); then
   # NCCL through worker_lib at world size 1 under ddprun: the id made by rank
   # 0, all_reduce after kernels on the default and a side stream, the async
@@ -207,21 +230,10 @@ else
   # The rehearsal still runs the Python script, on Gloo and CPU.
   step torch_script_cpu 120 --expect "interop ok: backend gloo" "$bin/ddprun" --nproc 1 "$repo/tests/interop/torch_nccl.py"
 fi
-# Issue 10's table: C++ against PyTorch eager, same model, batch, precision.
-if (( gpu )) && [[ ${GPU_BENCH:-1} != 0 ]]; then
-  peak=h100; grep -q H200 "$out/versions.txt" && peak=h200
-  step gpt_bench 240 "$py" "$repo/bench/gpt_throughput.py" --build "$build" --python "$py" \
-    --model small --device cuda --dtype bf16 --batch-size 16 --steps 30 --repeats 3 --peak "$peak"
-  grep -h "^|\|^device" "$out/gpt_bench.log" >>"$summary"
-else
-  skip gpt_bench "$( (( gpu )) && echo GPU_BENCH=0 || echo 'no GPU')"
-fi
 # CPU paths with this LibTorch and in this sandbox: shared memory and Gloo
 # between processes, the NCCL runner's logic over its fake.
 step collective_check_gloo 90 "$bin/ddprun" --nproc 2 "$bin/collective_check"
 step nccl_runner_tests 60 "$bin/nccl_runner_tests"
-# PyTorch 2.11's libtorch.so carries a std::filesystem::remove_all that
-# jumps to 0 (worker_lib/CMakeLists.txt); these tests call it.
-step comm_tests 150 env LD_PRELOAD="$(c++ -print-file-name=libstdc++.so.6)" "$bin/comm_tests"
+step comm_tests 150 env LD_PRELOAD="$preload" "$bin/comm_tests"
 finish
 

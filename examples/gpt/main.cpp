@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -59,6 +60,8 @@ struct Options {
   int64_t log_every = 10;
   std::string summary_json;
   bool print_steps = false;
+  std::string optimizer = "auto";  // ddp::OptimizerImpl: auto, plain, foreach, fused
+  bool breakdown = false;
 };
 
 // Dense bf16 tensor-core peaks per GPU (NVIDIA's datasheets, SXM parts).
@@ -100,9 +103,10 @@ double lr_at(const Options& o, int64_t step, int64_t warmup) {
 }
 
 // AdamW with weight decay on matrices (embeddings included) only, as GPT-2
-// trainers do; biases and LayerNorm gains are not decayed. LibTorch's C++
-// AdamW (1.13 and 2.x) has no fused or foreach implementation.
-std::unique_ptr<torch::optim::AdamW> make_optimizer(gpt::Gpt& model, const Options& o) {
+// trainers do; biases and LayerNorm gains are not decayed. worker_lib's
+// AdamW steps all parameters in a few fused (or foreach) kernels; "plain"
+// is LibTorch's own, about ten kernels per parameter.
+std::unique_ptr<ddp::AdamW> make_optimizer(gpt::Gpt& model, const Options& o) {
   std::vector<torch::Tensor> decay, no_decay;
   for (const auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   auto opts = [&](double wd) {
@@ -112,9 +116,45 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(gpt::Gpt& model, const Optio
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(decay, opts(o.weight_decay));
   groups.emplace_back(no_decay, opts(0.0));
-  return std::make_unique<torch::optim::AdamW>(std::move(groups),
-                                               torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}));
+  return std::make_unique<ddp::AdamW>(std::move(groups), torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}),
+                                      ddp::parse_optimizer_impl(o.optimizer));
 }
+
+// Per-phase times of the timed steps for --breakdown: mark(phase) waits for
+// the device and adds the time since the last mark to that phase.
+class Breakdown {
+ public:
+  enum Phase { kData, kForward, kBackward, kClip, kOptimizer, kCount };
+  Breakdown(bool on, bool cuda) : on_(on), cuda_(cuda) {}
+  void mark(Phase p) {
+    if (!on_) return;
+    if (cuda_) torch::cuda::synchronize();
+    const auto now = std::chrono::steady_clock::now();
+    step_[p] += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+  void keep() {  // the step just done is a timed one
+    for (int i = 0; i < kCount; ++i) total_[i] += step_[i];
+    ++steps_;
+  }
+  void restart() {
+    step_.fill(0);
+    last_ = std::chrono::steady_clock::now();
+  }
+  nlohmann::json milliseconds() const {
+    nlohmann::json j = nlohmann::json::object();
+    if (!on_ || steps_ == 0) return j;
+    static const char* names[kCount] = {"data", "forward", "backward", "clip", "optimizer"};
+    for (int i = 0; i < kCount; ++i) j[names[i]] = 1e3 * total_[i] / steps_;
+    return j;
+  }
+
+ private:
+  bool on_, cuda_;
+  std::array<double, kCount> step_{}, total_{};
+  int64_t steps_ = 0;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
 
 int run(Options opt) {
   // Flags first, before any process joins the job.
@@ -139,6 +179,10 @@ int run(Options opt) {
     throw FlagError("--device cuda: no CUDA device visible (or this LibTorch is built without CUDA)");
   }
   if (!opt.peak.empty()) opt.peak_tflops = peak_tflops_of(opt.peak);
+  if (opt.optimizer == "fused" && !ddp::fused_adam_available()) {
+    throw FlagError("--optimizer fused: this LibTorch (" + std::string(TORCH_VERSION) +
+                    ") has no fused AdamW (LibTorch >= 2.4); use foreach or auto");
+  }
   const int64_t warmup = opt.warmup ? opt.warmup : std::max<int64_t>(1, opt.steps / 10);
 
   auto world = ddp::init();
@@ -206,12 +250,12 @@ int run(Options opt) {
   if (rank == 0) {
     std::printf("gpt %s: %.2fM parameters, %lld layers, %lld heads, %lld wide, context %lld, vocab %lld; "
                 "%d ranks x batch %lld x %d micro-batches x %lld tokens; %s %s, grads all-reduced in %s; "
-                "data %lld tokens\n",
+                "%s AdamW; data %lld tokens\n",
                 opt.model.c_str(), net->num_parameters() / 1e6, static_cast<long long>(cfg.layers),
                 static_cast<long long>(cfg.heads), static_cast<long long>(cfg.dim),
                 static_cast<long long>(cfg.context), static_cast<long long>(cfg.vocab), ws,
                 static_cast<long long>(opt.batch_size), opt.grad_accum, static_cast<long long>(T),
-                device.str().c_str(), opt.dtype.c_str(), opt.comm_dtype.c_str(),
+                device.str().c_str(), opt.dtype.c_str(), opt.comm_dtype.c_str(), ddp::to_string(optimizer->impl()),
                 static_cast<long long>(tokens.numel()));
     std::fflush(stdout);
   }
@@ -227,6 +271,10 @@ int run(Options opt) {
   auto save = [&] { ckpt->save(*net, *optimizer, step, epoch, sampler.global_position()); };
 
   const bool bf16 = opt.dtype == "bf16";
+  // --breakdown: the device is waited for at each phase's end, so each
+  // phase's time is its own (and the step slower: no overlap between them).
+  Breakdown phases(opt.breakdown, cuda);
+  const bool plain = optimizer->impl() == ddp::OptimizerImpl::kPerParameter;
   double first_loss = -1, last_loss = 0;
   double timed_seconds = 0;
   int64_t timed_steps = 0;
@@ -248,8 +296,9 @@ int run(Options opt) {
   }
   while (step < opt.steps) {
     const auto t0 = std::chrono::steady_clock::now();
+    phases.restart();
     const double lr = lr_at(opt, step, warmup);
-    double norm = 0;
+    torch::Tensor norm;  // on the device: read only when printed
     torch::Tensor loss_sum;
     healer.step([&] {
       tracer.step(step);
@@ -270,12 +319,14 @@ int run(Options opt) {
         ddp::TraceSpan data(tracer, ddp::TracePhase::kData);
         auto [x, y] = next_batch();
         data.finish();
+        phases.mark(Breakdown::kData);
         torch::Tensor loss;
         {
           gpt::AutocastGuard autocast(device.type(), torch::kBFloat16, bf16);
           torch::Tensor logits = model(x);
           loss = torch::nn::functional::cross_entropy(logits.view({-1, cfg.vocab}), y.view({-1}));
         }
+        phases.mark(Breakdown::kForward);
         loss_sum += loss.detach();
         if (j + 1 < opt.grad_accum) {
           auto no_sync = model.no_sync();  // accumulate locally
@@ -283,10 +334,16 @@ int run(Options opt) {
         } else {
           (loss / opt.grad_accum).backward();  // returns with gradients averaged over the ranks
         }
+        phases.mark(Breakdown::kBackward);
       }
       ddp::TraceSpan optimizer_span(tracer, ddp::TracePhase::kOptimizer);
-      norm = torch::nn::utils::clip_grad_norm_(net->parameters(), opt.clip);
+      // LibTorch's clip returns a double, so it waits for the device every
+      // step; worker_lib's returns the norm as a tensor.
+      norm = plain ? torch::full({}, torch::nn::utils::clip_grad_norm_(net->parameters(), opt.clip), torch::kDouble)
+                   : ddp::clip_grad_norm_(net->parameters(), opt.clip);
+      phases.mark(Breakdown::kClip);
       optimizer->step();
+      phases.mark(Breakdown::kOptimizer);
       optimizer_span.finish();
       ++step;  // the commit (ddp::Healer)
     });
@@ -306,6 +363,7 @@ int run(Options opt) {
       timed_seconds += secs;
       timed_tokens += tokens_per_step();
       ++timed_steps;
+      phases.keep();
     }
     if (rank == 0 && (step % opt.log_every == 0 || step == opt.steps || step == start_step + 1)) {
       const double tps = tokens_per_step() / secs;
@@ -316,7 +374,8 @@ int run(Options opt) {
         mfu = b;
       }
       std::printf("step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %s\n",
-                  static_cast<long long>(step), static_cast<long long>(opt.steps), loss, lr, norm, secs * 1e3,
+                  static_cast<long long>(step), static_cast<long long>(opt.steps), loss, lr, norm.item<double>(),
+                  secs * 1e3,
                   tps, mfu.c_str());
       std::fflush(stdout);
     }
@@ -369,7 +428,10 @@ int run(Options opt) {
                           // What the saves cost the training thread (stall) and the copies in the background.
                           {"checkpoint_stall_s", saved.stall_seconds},
                           {"checkpoint_copy_s", saved.copy_seconds},
-                          {"step_s", timed_steps ? timed_seconds / timed_steps : 0.0}};
+                          {"step_s", timed_steps ? timed_seconds / timed_steps : 0.0},
+                          {"optimizer", ddp::to_string(optimizer->impl())},
+                          {"breakdown_ms", phases.milliseconds()}};
+      if (opt.breakdown) std::printf("breakdown (ms per step, device waited for): %s\n", phases.milliseconds().dump().c_str());
       std::ofstream out(opt.summary_json);
       out << j.dump(2) << "\n";
       if (!out) throw std::runtime_error("cannot write --summary-json " + opt.summary_json);
@@ -418,6 +480,12 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", o.log_every, "Print every N steps [10]")->check(CLI::PositiveNumber);
   app.add_option("--summary-json", o.summary_json, "Write final figures and a parameter checksum here");
   app.add_flag("--print-steps", o.print_steps, "Rank 0 prints \"step N done\" after every step (tests)");
+  app.add_option("--optimizer", o.optimizer,
+                 "AdamW implementation: auto (fused where LibTorch has it, else foreach), fused, foreach, "
+                 "or plain (LibTorch's own, with its clip that waits for the device) [auto]")
+      ->check(CLI::IsMember({"auto", "plain", "foreach", "fused"}));
+  app.add_flag("--breakdown", o.breakdown,
+               "Time data, forward, backward, clip and optimizer apart (waits for the device after each)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -19,6 +19,7 @@
 #include "ddp/healer.h"
 #include "ddp/launch_info.h"
 #include "ddp/mesh.h"
+#include "ddp/optim.h"
 #include "ddp/progress.h"
 #include "ddp/reduce_op.h"
 #include "ddp/reducer.h"

@@ -1,0 +1,273 @@
+// Adam and AdamW over many tensors at once (ddp/optim.h).
+//
+// LibTorch's step, per parameter p with gradient g (1.13 and 2.x alike):
+//   AdamW: p *= 1 - lr * wd          Adam: g = g + wd * p
+//   step += 1; bc1 = 1 - beta1^step; bc2 = 1 - beta2^step
+//   m = m * beta1 + g * (1 - beta1)
+//   v = v * beta2 + g * g * (1 - beta2)
+//   p += -(lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
+// The foreach step below makes the same calls in the same order, one
+// multi-tensor op for all the parameters of a group; per-parameter numbers
+// (the bias corrections, which depend on each parameter's own step count)
+// go as scalar lists. The fused step hands the whole update to ATen's
+// _fused_adam(w)_, which reads each step count from a device tensor.
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <type_traits>
+
+#include "ddp/optim.h"
+
+namespace ddp {
+
+namespace {
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define DDP_HAVE_FUSED_ADAM 1
+constexpr bool kHaveFused = true;
+#else
+#define DDP_HAVE_FUSED_ADAM 0
+constexpr bool kHaveFused = false;
+#endif
+
+// The key LibTorch's optimizers file a parameter's state under: the
+// TensorImpl's address (2.x), or that address printed (1.13).
+template <class StateMap>
+typename StateMap::key_type state_key(StateMap&, const torch::Tensor& p) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream os;  // what 1.13's c10::guts::to_string writes
+    os << p.unsafeGetTensorImpl();
+    return os.str();
+  } else {
+    return p.unsafeGetTensorImpl();
+  }
+}
+
+// The parameters of one group that have a gradient, with their state.
+template <class State>
+struct GroupTensors {
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+  std::vector<State*> states;
+};
+
+template <class Options, class State>
+GroupTensors<State> gather(torch::optim::Optimizer& opt, torch::optim::OptimizerParamGroup& group) {
+  GroupTensors<State> g;
+  auto& state = opt.state();
+  for (auto& p : group.params()) {
+    if (!p.grad().defined()) continue;
+    if (p.grad().is_sparse()) {
+      throw std::invalid_argument("ddp::Adam(W): sparse gradients are not supported; use SparseAdam");
+    }
+    auto key = state_key(state, p);
+    auto it = state.find(key);
+    if (it == state.end()) {  // as LibTorch's step: zero moments, step 0
+      auto s = std::make_unique<State>();
+      s->step(0);
+      s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      it = state.emplace(key, std::move(s)).first;
+    }
+    auto* s = static_cast<State*>(it->second.get());
+    g.params.push_back(p);
+    g.grads.push_back(p.grad());
+    g.exp_avgs.push_back(s->exp_avg());
+    g.exp_avg_sqs.push_back(s->exp_avg_sq());
+    g.states.push_back(s);
+  }
+  return g;
+}
+
+// Fused kernels take one device and one floating type for every list.
+template <class State>
+bool fusable(const GroupTensors<State>& g) {
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    const auto& p = g.params[i];
+    if (p.device() != g.params[0].device() || p.scalar_type() != g.params[0].scalar_type() ||
+        !at::isFloatingType(p.scalar_type()) || g.grads[i].scalar_type() != p.scalar_type() ||
+        !p.is_contiguous() || !g.grads[i].is_contiguous()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+template <class State>
+void foreach_step(GroupTensors<State>& g, double lr, double beta1, double beta2, double eps, double wd,
+                  bool decoupled) {
+  std::vector<torch::Tensor> grads = g.grads;
+  if (wd != 0) {
+    if (decoupled) {
+      at::_foreach_mul_(g.params, 1 - lr * wd);
+    } else {
+      grads = at::_foreach_add(g.grads, g.params, wd);
+    }
+  }
+  std::vector<at::Scalar> sqrt_bc2, neg_step_size;
+  for (State* s : g.states) {
+    s->step(s->step() + 1);
+    const double bc1 = 1 - std::pow(beta1, static_cast<double>(s->step()));
+    const double bc2 = 1 - std::pow(beta2, static_cast<double>(s->step()));
+    sqrt_bc2.emplace_back(std::sqrt(bc2));
+    neg_step_size.emplace_back(-(lr / bc1));
+  }
+  at::_foreach_mul_(g.exp_avgs, beta1);
+  at::_foreach_add_(g.exp_avgs, grads, 1 - beta1);
+  at::_foreach_mul_(g.exp_avg_sqs, beta2);
+  at::_foreach_addcmul_(g.exp_avg_sqs, grads, grads, 1 - beta2);
+  std::vector<torch::Tensor> denom = at::_foreach_sqrt(g.exp_avg_sqs);
+  at::_foreach_div_(denom, sqrt_bc2);
+  at::_foreach_add_(denom, eps);
+  at::_foreach_addcdiv_(g.params, g.exp_avgs, denom, neg_step_size);
+}
+
+}  // namespace
+
+OptimizerImpl parse_optimizer_impl(const std::string& name) {
+  if (name == "auto") return OptimizerImpl::kAuto;
+  if (name == "plain") return OptimizerImpl::kPerParameter;
+  if (name == "foreach") return OptimizerImpl::kForeach;
+  if (name == "fused") return OptimizerImpl::kFused;
+  throw std::invalid_argument("optimizer implementation '" + name + "': expected auto, plain, foreach or fused");
+}
+
+const char* to_string(OptimizerImpl impl) {
+  switch (impl) {
+    case OptimizerImpl::kAuto: return "auto";
+    case OptimizerImpl::kPerParameter: return "plain";
+    case OptimizerImpl::kForeach: return "foreach";
+    case OptimizerImpl::kFused: return "fused";
+  }
+  return "?";
+}
+
+bool fused_adam_available() { return kHaveFused; }
+
+namespace detail {
+
+MultiTensorAdam::MultiTensorAdam(OptimizerImpl impl) : impl_(impl) {
+  if (impl_ == OptimizerImpl::kAuto) impl_ = kHaveFused ? OptimizerImpl::kFused : OptimizerImpl::kForeach;
+  if (impl_ == OptimizerImpl::kFused && !kHaveFused) {
+    throw std::invalid_argument("ddp::Adam(W): the fused implementation needs LibTorch >= 2.4 (this is " +
+                                std::string(TORCH_VERSION) + "); use OptimizerImpl::kForeach or kAuto");
+  }
+}
+
+template <class Options, class State>
+bool MultiTensorAdam::step(torch::optim::Optimizer& opt, bool decoupled) {
+  if (impl_ == OptimizerImpl::kPerParameter) return false;
+  for (auto& group : opt.param_groups()) {
+    if (static_cast<Options&>(group.options()).amsgrad()) return false;
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& group : opt.param_groups()) {
+    auto& o = static_cast<Options&>(group.options());
+    GroupTensors<State> g = gather<Options, State>(opt, group);
+    if (g.params.empty()) continue;
+    const auto [beta1, beta2] = o.betas();
+#if DDP_HAVE_FUSED_ADAM
+    {
+      if (impl_ == OptimizerImpl::kFused && fusable(g)) {
+        // Step counts: the device tensors are brought to the state's count
+        // where it changed elsewhere, then counted up on the device and in
+        // the state alike (the state's count is what checkpoints keep).
+        std::vector<torch::Tensor> steps;
+        steps.reserve(g.states.size());
+        for (size_t i = 0; i < g.states.size(); ++i) {
+          StepTensor& st = step_tensors_[g.params[i].unsafeGetTensorImpl()];
+          if (!st.t.defined() || st.t.device() != g.params[i].device()) {
+            st.t = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(g.params[i].device()));
+            st.count = 0;
+          }
+          if (st.count != g.states[i]->step()) {
+            st.t.fill_(static_cast<double>(g.states[i]->step()));
+          }
+          g.states[i]->step(g.states[i]->step() + 1);
+          st.count = g.states[i]->step();
+          steps.push_back(st.t);
+        }
+        at::_foreach_add_(steps, 1);
+        const std::vector<torch::Tensor> no_max;
+        if (decoupled) {
+          at::_fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, no_max, steps, o.lr(), beta1, beta2,
+                            o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false);
+        } else {
+          at::_fused_adam_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, no_max, steps, o.lr(), beta1, beta2,
+                           o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false);
+        }
+        continue;
+      }
+    }
+#endif
+    foreach_step(g, o.lr(), beta1, beta2, o.eps(), o.weight_decay(), decoupled);
+  }
+  return true;
+}
+
+template bool MultiTensorAdam::step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
+    torch::optim::Optimizer&, bool);
+template bool MultiTensorAdam::step<torch::optim::AdamOptions, torch::optim::AdamParamState>(
+    torch::optim::Optimizer&, bool);
+
+}  // namespace detail
+
+AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults,
+             OptimizerImpl impl)
+    : torch::optim::AdamW(std::move(groups), defaults), adam_(impl) {}
+AdamW::AdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions defaults, OptimizerImpl impl)
+    : torch::optim::AdamW(std::move(params), defaults), adam_(impl) {}
+
+torch::Tensor AdamW::step(LossClosure closure) {
+  torch::Tensor loss;
+  if (closure) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  if (!adam_.step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(*this, /*decoupled=*/true)) {
+    torch::optim::AdamW::step();
+  }
+  return loss;
+}
+
+Adam::Adam(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamOptions defaults,
+           OptimizerImpl impl)
+    : torch::optim::Adam(std::move(groups), defaults), adam_(impl) {}
+Adam::Adam(std::vector<torch::Tensor> params, torch::optim::AdamOptions defaults, OptimizerImpl impl)
+    : torch::optim::Adam(std::move(params), defaults), adam_(impl) {}
+
+torch::Tensor Adam::step(LossClosure closure) {
+  torch::Tensor loss;
+  if (closure) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  if (!adam_.step<torch::optim::AdamOptions, torch::optim::AdamParamState>(*this, /*decoupled=*/false)) {
+    torch::optim::Adam::step();
+  }
+  return loss;
+}
+
+torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (grads.empty()) return torch::zeros({});
+  // One norm per gradient (one multi-tensor kernel), the norm of those.
+  std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
+  torch::Tensor total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2);
+  torch::Tensor scale = torch::clamp_max(max_norm / (total + 1e-6), 1.0);
+#if TORCH_VERSION_MAJOR >= 2
+  at::_foreach_mul_(grads, scale);
+#else
+  for (auto& g : grads) g.mul_(scale);
+#endif
+  return total;
+}
+
+}  // namespace ddp
