@@ -102,8 +102,10 @@ def main():
         n.startswith("PyTorch") for n, _ in rows) else None
 
     results = [[] for _ in rows]
-    for _ in range(args.repeats):  # alternating, so drift hits every row alike
+    for rep in range(args.repeats):  # alternating, so drift hits every row alike
         for i, (_, cmd) in enumerate(rows):
+            if rep > 0 and "--compile" in cmd:
+                continue  # its compile costs a minute: one run
             results[i].append(run_json(cmd, out_json))
     breakdowns = []
     if args.breakdown:
@@ -123,7 +125,7 @@ def main():
     fpt = next((r["flops_per_token"] for r in ok_rows), 0)
     has_peak = bool(args.peak or args.peak_tflops)
     print("device: %s; PyTorch %s; model %s (%.1fM parameters, %.3g FLOPs/token), batch %d x seq %s, %s, "
-          "%d steps (first untimed; 3 with torch.compile), median of %d" %
+          "%d steps (first untimed; 3 with torch.compile), median of %d (torch.compile: 1)" %
           (device, torch_version, args.model, params / 1e6, fpt, args.batch_size, args.seq_len or "context",
            args.dtype, args.steps, args.repeats))
     print()
