@@ -132,6 +132,8 @@ def main():
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--fused", action="store_true", help="AdamW(fused=True) (torch 2.x, CUDA)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (torch 2.x)")
+    ap.add_argument("--profile", default="", help="write a Chrome trace (CPU ops, CUDA kernels) of steps 3.. here")
+    ap.add_argument("--profile-steps", type=int, default=3)
     ap.add_argument("--breakdown", action="store_true",
                     help="time data, forward, backward, clip and optimizer apart (waits for the device after each)")
     ap.add_argument("--data", default="")
@@ -192,7 +194,16 @@ def main():
         step_phases[name] += now - mark_t[0]
         mark_t[0] = now
 
+    prof = None
     for step in range(args.steps):
+        if args.profile and step == 3:  # as examples/gpt --profile
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                      torch.profiler.ProfilerActivity.CUDA])
+            prof.__enter__()
+        if prof is not None and step == 3 + args.profile_steps:
+            prof.__exit__(None, None, None)
+            prof.export_chrome_trace(args.profile)
+            prof = None
         t0 = time.perf_counter()
         mark_t[0] = t0
         step_phases = dict.fromkeys(phases, 0.0)
@@ -225,6 +236,9 @@ def main():
             timed_steps += 1
             for k in phases:
                 phases[k] += step_phases[k]
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        prof.export_chrome_trace(args.profile)
     tps = tokens_per_step * timed_steps / timed if timed_steps else 0.0
     mfu = tps * fpt / (peak * 1e12) if peak else 0.0
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -25,7 +25,9 @@
 # Variables: GPU_DEPS (gpu-deps/), GPU_BUILD (build-gpu/), GPU_PYTHON
 # (python3), GPU_JOBS (nproc), GPU_BUILD_LIMIT (420 s; a 2-core rehearsal
 # needs more), GPU_BUDGET_S (525: the device call's limit less a margin),
-# GPU_BENCH=0 skips the GPT table.
+# GPU_BENCH=0 skips the GPT table, GPU_BENCH_ROWS replaces its rows'
+# flags; GPU_ONLY="step ..." runs only those steps (after the build) and
+# GPU_TARGETS="target ..." builds only those (a short second call).
 set -uo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,6 +54,9 @@ record() {  # record NAME RESULT SECONDS [NOTE]
 # --expect, the log must also hold a line matching REGEX.
 step() {
   local name=$1 limit=$2 expect=""; shift 2
+  if [[ -n ${GPU_ONLY:-} && ! " sandbox configure build $GPU_ONLY " =~ " $name " ]]; then
+    record "$name" skipped 0 "not in GPU_ONLY"; return 1
+  fi
   if [[ ${1:-} == --expect ]]; then expect=$2; shift 2; fi
   # Never past the call's budget: what is left, less a margin for the summary.
   local left
@@ -172,6 +177,7 @@ nccl=0
 grep -q "NCCL found" "$out/configure.log" && nccl=1
 targets=(ddprun nccl_runner_tests comm_tests collective_check gpt gpt_tests)
 (( nccl )) && targets+=(nccl_check)
+if [[ -n ${GPU_TARGETS:-} ]]; then read -ra targets <<<"$GPU_TARGETS"; fi
 step build "${GPU_BUILD_LIMIT:-420}" cmake --build "$build" -j "$jobs" --target "${targets[@]}" \
   || { skip everything "build failed"; finish; }
 echo "   $(grep -c 'warning:' "$out/build.log") compiler warnings (build.log)" | tee -a "$summary"
@@ -196,10 +202,23 @@ if (( gpu )) && [[ ${GPU_BENCH:-1} != 0 ]]; then
   peak=h100; grep -q H200 "$out/versions.txt" && peak=h200
   step gpt_bench "${GPU_BENCH_LIMIT:-330}" "$py" "$repo/bench/gpt_throughput.py" --build "$build" --python "$py" \
     --model small --device cuda --dtype bf16 --batch-size 16 --steps 30 --repeats 2 --peak "$peak" \
-    --cpp-optimizers plain,foreach,fused --eager-variants default,fused,compile --breakdown
+    ${GPU_BENCH_ROWS:---cpp-optimizers plain,foreach,fused --eager-variants default,fused,compile} --breakdown
   grep -h "^|\|^device\|^Per step" "$out/gpt_bench.log" >>"$summary"
 else
   skip gpt_bench "$( (( gpu )) && echo GPU_BENCH=0 || echo 'no GPU')"
+fi
+# Where each side's GPU time goes, kernel by kernel: three steps of the C++
+# trainer and of eager profiled, the traces compared (then deleted: tens of MB).
+if (( gpu )); then
+  step gpt_profile 150 bash -c '"$1" --model small --device cuda --dtype bf16 --batch-size 16 --steps 8 \
+      --log-every 1000000 --profile "$4/cpp-trace.json" &&
+    "$2" "$3/bench/gpt_eager.py" --model small --device cuda --dtype bf16 --batch-size 16 --steps 8 \
+      --profile "$4/eager-trace.json" &&
+    "$2" "$3/bench/profile_compare.py" "$4/cpp-trace.json" "$4/eager-trace.json" --steps 3 --top 25;
+    rc=$?; rm -f "$4"/*-trace.json; exit $rc' _ "$bin/gpt" "$py" "$repo" "$out"
+  grep -h "^| per step\|^| time in\|^| launches\|^| distinct" "$out/gpt_profile.log" >>"$summary"
+else
+  skip gpt_profile "no GPU"
 fi
 if (( gpu && nccl )); then
   # NCCL through worker_lib at world size 1 under ddprun: the id made by rank

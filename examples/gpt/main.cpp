@@ -26,6 +26,7 @@
 #include "data.h"
 #include "ddp/ddp.h"
 #include "model.h"
+#include "profile.h"
 
 namespace {
 
@@ -62,6 +63,8 @@ struct Options {
   bool print_steps = false;
   std::string optimizer = "auto";  // ddp::OptimizerImpl: auto, plain, foreach, fused
   bool breakdown = false;
+  std::string profile;  // a Chrome trace of a few steps (rank 0)
+  int profile_steps = 3;
 };
 
 // Dense bf16 tensor-core peaks per GPU (NVIDIA's datasheets, SXM parts).
@@ -179,9 +182,9 @@ int run(Options opt) {
     throw FlagError("--device cuda: no CUDA device visible (or this LibTorch is built without CUDA)");
   }
   if (!opt.peak.empty()) opt.peak_tflops = peak_tflops_of(opt.peak);
-  if (opt.optimizer == "fused" && !ddp::fused_adam_available()) {
-    throw FlagError("--optimizer fused: this LibTorch (" + std::string(TORCH_VERSION) +
-                    ") has no fused AdamW (LibTorch >= 2.4); use foreach or auto");
+  if (opt.optimizer == "fused" && !ddp::fused_adam_available(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU)) {
+    throw FlagError("--optimizer fused: this LibTorch (" + std::string(TORCH_VERSION) + ") has no fused AdamW for " +
+                    opt.device + " (LibTorch >= 2.4); use foreach or auto");
   }
   const int64_t warmup = opt.warmup ? opt.warmup : std::max<int64_t>(1, opt.steps / 10);
 
@@ -274,6 +277,8 @@ int run(Options opt) {
   // --breakdown: the device is waited for at each phase's end, so each
   // phase's time is its own (and the step slower: no overlap between them).
   Breakdown phases(opt.breakdown, cuda);
+  // --profile: steps 3.. of this run (after the warm-up), rank 0 only.
+  gpt::StepProfiler profiler(rank == 0 ? opt.profile : std::string(), start_step + 3, opt.profile_steps);
   const bool plain = optimizer->impl() == ddp::OptimizerImpl::kPerParameter;
   double first_loss = -1, last_loss = 0;
   double timed_seconds = 0;
@@ -295,6 +300,7 @@ int run(Options opt) {
     std::printf("rank %d joined at step %lld with the state of its peers\n", rank, static_cast<long long>(step));
   }
   while (step < opt.steps) {
+    profiler.at_step(step);
     const auto t0 = std::chrono::steady_clock::now();
     phases.restart();
     const double lr = lr_at(opt, step, warmup);
@@ -386,6 +392,7 @@ int run(Options opt) {
     if (ckpt && ckpt->due(step)) save();
   }
   tracer.end_step();
+  profiler.at_step(step + opt.profile_steps + 3);  // the end: writes the trace if the window is open
   ddp::CheckpointReport saved;
   if (ckpt) {
     if (ckpt->last_saved_step() != step && step > start_step) save();
@@ -484,6 +491,9 @@ int main(int argc, char** argv) {
                  "AdamW implementation: auto (fused where LibTorch has it, else foreach), fused, foreach, "
                  "or plain (LibTorch's own, with its clip that waits for the device) [auto]")
       ->check(CLI::IsMember({"auto", "plain", "foreach", "fused"}));
+  app.add_option("--profile", o.profile,
+                 "Write a Chrome trace (CPU ops, CUDA kernels) of steps 3.. to this file (LibTorch 2.x)");
+  app.add_option("--profile-steps", o.profile_steps, "Steps in the --profile trace [3]")->check(CLI::PositiveNumber);
   app.add_flag("--breakdown", o.breakdown,
                "Time data, forward, backward, clip and optimizer apart (waits for the device after each)");
   try {

@@ -18,10 +18,12 @@
 //   - kForeach: the same arithmetic in the same order, element by element, so
 //     on CPU the parameters are bitwise equal; on CUDA one kernel per op over
 //     many tensors. Every LibTorch (1.13 too).
-//   - kFused: ATen's _fused_adam(w)_, one pass over each parameter's memory
-//     (LibTorch >= 2.4, CUDA and CPU). Its arithmetic differs in rounding
-//     (PyTorch documents fused Adam as equal within float tolerance).
-//   - kAuto: kFused where this LibTorch has it, else kForeach.
+//   - kFused: one pass over each parameter's memory: ATen's _fused_adam(w)_
+//     (LibTorch >= 2.4, CUDA and CPU), or on an older LibTorch worker_lib's
+//     own loop for float32 parameters on CPU. Its rounding differs (equal
+//     within float tolerance, as PyTorch documents for its fused Adam).
+//     Groups it cannot take (another device or dtype) step foreach.
+//   - kAuto: kFused.
 // amsgrad runs LibTorch's own step (kForeach does not implement it).
 #pragma once
 
@@ -40,8 +42,9 @@ enum class OptimizerImpl { kAuto, kPerParameter, kForeach, kFused };
 // std::invalid_argument naming the value otherwise.
 OptimizerImpl parse_optimizer_impl(const std::string& name);
 const char* to_string(OptimizerImpl impl);
-// Whether this LibTorch has ATen's fused Adam(W) kernels.
-bool fused_adam_available();
+// Whether kFused has a one-pass kernel for parameters on `device` with this
+// LibTorch (any device from 2.4 on; CPU before).
+bool fused_adam_available(c10::DeviceType device = c10::DeviceType::CPU);
 
 namespace detail {
 // The step shared by Adam and AdamW; `decoupled` is AdamW's weight decay.

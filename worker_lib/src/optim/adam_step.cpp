@@ -10,7 +10,9 @@
 // multi-tensor op for all the parameters of a group; per-parameter numbers
 // (the bias corrections, which depend on each parameter's own step count)
 // go as scalar lists. The fused step hands the whole update to ATen's
-// _fused_adam(w)_, which reads each step count from a device tensor.
+// _fused_adam(w)_, which reads each step count from a device tensor; where
+// ATen has none (LibTorch < 2.4), float32 parameters on CPU take one pass
+// of our own loop per parameter (cpu_fused_step), others the foreach step.
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -20,6 +22,7 @@
 #include <type_traits>
 
 #include "ddp/optim.h"
+#include "optim/adam_kernel.h"
 
 namespace ddp {
 
@@ -96,6 +99,46 @@ bool fusable(const GroupTensors<State>& g) {
   return true;
 }
 
+// One pass over each parameter's memory, in parallel chunks
+// (adam_kernel.h). Float32, contiguous, on CPU only (cpu_fusable).
+template <class State>
+bool cpu_fusable(const GroupTensors<State>& g) {
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    for (const torch::Tensor* t : {&g.params[i], &g.grads[i], &g.exp_avgs[i], &g.exp_avg_sqs[i]}) {
+      if (!t->device().is_cpu() || t->scalar_type() != torch::kFloat || !t->is_contiguous()) return false;
+    }
+  }
+  return true;
+}
+
+template <class State>
+void cpu_fused_step(GroupTensors<State>& g, double lr, double beta1, double beta2, double eps, double wd,
+                    bool decoupled) {
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    State* s = g.states[i];
+    s->step(s->step() + 1);
+    const double bc1 = 1 - std::pow(beta1, static_cast<double>(s->step()));
+    const double bc2 = 1 - std::pow(beta2, static_cast<double>(s->step()));
+    AdamScalars k;
+    k.decay = decoupled ? static_cast<float>(1 - lr * wd) : 1.0f;
+    k.l2 = decoupled ? 0.0f : static_cast<float>(wd);
+    k.beta1 = static_cast<float>(beta1);
+    k.one_minus_beta1 = static_cast<float>(1 - beta1);
+    k.beta2 = static_cast<float>(beta2);
+    k.one_minus_beta2 = static_cast<float>(1 - beta2);
+    k.sqrt_bias_correction2 = static_cast<float>(std::sqrt(bc2));
+    k.eps = static_cast<float>(eps);
+    k.neg_step_size = static_cast<float>(-(lr / bc1));
+    float* p = g.params[i].template data_ptr<float>();
+    const float* gr = g.grads[i].template data_ptr<float>();
+    float* m = g.exp_avgs[i].template data_ptr<float>();
+    float* v = g.exp_avg_sqs[i].template data_ptr<float>();
+    at::parallel_for(0, g.params[i].numel(), 1 << 15, [&](int64_t lo, int64_t hi) {
+      adam_update_chunk(p + lo, gr + lo, m + lo, v + lo, hi - lo, k);
+    });
+  }
+}
+
 template <class State>
 void foreach_step(GroupTensors<State>& g, double lr, double beta1, double beta2, double eps, double wd,
                   bool decoupled) {
@@ -145,16 +188,12 @@ const char* to_string(OptimizerImpl impl) {
   return "?";
 }
 
-bool fused_adam_available() { return kHaveFused; }
+bool fused_adam_available(c10::DeviceType device) { return kHaveFused || device == c10::DeviceType::CPU; }
 
 namespace detail {
 
 MultiTensorAdam::MultiTensorAdam(OptimizerImpl impl) : impl_(impl) {
-  if (impl_ == OptimizerImpl::kAuto) impl_ = kHaveFused ? OptimizerImpl::kFused : OptimizerImpl::kForeach;
-  if (impl_ == OptimizerImpl::kFused && !kHaveFused) {
-    throw std::invalid_argument("ddp::Adam(W): the fused implementation needs LibTorch >= 2.4 (this is " +
-                                std::string(TORCH_VERSION) + "); use OptimizerImpl::kForeach or kAuto");
-  }
+  if (impl_ == OptimizerImpl::kAuto) impl_ = OptimizerImpl::kFused;
 }
 
 template <class Options, class State>
@@ -201,6 +240,11 @@ bool MultiTensorAdam::step(torch::optim::Optimizer& opt, bool decoupled) {
         }
         continue;
       }
+    }
+#else
+    if (impl_ == OptimizerImpl::kFused && cpu_fusable(g)) {
+      cpu_fused_step(g, o.lr(), beta1, beta2, o.eps(), o.weight_decay(), decoupled);
+      continue;
     }
 #endif
     foreach_step(g, o.lr(), beta1, beta2, o.eps(), o.weight_decay(), decoupled);
