@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 
+#include "rendezvous/host_port.h"
+
 namespace ddprun {
 
 std::string quote(const std::string& s) { return "'" + s + "'"; }
@@ -106,24 +108,14 @@ void parse_nnodes(const std::string& value, CliOptions& o) {
 }
 
 void parse_endpoint(const std::string& value, CliOptions& o) {
-  // host, host:port or [v6addr]:port
-  std::string host = value;
-  std::string port;
-  if (!value.empty() && value.front() == '[') {
-    auto close = value.find(']');
-    if (close == std::string::npos) throw UsageError("--rdzv-endpoint: unclosed '[' in " + quote(value));
-    host = value.substr(1, close - 1);
-    if (close + 1 < value.size()) {
-      if (value[close + 1] != ':') throw UsageError("--rdzv-endpoint: expected HOST:PORT, got " + quote(value));
-      port = value.substr(close + 2);
-    }
-  } else if (auto colon = value.rfind(':'); colon != std::string::npos) {
-    host = value.substr(0, colon);
-    port = value.substr(colon + 1);
+  HostPort hp;  // host, host:port or [v6addr]:port
+  switch (split_host_port(value, hp)) {
+    case HostPortError::kUnclosedBracket: throw UsageError("--rdzv-endpoint: unclosed '[' in " + quote(value));
+    case HostPortError::kNotHostPort: throw UsageError("--rdzv-endpoint: expected HOST:PORT, got " + quote(value));
+    case HostPortError::kNone: break;
   }
-  if (host.empty()) throw UsageError("--rdzv-endpoint: expected HOST:PORT, got " + quote(value));
-  o.rdzv_host = host;
-  o.rdzv_port = port.empty() ? 29400 : parse_int("--rdzv-endpoint port", port, 0, 65535);
+  o.rdzv_host = hp.host;
+  o.rdzv_port = hp.port.empty() ? 29400 : parse_int("--rdzv-endpoint port", hp.port, 0, 65535);
 }
 
 // on/off/auto for --rdzv-host; torchrun's is_host takes true/false/1/0.

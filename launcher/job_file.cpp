@@ -15,6 +15,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "rendezvous/host_port.h"
+
 namespace ddprun {
 namespace {
 
@@ -165,15 +167,8 @@ std::string why_not_contacted(const JobFileEntry& e) {
   if (stat(("/proc/" + std::to_string(e.pid)).c_str(), &st) != 0 || st.st_uid != geteuid()) {
     return "its ddprun (pid " + std::to_string(e.pid) + ") is not this user's" + where;
   }
-  const auto colon = e.endpoint.rfind(':');
-  int port = 0;
-  if (colon != std::string::npos) {
-    try {
-      port = std::stoi(e.endpoint.substr(colon + 1));
-    } catch (const std::exception&) {
-      port = 0;
-    }
-  }
+  HostPort hp;
+  const int port = split_host_port(e.endpoint, hp) == HostPortError::kNone ? parse_port(hp.port).value_or(0) : 0;
   if (port <= 0 || !holds_socket(e.pid, listening_inodes(e.pid, port))) {
     return "its rendezvous is not served by its ddprun (pid " + std::to_string(e.pid) + ") here" + where +
            " (another host's, or give --rdzv-endpoint and --rdzv-id)";

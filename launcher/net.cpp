@@ -10,6 +10,8 @@
 
 #include <stdexcept>
 
+#include "rendezvous/host_port.h"
+
 namespace ddprun {
 
 std::string with_port(const std::string& host, int port) {
@@ -149,11 +151,9 @@ std::unique_ptr<ProbeSocket> ProbeSocket::listen_on(const std::string& address) 
 ProbeSocket::~ProbeSocket() { close(fd_); }
 
 std::string probe_address_of(const std::string& service, const std::string& local_addr) {
-  const auto colon = service.rfind(':');
-  if (colon == std::string::npos || local_addr.empty()) return "";
-  std::string host = service.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return host == local_addr ? service : "";
+  HostPort hp;
+  if (local_addr.empty() || split_host_port(service, hp) != HostPortError::kNone || hp.port.empty()) return "";
+  return hp.host == local_addr ? service : "";
 }
 
 }  // namespace ddprun

@@ -26,6 +26,7 @@
 #include "launcher/job_file.h"
 #include "channel/stack_dump.h"
 #include "rendezvous/client.h"
+#include "rendezvous/host_port.h"
 
 namespace ddprun {
 namespace {
@@ -63,28 +64,14 @@ std::string ranks_text(const NodeStatus& n) {
 
 // host, host:port or [v6]:port, as --rdzv-endpoint takes it for ddprun.
 std::string checked_endpoint(const std::string& value) {
-  std::string host = value, port;
-  if (!value.empty() && value.front() == '[') {
-    const auto close = value.find(']');
-    if (close == std::string::npos || (close + 1 < value.size() && value[close + 1] != ':')) {
-      throw UsageError("--rdzv-endpoint: expected HOST:PORT, got '" + value + "'");
-    }
-    host = value.substr(0, close + 1);
-    if (close + 1 < value.size()) port = value.substr(close + 2);
-  } else if (const auto colon = value.rfind(':'); colon != std::string::npos) {
-    host = value.substr(0, colon);
-    port = value.substr(colon + 1);
-  }
-  if (host.empty() || host == "[]") {
+  HostPort hp;
+  if (split_host_port(value, hp) != HostPortError::kNone) {
     throw UsageError("--rdzv-endpoint: expected HOST:PORT, got '" + value + "'");
   }
-  if (port.empty()) port = "29400";
-  char* end = nullptr;
-  const long p = std::strtol(port.c_str(), &end, 10);
-  if (*end != '\0' || p < 1 || p > 65535) {
-    throw UsageError("--rdzv-endpoint: port '" + port + "' is not a port (1..65535)");
+  if (!hp.port.empty() && !parse_port(hp.port)) {
+    throw UsageError("--rdzv-endpoint: port '" + hp.port + "' is not a port (1..65535)");
   }
-  return host + ":" + port;
+  return hp.text(29400);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "etcd/etcd_v3.grpc.pb.h"
+#include "rendezvous/host_port.h"
 
 namespace ddprun {
 
@@ -46,10 +47,8 @@ std::vector<std::string> EtcdClient::parse_endpoints(const std::string& list) {
     }
     if (e.rfind("http://", 0) == 0) e = e.substr(7);
     if (!e.empty() && e.back() == '/') e.pop_back();
-    const size_t colon = e.rfind(':');
-    bool port_ok = colon != std::string::npos && colon > 0 && colon + 1 < e.size() && e.size() - colon <= 6;
-    for (size_t i = colon + 1; port_ok && i < e.size(); ++i) port_ok = e[i] >= '0' && e[i] <= '9';
-    if (!port_ok || std::stoi(e.substr(colon + 1)) < 1 || std::stoi(e.substr(colon + 1)) > 65535) {
+    HostPort hp;
+    if (split_host_port(e, hp) != HostPortError::kNone || hp.port.empty() || !parse_port(hp.port)) {
       throw std::invalid_argument("etcd endpoint '" + e + "' is not host:port (e.g. 10.0.0.1:2379)");
     }
     out.push_back(e);

@@ -10,6 +10,7 @@
 #include "rendezvous/printable.h"
 #include "rendezvous/redirect.h"
 #include "rendezvous/status_proto.h"
+#include "rendezvous/host_port.h"
 
 namespace ddprun {
 namespace {
@@ -357,9 +358,9 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
   // The rendezvous connects to a node's probe address only on the node's
   // own host (its local_addr): never to one a caller chose elsewhere.
   if (!n.probe_address().empty()) {
-    const auto colon = n.probe_address().rfind(':');
-    std::string host = colon == std::string::npos ? "" : n.probe_address().substr(0, colon);
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    HostPort hp;
+    const std::string host =
+        split_host_port(n.probe_address(), hp) == HostPortError::kNone && !hp.port.empty() ? hp.host : "";
     if (host != n.local_addr()) {
       return refuse(ctx, invalid_argument("probe_address '" + printable(n.probe_address(), false) +
                                               "' is not on the node's local_addr '" + printable(n.local_addr(), false) +

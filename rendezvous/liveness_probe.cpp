@@ -12,19 +12,17 @@
 #include <cstring>
 #include <iterator>
 
+#include "rendezvous/host_port.h"
+
 namespace ddprun {
 
 Liveness probe_address(const std::string& address, std::chrono::milliseconds timeout) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos) return Liveness::kNoAnswer;
-  std::string host = address.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  int port = 0;
-  try {
-    port = std::stoi(address.substr(colon + 1));
-  } catch (const std::exception&) {
-    return Liveness::kNoAnswer;
-  }
+  HostPort hp;
+  if (split_host_port(address, hp) != HostPortError::kNone) return Liveness::kNoAnswer;
+  const std::optional<int> parsed = parse_port(hp.port);
+  if (!parsed) return Liveness::kNoAnswer;
+  const std::string& host = hp.host;
+  const int port = *parsed;
   sockaddr_storage ss{};
   socklen_t len = 0;
   auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
