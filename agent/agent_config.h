@@ -13,6 +13,9 @@
 
 namespace ddprun {
 
+// --max-heals' default: replacements per rank while the others go on.
+inline constexpr int kDefaultMaxHeals = 3;
+
 // A stream selection per local rank, as torchrun's --redirects/--tee take it:
 // one mask for all ("3") or masks for some local ranks ("0:1,1:2").
 struct StdSelection {
@@ -99,7 +102,7 @@ struct AgentConfig {
   // program that can heal (ddp::Healer) is replaced while the others keep
   // running, at most this many times per rank; 0: every failure restarts
   // the group (rdzv.max_restarts).
-  int max_heals = 3;
+  int max_heals = kDefaultMaxHeals;
   // --straggler-action replace: a rank found slow is replaced through a
   // heal (within max_heals); otherwise only named.
   bool replace_stragglers = false;

@@ -52,7 +52,7 @@ struct CliOptions {
   AuthFlags rdzv_auth;         // --rdzv-token, --rdzv-token-file, --rdzv-tls-*
   ServiceLimits rdzv_limits;   // --rdzv-conf max_*, idle_timeout (when hosting)
   int max_restarts = 0;
-  int max_heals = 3;  // --max-heals: replacements per rank while the others go on
+  int max_heals = kDefaultMaxHeals;  // --max-heals: replacements per rank while the others go on
   double monitor_interval_s = 0.1;
   double stop_timeout_s = 10;
   double hang_timeout_s = 0;  // --hang-timeout SECONDS; 0: none set

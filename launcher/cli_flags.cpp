@@ -139,7 +139,7 @@ std::unique_ptr<CLI::App> make_ddprun_app(CliOptions& o, FlagValues& v) {
   app->add_option("--max-heals,--max_heals", v.max_heals,
                  "One node: replace a failed worker of a program that can heal (ddp::Healer) while the "
                  "others keep running, at most N times per rank; 0: every failure stops the group "
-                 "[default: 3]")
+                 "[default: " + std::to_string(kDefaultMaxHeals) + "]")
       ->type_name("N")
       ->group(g);
   app->add_option("--straggler-action,--straggler_action", o.straggler_action,
