@@ -5,8 +5,15 @@
     - Must never include: `agent/`, `torch/`, `rendezvous/server.h`, ...
 
 A token ending in "/" forbids every include under that path; any other
-forbids that one header. Prints each violation as FILE:LINE and the rule it
-breaks, and exits 1 if there is any (or a folder lost its rule); 0 if none.
+forbids that one header. worker_lib/README.md also orders the folders of
+its src/, floor first, floors separated by "|":
+
+    - Inside `src/`, floor first (...): `base/` | `comm/` | `checkpoint/` `heal/` | `launch/`
+
+and a source under src/F may include "G/..." of another src folder G only
+when G stands on a lower floor. Prints each violation as FILE:LINE and the
+rule it breaks, and exits 1 if there is any (or a folder lost its rule); 0
+if none.
 
     scripts/check-layering.py [ROOT]
 """
@@ -27,6 +34,43 @@ def forbidden_by(folder_readme):
     with open(folder_readme, encoding="utf-8") as f:
         m = RULE.search(f.read())
     return None if m is None else TOKEN.findall(m.group(1))
+
+
+FLOORS = re.compile(r"^- Inside `src/`, floor first[^:]*:(.*)$", re.MULTILINE)
+
+
+def floors_of(folder_readme):
+    """{folder: floor number} from a README's floor line, or None."""
+    with open(folder_readme, encoding="utf-8") as f:
+        m = FLOORS.search(f.read())
+    if m is None:
+        return None
+    return {name.rstrip("/"): i for i, floor in enumerate(m.group(1).split("|")) for name in TOKEN.findall(floor)}
+
+
+def floor_problems(root, lib, floors):
+    """Includes inside <lib>/src that reach a folder on the same or a higher floor."""
+    problems = []
+    src = os.path.join(root, lib, "src")
+    for dirpath, _, filenames in os.walk(src):
+        rel = os.path.relpath(dirpath, src)
+        here = rel.split(os.sep)[0]
+        if rel == "." or here not in floors:
+            if rel != ".":
+                problems.append("%s/src/%s: a folder not on %s/README.md's floors" % (lib, here, lib))
+            continue
+        for name in sorted(filenames):
+            if not name.endswith(SOURCES):
+                continue
+            path = os.path.join(dirpath, name)
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for number, line in enumerate(f, 1):
+                    m = INCLUDE.match(line)
+                    target = m and m.group(1).split("/")[0]
+                    if target and target != here and target in floors and floors[target] >= floors[here]:
+                        problems.append("%s:%d includes %s: src/%s/ is not below src/%s/ on %s/README.md's floors" % (
+                            os.path.relpath(path, root), number, m.group(1), target, here, lib))
+    return sorted(set(problems))
 
 
 def breaks(include, rules):
@@ -55,13 +99,18 @@ def main():
                         if rule:
                             problems.append("%s:%d includes %s, which %s/README.md forbids (`%s`)" % (
                                 os.path.relpath(path, root), number, m.group(1), folder, rule))
+    floors = floors_of(os.path.join(root, "worker_lib", "README.md"))
+    if not floors:
+        problems.append("worker_lib/README.md: no '- Inside `src/`, floor first' line (its folders' order)")
+    else:
+        problems += floor_problems(root, "worker_lib", floors)
     for p in problems:
         print(p)
     if problems:
         print("layering: %d problem(s); move the code, or change the rule in the folder's README "
               "(and the layering in docs/architecture.md) in the same change" % len(problems))
         return 1
-    print("layering: %d folders, every include within its rules" % len(FOLDERS))
+    print("layering: %d folders and worker_lib/src's %d, every include within its rules" % (len(FOLDERS), len(floors)))
     return 0
 
 

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "agent/heartbeat_table.h"
-#include "launch/heartbeat.h"
+#include "base/heartbeat.h"
 
 namespace {
 

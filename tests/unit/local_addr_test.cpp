@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "ddp/launch_info.h"
-#include "launch/local_addr.h"
+#include "base/local_addr.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 
 #include "agent/heartbeat_table.h"
 #include "ddp/progress.h"
-#include "launch/heartbeat.h"
+#include "base/heartbeat.h"
 
 namespace {
 

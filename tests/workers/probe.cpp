@@ -72,7 +72,7 @@
 #include "channel/shm_names.h"
 #include "comm/shm_group.h"
 #include "ddp/error_file.h"
-#include "launch/heartbeat.h"
+#include "base/heartbeat.h"
 #include "launch/standby.h"
 #include "rendezvous/client.h"
 

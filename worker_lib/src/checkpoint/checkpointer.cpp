@@ -11,7 +11,7 @@
 #include <stdexcept>
 
 #include "checkpoint/staged_state.h"
-#include "comm/serial_worker.h"
+#include "base/serial_worker.h"
 #include "ddp/atomic_file.h"
 
 namespace ddp {

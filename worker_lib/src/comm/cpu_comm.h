@@ -10,7 +10,7 @@
 
 #include "ddp/communicator.h"
 #include "ddp/launch_info.h"
-#include "launch/heartbeat.h"
+#include "base/heartbeat.h"
 #include "rendezvous/store.h"
 
 namespace ddp {

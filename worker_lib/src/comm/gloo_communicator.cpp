@@ -51,7 +51,7 @@
 
 #include "comm/gloo_failure.h"
 #include "comm/watched_store.h"
-#include "launch/local_addr.h"
+#include "base/local_addr.h"
 
 namespace ddp {
 namespace {

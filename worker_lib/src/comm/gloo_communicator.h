@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ddp/communicator.h"
-#include "launch/heartbeat.h"
+#include "base/heartbeat.h"
 #include "rendezvous/store.h"
 
 namespace gloo {

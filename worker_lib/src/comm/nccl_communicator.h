@@ -15,7 +15,7 @@
 #include <string>
 
 #include "ddp/communicator.h"
-#include "launch/heartbeat.h"
+#include "base/heartbeat.h"
 
 namespace ddp {
 

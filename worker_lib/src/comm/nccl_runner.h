@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "comm/nccl_backend.h"
-#include "launch/heartbeat.h"
+#include "base/heartbeat.h"
 
 namespace ddp {
 

@@ -39,7 +39,7 @@
 #include "comm/shm_reduce.h"
 #include "comm/shm_segment.h"
 #include "ddp/reduce_op.h"
-#include "launch/heartbeat.h"
+#include "base/heartbeat.h"
 #include "rendezvous/store.h"
 
 namespace ddp {

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "comm/serial_worker.h"
+#include "base/serial_worker.h"
 #include "data_parallel/bucket_plan.h"
 
 namespace ddp {

@@ -16,7 +16,7 @@
 #include <memory>
 #include <thread>
 
-#include "launch/heartbeat.h"
+#include "base/heartbeat.h"
 
 namespace ddp {
 

@@ -13,7 +13,7 @@
 
 #include "ddp/collective_error.h"
 #include "ddp/training_state.h"
-#include "launch/heartbeat.h"
+#include "base/heartbeat.h"
 
 namespace ddp {
 namespace {

@@ -1,4 +1,4 @@
-#include "launch/local_addr.h"
+#include "base/local_addr.h"
 
 #include <netdb.h>
 #include <sys/socket.h>

@@ -1,4 +1,4 @@
-#include "launch/heartbeat.h"
+#include "base/heartbeat.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
