@@ -23,7 +23,7 @@
 #include "agent/standby.h"
 #include "agent/status_reporter.h"
 #include "agent/worker_group.h"
-#include "rendezvous/client.h"
+#include "rendezvous/client/client.h"
 
 namespace ddprun {
 

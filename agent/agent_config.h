@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/round.h"
-#include "rendezvous/security.h"
+#include "rendezvous/store/types.h"
+#include "rendezvous/wire/security.h"
 
 namespace ddprun {
 

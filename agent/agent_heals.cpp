@@ -13,7 +13,7 @@
 
 #include "agent/agent.h"
 #include "channel/event_log.h"
-#include "rendezvous/printable.h"
+#include "rendezvous/store/printable.h"
 
 namespace ddprun {
 

@@ -6,7 +6,7 @@
 
 #include "channel/env_names.h"
 #include "channel/trace_format.h"
-#include "rendezvous/hex.h"
+#include "rendezvous/store/hex.h"
 
 extern char** environ;
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/security.h"
+#include "rendezvous/wire/security.h"
 
 namespace ddprun {
 

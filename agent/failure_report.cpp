@@ -14,7 +14,7 @@
 
 #include "agent/signals.h"
 #include "channel/error_file.h"
-#include "rendezvous/printable.h"
+#include "rendezvous/store/printable.h"
 
 namespace ddprun {
 namespace {

@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "rendezvous/client.h"
+#include "rendezvous/client/client.h"
 
 namespace ddprun {
 

@@ -16,7 +16,7 @@
 #include <optional>
 #include <string>
 
-#include "rendezvous/types.h"
+#include "rendezvous/store/types.h"
 
 namespace ddprun {
 

@@ -20,7 +20,7 @@
 
 #include "agent/heartbeat_table.h"
 #include "agent/straggler_scores.h"
-#include "rendezvous/client.h"
+#include "rendezvous/client/client.h"
 
 namespace ddprun {
 

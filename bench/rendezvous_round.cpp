@@ -37,13 +37,13 @@
 #include <vector>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/control_plane_host.h"
-#include "rendezvous/etcd_control_plane.h"
-#include "rendezvous/nccl_unique_id.h"
-#include "rendezvous/raft_control_plane.h"
-#include "rendezvous/raft_node.h"
-#include "rendezvous/raft_peer.h"
-#include "rendezvous/server.h"
+#include "rendezvous/server/control_plane_host.h"
+#include "rendezvous/control_plane/etcd/etcd_control_plane.h"
+#include "rendezvous/server/nccl_unique_id.h"
+#include "rendezvous/control_plane/raft/raft_control_plane.h"
+#include "rendezvous/control_plane/raft/raft_node.h"
+#include "rendezvous/control_plane/raft/raft_peer.h"
+#include "rendezvous/server/server.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 #   bin/ddprun, bin/train, bin/gpt the launcher and the examples it finds next to itself
 #   lib/libddp*.a, ...             the worker library and the static parts it needs
 #                                  (libddprun_gloo.a: its private Gloo, with a wheel's LibTorch)
-#   include/ddprun/ddp/*.h         its headers (and rendezvous/store.h and two channel/ headers, which they include)
+#   include/ddprun/ddp/*.h         its headers (and rendezvous/store/store.h and two channel/ headers, which they include)
 #   lib/cmake/ddprun/              ddprunConfig.cmake, its version file and targets
 #   share/ddprun/python/ddprun/    the Python package (ddprun.Healer), which the agent puts on
 #                                  its Python workers' PYTHONPATH
@@ -46,7 +46,7 @@ install(TARGETS ddp ddp_base ddprun_store ddprun_channel ddprun_rdzv_client ddpr
         INCLUDES DESTINATION ${DDPRUN_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/worker_lib/include/ddp DESTINATION ${DDPRUN_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
-install(FILES ${PROJECT_SOURCE_DIR}/rendezvous/store.h DESTINATION ${DDPRUN_INSTALL_INCLUDEDIR}/rendezvous)
+install(FILES ${PROJECT_SOURCE_DIR}/rendezvous/store/store.h DESTINATION ${DDPRUN_INSTALL_INCLUDEDIR}/rendezvous/store)
 # The agent <-> worker contract headers the public ones include (the heartbeat
 # slot with its progress block and flight record, the trace file format).
 install(FILES ${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h ${PROJECT_SOURCE_DIR}/channel/flight_record.h

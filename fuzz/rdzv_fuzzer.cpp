@@ -16,8 +16,8 @@
 #include <memory>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/client.h"
-#include "rendezvous/server.h"
+#include "rendezvous/client/client.h"
+#include "rendezvous/server/server.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include "launcher/cli_values.h"
 #include "launcher/completion.h"
 #include "launcher/flag_matching.h"
-#include "rendezvous/etcd_client.h"
+#include "rendezvous/control_plane/etcd/etcd_client.h"
 #include "trace/step_window.h"
 
 namespace ddprun {

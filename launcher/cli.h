@@ -12,7 +12,7 @@
 #include "agent/agent_config.h"
 #include "launcher/auth_options.h"
 #include "launcher/env_defaults.h"
-#include "rendezvous/limits.h"
+#include "rendezvous/store/limits.h"
 
 namespace ddprun {
 

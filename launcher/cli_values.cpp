@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "rendezvous/host_port.h"
+#include "rendezvous/store/host_port.h"
 
 namespace ddprun {
 

@@ -5,7 +5,7 @@
 
 #include "launcher/cli.h"
 #include "launcher/net.h"
-#include "rendezvous/nccl_unique_id.h"
+#include "rendezvous/server/nccl_unique_id.h"
 
 namespace ddprun {
 

@@ -9,9 +9,9 @@
 #include <memory>
 
 #include "launcher/plan.h"
-#include "rendezvous/control_plane_host.h"
-#include "rendezvous/etcd_control_plane.h"
-#include "rendezvous/server.h"
+#include "rendezvous/server/control_plane_host.h"
+#include "rendezvous/control_plane/etcd/etcd_control_plane.h"
+#include "rendezvous/server/server.h"
 
 namespace ddprun {
 

@@ -9,7 +9,7 @@
 #include "launcher/cli.h"
 #include "launcher/control_plane_setup.h"
 #include "launcher/net.h"
-#include "rendezvous/nccl_unique_id.h"
+#include "rendezvous/server/nccl_unique_id.h"
 
 namespace ddprun {
 

@@ -17,12 +17,12 @@
 #include <string>
 
 #include "launcher/plan.h"
-#include "rendezvous/control_plane_host.h"
-#include "rendezvous/raft_control_plane.h"
-#include "rendezvous/raft_membership.h"
-#include "rendezvous/raft_node.h"
-#include "rendezvous/raft_peer.h"
-#include "rendezvous/server.h"
+#include "rendezvous/server/control_plane_host.h"
+#include "rendezvous/control_plane/raft/raft_control_plane.h"
+#include "rendezvous/control_plane/raft/raft_membership.h"
+#include "rendezvous/control_plane/raft/raft_node.h"
+#include "rendezvous/control_plane/raft/raft_peer.h"
+#include "rendezvous/server/server.h"
 
 namespace ddprun {
 

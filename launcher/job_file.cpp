@@ -15,7 +15,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "rendezvous/host_port.h"
+#include "rendezvous/store/host_port.h"
 
 namespace ddprun {
 namespace {

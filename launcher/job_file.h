@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/security.h"
+#include "rendezvous/wire/security.h"
 
 namespace ddprun {
 

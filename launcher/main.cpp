@@ -29,8 +29,8 @@
 #include "launcher/slurm.h"
 #include "launcher/status_command.h"
 #include "launcher/trace_command.h"
-#include "rendezvous/nccl_unique_id.h"
-#include "rendezvous/server.h"
+#include "rendezvous/server/nccl_unique_id.h"
+#include "rendezvous/server/server.h"
 #include "tcpstore/server.h"
 
 namespace {

@@ -10,7 +10,7 @@
 
 #include <stdexcept>
 
-#include "rendezvous/host_port.h"
+#include "rendezvous/store/host_port.h"
 
 namespace ddprun {
 

@@ -14,7 +14,7 @@
 #include "agent/env.h"
 #include "channel/env_names.h"
 #include "channel/python_standby.h"
-#include "rendezvous/security.h"
+#include "rendezvous/wire/security.h"
 #include "agent/spawn.h"
 
 namespace ddprun {

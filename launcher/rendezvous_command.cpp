@@ -13,8 +13,8 @@
 #include "launcher/auth_options.h"
 #include "launcher/cli.h"
 #include "launcher/subcommand_parse.h"
-#include "rendezvous/nccl_unique_id.h"
-#include "rendezvous/server.h"
+#include "rendezvous/server/nccl_unique_id.h"
+#include "rendezvous/server/server.h"
 
 namespace ddprun {
 

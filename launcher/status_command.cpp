@@ -25,8 +25,8 @@
 #include "launcher/subcommand_parse.h"
 #include "launcher/job_file.h"
 #include "channel/stack_dump.h"
-#include "rendezvous/client.h"
-#include "rendezvous/host_port.h"
+#include "rendezvous/client/client.h"
+#include "rendezvous/store/host_port.h"
 
 namespace ddprun {
 namespace {

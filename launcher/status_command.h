@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/client.h"
-#include "rendezvous/types.h"
+#include "rendezvous/client/client.h"
+#include "rendezvous/store/types.h"
 
 namespace ddprun {
 

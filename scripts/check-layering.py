@@ -11,7 +11,8 @@ its src/, floor first, floors separated by "|":
     - Inside `src/`, floor first (...): `base/` | `comm/` | `checkpoint/` `heal/` | `launch/`
 
 and a source under src/F may include "G/..." of another src folder G only
-when G stands on a lower floor. Prints each violation as FILE:LINE and the
+when G stands on a lower floor; rendezvous/README.md orders its folders
+likewise (nested ones too: the longest folder that holds a file is its). Prints each violation as FILE:LINE and the
 rule it breaks, and exits 1 if there is any (or a folder lost its rule); 0
 if none.
 
@@ -23,7 +24,8 @@ import sys
 
 # The folders whose README must state a rule (a README that loses its rule
 # would otherwise check nothing).
-FOLDERS = ["agent", "channel", "launcher", "rendezvous", "tcpstore", "trace", "worker_lib"]
+FOLDERS = ["agent", "channel", "launcher", "rendezvous", "rendezvous/store", "rendezvous/wire", "rendezvous/client",
+           "rendezvous/control_plane", "rendezvous/server", "tcpstore", "trace", "worker_lib"]
 RULE = re.compile(r"^- Must never include:(.*)$", re.MULTILINE)
 TOKEN = re.compile(r"`([^`]+)`")
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
@@ -36,7 +38,11 @@ def forbidden_by(folder_readme):
     return None if m is None else TOKEN.findall(m.group(1))
 
 
-FLOORS = re.compile(r"^- Inside `src/`, floor first[^:]*:(.*)$", re.MULTILINE)
+FLOORS = re.compile(r"^- Inside `([^`]+)`, floor first[^:]*:(.*)$", re.MULTILINE)
+
+# Libraries whose README orders their folders: (README's folder, the folder
+# the floors are in, the prefix an #include of them starts with).
+FLOORED = [("worker_lib", "worker_lib/src", ""), ("rendezvous", "rendezvous", "rendezvous/")]
 
 
 def floors_of(folder_readme):
@@ -45,30 +51,42 @@ def floors_of(folder_readme):
         m = FLOORS.search(f.read())
     if m is None:
         return None
-    return {name.rstrip("/"): i for i, floor in enumerate(m.group(1).split("|")) for name in TOKEN.findall(floor)}
+    return {name.rstrip("/"): i for i, floor in enumerate(m.group(2).split("|")) for name in TOKEN.findall(floor)}
 
 
-def floor_problems(root, lib, floors):
-    """Includes inside <lib>/src that reach a folder on the same or a higher floor."""
+def floor_of(path, floors):
+    """The longest floor folder that `path` (relative, with /) is in, or None."""
+    best = None
+    for name in floors:
+        if (path == name or path.startswith(name + "/")) and (best is None or len(name) > len(best)):
+            best = name
+    return best
+
+
+def floor_problems(root, lib, base, prefix, floors):
+    """Includes inside `base` that reach a folder on the same or a higher floor."""
     problems = []
-    src = os.path.join(root, lib, "src")
-    for dirpath, _, filenames in os.walk(src):
-        rel = os.path.relpath(dirpath, src)
-        here = rel.split(os.sep)[0]
-        if rel == "." or here not in floors:
-            if rel != ".":
-                problems.append("%s/src/%s: a folder not on %s/README.md's floors" % (lib, here, lib))
+    top = os.path.join(root, base)
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = [d for d in dirnames if not d.startswith(("build", "."))]
+        rel = os.path.relpath(dirpath, top).replace(os.sep, "/")
+        sources = [n for n in sorted(filenames) if n.endswith(SOURCES)]
+        if not sources or rel == ".":  # the top holds no floor (worker_lib/src/torch_pch.cpp)
             continue
-        for name in sorted(filenames):
-            if not name.endswith(SOURCES):
-                continue
+        here = floor_of(rel, floors)
+        if here is None:
+            problems.append("%s/%s: sources in a folder not on %s/README.md's floors" % (base, rel, lib))
+            continue
+        for name in sources:
             path = os.path.join(dirpath, name)
             with open(path, encoding="utf-8", errors="replace") as f:
                 for number, line in enumerate(f, 1):
                     m = INCLUDE.match(line)
-                    target = m and m.group(1).split("/")[0]
-                    if target and target != here and target in floors and floors[target] >= floors[here]:
-                        problems.append("%s:%d includes %s: src/%s/ is not below src/%s/ on %s/README.md's floors" % (
+                    if not m or not m.group(1).startswith(prefix):
+                        continue
+                    target = floor_of(os.path.dirname(m.group(1)[len(prefix):]), floors)
+                    if target and target != here and floors[target] >= floors[here]:
+                        problems.append("%s:%d includes %s: %s/ is not below %s/ on %s/README.md's floors" % (
                             os.path.relpath(path, root), number, m.group(1), target, here, lib))
     return sorted(set(problems))
 
@@ -99,18 +117,22 @@ def main():
                         if rule:
                             problems.append("%s:%d includes %s, which %s/README.md forbids (`%s`)" % (
                                 os.path.relpath(path, root), number, m.group(1), folder, rule))
-    floors = floors_of(os.path.join(root, "worker_lib", "README.md"))
-    if not floors:
-        problems.append("worker_lib/README.md: no '- Inside `src/`, floor first' line (its folders' order)")
-    else:
-        problems += floor_problems(root, "worker_lib", floors)
+    floored = 0
+    for lib, base, prefix in FLOORED:
+        floors = floors_of(os.path.join(root, lib, "README.md"))
+        if not floors:
+            problems.append("%s/README.md: no '- Inside `...`, floor first' line (its folders' order)" % lib)
+            continue
+        floored += len(floors)
+        problems += floor_problems(root, lib, base, prefix, floors)
     for p in problems:
         print(p)
     if problems:
         print("layering: %d problem(s); move the code, or change the rule in the folder's README "
               "(and the layering in docs/architecture.md) in the same change" % len(problems))
         return 1
-    print("layering: %d folders and worker_lib/src's %d, every include within its rules" % (len(FOLDERS), len(floors)))
+    print("layering: %d folders and %d floored ones inside worker_lib/src and rendezvous, every include within "
+          "its rules" % (len(FOLDERS), floored))
     return 0
 
 

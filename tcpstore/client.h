@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 #include "tcpstore/protocol.h"
 
 namespace ddprun::tcpstore {

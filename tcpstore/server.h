@@ -47,7 +47,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "rendezvous/limits.h"
+#include "rendezvous/store/limits.h"
 #include "tcpstore/key_space.h"
 
 namespace ddprun::tcpstore {

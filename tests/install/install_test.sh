@@ -14,7 +14,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAILED: $*"; exit 1; }
 
 cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; fail "cmake --install"; }
-for f in bin/ddprun bin/train include/ddprun/ddp/ddp.h include/ddprun/rendezvous/store.h \
+for f in bin/ddprun bin/train include/ddprun/ddp/ddp.h include/ddprun/rendezvous/store/store.h \
          lib/cmake/ddprun/ddprunConfig.cmake lib/cmake/ddprun/ddprunConfigVersion.cmake lib/cmake/ddprun/ddprunTargets.cmake; do
   [ -e "$tmp/prefix/$f" ] || fail "$f not installed"
 done

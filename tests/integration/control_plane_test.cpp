@@ -8,9 +8,9 @@
 #include <future>
 #include <thread>
 
-#include "rendezvous/etcd_control_plane.h"
-#include "rendezvous/job_state.h"
-#include "rendezvous/registry.h"
+#include "rendezvous/control_plane/etcd/etcd_control_plane.h"
+#include "rendezvous/server/job_state.h"
+#include "rendezvous/server/registry.h"
 #include "support/etcd_cluster.h"
 
 namespace {

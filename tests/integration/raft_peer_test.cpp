@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/nccl_unique_id.h"
-#include "rendezvous/raft_control_plane.h"
-#include "rendezvous/raft_membership.h"
-#include "rendezvous/raft_node.h"
-#include "rendezvous/raft_peer.h"
-#include "rendezvous/server.h"
+#include "rendezvous/server/nccl_unique_id.h"
+#include "rendezvous/control_plane/raft/raft_control_plane.h"
+#include "rendezvous/control_plane/raft/raft_membership.h"
+#include "rendezvous/control_plane/raft/raft_node.h"
+#include "rendezvous/control_plane/raft/raft_peer.h"
+#include "rendezvous/server/server.h"
 
 namespace ddprun {
 namespace {

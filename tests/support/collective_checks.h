@@ -10,7 +10,7 @@
 #include "comm/gloo_communicator.h"
 #include "comm/shm_communicator.h"
 #include "ddp/world.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace ddptest {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "ddp/world.h"
-#include "rendezvous/memory_store.h"
+#include "rendezvous/store/memory_store.h"
 #include "support/threads.h"
 
 namespace ddptest {

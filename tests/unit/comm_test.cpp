@@ -10,7 +10,7 @@
 #include "comm/gloo_communicator.h"
 #include "comm/nccl_communicator.h"
 #include "ddp/ddp.h"
-#include "rendezvous/memory_store.h"
+#include "rendezvous/store/memory_store.h"
 #include "support/collective_checks.h"
 #include "support/thread_ranks.h"
 

@@ -15,7 +15,7 @@
 #include <optional>
 
 #include "ddp/ddp.h"
-#include "rendezvous/memory_store.h"
+#include "rendezvous/store/memory_store.h"
 #include "support/ddp_checks.h"
 
 namespace {

@@ -6,7 +6,7 @@
 
 #include "agent/env.h"
 #include "ddp/launch_info.h"
-#include "rendezvous/hex.h"
+#include "rendezvous/store/hex.h"
 
 namespace ddprun {
 namespace {

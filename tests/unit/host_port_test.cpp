@@ -1,7 +1,7 @@
 // rendezvous/host_port.h: the one HOST:PORT parser.
 #include <gtest/gtest.h>
 
-#include "rendezvous/host_port.h"
+#include "rendezvous/store/host_port.h"
 
 namespace {
 

@@ -9,11 +9,11 @@
 #include <future>
 #include <mutex>
 
-#include "rendezvous/control_plane_host.h"
-#include "rendezvous/job_state.h"
-#include "rendezvous/liveness_probe.h"
-#include "rendezvous/registry.h"
-#include "rendezvous/state_saver.h"
+#include "rendezvous/server/control_plane_host.h"
+#include "rendezvous/server/job_state.h"
+#include "rendezvous/server/liveness_probe.h"
+#include "rendezvous/server/registry.h"
+#include "rendezvous/server/state_saver.h"
 #include "support/job_helpers.h"
 
 namespace ddprun {

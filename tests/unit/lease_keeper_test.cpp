@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "agent/lease_keeper.h"
-#include "rendezvous/client.h"
-#include "rendezvous/server.h"
+#include "rendezvous/client/client.h"
+#include "rendezvous/server/server.h"
 #include "support/no_nccl.h"
 
 namespace ddprun {

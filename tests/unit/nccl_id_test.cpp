@@ -4,7 +4,7 @@
 // which is why ddprun itself no longer makes ids (launcher/plan.cpp).
 #include <gtest/gtest.h>
 
-#include "rendezvous/nccl_unique_id.h"
+#include "rendezvous/server/nccl_unique_id.h"
 
 namespace ddprun {
 namespace {

@@ -24,7 +24,7 @@
 
 #include "comm/gloo_communicator.h"
 #include "ddp/ddp.h"
-#include "rendezvous/memory_store.h"
+#include "rendezvous/store/memory_store.h"
 
 namespace {
 

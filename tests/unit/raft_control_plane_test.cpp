@@ -12,8 +12,8 @@
 #include <set>
 #include <string>
 
-#include "rendezvous/raft_control_plane.h"
-#include "rendezvous/raft_node.h"
+#include "rendezvous/control_plane/raft/raft_control_plane.h"
+#include "rendezvous/control_plane/raft/raft_node.h"
 
 namespace ddprun {
 namespace {

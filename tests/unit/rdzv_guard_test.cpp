@@ -17,10 +17,10 @@
 #include <mutex>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/client.h"
-#include "rendezvous/handler.h"
-#include "rendezvous/memory_store.h"
-#include "rendezvous/server.h"
+#include "rendezvous/client/client.h"
+#include "rendezvous/server/handler.h"
+#include "rendezvous/store/memory_store.h"
+#include "rendezvous/server/server.h"
 #include "support/test_certs.h"
 #include "support/no_nccl.h"
 

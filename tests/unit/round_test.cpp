@@ -2,7 +2,7 @@
 // stable ranks, leases, late joiners, leaving, restarts, the end of a job.
 #include <gtest/gtest.h>
 
-#include "rendezvous/round.h"
+#include "rendezvous/server/round.h"
 
 namespace ddprun {
 namespace {

@@ -20,7 +20,7 @@
 #include "channel/shm_names.h"
 #include "comm/shm_group.h"
 #include "ddp/collective_error.h"
-#include "rendezvous/memory_store.h"
+#include "rendezvous/store/memory_store.h"
 #include "support/threads.h"
 
 namespace ddp {

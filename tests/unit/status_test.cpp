@@ -12,11 +12,11 @@
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
 #include "launcher/status_command.h"
-#include "rendezvous/client.h"
-#include "rendezvous/node_scores.h"
-#include "rendezvous/registry.h"
-#include "rendezvous/security.h"
-#include "rendezvous/server.h"
+#include "rendezvous/client/client.h"
+#include "rendezvous/server/node_scores.h"
+#include "rendezvous/server/registry.h"
+#include "rendezvous/wire/security.h"
+#include "rendezvous/server/server.h"
 #include "support/no_nccl.h"
 
 namespace ddprun {

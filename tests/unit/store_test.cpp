@@ -10,10 +10,10 @@
 #include <thread>
 
 #include "ddprun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/client.h"
-#include "rendezvous/memory_store.h"
-#include "rendezvous/registry.h"
-#include "rendezvous/server.h"
+#include "rendezvous/client/client.h"
+#include "rendezvous/store/memory_store.h"
+#include "rendezvous/server/registry.h"
+#include "rendezvous/server/server.h"
 #include "support/no_nccl.h"
 
 namespace ddprun {

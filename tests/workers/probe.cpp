@@ -74,7 +74,7 @@
 #include "ddp/error_file.h"
 #include "base/heartbeat.h"
 #include "launch/standby.h"
-#include "rendezvous/client.h"
+#include "rendezvous/client/client.h"
 
 namespace {
 

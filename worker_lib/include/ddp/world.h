@@ -24,7 +24,7 @@
 #include "ddp/progress.h"
 #include "ddp/state_fence.h"
 #include "ddp/trace.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace ddp {
 

@@ -11,7 +11,7 @@
 #include "ddp/communicator.h"
 #include "ddp/launch_info.h"
 #include "base/heartbeat.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace ddp {
 

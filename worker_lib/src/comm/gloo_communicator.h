@@ -10,7 +10,7 @@
 
 #include "ddp/communicator.h"
 #include "base/heartbeat.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace gloo {
 class Context;

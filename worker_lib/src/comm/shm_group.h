@@ -40,7 +40,7 @@
 #include "comm/shm_segment.h"
 #include "ddp/reduce_op.h"
 #include "base/heartbeat.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace ddp {
 

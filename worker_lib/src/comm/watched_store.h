@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ddp/collective_error.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace ddp {
 

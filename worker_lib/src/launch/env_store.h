@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "ddp/launch_info.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace ddp {
 

@@ -5,7 +5,7 @@
 
 #include "channel/env_names.h"
 #include "ddp/trace.h"
-#include "rendezvous/hex.h"
+#include "rendezvous/store/hex.h"
 
 namespace ddp {
 namespace {

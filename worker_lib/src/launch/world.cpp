@@ -19,8 +19,8 @@
 #include "channel/stack_dump.h"
 #include "base/local_addr.h"
 #include "launch/standby.h"
-#include "rendezvous/client.h"
-#include "rendezvous/memory_store.h"
+#include "rendezvous/client/client.h"
+#include "rendezvous/store/memory_store.h"
 
 namespace ddp {
 namespace {

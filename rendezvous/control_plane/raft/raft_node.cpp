@@ -1,0 +1,868 @@
+#include "rendezvous/control_plane/raft/raft_node.h"
+
+extern "C" {  // libraft's header declares C functions without saying so
+#include <raft.h>
+}
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+#include <stdexcept>
+
+#include "ddprun/v1/raft.pb.h"
+
+namespace ddprun {
+
+// Everything libraft touches, on the Raft thread only.
+struct RaftNode::Impl {
+  RaftNode* node = nullptr;  // libraft keeps io.data for itself: this is how its io finds us
+  struct raft raft {};
+  struct raft_io io {};
+  struct raft_fsm fsm {};
+
+  // What a fresh start loads: nothing, or the bootstrap configuration.
+  bool bootstrapped = false;
+  std::string bootstrap_conf;  // raft_configuration_encode's bytes
+  uint64_t term = 0;           // set_term / set_vote (read back only by load)
+  uint64_t voted_for = 0;
+
+  // The newest snapshot libraft stored, for a follower that needs it.
+  struct Snapshot {
+    uint64_t index = 0, term = 0, conf_index = 0;
+    google::protobuf::RepeatedPtrField<ddprun::v1::RaftServer> conf;
+    std::string data;
+  };
+  std::optional<Snapshot> snapshot;
+
+  // I/O completions not yet delivered: run on the Raft thread after the call
+  // that started them returns (libraft expects its callbacks later), or with
+  // RAFT_CANCELED when it closes.
+  std::deque<std::function<void(int status)>> completions;
+
+  raft_io_tick_cb tick = nullptr;
+  raft_io_recv_cb recv = nullptr;
+  std::chrono::milliseconds tick_every{100};
+  bool started = false;
+  bool closed = false;
+  std::mt19937 rng{std::random_device{}()};
+  std::string state;  // the FSM: the newest applied blob
+  bool has_state = false;
+  uint64_t state_version = 0;  // counts the FSM's changes: publish() copies the blob only after one
+  // When each member was last heard from (any message in any term), in
+  // lived time (below).
+  std::map<uint64_t, std::chrono::steady_clock::time_point> heard;
+
+  // Lived time: the steady clock less the stretches this thread was not
+  // running when it should have (it asked to wake for a tick and woke
+  // much later: a loaded machine, a paused process). libraft's timers run
+  // on it, so a member that was not scheduled does not count that silence
+  // against the others: a follower starts no election, and a leader does
+  // not step down, for its own stall (memberlist's Lifeguard). Never goes
+  // backwards. Raft thread only.
+  std::chrono::steady_clock::duration stalled{0};
+  std::chrono::steady_clock::time_point last_lived{};
+  std::chrono::steady_clock::time_point lived_now() {
+    const auto t = std::chrono::steady_clock::now() - stalled;
+    if (t > last_lived) last_lived = t;
+    return last_lived;
+  }
+  // A lived instant as the steady clock's (for callers on other threads).
+  std::chrono::steady_clock::time_point to_steady(std::chrono::steady_clock::time_point lived) const {
+    if (lived == std::chrono::steady_clock::time_point::max() || lived == std::chrono::steady_clock::time_point::min()) {
+      return lived;
+    }
+    return lived + stalled;
+  }
+};
+
+namespace {
+
+using Pb = ddprun::v1::RaftMessage;
+
+// A wake-up later than asked by more than this is a stall (see lived_now).
+constexpr auto kLateWake = std::chrono::milliseconds(50);
+
+void copy_conf_out(const struct raft_configuration& c, google::protobuf::RepeatedPtrField<ddprun::v1::RaftServer>* out) {
+  for (unsigned i = 0; i < c.n; ++i) {
+    auto* s = out->Add();
+    s->set_id(c.servers[i].id);
+    s->set_address(c.servers[i].address);
+    s->set_role(c.servers[i].role);
+  }
+}
+
+int conf_in(const google::protobuf::RepeatedPtrField<ddprun::v1::RaftServer>& in, struct raft_configuration* c) {
+  raft_configuration_init(c);
+  for (const auto& s : in) {
+    const int rv = raft_configuration_add(c, s.id(), s.address().c_str(), s.role());
+    if (rv != 0) {
+      raft_configuration_close(c);
+      return rv;
+    }
+  }
+  return 0;
+}
+
+std::string encode(const struct raft_message& m, const std::string& job_id, uint64_t from_id,
+                   const std::string& from_address) {
+  Pb pb;
+  pb.set_type(m.type);
+  pb.set_from_id(from_id);
+  pb.set_from_address(from_address);
+  pb.set_to_id(m.server_id);
+  pb.set_job_id(job_id);
+  switch (m.type) {
+    case RAFT_IO_REQUEST_VOTE: {
+      const auto& a = m.request_vote;
+      pb.set_term(a.term);
+      pb.set_candidate_id(a.candidate_id);
+      pb.set_last_log_index(a.last_log_index);
+      pb.set_last_log_term(a.last_log_term);
+      pb.set_disrupt_leader(a.disrupt_leader);
+      pb.set_pre_vote(a.pre_vote);
+      break;
+    }
+    case RAFT_IO_REQUEST_VOTE_RESULT: {
+      const auto& a = m.request_vote_result;
+      pb.set_term(a.term);
+      pb.set_vote_granted(a.vote_granted);
+      pb.set_pre_vote_result(a.pre_vote);
+      break;
+    }
+    case RAFT_IO_APPEND_ENTRIES: {
+      const auto& a = m.append_entries;
+      pb.set_term(a.term);
+      pb.set_prev_log_index(a.prev_log_index);
+      pb.set_prev_log_term(a.prev_log_term);
+      pb.set_leader_commit(a.leader_commit);
+      for (unsigned i = 0; i < a.n_entries; ++i) {
+        auto* e = pb.add_entries();
+        e->set_term(a.entries[i].term);
+        e->set_type(a.entries[i].type);
+        e->set_data(static_cast<const char*>(a.entries[i].buf.base), a.entries[i].buf.len);
+      }
+      break;
+    }
+    case RAFT_IO_APPEND_ENTRIES_RESULT: {
+      const auto& a = m.append_entries_result;
+      pb.set_term(a.term);
+      pb.set_rejected(a.rejected);
+      pb.set_last_log_index(a.last_log_index);
+      break;
+    }
+    case RAFT_IO_INSTALL_SNAPSHOT: {
+      const auto& a = m.install_snapshot;
+      pb.set_term(a.term);
+      pb.set_last_log_index(a.last_index);
+      pb.set_last_log_term(a.last_term);
+      copy_conf_out(a.conf, pb.mutable_conf());
+      pb.set_conf_index(a.conf_index);
+      pb.set_snapshot(static_cast<const char*>(a.data.base), a.data.len);
+      break;
+    }
+    case RAFT_IO_TIMEOUT_NOW: {
+      const auto& a = m.timeout_now;
+      pb.set_term(a.term);
+      pb.set_last_log_index(a.last_log_index);
+      pb.set_last_log_term(a.last_log_term);
+      break;
+    }
+    default:
+      break;
+  }
+  return pb.SerializeAsString();
+}
+
+// Fills `m` from `pb`; the buffers libraft takes over (an AppendEntries'
+// entries and their one batch, an InstallSnapshot's data and configuration)
+// come from raft_malloc. False for a message libraft would not understand.
+bool decode(const Pb& pb, struct raft_message* m) {
+  std::memset(m, 0, sizeof *m);
+  m->type = static_cast<unsigned short>(pb.type());
+  m->server_id = pb.from_id();
+  m->server_address = pb.from_address().c_str();
+  switch (pb.type()) {
+    case RAFT_IO_REQUEST_VOTE:
+      m->request_vote = {pb.term(), pb.candidate_id(), pb.last_log_index(), pb.last_log_term(), pb.disrupt_leader(),
+                         pb.pre_vote()};
+      return true;
+    case RAFT_IO_REQUEST_VOTE_RESULT:
+      m->request_vote_result.term = pb.term();
+      m->request_vote_result.vote_granted = pb.vote_granted();
+      m->request_vote_result.pre_vote = static_cast<raft_tribool>(pb.pre_vote_result());
+      return true;
+    case RAFT_IO_APPEND_ENTRIES: {
+      auto& a = m->append_entries;
+      a.term = pb.term();
+      a.prev_log_index = pb.prev_log_index();
+      a.prev_log_term = pb.prev_log_term();
+      a.leader_commit = pb.leader_commit();
+      a.n_entries = static_cast<unsigned>(pb.entries_size());
+      if (a.n_entries == 0) return true;
+      size_t total = 0;
+      for (const auto& e : pb.entries()) total += e.data().size();
+      a.entries = static_cast<struct raft_entry*>(raft_calloc(a.n_entries, sizeof(struct raft_entry)));
+      void* batch = raft_malloc(total > 0 ? total : 1);
+      if (!a.entries || !batch) {
+        raft_free(a.entries);
+        raft_free(batch);
+        return false;
+      }
+      size_t at = 0;
+      for (unsigned i = 0; i < a.n_entries; ++i) {
+        const auto& e = pb.entries(static_cast<int>(i));
+        std::memcpy(static_cast<char*>(batch) + at, e.data().data(), e.data().size());
+        a.entries[i].term = e.term();
+        a.entries[i].type = static_cast<unsigned short>(e.type());
+        a.entries[i].buf.base = static_cast<char*>(batch) + at;
+        a.entries[i].buf.len = e.data().size();
+        a.entries[i].batch = batch;
+        at += e.data().size();
+      }
+      return true;
+    }
+    case RAFT_IO_APPEND_ENTRIES_RESULT:
+      m->append_entries_result.term = pb.term();
+      m->append_entries_result.rejected = pb.rejected();
+      m->append_entries_result.last_log_index = pb.last_log_index();
+      return true;
+    case RAFT_IO_INSTALL_SNAPSHOT: {
+      auto& a = m->install_snapshot;
+      a.term = pb.term();
+      a.last_index = pb.last_log_index();
+      a.last_term = pb.last_log_term();
+      a.conf_index = pb.conf_index();
+      if (conf_in(pb.conf(), &a.conf) != 0) return false;
+      a.data.len = pb.snapshot().size();
+      a.data.base = raft_malloc(a.data.len > 0 ? a.data.len : 1);
+      if (!a.data.base) {
+        raft_configuration_close(&a.conf);
+        return false;
+      }
+      std::memcpy(a.data.base, pb.snapshot().data(), a.data.len);
+      return true;
+    }
+    case RAFT_IO_TIMEOUT_NOW:
+      m->timeout_now = {pb.term(), pb.last_log_index(), pb.last_log_term()};
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+// libraft's raft_io and raft_fsm, and the callbacks of the requests made
+// here, as static functions over RaftNode.
+struct RaftNodeIo {
+  static RaftNode::Impl& impl(struct raft_io* io) { return *static_cast<RaftNode::Impl*>(io->impl); }
+
+  static int init(struct raft_io*, raft_id, const char*) { return 0; }
+
+  // An I/O request done at once, its callback run later (libraft expects
+  // it after the call that made the request returns).
+  template <class Req, class Cb>
+  static void later(RaftNode::Impl& s, Req* req, Cb cb) {
+    s.completions.push_back([req, cb](int status) {
+      if (cb) cb(req, status);
+    });
+  }
+  // Runs the callbacks of the requests done so far, with `status`.
+  static void complete(RaftNode::Impl& s, int status) {
+    while (!s.completions.empty()) {
+      auto done = std::move(s.completions.front());
+      s.completions.pop_front();
+      done(status);
+    }
+  }
+
+  static void close(struct raft_io* io, raft_io_close_cb cb) {
+    auto& s = impl(io);
+    complete(s, RAFT_CANCELED);  // what libraft still waits for ends before it frees itself
+    s.closed = true;
+    if (cb) cb(io);
+  }
+
+  static int load(struct raft_io* io, raft_term* term, raft_id* voted_for, struct raft_snapshot** snapshot,
+                  raft_index* start_index, struct raft_entry** entries, size_t* n_entries) {
+    auto& s = impl(io);
+    *term = s.term;
+    *voted_for = s.voted_for;
+    *snapshot = nullptr;
+    *start_index = 1;
+    *entries = nullptr;
+    *n_entries = 0;
+    if (!s.bootstrapped) return 0;
+    // The bootstrap configuration is entry 1, as every member's first.
+    auto* e = static_cast<struct raft_entry*>(raft_calloc(1, sizeof(struct raft_entry)));
+    void* batch = raft_malloc(s.bootstrap_conf.size());
+    if (!e || !batch) {
+      raft_free(e);
+      raft_free(batch);
+      return RAFT_NOMEM;
+    }
+    std::memcpy(batch, s.bootstrap_conf.data(), s.bootstrap_conf.size());
+    e->term = 1;
+    e->type = RAFT_CHANGE;
+    e->buf.base = batch;
+    e->buf.len = s.bootstrap_conf.size();
+    e->batch = batch;
+    *entries = e;
+    *n_entries = 1;
+    return 0;
+  }
+
+  static int start(struct raft_io* io, unsigned msecs, raft_io_tick_cb tick, raft_io_recv_cb recv) {
+    auto& s = impl(io);
+    s.tick = tick;
+    s.recv = recv;
+    s.tick_every = std::chrono::milliseconds(msecs);
+    s.started = true;
+    return 0;
+  }
+
+  static int bootstrap(struct raft_io* io, const struct raft_configuration* conf) {
+    auto& s = impl(io);
+    if (s.term != 0) return RAFT_CANTBOOTSTRAP;
+    struct raft_buffer buf {};
+    const int rv = raft_configuration_encode(conf, &buf);
+    if (rv != 0) return rv;
+    s.bootstrap_conf.assign(static_cast<const char*>(buf.base), buf.len);
+    raft_free(buf.base);
+    s.bootstrapped = true;
+    s.term = 1;
+    return 0;
+  }
+
+  static int recover(struct raft_io*, const struct raft_configuration*) { return RAFT_IOERR; }
+
+  static int set_term(struct raft_io* io, raft_term term) {
+    impl(io).term = term;
+    impl(io).voted_for = 0;
+    return 0;
+  }
+
+  static int set_vote(struct raft_io* io, raft_id id) {
+    impl(io).voted_for = id;
+    return 0;
+  }
+
+  static int send(struct raft_io* io, struct raft_io_send* req, const struct raft_message* m, raft_io_send_cb cb) {
+    RaftNode& n = *impl(io).node;
+    // Encoded now: libraft may release the entries once the callback ran.
+    n.transport_.send(m->server_address, encode(*m, n.options_.job_id, n.options_.id, n.options_.address));
+    later(impl(io), req, cb);
+    return 0;
+  }
+
+  static int append(struct raft_io* io, struct raft_io_append* req, const struct raft_entry[], unsigned,
+                    raft_io_append_cb cb) {
+    // In memory: libraft's own log is the copy; nothing to write.
+    later(impl(io), req, cb);
+    return 0;
+  }
+
+  static int truncate(struct raft_io*, raft_index) { return 0; }
+
+  static int snapshot_put(struct raft_io* io, unsigned, struct raft_io_snapshot_put* req,
+                          const struct raft_snapshot* snap, raft_io_snapshot_put_cb cb) {
+    auto& s = impl(io);
+    RaftNode::Impl::Snapshot copy;
+    copy.index = snap->index;
+    copy.term = snap->term;
+    copy.conf_index = snap->configuration_index;
+    copy_conf_out(snap->configuration, &copy.conf);
+    for (unsigned i = 0; i < snap->n_bufs; ++i) {
+      copy.data.append(static_cast<const char*>(snap->bufs[i].base), snap->bufs[i].len);
+    }
+    s.snapshot = std::move(copy);
+    later(s, req, cb);
+    return 0;
+  }
+
+  static int snapshot_get(struct raft_io* io, struct raft_io_snapshot_get* req, raft_io_snapshot_get_cb cb) {
+    auto& s = impl(io);
+    s.completions.push_back([&s, req, cb](int status) {
+      if (status != 0 || !s.snapshot) {
+        cb(req, nullptr, status != 0 ? status : RAFT_NOTFOUND);
+        return;
+      }
+      auto* out = static_cast<struct raft_snapshot*>(raft_calloc(1, sizeof(struct raft_snapshot)));
+      auto* bufs = static_cast<struct raft_buffer*>(raft_calloc(1, sizeof(struct raft_buffer)));
+      void* data = raft_malloc(s.snapshot->data.size() > 0 ? s.snapshot->data.size() : 1);
+      if (!out || !bufs || !data || conf_in(s.snapshot->conf, &out->configuration) != 0) {
+        raft_free(out);
+        raft_free(bufs);
+        raft_free(data);
+        cb(req, nullptr, RAFT_NOMEM);
+        return;
+      }
+      std::memcpy(data, s.snapshot->data.data(), s.snapshot->data.size());
+      out->index = s.snapshot->index;
+      out->term = s.snapshot->term;
+      out->configuration_index = s.snapshot->conf_index;
+      bufs[0].base = data;
+      bufs[0].len = s.snapshot->data.size();
+      out->bufs = bufs;
+      out->n_bufs = 1;
+      cb(req, out, 0);
+    });
+    return 0;
+  }
+
+  static raft_time time(struct raft_io* io) {
+    return static_cast<raft_time>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(impl(io).lived_now().time_since_epoch()).count());
+  }
+
+  static int random(struct raft_io* io, int min, int max) {
+    return std::uniform_int_distribution<int>(min, max)(impl(io).rng);
+  }
+
+  // A request's outcome reaches its waiter (which may have given up).
+  static void finish(RaftNode* node, const std::shared_ptr<RaftNode::Outcome>& outcome, int status) {
+    node->publish();  // what the request changed (an applied state) is seen by its waiter
+    {
+      std::lock_guard lock(node->mu_);
+      outcome->done = true;
+      outcome->status = status;
+    }
+    node->cv_.notify_all();
+  }
+  template <class Req>
+  struct Pending {
+    Req req{};
+    std::shared_ptr<RaftNode::Outcome> outcome;
+    RaftNode* node = nullptr;
+  };
+  // The callback of a request made with pending<Req>().
+  template <class Req>
+  static void done(Req* req, int status) {
+    auto* p = static_cast<Pending<Req>*>(req->data);
+    finish(p->node, p->outcome, status);
+    delete p;
+  }
+  static void applied(struct raft_apply* req, int status, void*) { done(req, status); }
+
+  // The FSM: the newest applied blob.
+  static RaftNode::Impl& fsm_impl(struct raft_fsm* fsm) { return *static_cast<RaftNode::Impl*>(fsm->data); }
+
+  static int fsm_apply(struct raft_fsm* fsm, const struct raft_buffer* buf, void** result) {
+    auto& s = fsm_impl(fsm);
+    s.state.assign(static_cast<const char*>(buf->base), buf->len);
+    s.has_state = true;
+    ++s.state_version;
+    *result = nullptr;
+    return 0;
+  }
+
+  static int fsm_snapshot(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsigned* n) {
+    auto& s = fsm_impl(fsm);
+    *bufs = static_cast<struct raft_buffer*>(raft_calloc(1, sizeof(struct raft_buffer)));
+    if (!*bufs) return RAFT_NOMEM;
+    // A leading byte says whether there is a state (an empty one is a state).
+    (*bufs)[0].len = s.state.size() + 1;
+    (*bufs)[0].base = raft_malloc((*bufs)[0].len);
+    if (!(*bufs)[0].base) {
+      raft_free(*bufs);
+      return RAFT_NOMEM;
+    }
+    static_cast<char*>((*bufs)[0].base)[0] = s.has_state ? 1 : 0;
+    std::memcpy(static_cast<char*>((*bufs)[0].base) + 1, s.state.data(), s.state.size());
+    *n = 1;
+    return 0;
+  }
+
+  static int fsm_restore(struct raft_fsm* fsm, struct raft_buffer* buf) {
+    auto& s = fsm_impl(fsm);
+    const char* p = static_cast<const char*>(buf->base);
+    s.has_state = buf->len > 0 && p[0] == 1;
+    s.state.assign(buf->len > 1 ? p + 1 : p, buf->len > 1 ? buf->len - 1 : 0);
+    ++s.state_version;
+    raft_free(buf->base);  // ours now (libraft hands it over)
+    return 0;
+  }
+};
+
+RaftNode::RaftNode(RaftNodeOptions options, RaftTransport& transport)
+    : impl_(std::make_unique<Impl>()), options_(std::move(options)), transport_(transport) {
+  impl_->node = this;
+  if (options_.id == 0) throw std::invalid_argument("raft: a member's id must be > 0");
+  if (options_.heartbeat >= options_.election) {
+    throw std::invalid_argument("raft: the heartbeat must be shorter than the election timeout");
+  }
+  struct raft_io& io = impl_->io;
+  io.version = 1;
+  io.impl = impl_.get();
+  io.init = &RaftNodeIo::init;
+  io.close = &RaftNodeIo::close;
+  io.load = &RaftNodeIo::load;
+  io.start = &RaftNodeIo::start;
+  io.bootstrap = &RaftNodeIo::bootstrap;
+  io.recover = &RaftNodeIo::recover;
+  io.set_term = &RaftNodeIo::set_term;
+  io.set_vote = &RaftNodeIo::set_vote;
+  io.send = &RaftNodeIo::send;
+  io.append = &RaftNodeIo::append;
+  io.truncate = &RaftNodeIo::truncate;
+  io.snapshot_put = &RaftNodeIo::snapshot_put;
+  io.snapshot_get = &RaftNodeIo::snapshot_get;
+  io.time = &RaftNodeIo::time;
+  io.random = &RaftNodeIo::random;
+  struct raft_fsm& fsm = impl_->fsm;
+  fsm.version = 1;
+  fsm.data = impl_.get();
+  fsm.apply = &RaftNodeIo::fsm_apply;
+  fsm.snapshot = &RaftNodeIo::fsm_snapshot;
+  fsm.restore = &RaftNodeIo::fsm_restore;
+  const int rv = raft_init(&impl_->raft, &io, &fsm, options_.id, options_.address.c_str());
+  if (rv != 0) throw std::runtime_error(std::string("raft: init: ") + raft_strerror(rv));
+  raft_set_heartbeat_timeout(&impl_->raft, static_cast<unsigned>(options_.heartbeat.count()));
+  raft_set_election_timeout(&impl_->raft, static_cast<unsigned>(options_.election.count()));
+  raft_set_snapshot_threshold(&impl_->raft, options_.snapshot_threshold);
+  raft_set_snapshot_trailing(&impl_->raft, options_.snapshot_trailing);
+  // A member cut off and back must not depose a leader the others follow.
+  raft_set_pre_vote(&impl_->raft, true);
+  thread_ = std::thread([this] { loop(); });
+}
+
+RaftNode::~RaftNode() {
+  run([this] {
+    if (impl_->closed) return;
+    raft_close(&impl_->raft, nullptr);
+  });
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void RaftNode::start(bool bootstrap) {
+  std::string error;
+  run([&] {
+    int rv = 0;
+    if (bootstrap) {
+      struct raft_configuration conf;
+      raft_configuration_init(&conf);
+      rv = raft_configuration_add(&conf, options_.id, options_.address.c_str(), RAFT_VOTER);
+      if (rv == 0) rv = raft_bootstrap(&impl_->raft, &conf);
+      raft_configuration_close(&conf);
+    }
+    if (rv == 0) rv = raft_start(&impl_->raft);
+    if (rv != 0) error = std::string(raft_strerror(rv)) + ": " + raft_errmsg(&impl_->raft);
+  });
+  if (!error.empty()) throw std::runtime_error("raft: cannot start member " + std::to_string(options_.id) + ": " + error);
+}
+
+void RaftNode::deliver(const std::string& bytes) {
+  auto pb = std::make_shared<Pb>();
+  if (!pb->ParseFromString(bytes) || pb->job_id() != options_.job_id || pb->to_id() != options_.id) return;
+  post([this, pb] {
+    if (!impl_->started || impl_->closed) return;
+    // A member removed from the group (its node was lost, paused past the
+    // election timeout, or stepped back) does not know it, and asks for
+    // votes: granted by members it can still reach, it would win a term of
+    // its own and depose the real leader. Votes are asked of a member only
+    // by those in its configuration (a member not yet configured takes
+    // anything: it is being added). A leader's entries come from anyone: a
+    // member that lags may not know it yet.
+    const struct raft_configuration& conf = impl_->raft.configuration;
+    if ((pb->type() == RAFT_IO_REQUEST_VOTE || pb->type() == RAFT_IO_TIMEOUT_NOW) && conf.n > 0) {
+      bool known = false;
+      for (unsigned i = 0; i < conf.n && !known; ++i) known = conf.servers[i].id == pb->from_id();
+      if (!known) return;
+    }
+    impl_->heard[pb->from_id()] = impl_->lived_now();
+    struct raft_message m;
+    if (!decode(*pb, &m)) return;
+    impl_->recv(&impl_->io, &m);  // libraft owns m's buffers now
+  });
+}
+
+RaftStatus RaftNode::status() const {
+  std::lock_guard lock(mu_);
+  return status_;
+}
+
+bool RaftNode::wait_for(const std::function<bool(const RaftStatus&)>& until, Clock::time_point deadline) const {
+  // `until` runs without the lock, so it may call this node (state(), say).
+  std::unique_lock lock(mu_);
+  while (true) {
+    const uint64_t seen = changes_;
+    const RaftStatus s = status_;
+    lock.unlock();
+    if (until(s)) return true;
+    lock.lock();
+    if (!cv_.wait_until(lock, deadline, [&] { return stop_ || changes_ != seen; }) || stop_) return false;
+  }
+}
+
+std::chrono::steady_clock::time_point RaftNode::majority_heard_at() const {
+  std::lock_guard lock(mu_);
+  return majority_heard_at_;
+}
+
+std::chrono::steady_clock::time_point RaftNode::majority_contact_at() const {
+  std::lock_guard lock(mu_);
+  return majority_contact_at_;
+}
+
+std::optional<std::string> RaftNode::state() const {
+  std::lock_guard lock(mu_);
+  return state_;
+}
+
+bool RaftNode::request(const std::function<bool(const std::shared_ptr<Outcome>&)>& begin,
+                       Clock::time_point deadline) {
+  auto outcome = std::make_shared<Outcome>();
+  bool sent = false;
+  run([&] { sent = begin(outcome); });
+  if (!sent) return false;
+  std::unique_lock lock(mu_);
+  cv_.wait_until(lock, deadline, [&] { return outcome->done || stop_; });
+  return outcome->done && outcome->status == 0;
+}
+
+namespace {
+
+template <class Req>
+RaftNodeIo::Pending<Req>* pending(RaftNode* node, const std::shared_ptr<RaftNode::Outcome>& outcome) {
+  auto* p = new RaftNodeIo::Pending<Req>{};
+  p->outcome = outcome;
+  p->node = node;
+  p->req.data = p;
+  return p;
+}
+
+}  // namespace
+
+bool RaftNode::apply(uint64_t term, const std::string& data, Clock::time_point deadline) {
+  return request([&](const std::shared_ptr<Outcome>& outcome) {
+    if (raft_state(&impl_->raft) != RAFT_LEADER || impl_->raft.current_term != term) return false;
+    struct raft_buffer buf {};
+    buf.len = data.size();
+    buf.base = raft_malloc(buf.len > 0 ? buf.len : 1);
+    if (!buf.base) return false;
+    std::memcpy(buf.base, data.data(), data.size());
+    auto* p = pending<struct raft_apply>(this, outcome);
+    if (raft_apply(&impl_->raft, &p->req, &buf, 1, &RaftNodeIo::applied) != 0) {
+      raft_free(buf.base);
+      delete p;
+      return false;
+    }
+    return true;
+  }, deadline);
+}
+
+bool RaftNode::barrier(uint64_t term, Clock::time_point deadline) {
+  return request([&](const std::shared_ptr<Outcome>& outcome) {
+    if (raft_state(&impl_->raft) != RAFT_LEADER || impl_->raft.current_term != term) return false;
+    auto* p = pending<struct raft_barrier>(this, outcome);
+    if (raft_barrier(&impl_->raft, &p->req, &RaftNodeIo::done<struct raft_barrier>) != 0) {
+      delete p;
+      return false;
+    }
+    return true;
+  }, deadline);
+}
+
+bool RaftNode::add_voter(uint64_t id, const std::string& address, Clock::time_point deadline) {
+  return add_as(id, address, RAFT_VOTER, deadline);
+}
+
+bool RaftNode::add_standby(uint64_t id, const std::string& address, Clock::time_point deadline) {
+  return add_as(id, address, RAFT_STANDBY, deadline);
+}
+
+bool RaftNode::add_as(uint64_t id, const std::string& address, int role, Clock::time_point deadline) {
+  // Two changes: added as a spare, then given its role (libraft catches a
+  // new voter up first); one added before (a change that failed) only
+  // gets its role.
+  const RaftStatus now = status();
+  const bool added = std::find(now.members.begin(), now.members.end(), id) != now.members.end();
+  for (const bool assign : {false, true}) {
+    if (!assign && added) continue;
+    const bool ok = request([&](const std::shared_ptr<Outcome>& outcome) {
+      if (raft_state(&impl_->raft) != RAFT_LEADER) return false;
+      auto* p = pending<struct raft_change>(this, outcome);
+      const int rv = assign ? raft_assign(&impl_->raft, &p->req, id, role, &RaftNodeIo::done<struct raft_change>)
+                            : raft_add(&impl_->raft, &p->req, id, address.c_str(), &RaftNodeIo::done<struct raft_change>);
+      if (rv != 0) delete p;
+      return rv == 0;
+    }, deadline);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool RaftNode::remove(uint64_t id, Clock::time_point deadline) {
+  return request([&](const std::shared_ptr<Outcome>& outcome) {
+    if (raft_state(&impl_->raft) != RAFT_LEADER) return false;
+    auto* p = pending<struct raft_change>(this, outcome);
+    const int rv = raft_remove(&impl_->raft, &p->req, id, &RaftNodeIo::done<struct raft_change>);
+    if (rv != 0) delete p;
+    return rv == 0;
+  }, deadline);
+}
+
+void RaftNode::transfer() {
+  run([this] {
+    if (raft_state(&impl_->raft) != RAFT_LEADER) return;
+    using Transfer = struct raft_transfer;  // the struct, not the function of the same name
+    auto* req = new Transfer{};
+    if (::raft_transfer(&impl_->raft, req, 0, [](Transfer* r) { delete r; }) != 0) delete req;
+  });
+}
+
+void RaftNode::post(std::function<void()> task) {
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return;
+    tasks_.push_back(std::move(task));
+  }
+  cv_.notify_all();
+}
+
+void RaftNode::run(const std::function<void()>& task) {
+  if (std::this_thread::get_id() == thread_.get_id()) {
+    task();
+    publish();
+    return;
+  }
+  auto done = std::make_shared<bool>(false);
+  post([&task, done, this] {
+    task();
+    std::lock_guard lock(mu_);
+    *done = true;
+  });
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return *done || stop_; });
+}
+
+void RaftNode::publish() {
+  RaftStatus s;
+  struct raft& r = impl_->raft;
+  switch (raft_state(&r)) {
+    case RAFT_FOLLOWER: s.role = RaftStatus::Role::kFollower; break;
+    case RAFT_CANDIDATE: s.role = RaftStatus::Role::kCandidate; break;
+    case RAFT_LEADER: s.role = RaftStatus::Role::kLeader; break;
+    default: s.role = RaftStatus::Role::kUnavailable; break;
+  }
+  if (impl_->started && !impl_->closed) {
+    s.term = r.current_term;
+    raft_id leader = 0;
+    const char* address = nullptr;
+    raft_leader(&r, &leader, &address);
+    s.leader_id = leader;
+    if (address) s.leader_address = address;
+    s.applied = raft_last_applied(&r);
+    for (unsigned i = 0; i < r.configuration.n; ++i) {
+      s.members.push_back(r.configuration.servers[i].id);
+      if (r.configuration.servers[i].role == RAFT_VOTER) {
+        s.voters.push_back(r.configuration.servers[i].id);
+        s.voter_addresses.push_back(r.configuration.servers[i].address);
+      } else if (r.configuration.servers[i].role == RAFT_STANDBY) {
+        s.standbys.push_back(r.configuration.servers[i].id);
+      }
+    }
+  }
+  // The time by which a majority of the voters had been heard: this member
+  // (when it votes), and the most recently heard others it takes. A node
+  // not in the configuration (yet) judges nothing: max.
+  const bool member = std::find(s.members.begin(), s.members.end(), options_.id) != s.members.end();
+  Clock::time_point majority = Clock::time_point::max();
+  if (member && s.voters.size() > 1) {
+    std::vector<Clock::time_point> others;
+    bool votes = false;
+    for (uint64_t v : s.voters) {
+      if (v == options_.id) {
+        votes = true;
+        continue;
+      }
+      auto it = impl_->heard.find(v);
+      others.push_back(it == impl_->heard.end() ? Clock::time_point::min() : it->second);
+    }
+    const size_t majority_size = s.voters.size() / 2 + 1;
+    const size_t need = votes ? majority_size - 1 : majority_size;  // others needed
+    if (need > 0 && need <= others.size()) {
+      std::sort(others.begin(), others.end(), std::greater<>());
+      majority = others[need - 1];
+    } else if (need > 0) {
+      majority = Clock::time_point::min();
+    }
+  }
+  // On the majority's side: as leader, its majority; as follower, the last
+  // word from a leader; with no leader known, as it last was.
+  std::optional<Clock::time_point> contact;
+  if (!member || majority == Clock::time_point::max()) {
+    contact = Clock::time_point::max();
+  } else if (s.role == RaftStatus::Role::kLeader) {
+    contact = majority;
+  } else if (s.leader_id != 0) {
+    auto it = impl_->heard.find(s.leader_id);
+    contact = it == impl_->heard.end() ? impl_->lived_now() : it->second;  // a leader named in a snapshot or entry
+  }
+  // Published on the steady clock: a caller's now minus these is lived time.
+  majority = impl_->to_steady(majority);
+  if (contact) contact = impl_->to_steady(*contact);
+  bool changed = false;
+  {
+    std::lock_guard lock(mu_);
+    majority_heard_at_ = majority;
+    if (contact) {
+      majority_contact_at_ = *contact;
+    } else if (majority_contact_at_ == Clock::time_point::max()) {
+      majority_contact_at_ = Clock::now();  // no leader since it became a member: from now
+    }
+    if (!(s == status_)) {
+      status_ = std::move(s);
+      changed = true;
+    }
+    // The blob (megabytes in a big job) is copied only when the FSM changed,
+    // not compared after every message and tick.
+    if (impl_->has_state && impl_->state_version != published_state_version_) {
+      state_ = impl_->state;
+      published_state_version_ = impl_->state_version;
+      changed = true;
+    }
+    if (changed) ++changes_;
+  }
+  if (changed) cv_.notify_all();
+}
+
+void RaftNode::loop() {
+  auto next_tick = Clock::now() + impl_->tick_every;
+  std::unique_lock lock(mu_);
+  while (true) {
+    if (stop_ && tasks_.empty()) break;
+    if (!tasks_.empty()) {
+      auto task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      RaftNodeIo::complete(*impl_, 0);  // the I/O the task started, now that it returned
+      publish();
+      cv_.notify_all();  // run()'s waiter
+      lock.lock();
+      continue;
+    }
+    const auto now = Clock::now();
+    if (now >= next_tick) {
+      lock.unlock();
+      if (impl_->started && !impl_->closed) impl_->tick(&impl_->io);
+      RaftNodeIo::complete(*impl_, 0);
+      publish();
+      lock.lock();
+      next_tick = Clock::now() + impl_->tick_every;
+      continue;
+    }
+    cv_.wait_until(lock, next_tick, [&] { return stop_ || !tasks_.empty(); });
+    // Woke well past the tick it waited for: this thread did not run.
+    if (const auto woke = Clock::now(); woke > next_tick + kLateWake) impl_->stalled += woke - next_tick;
+  }
+}
+
+}  // namespace ddprun
