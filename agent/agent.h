@@ -34,6 +34,8 @@ constexpr int kExitUsage = 2;
 // Stopped by signal s: 128 + s, as a shell reports it.
 
 class Agent {
+  friend class Attempt;  // one run of the workers, carried out with the agent's helpers
+
  public:
   // nodes_in_rendezvous: for the agent that hosts the rendezvous, how many
   // nodes are still in the jobs it serves (it waits for 0 before it exits).
@@ -115,6 +117,7 @@ class Agent {
   // While this node waits for a place and the running round's members all
   // heal (a takeover would start its workers): warm them up as standbys.
   void warm_up_spare(int attempt, const NodeView& view);
+  // One attempt of the workers: attempt.h.
   GroupEnd run_workers(int attempt, const JoinResult& joined, Lifecycle& life);
   // Tells the rendezvous this node leaves; a success names the round its
   // workers ran in. Returns why the rendezvous refused a success ("" when

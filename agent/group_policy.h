@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/group_outcome.h"
 #include "agent/learned_timeout.h"
 
 namespace ddprun {
@@ -77,7 +78,8 @@ struct GroupPolicyOptions {
 class GroupPolicy {
  public:
   using TimePoint = std::chrono::steady_clock::time_point;
-  enum Outcome { kSucceeded, kWorkerFailed, kStoppedBySignal, kStoppedForRound };
+  using Outcome = GroupOutcome;  // never kHandedOver here
+  using enum GroupOutcome;
 
   GroupPolicy(int workers, GroupPolicyOptions options, TimePoint started);
 

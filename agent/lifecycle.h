@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "agent/group_outcome.h"
 #include "rendezvous/store/types.h"
 
 namespace ddprun {
@@ -26,7 +27,8 @@ enum class NodeState { kJoining, kRunning, kStopping, kRestarting, kLeaving, kDo
 struct GroupEnd {
   // kHandedOver: this node stopped its workers to hand its place to a
   // waiting node (it was the job's straggler); it leaves and exits 0.
-  enum Outcome { kSucceeded, kWorkerFailed, kStoppedBySignal, kStoppedForRound, kHandedOver };
+  using Outcome = GroupOutcome;
+  using enum GroupOutcome;
   Outcome outcome = kSucceeded;
   int signal = 0;  // kStoppedBySignal
   // kWorkerFailed: the root cause, told to the rendezvous with the restart;

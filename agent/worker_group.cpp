@@ -1,4 +1,5 @@
 #include "agent/worker_group.h"
+#include "agent/worker_group_worker.h"
 
 #include "agent/hang_verdict.h"
 
@@ -45,16 +46,6 @@ bool replaces(const std::vector<GroupCommand>& commands, int i) {
 
 }  // namespace
 
-struct WorkerGroup::Worker {
-  const WorkerLaunch* launch = nullptr;
-  pid_t pid = -1;
-  int fds[2] = {-1, -1};  // stdout, stderr read ends
-  std::string cgroup;     // its cgroup folder, "" when not contained
-  std::unique_ptr<WorkerOutput> output;
-  // It had exited (not yet reaped) when the group was asked to stop.
-  bool exited_before_stop = false;
-  // Whether it runs (started, not reaped) is the policy's to say: alive(i).
-};
 
 WorkerGroup::WorkerGroup(std::vector<WorkerLaunch> launches, SignalChannel& signals,
                          GroupOptions options)
@@ -138,7 +129,7 @@ bool WorkerGroup::all_heal_in_place() const {
 
 void WorkerGroup::read_heal_ready() {
   if (!options_.heartbeats || options_.max_heals <= 0) return;
-  if (options_.heal_namer.other_nodes) policy_->set_other_nodes(options_.heal_namer.other_nodes());
+  if (options_.heals_named_by_rendezvous && options_.host) policy_->set_other_nodes(options_.host->other_nodes());
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (policy_->alive(static_cast<int>(i))) {
       policy_->set_heal_ready(static_cast<int>(i), options_.heartbeats->heal_ready(workers_[i]->launch->id.local_rank));
@@ -164,8 +155,8 @@ void WorkerGroup::replace(int i, uint32_t generation) {
       options_.heartbeats->set_heal_generation(workers_[o]->launch->id.local_rank, generation);
     }
   }
-  if (options_.take_standby) {
-    if (auto standby = options_.take_standby()) launches_[static_cast<size_t>(i)].standby = std::move(*standby);
+  if (options_.host) {
+    if (auto standby = options_.host->take_standby()) launches_[static_cast<size_t>(i)].standby = std::move(*standby);
   }
   const bool from_standby = start(static_cast<size_t>(i), /*append_logs=*/true,
                                   {{channel::kHeals, "1"}, {channel::kHealGeneration, std::to_string(generation)}});
@@ -250,7 +241,7 @@ void WorkerGroup::run_command(const GroupCommand& c) {
         why += (why.empty() ? "" : "; ") + ("rank " + std::to_string(e.rank) + " failed (" +
                                            failure_of(e) + ")");
       }
-      options_.heal_namer.ask(why);
+      if (options_.host) options_.host->ask_heal(why);
       break;
     }
     case GroupCommand::kSuspendSelf:
@@ -267,184 +258,14 @@ void WorkerGroup::run_command(const GroupCommand& c) {
       break;
     }
     case GroupCommand::kWarmStandbys:
-      if (options_.on_all_beating) {
-        auto ready = std::move(options_.on_all_beating);
-        options_.on_all_beating = nullptr;
-        ready();
+      if (options_.warm_standbys && options_.host) {
+        options_.warm_standbys = false;  // once
+        options_.host->on_all_beating();
       }
       break;
   }
 }
 
-namespace {
-
-// Writes text to a new file STEM-XXXXXX.txt ("-a1B2c3"), made with O_EXCL
-// and mode 0600 (mkstemps), so that a file planted under a guessable name
-// in a shared TMPDIR is never written to. Returns its path, or "" with err
-// set.
-std::string write_new_file(const std::string& stem, const std::string& text, std::string& err) {
-  std::string name = stem + "-XXXXXX.txt";
-  const int fd = mkstemps(name.data(), 4);
-  if (fd < 0) {
-    err = name + ": " + std::strerror(errno);
-    return "";
-  }
-  err = channel::write_and_close(fd, name, text);
-  return err.empty() ? name : "";
-}
-
-}  // namespace
-
-void WorkerGroup::start_stack_collection(bool for_hang) {
-  collecting_for_hang_ = for_hang;
-  std::vector<StackTarget> targets;
-  if (options_.heartbeats) {
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      if (!policy_->alive(static_cast<int>(i))) continue;
-      const auto& id = workers_[i]->launch->id;
-      targets.push_back({id.rank, workers_[i]->pid, options_.heartbeats->stack_file(id.local_rank)});
-    }
-  }
-  if (for_hang) {
-    spdlog::warn("rank(s) hung: asking {} worker(s) for their stacks before any kill", targets.size());
-  } else {
-    spdlog::info("asked for the stacks ({}): asking {} worker(s); the job goes on",
-                 signal_name(channel::stack_dump_signal()), targets.size());
-  }
-  const auto start = std::chrono::steady_clock::now();
-  collecting_ = std::make_unique<StackCollection>(std::move(targets), start);
-  if (for_hang && options_.other_ranks) {
-    remote_ = std::async(std::launch::async, options_.other_ranks);
-    remote_deadline_ = start + std::chrono::seconds(3);
-  }
-}
-
-void WorkerGroup::check_stack_collection(bool now) {
-  if (!collecting_) return;
-  const auto t = std::chrono::steady_clock::now();
-  // The other nodes' answer too, unless it is late.
-  const bool remote_done = !remote_.valid() || t >= remote_deadline_ ||
-                           remote_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-  if (!((collecting_->done(t) && remote_done) || now)) return;
-  hang_verdict_ = finish_stack_collection();
-  collecting_.reset();
-  auto commands = std::move(deferred_);
-  deferred_.clear();
-  for (const auto& c : commands) run_command(c);  // the kills carry the verdict
-}
-
-// The verdict, the stacks in short on the console and whole in the stacks
-// file; returns the verdict.
-std::string WorkerGroup::finish_stack_collection() {
-  const std::vector<StackReport> reports = collecting_->reports();
-  const int64_t now_ns = monotonic_ns();
-  std::vector<RankView> views;
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    const auto& id = workers_[i]->launch->id;
-    RankView v;
-    v.rank = id.rank;
-    for (const auto& c : deferred_) {
-      v.hung = v.hung || (c.kind == GroupCommand::kKillWorker && c.worker == static_cast<int>(i));
-    }
-    if (options_.heartbeats) v.flight = options_.heartbeats->flight(id.local_rank);
-    v.stacks.state = StackReport::kGone;
-    for (const auto& r : reports) {
-      if (r.rank == id.rank && r.pid == workers_[i]->pid) v.stacks = r;
-    }
-    if (!policy_->alive(static_cast<int>(i)) && v.flight.empty()) continue;
-    views.push_back(std::move(v));
-  }
-  if (remote_.valid()) {
-    if (remote_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-      try {
-        for (auto& v : remote_.get()) views.push_back(std::move(v));
-      } catch (const std::exception& e) {
-        spdlog::warn("hang: the verdict is this node's only (the other nodes' collectives: {})", e.what());
-      }
-    } else {
-      spdlog::warn("hang: the verdict is this node's only (the rendezvous did not say where the other nodes' ranks are in time)");
-    }
-    // Done with it. A call still under way (only when the collection was cut
-    // short) is waited for here, up to its own timeout (2 s).
-    remote_ = {};
-  }
-  std::sort(views.begin(), views.end(), [](const RankView& a, const RankView& b) { return a.rank < b.rank; });
-  const HangVerdict judged = judge_hang(views, now_ns);
-  const std::string& verdict = judged.text;
-  hang_suspects_ = judged.suspects;
-  const char* title = collecting_for_hang_ ? "hang" : "stacks";
-  spdlog::warn("{}: {}", title, verdict);
-  for (const auto& v : views) {
-    if (v.stacks.state == StackReport::kRemote) continue;
-    if (v.stacks.state == StackReport::kAnswered && !v.stacks.where.empty()) {
-      spdlog::warn("  rank {} (pid {}) is in: {}", v.rank, v.stacks.pid, v.stacks.where);
-    } else if (v.stacks.state != StackReport::kAnswered) {
-      spdlog::warn("  rank {}: {}", v.rank, describe_state(v.stacks.state));
-    }
-  }
-  std::string stem = options_.stacks_stem;
-  // Asked for on a live job: a file per request.
-  if (!collecting_for_hang_ && !stem.empty()) stem += "-asked-" + std::to_string(++asked_);
-  if (!stem.empty()) {
-    std::string text = std::string(title) + ": " + verdict + "\n";
-    for (const auto& v : views) {
-      if (v.stacks.state == StackReport::kRemote) continue;
-      text += "\n=== rank " + std::to_string(v.rank) + " (pid " + std::to_string(v.stacks.pid) + "): " +
-              (v.stacks.state == StackReport::kAnswered ? "stacks" : describe_state(v.stacks.state)) + "\n" +
-              v.stacks.text;
-    }
-    std::string err;
-    stacks_file_ = write_new_file(stem, text, err);
-    if (stacks_file_.empty()) {
-      spdlog::warn("cannot write the stacks: {}", err);
-    } else {
-      spdlog::warn("every rank's stacks, all threads: {}", stacks_file_);
-    }
-    if (!collecting_for_hang_ && !options_.asked_stacks_copy.empty()) {
-      // Renamed into place: `ddprun status --stacks` waits for the rename.
-      const std::string tmp = options_.asked_stacks_copy + ".tmp";
-      std::string copy_err = channel::write_output_file(tmp, text);
-      if (copy_err.empty() && std::rename(tmp.c_str(), options_.asked_stacks_copy.c_str()) != 0) {
-        copy_err = options_.asked_stacks_copy + ": " + std::strerror(errno);
-        std::remove(tmp.c_str());
-      }
-      if (!copy_err.empty()) {
-        // `ddprun status --stacks` waits for this copy: say why it will not come.
-        spdlog::warn("cannot write the copy of the stacks that `ddprun status --stacks` reads ({}); the stacks "
-                     "are on this console{}",
-                     copy_err, stacks_file_.empty() ? "" : " and in " + stacks_file_);
-      }
-    }
-  }
-  return verdict;
-}
-
-// Its failure dates from its last sign of life.
-void WorkerGroup::record_hung(const GroupCommand& kill, const std::string& verdict) {
-  const Worker& w = *workers_[kill.worker];
-  WorkerExit e;
-  e.rank = w.launch->id.rank;
-  e.local_rank = w.launch->id.local_rank;
-  e.pid = w.pid;
-  e.host = options_.host;
-  e.time = std::chrono::system_clock::now() -
-           std::chrono::duration_cast<std::chrono::system_clock::duration>(kill.silent);
-  e.reason = kill.why + (verdict.empty() ? "" : "; " + verdict);
-  e.blamed = std::find(hang_suspects_.begin(), hang_suspects_.end(), e.rank) != hang_suspects_.end();
-  spdlog::warn("rank {} (pid {}) {}; killing it and {}", e.rank, e.pid, e.reason,
-               kill.heal ? "replacing it while the others go on" : "stopping the other workers");
-  if (options_.events) {
-    options_.events->write(channel::events::kHang,
-                           {{"attempt", options_.attempt}, {"rank", e.rank}, {"local_rank", e.local_rank},
-                            {"silent_s", kill.silent.count() / 1000.0}, {"verdict", verdict},
-                            {"stacks_file", stacks_file_}});
-  }
-  if (kill.heal) {
-    killed_hung_[kill.worker] = kill.why;  // its exit is a heal's, told when it is reaped
-    return;
-  }
-  result_.failures.push_back(std::move(e));
-}
 
 // Reads what the worker's pipes hold now; until_eof also closes them.
 void WorkerGroup::drain(Worker& w, bool until_eof) {
@@ -513,7 +334,7 @@ void WorkerGroup::reap() {
     e.rank = w.launch->id.rank;
     e.local_rank = w.launch->id.local_rank;
     e.pid = w.pid;
-    e.host = options_.host;
+    e.host = options_.host_name;
     e.time = std::chrono::system_clock::now();
     if (WIFSIGNALED(status)) {
       e.signal = WTERMSIG(status);
@@ -665,8 +486,8 @@ void WorkerGroup::drain_consoles(std::chrono::milliseconds limit) {
 }
 
 void WorkerGroup::check_heal_answer() {
-  if (awaiting_.empty() || !options_.heal_namer.answer) return;
-  const auto generation = options_.heal_namer.answer();
+  if (awaiting_.empty() || !options_.heals_named_by_rendezvous || !options_.host) return;
+  const auto generation = options_.host->heal_answer();
   if (!generation) return;
   const auto commands = policy_->on_generation(*generation, std::chrono::steady_clock::now());
   for (auto& [i, e] : awaiting_) {
@@ -690,8 +511,8 @@ void WorkerGroup::check_heal_answer() {
 }
 
 void WorkerGroup::check_control() {
-  if (policy_->stopping() || !options_.on_control) return;
-  if (auto why = options_.on_control()) stop_for(*why, std::chrono::steady_clock::now());
+  if (policy_->stopping() || !options_.host) return;
+  if (auto why = options_.host->on_control()) stop_for(*why, std::chrono::steady_clock::now());
 }
 
 void WorkerGroup::stop_for(const std::string& why, std::chrono::steady_clock::time_point now) {
@@ -701,103 +522,15 @@ void WorkerGroup::stop_for(const std::string& why, std::chrono::steady_clock::ti
 
 // The agent's look at the workers' progress, on the monitor's beat.
 void WorkerGroup::check_monitor() {
-  if (!options_.on_monitor) return;
+  if (!options_.host) return;
   const auto now = std::chrono::steady_clock::now();
   if (now < next_monitor_) return;
   next_monitor_ = now + options_.monitor_interval;
   read_heal_ready();  // for all_heal_in_place(), which the agent reports
   check_stragglers();
-  options_.on_monitor();
-  if (policy_->stopping() || !options_.stop_now) return;
-  if (auto why = options_.stop_now()) stop_for(*why, now);
-}
-
-void WorkerGroup::check_stragglers() {
-  if (!options_.heartbeats || policy_->stopping()) return;
-  std::map<int, std::vector<channel::FlightEntry>> records;
-  std::map<int, int> worker_of;  // rank → index in workers_
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    if (!policy_->alive(static_cast<int>(i))) return;  // a heal or an exit under way: not now
-    const auto& id = workers_[i]->launch->id;
-    records[id.rank] = options_.heartbeats->flight(id.local_rank);
-    worker_of[id.rank] = static_cast<int>(i);
-  }
-  const uint32_t generation = stragglers_.generation();
-  stragglers_.update(records);
-  const auto now = std::chrono::steady_clock::now();
-  if (stragglers_.generation() != generation || cpu_window_.empty()) {
-    // A heal (or the start): judged afresh, and the CPU times counted from now.
-    if (stragglers_.generation() != generation) stragglers_said_.clear();
-    cpu_window_.clear();
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      cpu_window_.push_back(cpu_times(workers_[i]->cgroup, workers_[i]->pid).value_or(CpuTimes{}));
-    }
-    cpu_window_start_ = now;
-  }
-  // A heal is handled inside a ddp::Healer step; one named while a worker
-  // evaluates, say, fails its next collective: a replacement waits for a
-  // moment when every worker is inside a step.
-  for (int rank : stragglers_.stragglers()) {
-    if (std::find(stragglers_said_.begin(), stragglers_said_.end(), rank) != stragglers_said_.end()) continue;
-    const int w = worker_of[rank];
-    if (options_.replace_stragglers && policy_->may_replace(w) && !options_.heartbeats->all_in_step()) {
-      continue;  // the next tick
-    }
-    stragglers_said_.push_back(rank);
-    const StragglerScore& s = stragglers_.scores().at(rank);
-    if (const std::string load = slowed_by_load(w, s.score); !load.empty()) {
-      spdlog::info("rank {} is the slowest here (score {:.2f}), but {}: this node's load, not the rank; it goes on",
-                   rank, s.score, load);
-      if (options_.events) {
-        options_.events->write(channel::events::kStraggler,
-                               {{"attempt", options_.attempt}, {"rank", rank},
-                                {"local_rank", workers_[w]->launch->id.local_rank}, {"score", s.score},
-                                {"wait_share", s.wait_share}, {"late_ms", s.late_ms}, {"action", "load"},
-                                {"detail", load}});
-      }
-      continue;
-    }
-    char why[200];
-    std::snprintf(why, sizeof(why),
-                  "a straggler: %.0f%% of the time the others wait is for it, %.1f ms a collective on average; "
-                  "it is %.0f%% of their time between collectives (score %.2f)",
-                  100 * s.wait_share, s.late_ms, 100 * s.score, s.score);
-    std::string action = "warn";
-    if (options_.replace_stragglers) {
-      auto kill = policy_->replace_straggler(w, why);
-      action = kill.empty() ? "kept" : "replace";
-      if (kill.empty()) {
-        spdlog::warn("rank {} is {}; it is not replaced: {}", rank, why,
-                     policy_->heals_ran_out(w)
-                         ? "its heals ran out (--max-heals " + std::to_string(options_.max_heals) + ")"
-                         : std::string("not every worker can heal around it now"));
-      }
-      execute(kill);
-    } else {
-      spdlog::warn("rank {} is {} (--straggler-action replace would replace it)", rank, why);
-    }
-    if (options_.events) {
-      options_.events->write(channel::events::kStraggler,
-                             {{"attempt", options_.attempt}, {"rank", rank},
-                              {"local_rank", workers_[w]->launch->id.local_rank}, {"score", s.score},
-                              {"wait_share", s.wait_share}, {"late_ms", s.late_ms}, {"action", action}});
-    }
-  }
-}
-
-// Each worker's share of the time since the scores' generation began that
-// it spent waiting for a CPU (StragglerScores::slowed_by_load); "" when
-// the times cannot be read, else why the load explains worker w.
-std::string WorkerGroup::slowed_by_load(int w, double score) const {
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - cpu_window_start_).count();
-  if (wall <= 0 || cpu_window_.size() != workers_.size()) return "";
-  std::vector<double> waited(workers_.size(), 0);
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    const auto t = cpu_times(workers_[i]->cgroup, workers_[i]->pid);
-    if (!t) return "";
-    waited[i] = std::chrono::duration<double>(t->waited - cpu_window_[i].waited).count() / wall;
-  }
-  return StragglerScores::slowed_by_load(waited, static_cast<size_t>(w), score);
+  options_.host->on_monitor();
+  if (policy_->stopping()) return;
+  if (auto why = options_.host->stop_now()) stop_for(*why, now);
 }
 
 // How long poll may wait: the policy's limit, and the monitor's next beat.
@@ -815,10 +548,10 @@ GroupResult WorkerGroup::run() {
   po.learned_hang = options_.learned_hang;
   po.monitor_interval = options_.monitor_interval;
   po.heartbeats = options_.heartbeats != nullptr;
-  po.wants_standbys = static_cast<bool>(options_.on_all_beating);
+  po.wants_standbys = options_.warm_standbys && options_.host;
   po.standby_warmup = options_.standby_warmup;
   po.max_heals = options_.heartbeats ? options_.max_heals : 0;
-  po.generations_from_rendezvous = static_cast<bool>(options_.heal_namer.ask);
+  po.generations_from_rendezvous = options_.heals_named_by_rendezvous && options_.host;
   policy_ = std::make_unique<GroupPolicy>(static_cast<int>(launches_.size()), po,
                                           std::chrono::steady_clock::now());
   start_all();  // on a failure to start, the destructor kills those started
@@ -830,7 +563,7 @@ GroupResult WorkerGroup::run() {
     owners.clear();
     fds.push_back({signals_.fd(), POLLIN, 0});
     owners.push_back({nullptr, -1});
-    const bool control = options_.control_fd >= 0 && options_.on_control;
+    const bool control = options_.control_fd >= 0 && options_.host;
     if (control) {
       fds.push_back({options_.control_fd, POLLIN, 0});
       owners.push_back({nullptr, -1});
@@ -850,7 +583,7 @@ GroupResult WorkerGroup::run() {
       for (Console* c : w->output->waiting_consoles()) fds.push_back({c->fd(), POLLOUT, 0});
     }
     int timeout_ms = with_monitor(policy_->poll_timeout_ms(std::chrono::steady_clock::now()),
-                                  static_cast<bool>(options_.on_monitor), next_monitor_);
+                                  options_.host != nullptr, next_monitor_);
     // Workers answering for their stacks are looked at every 10 ms.
     if (collecting_) timeout_ms = timeout_ms < 0 ? 10 : std::min(timeout_ms, 10);
     const auto asked = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
@@ -944,18 +677,9 @@ GroupResult WorkerGroup::run() {
     for (auto& loss : w->output->log_losses()) result_.log_losses.push_back(std::move(loss));
   }
 
-  switch (policy_->outcome()) {
-    case GroupPolicy::kSucceeded: result_.outcome = GroupResult::kSucceeded; break;
-    case GroupPolicy::kWorkerFailed: result_.outcome = GroupResult::kWorkerFailed; break;
-    case GroupPolicy::kStoppedBySignal:
-      result_.outcome = GroupResult::kStoppedBySignal;
-      result_.signal = policy_->stop_signal();
-      break;
-    case GroupPolicy::kStoppedForRound:
-      result_.outcome = GroupResult::kStoppedForRound;
-      result_.stop_reason = policy_->stop_reason();
-      break;
-  }
+  result_.outcome = policy_->outcome();
+  if (result_.outcome == GroupOutcome::kStoppedBySignal) result_.signal = policy_->stop_signal();
+  if (result_.outcome == GroupOutcome::kStoppedForRound) result_.stop_reason = policy_->stop_reason();
   result_.stopped_count = policy_->stopped_count();
   return result_;
 }

@@ -18,6 +18,7 @@
 #include "agent/env.h"
 #include "agent/event_log.h"
 #include "agent/failure_report.h"
+#include "agent/group_host.h"
 #include "agent/group_policy.h"
 #include "agent/hang_verdict.h"
 #include "agent/heartbeat_table.h"
@@ -41,7 +42,8 @@ struct WorkerLaunch {
 };
 
 struct GroupResult {
-  enum Outcome { kSucceeded, kWorkerFailed, kStoppedBySignal, kStoppedForRound };
+  using Outcome = GroupOutcome;  // never kHandedOver here
+  using enum GroupOutcome;
   Outcome outcome = kSucceeded;
   int signal = 0;                   // for kStoppedBySignal
   std::vector<WorkerExit> failures;  // workers that failed on their own
@@ -53,21 +55,8 @@ struct GroupResult {
   std::vector<LogLoss> log_losses;   // log files that did not get everything
 };
 
-// Across nodes the rendezvous names heal generations
-// (GroupPolicyOptions::generations_from_rendezvous). Neither call blocks.
-struct HealNamer {
-  // Asks for the next generation; why: what failed, in words.
-  std::function<void(const std::string& why)> ask;
-  // The answer, looked at when control_fd is readable: nullopt while none
-  // came, 0 when refused, else the generation.
-  std::function<std::optional<uint32_t>()> answer;
-  // Whether other nodes run now (GroupPolicy::set_other_nodes); looked at
-  // before exits are judged.
-  std::function<bool()> other_nodes;
-};
-
 struct GroupOptions {
-  std::string host;
+  std::string host_name;  // this node, as exits name it
   std::chrono::milliseconds stop_timeout{std::chrono::seconds(10)};  // SIGTERM → SIGKILL
   // Hang detection: with a table and a timeout > 0, a worker whose counter
   // stays still that long (after its first beat) fails. Checked every
@@ -79,35 +68,30 @@ struct GroupOptions {
   // heal (within max_heals); otherwise it is only named.
   bool replace_stragglers = false;
   std::chrono::milliseconds monitor_interval{100};
-  // Called once, the first time every worker has beaten (needs heartbeats),
-  // or standby_warmup after the start when that is > 0 (programs that
-  // never beat).
-  std::function<void()> on_all_beating;
+  // Who runs the group (GroupHost): asked on the monitor's beat, when
+  // control_fd is readable, for standbys and heal generations. Null: none
+  // (no monitor beat, no news from outside the node).
+  GroupHost* host = nullptr;
+  // host->on_all_beating() once, the first time every worker has beaten
+  // (needs heartbeats), or standby_warmup after the start when that is > 0
+  // (programs that never beat).
+  bool warm_standbys = false;
   std::chrono::milliseconds standby_warmup{0};
-  // News from outside the node (the lease keeper's fd): when control_fd is
-  // readable, on_control says why the workers must stop (a new round, the
-  // job failed), or nullopt.
+  // News from outside the node (the lease keeper's fd): when readable,
+  // host->on_control() says why the workers must stop, or nullopt.
   int control_fd = -1;
-  std::function<std::optional<std::string>()> on_control;
   // The event log (spawn, exit, hang) and the attempt its lines name.
   EventLog* events = nullptr;
   int attempt = 0;
-  // Called about every monitor_interval while the workers run (the agent
-  // reads their progress); must not block.
-  std::function<void()> on_monitor;
-  // Looked at on the same beat: why the workers must stop now (as
-  // on_control's answer), or nullopt. Must not block.
-  std::function<std::optional<std::string>()> stop_now;
   // Checkpointless recovery (GroupPolicyOptions::max_heals): with
   // heartbeats, a failed worker of a program that can heal is replaced
   // while the others go on, at most this many times per worker. 0: never.
+  // A replacement's process is host->take_standby()'s, else a fresh spawn.
   int max_heals = 0;
-  // Where a replacement's process comes from: a warm standby when this
-  // gives one, else a fresh spawn.
-  std::function<std::optional<Standby>()> take_standby;
-  // Set across nodes: a replacement waits for the rendezvous to name its
-  // generation (and control_fd to say the answer came).
-  HealNamer heal_namer;
+  // Across nodes: a replacement waits for the rendezvous to name its
+  // generation (host->ask_heal, then host->heal_answer() when control_fd
+  // says the answer came).
+  bool heals_named_by_rendezvous = false;
   // Where a hang's stacks go, every rank's in full: a new file
   // STEM-XXXXXX.txt (empty: printed only); those asked for on a live job
   // (the stack signal sent to ddprun) go beside, STEM-asked-N-XXXXXX.txt.
@@ -115,11 +99,9 @@ struct GroupOptions {
   // Stacks asked for on a live job are also copied here (renamed into
   // place, for `ddprun status --stacks`); empty: not.
   std::string asked_stacks_copy;
-  // Across nodes: the other nodes' ranks (their newest collective), so that
-  // a hang's verdict is the job's. Called on a thread of its own when a
-  // hang's stacks are asked for (it may take a network round trip; it
-  // throws or returns nothing when the rendezvous does not answer).
-  std::function<std::vector<RankView>()> other_ranks;
+  // Across nodes: a hang's verdict asks host->other_ranks() for the other
+  // nodes' ranks (their newest collective), so that it is the job's.
+  bool asks_other_ranks = false;
 };
 
 class WorkerGroup {
@@ -133,7 +115,7 @@ class WorkerGroup {
   // The round moved this node's ranks while the workers run (it shrank or
   // grew): local rank r is global rank first_global_rank + r of world_size,
   // on node node_rank of num_nodes, from now on, in messages, events and
-  // the failure summary. Call from the group's own callbacks (on_control).
+  // the failure summary. Call from the group's own calls to its host (on_control).
   void renumber(int first_global_rank, int world_size, int node_rank, int num_nodes);
   // Whether every worker of the group heals in place now (GroupPolicy::can_heal):
   // what the agent's keep-alives tell the rendezvous. False before the start.

@@ -1,0 +1,293 @@
+#include "agent/attempt.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "agent/agent.h"
+#include "agent/attempt_policy.h"
+#include "agent/temp_dir.h"
+#include "channel/event_log.h"
+#include "channel/output_file.h"
+
+namespace ddprun {
+namespace ev = channel::events;
+
+Attempt::Attempt(Agent& agent, int attempt, const JoinResult& joined, Lifecycle& life)
+    : agent_(agent), attempt_(attempt), joined_(joined), life_(life), a_(joined.assignment) {}
+
+void Attempt::announce() {
+  Agent& g = agent_;
+  if (g.cfg_.wants_nccl_id && joined_.nccl_id.empty()) {
+    spdlog::warn("no NCCL id for round {}: {}", a_.round, joined_.nccl_id_error);
+  }
+  for (const auto& lost : a_.lost_since_last_round) {
+    if (a_.heal_generation > 0) {
+      spdlog::warn("taking over node rank {} (ranks {}..{}) of lost node {}: the workers start as "
+                   "replacements and heal from the others (heal generation {})",
+                   a_.node_rank, a_.first_global_rank, a_.first_global_rank + g.cfg_.nproc - 1, lost,
+                   a_.heal_generation);
+    } else {
+      spdlog::warn("lost node {}; the job goes on without it", lost);  // "'id' (host): why"
+    }
+  }
+  g.events_.write(ev::kRound, {{"round", a_.round}, {"node_rank", a_.node_rank}, {"num_nodes", a_.num_nodes},
+                               {"world_size", a_.world_size}, {"restart_count", a_.restart_count},
+                               {"lost_nodes", a_.lost_since_last_round}});
+  if (!a_.lost_since_last_round.empty()) {
+    g.events_.write(ev::kNodeLost, {{"nodes", a_.lost_since_last_round}});
+  }
+  if (a_.heal_generation > 0 && a_.lost_since_last_round.empty()) {
+    // It joined the running round: the world grew by its workers.
+    spdlog::warn("joining the running round as node rank {} (ranks {}..{} of {}): the workers start as "
+                 "replacements and take the state from the others (heal generation {})",
+                 a_.node_rank, a_.first_global_rank, a_.first_global_rank + g.cfg_.nproc - 1, a_.world_size,
+                 a_.heal_generation);
+    g.events_.write(ev::kGrow, {{"attempt", attempt_}, {"generation", a_.heal_generation},
+                                {"node_rank", a_.node_rank}, {"num_nodes", a_.num_nodes},
+                                {"world_size", a_.world_size}, {"first_rank", a_.first_global_rank},
+                                {"detail", "this node joined the running round"}});
+  } else if (a_.heal_generation > 0) {
+    g.events_.write(ev::kTakeover, {{"attempt", attempt_}, {"generation", a_.heal_generation},
+                                    {"node_rank", a_.node_rank},
+                                    {"detail", "this node took over the ranks of lost node(s)"}});
+  }
+  auto log = g.cfg_.rdzv.max_nodes > 1 ? spdlog::level::info : spdlog::level::debug;
+  spdlog::log(log, "round {}: node rank {} of {}, ranks {}..{} of {}", a_.round, a_.node_rank, a_.num_nodes,
+              a_.first_global_rank, a_.first_global_rank + g.cfg_.nproc - 1, a_.world_size);
+  // Why the round opened, unless this node heard it while its workers ran:
+  // its own workers may have failed only because another node's did.
+  if (!a_.opened_because.empty() && a_.opened_because != g.heard_round_detail_) {
+    spdlog::warn("round {} follows the failure of the round before it: {}", a_.round, a_.opened_because);
+  }
+  g.heard_round_detail_.clear();
+}
+
+GroupOptions Attempt::group_options() {
+  Agent& g = agent_;
+  GroupOptions go;
+  go.host = this;
+  go.heartbeats = g.heartbeats_.get();
+  go.hang_timeout = g.cfg_.hang_timeout;
+  if (g.cfg_.hang_auto_floor.count() > 0) {
+    LearnedTimeoutOptions learned;
+    learned.floor = g.cfg_.hang_auto_floor;
+    go.learned_hang = learned;
+  }
+  go.stop_timeout = g.cfg_.stop_timeout;
+  go.monitor_interval = g.cfg_.monitor_interval;
+  go.events = &g.events_;
+  go.attempt = attempt_;
+  go.asked_stacks_copy = g.cfg_.asked_stacks_copy;
+  // A hang's stacks outlive the job: beside the logs, or in TMPDIR.
+  go.stacks_stem = (g.files_dir_is_temp_ ? temp_base() + "/ddprun-" + g.cfg_.run_id + "-" : g.files_dir_ + "/") +
+                   "stacks-attempt_" + std::to_string(attempt_);
+  go.host_name = g.cfg_.host;
+  go.max_heals = heals_ ? g.cfg_.max_heals : 0;
+  go.replace_stragglers = g.cfg_.replace_stragglers;
+  // Once every worker is past its start (it beats), warm up the next set
+  // (for a restart), or one (for a heal's replacement).
+  go.warm_standbys = restart_standbys_ || heal_standby_;
+  if (go.warm_standbys) go.standby_warmup = g.cfg_.standby_warmup;
+  // A failed worker's replacement heals in the generation the rendezvous
+  // names for it; every other node's workers heal in it too. (Also while
+  // this node runs alone: the round may grow, and its generations must
+  // stay one sequence.)
+  go.heals_named_by_rendezvous = g.names_heals_at_rendezvous();
+  if (g.lease_) go.control_fd = g.lease_->fd();
+  go.asks_other_ranks = g.cfg_.rdzv.max_nodes > 1;  // a hang's verdict names the other nodes' ranks too
+  return go;
+}
+
+GroupEnd Attempt::run() {
+  Agent& g = agent_;
+  announce();
+  std::vector<WorkerLaunch> launches = g.make_launches(attempt_, joined_);
+  // As many workers as there are standbys start from one (a heal may have
+  // used some), the rest fresh.
+  for (size_t i = 0; i < launches.size() && i < g.standbys_.size(); ++i) launches[i].standby = std::move(g.standbys_[i]);
+  g.standbys_.erase(g.standbys_.begin(),
+                    g.standbys_.begin() + static_cast<std::ptrdiff_t>(std::min(launches.size(), g.standbys_.size())));
+  g.dismiss_standbys();  // any beyond this attempt's workers
+
+  g.seen_.assign(g.cfg_.nproc, channel::Progress{});
+  g.meter_.reset();
+  g.logged_step_ = -1;
+  g.refill_standby_ = false;
+  g.last_progress_log_ = std::chrono::steady_clock::now();
+  g.heal_generation_ = a_.heal_generation;
+  heals_ = g.heals_in(a_) || g.heals_across(a_) || g.names_heals_at_rendezvous();
+  restart_standbys_ = g.cfg_.standby && life_.can_restart();
+  heal_standby_ = heals_ && g.cfg_.heal_standby;
+  GroupOptions go = group_options();
+  if (g.heartbeats_) {
+    g.heartbeats_->reset();
+    // A takeover's workers are replacements: their slots name the generation
+    // they heal in (they wait for a newer one only after a later failure).
+    for (int lr = 0; lr < g.cfg_.nproc && a_.heal_generation > 0; ++lr) {
+      g.heartbeats_->set_heal_generation(lr, a_.heal_generation);
+    }
+    g.tell_workers_whether_heals_come(a_, nullptr);
+  }
+  g.handed_over_.clear();
+  g.hand_over_.reset();
+  g.straggler_told_ = false;
+  if (g.status_) g.status_->watch(a_.round, 0, a_.first_global_rank);  // local rank 0's global rank
+  WorkerGroup group(std::move(launches), g.signals_, go);
+  running_ = &group;
+  GroupResult result = group.run();
+  running_ = nullptr;
+  if (g.lease_) g.lease_->set_workers_heal_round(-1);  // none of them runs any more
+  if (result.heals > 0 && result.outcome != GroupResult::kWorkerFailed) {
+    spdlog::info("{} failed worker(s) were replaced while the others went on (heal generation {}; no restart)",
+                 result.heals, result.heal_generation);
+  }
+  // A checkpoint saved just before the end, since the last tick.
+  g.watch_progress(attempt_, a_);
+  if (g.console_err_) g.console_err_->clear_status();
+  if (g.status_) g.status_->unwatch();
+  // Every local worker is gone: its keys in the store this node hosts go too.
+  if (g.fresh_key_space_) g.fresh_key_space_();
+  return end_of(result);
+}
+
+void Attempt::on_monitor() {
+  Agent& g = agent_;
+  g.watch_progress(attempt_, a_, running_);
+  g.report_workers_heal(a_, running_);
+  if (g.refill_standby_) {
+    // After a heal took the warm standby (off the heal's path: the
+    // replacement was released first).
+    g.refill_standby_ = false;
+    g.spawn_standbys(attempt_ + 1, joined_, 1);
+  }
+}
+
+std::optional<std::string> Attempt::stop_now() {
+  if (!agent_.hand_over_) return std::nullopt;
+  return agent_.hand_over_now(attempt_, *agent_.hand_over_);
+}
+
+void Attempt::on_all_beating() {
+  agent_.spawn_standbys(attempt_ + 1, joined_, restart_standbys_ ? agent_.cfg_.nproc : 1);
+}
+
+std::optional<Standby> Attempt::take_standby() {
+  // A heal's replacement starts from a warm standby, and another is warmed
+  // for the next heal on the monitor's next beat.
+  Agent& g = agent_;
+  if (!heal_standby_ || g.standbys_.empty()) return std::nullopt;
+  Standby s = std::move(g.standbys_.back());
+  g.standbys_.pop_back();
+  g.refill_standby_ = true;
+  return s;
+}
+
+void Attempt::ask_heal(const std::string& why) { heal_request_ = agent_.lease_->request_heal(why); }
+
+std::optional<uint32_t> Attempt::heal_answer() {
+  Agent& g = agent_;
+  const LeaseStatus st = g.lease_->peek();
+  const auto answer = answer_of(st.view ? &*st.view : nullptr, heal_request_, a_.round, a_.placement());
+  if (!answer) return std::nullopt;
+  // The same generation may also move this node's ranks (a node was lost
+  // while this one asked: one generation names both): the replacement
+  // starts under the new ranks, as the other workers go on under them.
+  if (answer->move) move(*st.view);
+  if (answer->generation > g.heal_generation_) g.heal_generation_ = answer->generation;  // named for this node's heal: not news to tell
+  return answer->generation;
+}
+
+bool Attempt::other_nodes() { return a_.num_nodes > 1; }
+
+std::vector<RankView> Attempt::other_ranks() { return agent_.other_nodes_ranks(); }
+
+void Attempt::move(const NodeView& view) {
+  agent_.move_with(attempt_, a_, view);
+  if (running_) running_->renumber(a_.first_global_rank, a_.world_size, a_.node_rank, a_.num_nodes);
+}
+
+std::optional<std::string> Attempt::on_control() {
+  Agent& g = agent_;
+  LeaseStatus st = g.lease_->take();
+  if (st.contact_lost) return life_.on_contact_lost() + " (" + st.error + ")";
+  if (!st.view) return std::nullopt;
+  const NodeView& view = *st.view;
+  // A node dropped from the job (it was paused or cut off past its lease,
+  // and the others went on without it) acts on nothing the view says of the
+  // job: its workers must not heal into a generation the others named
+  // without them, under the ranks they had.
+  if (!view.known) return life_.on_view(view);
+  if (view.nodes_waiting > g.nodes_waiting_) {
+    spdlog::info("{} node(s) wait to join; the job runs at its --nnodes maximum of {}", view.nodes_waiting,
+                 g.cfg_.rdzv.max_nodes);
+  }
+  g.nodes_waiting_ = view.nodes_waiting;
+  g.note_control_plane(attempt_, view);
+  if (view.refusals > g.refusals_told_) {
+    spdlog::warn("the rendezvous {}", view.refusal);  // it runs on; the late node exits
+    g.events_.write(ev::kRefused, {{"attempt", attempt_}, {"detail", view.refusal}});
+    g.refusals_told_ = view.refusals;
+  }
+  const ViewNews news = news_of(view, a_.round, g.heal_generation_, a_.placement());
+  switch (news.heal) {
+    case ViewNews::Heal::kMove: move(view); break;  // the round shrank or grew: this node's place moved
+    case ViewNews::Heal::kHealWithOthers: g.heal_with_others(attempt_, view); break;
+    case ViewNews::Heal::kNone: break;
+  }
+  if (news.tell_heals_come) g.tell_workers_whether_heals_come(a_, &view);
+  if (auto why = life_.on_view(view)) {
+    g.heard_round_detail_ = view.detail;
+    return why;
+  }
+  g.hand_over_if_straggler(attempt_, view);
+  return std::nullopt;
+}
+
+GroupEnd Attempt::end_of(const GroupResult& result) {
+  Agent& g = agent_;
+  GroupEnd end;
+  end.outcome = result.outcome;
+  if (end.outcome == GroupOutcome::kStoppedBySignal) end.signal = result.signal;
+  if (end.outcome == GroupOutcome::kStoppedForRound) {
+    // This node's own reason to stop: it hands its place over.
+    if (!g.handed_over_.empty()) end.outcome = GroupOutcome::kHandedOver;
+    end.failure = g.handed_over_;
+  }
+  if (end.outcome == GroupEnd::kWorkerFailed || end.outcome == GroupEnd::kStoppedBySignal) {
+    SummaryContext ctx{g.cfg_.run_id, a_.restart_count, g.cfg_.rdzv.max_restarts, result.stopped_count,
+                       end.outcome == GroupEnd::kStoppedBySignal ? "stopped by " + signal_name(result.signal) : ""};
+    ctx.python = g.cfg_.python;
+    if (!g.control_node_.empty()) {
+      ctx.control_plane = "node " + g.control_node_ + " serves the rendezvous (term " +
+                          std::to_string(g.control_term_) + ", " + std::to_string(g.control_takeovers_) +
+                          " takeover(s) seen from this node)";
+    }
+    write_all(g.cfg_.console_err_fd, format_failure_summary(result.failures, ctx));
+  }
+  if (end.outcome == GroupEnd::kWorkerFailed && !result.failures.empty()) {
+    // The root cause, as the summary names it.
+    const WorkerExit& root = root_cause(result.failures);
+    const std::string message = root.error_message.empty() ? describe_exit(root) : root.error_message;
+    end.failure = "rank " + std::to_string(root.rank) + " " + message;  // told to the rendezvous with the restart
+    nlohmann::json f = {{"attempt", attempt_}, {"rank", root.rank}, {"local_rank", root.local_rank},
+                        {"root_cause", true}, {"message", message}};
+    if (root.signal != 0) {
+      f["signal"] = signal_name(root.signal);
+    } else if (root.reason.empty()) {  // a hung worker has neither: its message says why
+      f["exit_code"] = root.exit_code;
+    }
+    g.events_.write(ev::kFailure, std::move(f));
+  }
+  g.log_losses_.insert(g.log_losses_.end(), result.log_losses.begin(), result.log_losses.end());
+  if (end.outcome == GroupEnd::kWorkerFailed && life_.can_restart()) {
+    spdlog::warn("restarting the workers (restart {} of {}{})", a_.restart_count + 1, g.cfg_.rdzv.max_restarts,
+                 g.standbys_.empty() ? "" : ", from standby");
+    g.events_.write(ev::kRestart, {{"attempt", attempt_ + 1}, {"restart_count", a_.restart_count + 1},
+                                   {"max_restarts", g.cfg_.rdzv.max_restarts}, {"reason", "worker failure"}});
+  }
+  return end;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,62 @@
+// One attempt of this node's workers: a round's, or a restart's. It sets
+// the WorkerGroup up, answers what the group asks of its host (the monitor's
+// beat, news from the rendezvous, standbys, heal generations named across
+// nodes) and turns the group's result into the Lifecycle's GroupEnd, with
+// the failure summary and events. What a keep-alive's news means for the
+// workers is AttemptPolicy's (attempt_policy.h); whether to restart,
+// rejoin or stop, the Lifecycle's; a worker's exit, hang or slowness,
+// GroupPolicy's. The Agent's helpers do the I/O.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/group_host.h"
+#include "agent/lifecycle.h"
+#include "agent/worker_group.h"
+#include "rendezvous/client/client.h"
+
+namespace ddprun {
+
+class Agent;
+
+class Attempt final : public GroupHost {
+ public:
+  Attempt(Agent& agent, int attempt, const JoinResult& joined, Lifecycle& life);
+  // Runs the workers until they all exited; throws SpawnError when one
+  // cannot start.
+  GroupEnd run();
+
+  void on_monitor() override;
+  std::optional<std::string> stop_now() override;
+  void on_all_beating() override;
+  std::optional<std::string> on_control() override;
+  std::optional<Standby> take_standby() override;
+  void ask_heal(const std::string& why) override;
+  std::optional<uint32_t> heal_answer() override;
+  bool other_nodes() override;
+  std::vector<RankView> other_ranks() override;
+
+ private:
+  // The round's news in the log and the event log, as the workers start.
+  void announce();
+  GroupOptions group_options();
+  // The workers' place moved (a shrink or a grow named in a generation).
+  void move(const NodeView& view);
+  GroupEnd end_of(const GroupResult& result);
+
+  Agent& agent_;
+  const int attempt_;
+  const JoinResult& joined_;
+  Lifecycle& life_;
+  Assignment a_;  // a shrink or a grow moves this node's ranks while the workers run
+  WorkerGroup* running_ = nullptr;  // the group, while it runs (a move renumbers it)
+  bool heals_ = false;              // a failed worker may be replaced while the others go on
+  bool restart_standbys_ = false;   // warm a whole set for the next restart
+  bool heal_standby_ = false;       // keep one warm for a heal's replacement
+  uint64_t heal_request_ = 0;       // this node's heal request in flight (0: none)
+};
+
+}  // namespace ddprun

@@ -1,0 +1,32 @@
+#include "agent/attempt_policy.h"
+
+namespace ddprun {
+
+namespace {
+
+// The view places this node elsewhere in its round than it runs now.
+bool moved(const NodeView& view, const Placement& placement) {
+  return view.placement.node_rank >= 0 && !(view.placement == placement);
+}
+
+}  // namespace
+
+ViewNews news_of(const NodeView& view, int64_t round, uint32_t told_generation, const Placement& placement) {
+  ViewNews n;
+  if (!view.known || view.round != round) return n;
+  n.tell_heals_come = true;
+  if (view.heal_generation > told_generation) {
+    n.heal = moved(view, placement) ? ViewNews::Heal::kMove : ViewNews::Heal::kHealWithOthers;
+  }
+  return n;
+}
+
+std::optional<HealAnswer> answer_of(const NodeView* view, uint64_t request, int64_t round, const Placement& placement) {
+  if (!view || view->heal_request_id != request) return std::nullopt;
+  HealAnswer a;
+  a.generation = view->heal_request_generation;
+  a.move = view->round == round && view->heal_generation == a.generation && moved(*view, placement);
+  return a;
+}
+
+}  // namespace ddprun

@@ -1,0 +1,105 @@
+// WorkerGroup, stragglers: the local ranks' scores from their flight
+// records on the monitor's beat, a slowness this node's load explains told
+// apart, and --straggler-action replace carried out through a heal.
+#include "agent/worker_group.h"
+#include "agent/worker_group_worker.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <spdlog/spdlog.h>
+
+#include "agent/cpu_busy.h"
+#include "channel/event_log.h"
+
+namespace ddprun {
+
+void WorkerGroup::check_stragglers() {
+  if (!options_.heartbeats || policy_->stopping()) return;
+  std::map<int, std::vector<channel::FlightEntry>> records;
+  std::map<int, int> worker_of;  // rank → index in workers_
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (!policy_->alive(static_cast<int>(i))) return;  // a heal or an exit under way: not now
+    const auto& id = workers_[i]->launch->id;
+    records[id.rank] = options_.heartbeats->flight(id.local_rank);
+    worker_of[id.rank] = static_cast<int>(i);
+  }
+  const uint32_t generation = stragglers_.generation();
+  stragglers_.update(records);
+  const auto now = std::chrono::steady_clock::now();
+  if (stragglers_.generation() != generation || cpu_window_.empty()) {
+    // A heal (or the start): judged afresh, and the CPU times counted from now.
+    if (stragglers_.generation() != generation) stragglers_said_.clear();
+    cpu_window_.clear();
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      cpu_window_.push_back(cpu_times(workers_[i]->cgroup, workers_[i]->pid).value_or(CpuTimes{}));
+    }
+    cpu_window_start_ = now;
+  }
+  // A heal is handled inside a ddp::Healer step; one named while a worker
+  // evaluates, say, fails its next collective: a replacement waits for a
+  // moment when every worker is inside a step.
+  for (int rank : stragglers_.stragglers()) {
+    if (std::find(stragglers_said_.begin(), stragglers_said_.end(), rank) != stragglers_said_.end()) continue;
+    const int w = worker_of[rank];
+    if (options_.replace_stragglers && policy_->may_replace(w) && !options_.heartbeats->all_in_step()) {
+      continue;  // the next tick
+    }
+    stragglers_said_.push_back(rank);
+    const StragglerScore& s = stragglers_.scores().at(rank);
+    if (const std::string load = slowed_by_load(w, s.score); !load.empty()) {
+      spdlog::info("rank {} is the slowest here (score {:.2f}), but {}: this node's load, not the rank; it goes on",
+                   rank, s.score, load);
+      if (options_.events) {
+        options_.events->write(channel::events::kStraggler,
+                               {{"attempt", options_.attempt}, {"rank", rank},
+                                {"local_rank", workers_[w]->launch->id.local_rank}, {"score", s.score},
+                                {"wait_share", s.wait_share}, {"late_ms", s.late_ms}, {"action", "load"},
+                                {"detail", load}});
+      }
+      continue;
+    }
+    char why[200];
+    std::snprintf(why, sizeof(why),
+                  "a straggler: %.0f%% of the time the others wait is for it, %.1f ms a collective on average; "
+                  "it is %.0f%% of their time between collectives (score %.2f)",
+                  100 * s.wait_share, s.late_ms, 100 * s.score, s.score);
+    std::string action = "warn";
+    if (options_.replace_stragglers) {
+      auto kill = policy_->replace_straggler(w, why);
+      action = kill.empty() ? "kept" : "replace";
+      if (kill.empty()) {
+        spdlog::warn("rank {} is {}; it is not replaced: {}", rank, why,
+                     policy_->heals_ran_out(w)
+                         ? "its heals ran out (--max-heals " + std::to_string(options_.max_heals) + ")"
+                         : std::string("not every worker can heal around it now"));
+      }
+      execute(kill);
+    } else {
+      spdlog::warn("rank {} is {} (--straggler-action replace would replace it)", rank, why);
+    }
+    if (options_.events) {
+      options_.events->write(channel::events::kStraggler,
+                             {{"attempt", options_.attempt}, {"rank", rank},
+                              {"local_rank", workers_[w]->launch->id.local_rank}, {"score", s.score},
+                              {"wait_share", s.wait_share}, {"late_ms", s.late_ms}, {"action", action}});
+    }
+  }
+}
+
+// Each worker's share of the time since the scores' generation began that
+// it spent waiting for a CPU (StragglerScores::slowed_by_load); "" when
+// the times cannot be read, else why the load explains worker w.
+std::string WorkerGroup::slowed_by_load(int w, double score) const {
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - cpu_window_start_).count();
+  if (wall <= 0 || cpu_window_.size() != workers_.size()) return "";
+  std::vector<double> waited(workers_.size(), 0);
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const auto t = cpu_times(workers_[i]->cgroup, workers_[i]->pid);
+    if (!t) return "";
+    waited[i] = std::chrono::duration<double>(t->waited - cpu_window_[i].waited).count() / wall;
+  }
+  return StragglerScores::slowed_by_load(waited, static_cast<size_t>(w), score);
+}
+
+}  // namespace ddprun

@@ -1,0 +1,27 @@
+// WorkerGroup's view of one worker process, shared by the files that
+// carry WorkerGroup out (worker_group.cpp: start, reap, heal;
+// worker_group_hangs.cpp: stacks and hang verdicts;
+// worker_group_stragglers.cpp: straggler scores). Not for other code.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+
+#include "agent/worker_group.h"
+
+namespace ddprun {
+
+struct WorkerGroup::Worker {
+  const WorkerLaunch* launch = nullptr;
+  pid_t pid = -1;
+  int fds[2] = {-1, -1};  // stdout, stderr read ends
+  std::string cgroup;     // its cgroup folder, "" when not contained
+  std::unique_ptr<WorkerOutput> output;
+  // It had exited (not yet reaped) when the group was asked to stop.
+  bool exited_before_stop = false;
+  // Whether it runs (started, not reaped) is the policy's to say: alive(i).
+};
+
+}  // namespace ddprun

@@ -1,0 +1,78 @@
+// agent/attempt_policy.h: what a keep-alive's view means for the workers.
+#include <gtest/gtest.h>
+
+#include "agent/attempt_policy.h"
+
+namespace {
+
+using ddprun::NodeView;
+using ddprun::Placement;
+using ddprun::ViewNews;
+
+const Placement kHere{.node_rank = 1, .num_nodes = 3, .world_size = 6, .first_global_rank = 2};
+
+NodeView view_of(int64_t round, uint32_t generation, Placement p = kHere) {
+  NodeView v;
+  v.round = round;
+  v.heal_generation = generation;
+  v.placement = p;
+  return v;
+}
+
+TEST(AttemptPolicy, ANewerGenerationOfThisRoundHealsTheWorkersInPlace) {
+  const ViewNews n = news_of(view_of(4, 2), 4, 1, kHere);
+  EXPECT_EQ(n.heal, ViewNews::Heal::kHealWithOthers);
+  EXPECT_TRUE(n.tell_heals_come);
+}
+
+TEST(AttemptPolicy, AGenerationThatPlacesTheNodeElsewhereMovesIt) {
+  const Placement shrunk{.node_rank = 0, .num_nodes = 2, .world_size = 4, .first_global_rank = 0};
+  EXPECT_EQ(news_of(view_of(4, 2, shrunk), 4, 1, kHere).heal, ViewNews::Heal::kMove);
+  // Not a member of a closed round (node_rank -1): no move to make.
+  const Placement none{.node_rank = -1};
+  EXPECT_EQ(news_of(view_of(4, 2, none), 4, 1, kHere).heal, ViewNews::Heal::kHealWithOthers);
+}
+
+TEST(AttemptPolicy, AGenerationAlreadyToldOrAnotherRoundIsNoNews) {
+  EXPECT_EQ(news_of(view_of(4, 1), 4, 1, kHere).heal, ViewNews::Heal::kNone);
+  EXPECT_TRUE(news_of(view_of(4, 1), 4, 1, kHere).tell_heals_come);
+  const ViewNews next_round = news_of(view_of(5, 7), 4, 1, kHere);
+  EXPECT_EQ(next_round.heal, ViewNews::Heal::kNone);
+  EXPECT_FALSE(next_round.tell_heals_come);
+}
+
+TEST(AttemptPolicy, ADroppedNodesWorkersNeverHealIntoTheOthersGeneration) {
+  NodeView v = view_of(4, 3);
+  v.known = false;
+  const ViewNews n = news_of(v, 4, 1, kHere);
+  EXPECT_EQ(n.heal, ViewNews::Heal::kNone);
+  EXPECT_FALSE(n.tell_heals_come);
+}
+
+TEST(AttemptPolicy, AHealAnswerIsForItsOwnRequestOnly) {
+  NodeView v = view_of(4, 5);
+  v.heal_request_id = 7;
+  v.heal_request_generation = 5;
+  EXPECT_FALSE(answer_of(nullptr, 7, 4, kHere).has_value());
+  EXPECT_FALSE(answer_of(&v, 8, 4, kHere).has_value());
+  const auto a = answer_of(&v, 7, 4, kHere);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->generation, 5u);
+  EXPECT_FALSE(a->move);
+  v.heal_request_generation = 0;  // refused
+  EXPECT_EQ(answer_of(&v, 7, 4, kHere)->generation, 0u);
+}
+
+TEST(AttemptPolicy, AHealAnswerWhoseGenerationAlsoMovesTheNodeSaysSo) {
+  const Placement moved{.node_rank = 0, .num_nodes = 2, .world_size = 4, .first_global_rank = 0};
+  NodeView v = view_of(4, 5, moved);
+  v.heal_request_id = 3;
+  v.heal_request_generation = 5;
+  EXPECT_TRUE(answer_of(&v, 3, 4, kHere)->move);
+  v.heal_generation = 6;  // the move belongs to a later generation than the answer's
+  EXPECT_FALSE(answer_of(&v, 3, 4, kHere)->move);
+  v.heal_generation = 5;
+  EXPECT_FALSE(answer_of(&v, 3, 3, kHere)->move);  // another round's view
+}
+
+}  // namespace
