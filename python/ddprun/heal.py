@@ -41,7 +41,6 @@ same order, and DDP never rebuilds them (a rebuild is a collective on the
 process group DDP was made with, which a heal replaces).
 """
 import copy
-import datetime
 import os
 import sys
 import threading
@@ -52,120 +51,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ._slot import Slot
-
-_ENV_HEALS = "DDPRUN_HEALS"
-_ENV_GENERATION = "DDPRUN_HEAL_GENERATION"
-
-
-class _Process:
-    """What this interpreter was started as: a worker of the round's first
-    generation, or a replacement joining generation `generation`."""
-
-    def __init__(self):
-        self.heals = os.environ.get(_ENV_HEALS) == "1"
-        self.generation = int(os.environ.get(_ENV_GENERATION, "0") or 0) if self.heals else 0
-        self.joining = self.heals and self.generation > 0
-        # The heartbeat slot, mapped once for the process (None: no heals).
-        self.slot = Slot.from_env() if self.heals else None
-        self.base_store = None  # the agent's c10d store, connected once
-        self.store = None  # the current generation's
-        # A replacement beats from its start until its Healer has the state
-        # (building the model, loading data): the others wait for it.
-        self.joining_beats = None
-        if self.joining and self.slot is not None:
-            self.joining_beats = self.slot.waiting()
-            self.joining_beats.__enter__()
-
-
-_process = _Process()
-
-
-def joining():
-    """True in a replacement until its Healer has the state: collectives of
-    the script's own before the Healer would wait for peers inside a heal."""
-    return _process.joining
-
-
-def _timeout():
-    seconds = float(os.environ.get("DDPRUN_TIMEOUT_S", "0") or 0)
-    return datetime.timedelta(seconds=seconds if seconds > 0 else 1800)
-
-
-class _GenerationStore(dist.Store):
-    """The store of one heal generation: the agent's c10d store, under a
-    prefix no other generation or round uses. Its waits give up as soon as
-    the agent names a newer generation (the peer they wait for died while
-    this one connected): they check the key, then sleep on the slot's
-    generation word (a futex) for at most 5 ms, and so on."""
-
-    _POLL_S = 0.005
-
-    def __init__(self, generation, slot):
-        super().__init__()
-        if _process.base_store is None:
-            _process.base_store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                                                is_master=False, timeout=_timeout())
-        prefix = f"/ddprun/heal/round_{os.environ.get('DDPRUN_ROUND', '0')}/generation_{generation}"
-        self._store = dist.PrefixStore(prefix, _process.base_store)
-        self._generation = generation
-        self._slot = slot
-        self._timeout = _timeout()
-
-    def _still_current(self):
-        if self._slot is not None and self._slot.generation() > self._generation:
-            raise RuntimeError(f"ddprun: heal generation {self._slot.generation()} began while generation "
-                               f"{self._generation} connected (a peer failed meanwhile)")
-
-    def wait(self, keys, timeout=None):
-        # The generation first: keys a peer set before it died are present,
-        # but a generation the agent has gone past never completes.
-        deadline = time.monotonic() + (timeout or self._timeout).total_seconds()
-        while True:
-            self._still_current()
-            if self._present(keys):
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"ddprun: heal generation {self._generation}: timed out waiting for {keys}")
-            if self._slot is not None:
-                self._slot.wait_generation(self._generation, self._POLL_S)
-            else:
-                time.sleep(self._POLL_S)
-
-    # A value no key holds: compare_set with it never sets (the key is absent
-    # and the expectation not empty, or the value differs) and returns the
-    # expectation only for an absent key. (PyTorch 1.x's Store has no check.)
-    _ABSENT = "\0ddprun: absent"
-
-    def _present(self, keys):
-        return all(self._store.compare_set(k, self._ABSENT, self._ABSENT + "!") != self._ABSENT.encode()
-                   for k in keys)
-
-    def get(self, key):
-        self.wait([key])
-        return self._store.get(key)
-
-    def set(self, key, value):
-        self._store.set(key, value)
-
-    def add(self, key, amount):
-        self._still_current()  # PyTorch 1.x's start-up barrier polls add(key, 0)
-        return self._store.add(key, amount)
-
-    def compare_set(self, key, expected, desired):
-        return self._store.compare_set(key, expected, desired)
-
-    def check(self, keys):
-        return self._present(keys)
-
-    def delete_key(self, key):
-        return self._store.delete_key(key)
-
-    def num_keys(self):
-        return self._store.num_keys()
-
-    def set_timeout(self, timeout):
-        self._timeout = timeout
+from ._generation import _GenerationStore, _process, _timeout, joining  # noqa: F401 (joining: the package's API)
+from ._state import (_first_line, _model_mismatch, _rng_state, _set_rng_state, _tensors_in,
+                     _with_empty_tensors, _without_tensors)
 
 
 def _rank_in(generation, slot):
@@ -712,73 +600,3 @@ class Healer:
         _set_rng_state(skeleton["rng"])
         if skeleton.get("forward_sync") is not None and self.ddp is not None:
             self.ddp.require_forward_param_sync = skeleton["forward_sync"]
-
-
-def _first_line(error):
-    text = str(error).strip().splitlines()
-    line = text[0] if text else type(error).__name__
-    # A failed all-reduce reaches DDP through the hook's callback.
-    return line.replace("Got the following error when running the callback: ", "")
-
-
-def _rng_state():
-    return {"cpu": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
-
-
-def _set_rng_state(s):
-    torch.set_rng_state(s["cpu"])
-    if s["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(s["cuda"])
-
-
-class _TensorSlot:
-    """A tensor left out of a pickled skeleton: its shape and dtype."""
-
-    def __init__(self, t):
-        self.shape = tuple(t.shape)
-        self.dtype = t.dtype
-        self.on_device = t.device.type != "cpu"
-
-
-def _without_tensors(obj):
-    if isinstance(obj, torch.Tensor):
-        return _TensorSlot(obj)
-    if isinstance(obj, dict):
-        return {k: _without_tensors(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_without_tensors(v) for v in obj)
-    return obj
-
-
-def _with_empty_tensors(obj, device):
-    if isinstance(obj, _TensorSlot):
-        return torch.empty(obj.shape, dtype=obj.dtype, device=device if obj.on_device else "cpu")
-    if isinstance(obj, dict):
-        return {k: _with_empty_tensors(v, device) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_with_empty_tensors(v, device) for v in obj)
-    return obj
-
-
-def _tensors_in(obj):
-    """The tensors of a nested structure, in an order both sides derive from
-    its structure (dict keys sorted)."""
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, dict):
-        for k in sorted(obj, key=repr):
-            yield from _tensors_in(obj[k])
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            yield from _tensors_in(v)
-
-
-def _model_mismatch(theirs, tensors):
-    mine = [(tuple(t.shape), str(t.dtype)) for t in tensors]
-    if len(mine) != len(theirs):
-        return f"{len(theirs)} parameters and buffers there, {len(mine)} here"
-    for i, (a, b) in enumerate(zip(theirs, mine)):
-        if a != b:
-            return f"tensor {i} is {list(a[0])} {a[1]} there, {list(b[0])} {b[1]} here"
-    return ""

@@ -1,0 +1,125 @@
+"""What this interpreter is to ddprun's heals, and the store of one heal
+generation: a worker of the round's first generation or a replacement (its
+environment says), its heartbeat slot mapped once, the agent's c10d store
+connected once, and each generation's prefix of it, whose waits give up
+when a newer generation is named. heal.py builds on these."""
+import datetime
+import os
+import time
+
+import torch.distributed as dist
+
+from ._slot import Slot
+
+_ENV_HEALS = "DDPRUN_HEALS"
+_ENV_GENERATION = "DDPRUN_HEAL_GENERATION"
+
+
+class _Process:
+    """What this interpreter was started as: a worker of the round's first
+    generation, or a replacement joining generation `generation`."""
+
+    def __init__(self):
+        self.heals = os.environ.get(_ENV_HEALS) == "1"
+        self.generation = int(os.environ.get(_ENV_GENERATION, "0") or 0) if self.heals else 0
+        self.joining = self.heals and self.generation > 0
+        # The heartbeat slot, mapped once for the process (None: no heals).
+        self.slot = Slot.from_env() if self.heals else None
+        self.base_store = None  # the agent's c10d store, connected once
+        self.store = None  # the current generation's
+        # A replacement beats from its start until its Healer has the state
+        # (building the model, loading data): the others wait for it.
+        self.joining_beats = None
+        if self.joining and self.slot is not None:
+            self.joining_beats = self.slot.waiting()
+            self.joining_beats.__enter__()
+
+
+_process = _Process()
+
+
+def joining():
+    """True in a replacement until its Healer has the state: collectives of
+    the script's own before the Healer would wait for peers inside a heal."""
+    return _process.joining
+
+
+def _timeout():
+    seconds = float(os.environ.get("DDPRUN_TIMEOUT_S", "0") or 0)
+    return datetime.timedelta(seconds=seconds if seconds > 0 else 1800)
+
+
+class _GenerationStore(dist.Store):
+    """The store of one heal generation: the agent's c10d store, under a
+    prefix no other generation or round uses. Its waits give up as soon as
+    the agent names a newer generation (the peer they wait for died while
+    this one connected): they check the key, then sleep on the slot's
+    generation word (a futex) for at most 5 ms, and so on."""
+
+    _POLL_S = 0.005
+
+    def __init__(self, generation, slot):
+        super().__init__()
+        if _process.base_store is None:
+            _process.base_store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                                is_master=False, timeout=_timeout())
+        prefix = f"/ddprun/heal/round_{os.environ.get('DDPRUN_ROUND', '0')}/generation_{generation}"
+        self._store = dist.PrefixStore(prefix, _process.base_store)
+        self._generation = generation
+        self._slot = slot
+        self._timeout = _timeout()
+
+    def _still_current(self):
+        if self._slot is not None and self._slot.generation() > self._generation:
+            raise RuntimeError(f"ddprun: heal generation {self._slot.generation()} began while generation "
+                               f"{self._generation} connected (a peer failed meanwhile)")
+
+    def wait(self, keys, timeout=None):
+        # The generation first: keys a peer set before it died are present,
+        # but a generation the agent has gone past never completes.
+        deadline = time.monotonic() + (timeout or self._timeout).total_seconds()
+        while True:
+            self._still_current()
+            if self._present(keys):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ddprun: heal generation {self._generation}: timed out waiting for {keys}")
+            if self._slot is not None:
+                self._slot.wait_generation(self._generation, self._POLL_S)
+            else:
+                time.sleep(self._POLL_S)
+
+    # A value no key holds: compare_set with it never sets (the key is absent
+    # and the expectation not empty, or the value differs) and returns the
+    # expectation only for an absent key. (PyTorch 1.x's Store has no check.)
+    _ABSENT = "\0ddprun: absent"
+
+    def _present(self, keys):
+        return all(self._store.compare_set(k, self._ABSENT, self._ABSENT + "!") != self._ABSENT.encode()
+                   for k in keys)
+
+    def get(self, key):
+        self.wait([key])
+        return self._store.get(key)
+
+    def set(self, key, value):
+        self._store.set(key, value)
+
+    def add(self, key, amount):
+        self._still_current()  # PyTorch 1.x's start-up barrier polls add(key, 0)
+        return self._store.add(key, amount)
+
+    def compare_set(self, key, expected, desired):
+        return self._store.compare_set(key, expected, desired)
+
+    def check(self, keys):
+        return self._present(keys)
+
+    def delete_key(self, key):
+        return self._store.delete_key(key)
+
+    def num_keys(self):
+        return self._store.num_keys()
+
+    def set_timeout(self, timeout):
+        self._timeout = timeout
