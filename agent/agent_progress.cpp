@@ -1,6 +1,6 @@
 // Rank progress as the agent shows it: checkpoint events from the workers'
 // heartbeat slots, and rank 0's progress as a status line on a terminal or
-// a log line every --progress-interval. run_workers (agent.cpp) calls
+// a log line every --progress-interval. The Attempt (attempt.cpp) calls
 // watch_progress on every tick of its loop.
 #include <unistd.h>
 

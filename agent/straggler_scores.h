@@ -72,7 +72,7 @@ class StragglerScores {
   static std::string slowed_by_load(const std::vector<double>& waited, size_t slow, double score);
 
   // The node as a whole, for the job-wide scores of nodes
-  // (rendezvous/node_scores.h): how long its ranks spend inside a
+  // (rendezvous/server/node_scores.h): how long its ranks spend inside a
   // collective (their mean; the others' lateness shows here, its own does
   // not) and the time from one collective to the next, smoothed alike, over
   // node_samples() collectives that every local rank finished. Needs only

@@ -2,7 +2,7 @@
 // serves the job's rendezvous costs what losing any node costs. Its own
 // rendezvous service, on this node's address (a free port), which its
 // workers and the agent call; and its part in the control plane
-// (rendezvous/control_plane_host.h), which campaigns in etcd and, while
+// (rendezvous/server/control_plane_host.h), which campaigns in etcd and, while
 // this agent leads, serves the job from that service.
 #pragma once
 

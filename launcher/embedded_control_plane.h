@@ -1,9 +1,9 @@
 // --rdzv-backend embedded: the job's control plane with no service to run.
 // Every agent runs its own rendezvous service and a member of the job's Raft
-// group (rendezvous/raft_node.h) on it; the agent on the endpoint's host
+// group (rendezvous/control_plane/raft/raft_node.h) on it; the agent on the endpoint's host
 // starts the group alone and serves first, and the leader makes the first
-// nodes that join voters (rendezvous/raft_membership.h). The Raft leader
-// serves the job (rendezvous/control_plane_host.h): when its node is lost,
+// nodes that join voters (rendezvous/control_plane/raft/raft_membership.h). The Raft leader
+// serves the job (rendezvous/server/control_plane_host.h): when its node is lost,
 // a voter on another node takes over within an election timeout, with the
 // job's state as the last commit left it.
 //

@@ -33,7 +33,7 @@ std::string address_of_interface(const std::string& name);
 
 // A socket that only listens, for as long as this process lives: where the
 // rendezvous may ask this node's host whether its agent still lives
-// (rendezvous/liveness_probe.h; NodeSpec::probe_address). Nothing is ever
+// (rendezvous/server/liveness_probe.h; NodeSpec::probe_address). Nothing is ever
 // accepted; the kernel answers the probe's handshake, or refuses it once
 // the process is gone.
 class ProbeSocket {

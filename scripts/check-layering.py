@@ -2,7 +2,7 @@
 """Checks the layering each top-level folder's README.md states: every
 `#include` under the folder against the README's line
 
-    - Must never include: `agent/`, `torch/`, `rendezvous/server.h`, ...
+    - Must never include: `agent/`, `torch/`, `rendezvous/server/server.h`, ...
 
 A token ending in "/" forbids every include under that path; any other
 forbids that one header. worker_lib/README.md also orders the folders of

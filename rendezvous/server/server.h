@@ -33,7 +33,7 @@ struct ServerOptions {
   ServiceLimits limits;
   // Jobs with a control plane: see HandlerOptions::gate (outlives the server).
   ServingGate* gate = nullptr;
-  // The embedded control plane's Raft messages (rendezvous/raft_peer.h),
+  // The embedded control plane's Raft messages (rendezvous/control_plane/raft/raft_peer.h),
   // served on the same port (outlives the server); null: none.
   grpc::Service* peer_service = nullptr;
 };

@@ -171,7 +171,7 @@ struct NodeView {
   uint64_t heal_request_id = 0;
   uint32_t heal_request_generation = 0;
   HealReason heal_reason = HealReason::kNone;  // what named heal_generation
-  // This node is the job's straggler (rendezvous/node_scores.h): its
+  // This node is the job's straggler (rendezvous/server/node_scores.h): its
   // job-wide score, 0 when it is not one.
   double straggler_score = 0;
   // Nodes refused for running another program than the running round's
@@ -222,7 +222,7 @@ struct RankCollective {
 
 // How a node's ranks fare at collectives (agent/straggler_scores.h), as its
 // agent reports them about once a second: the job-wide straggler scores of
-// nodes (rendezvous/node_scores.h) and other nodes' hang verdicts use them.
+// nodes (rendezvous/server/node_scores.h) and other nodes' hang verdicts use them.
 struct NodeCollectives {
   std::chrono::milliseconds age{0};  // how old the report is
   std::vector<RankCollective> ranks;

@@ -1,6 +1,6 @@
 // No single point of failure, with real processes on namespace hosts: the
 // agent that serves a job's rendezvous is lost like any other node, and the
-// job goes on under a successor (rendezvous/control_plane_host.h).
+// job goes on under a successor (rendezvous/server/control_plane_host.h).
 //
 // --rdzv-backend etcd: a 3-member etcd cluster runs on a host of its own.
 //   - Its raft leader is killed mid-job, then the node whose agent serves

@@ -1,5 +1,5 @@
 // The control plane's election and saved state in a real etcd cluster
-// (rendezvous/etcd_control_plane.h): one leader at a time, later terms
+// (rendezvous/control_plane/etcd/etcd_control_plane.h): one leader at a time, later terms
 // higher, a leader that stops renewing fenced once another leads, the
 // job's state carried from one leader's registry to the next's, and the
 // death of etcd's own leader survived.

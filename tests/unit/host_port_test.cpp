@@ -1,4 +1,4 @@
-// rendezvous/host_port.h: the one HOST:PORT parser.
+// rendezvous/store/host_port.h: the one HOST:PORT parser.
 #include <gtest/gtest.h>
 
 #include "rendezvous/store/host_port.h"

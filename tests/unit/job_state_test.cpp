@@ -1,5 +1,5 @@
 // A job's rendezvous state saved by one leader and restored by its
-// successor (rendezvous/job_state.h): the restored rounds behave as the
+// successor (rendezvous/server/job_state.h): the restored rounds behave as the
 // original would from there on - same ranks, lease keys, heal generations,
 // restarts, store and NCCL id - and only the leases start afresh.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // The embedded backend of the control plane (no service to run): a Raft
-// group among the job's first agents (rendezvous/raft_node.h, Debian's
+// group among the job's first agents (rendezvous/control_plane/raft/raft_node.h, Debian's
 // libraft). The Raft leader is the one that serves the rendezvous; its
 // term is the Raft term; a save is a Raft command, committed by a majority
 // of the voters, so a leader cut off from the majority saves nothing (the

@@ -6,7 +6,7 @@
 //     under its id (an agent that restarts is a new node), so nothing has to
 //     outlive the process, and a commit costs no fsync.
 //   - Messages go through the RaftTransport the caller gives (the
-//     rendezvous service's ControlPeer call, rendezvous/raft_peer.h), so
+//     rendezvous service's ControlPeer call, rendezvous/control_plane/raft/raft_peer.h), so
 //     they pass the same TLS and token checks as every other call.
 //   - libraft is single-threaded: one thread of this class runs it (ticks,
 //     received messages, I/O completions, the calls below); every public
