@@ -178,7 +178,6 @@ class Agent {
   std::unique_ptr<LeaseKeeper> lease_;
   std::unique_ptr<StatusReporter> status_;  // with heartbeats: rank 0's progress for `ddprun status`
   std::vector<Standby> standbys_;  // for the next attempt
-  bool refill_standby_ = false;     // a heal took one: warm another
   int nodes_waiting_ = 0;          // late nodes last reported waiting
   std::string heard_round_detail_;  // why the running round was superseded, as this node heard it
   uint32_t refusals_told_ = 0;     // nodes refused for another program, said so far

@@ -114,7 +114,6 @@ GroupEnd Attempt::run() {
   g.seen_.assign(g.cfg_.nproc, channel::Progress{});
   g.meter_.reset();
   g.logged_step_ = -1;
-  g.refill_standby_ = false;
   g.last_progress_log_ = std::chrono::steady_clock::now();
   g.heal_generation_ = a_.heal_generation;
   heals_ = g.heals_in(a_) || g.heals_across(a_) || g.names_heals_at_rendezvous();
@@ -156,10 +155,10 @@ void Attempt::on_monitor() {
   Agent& g = agent_;
   g.watch_progress(attempt_, a_, running_);
   g.report_workers_heal(a_, running_);
-  if (g.refill_standby_) {
+  if (refill_standby_) {
     // After a heal took the warm standby (off the heal's path: the
     // replacement was released first).
-    g.refill_standby_ = false;
+    refill_standby_ = false;
     g.spawn_standbys(attempt_ + 1, joined_, 1);
   }
 }
@@ -180,7 +179,7 @@ std::optional<Standby> Attempt::take_standby() {
   if (!heal_standby_ || g.standbys_.empty()) return std::nullopt;
   Standby s = std::move(g.standbys_.back());
   g.standbys_.pop_back();
-  g.refill_standby_ = true;
+  refill_standby_ = true;
   return s;
 }
 

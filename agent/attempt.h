@@ -57,6 +57,7 @@ class Attempt final : public GroupHost {
   bool restart_standbys_ = false;   // warm a whole set for the next restart
   bool heal_standby_ = false;       // keep one warm for a heal's replacement
   uint64_t heal_request_ = 0;       // this node's heal request in flight (0: none)
+  bool refill_standby_ = false;     // a heal took the warm standby: warm another on the next beat
 };
 
 }  // namespace ddprun
