@@ -199,6 +199,16 @@ class GroupPolicy {
   std::vector<GroupCommand> replace_straggler(int w, const std::string& why);
   // Whether replace_straggler(w) would replace it as things stand.
   bool may_replace(int w) const { return alive_[w] && heal_allowed(w); }
+  // When to act on straggler w, found now: a heal is handled inside a
+  // ddp::Healer step, and one named while a worker is outside a step
+  // (evaluating, say) fails that worker's next collective; so a straggler
+  // to be replaced waits for a beat when every worker is inside a step
+  // (kWait: look again on the next beat). One only named, or one that
+  // cannot be replaced now, is told at once (kNow).
+  enum class StragglerTiming { kWait, kNow };
+  StragglerTiming straggler_timing(int w, bool replace, bool all_in_step) const {
+    return replace && may_replace(w) && !all_in_step ? StragglerTiming::kWait : StragglerTiming::kNow;
+  }
   // Worker w's replacement (kReplaceWorker) started now, from a warm
   // standby (in ddp::init already: it beats at once) or as a fresh process.
   void replacement_started(int w, bool from_standby, TimePoint now);

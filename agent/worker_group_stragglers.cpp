@@ -36,14 +36,12 @@ void WorkerGroup::check_stragglers() {
     }
     cpu_window_start_ = now;
   }
-  // A heal is handled inside a ddp::Healer step; one named while a worker
-  // evaluates, say, fails its next collective: a replacement waits for a
-  // moment when every worker is inside a step.
   for (int rank : stragglers_.stragglers()) {
     if (std::find(stragglers_said_.begin(), stragglers_said_.end(), rank) != stragglers_said_.end()) continue;
     const int w = worker_of[rank];
-    if (options_.replace_stragglers && policy_->may_replace(w) && !options_.heartbeats->all_in_step()) {
-      continue;  // the next tick
+    if (policy_->straggler_timing(w, options_.replace_stragglers, options_.heartbeats->all_in_step()) ==
+        GroupPolicy::StragglerTiming::kWait) {
+      continue;  // the next beat
     }
     stragglers_said_.push_back(rank);
     const StragglerScore& s = stragglers_.scores().at(rank);

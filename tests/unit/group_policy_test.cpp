@@ -571,6 +571,20 @@ TEST(GroupPolicy, AStragglerIsReplacedThroughAHealWithinMaxHeals) {
   EXPECT_FALSE(p.stopping());
 }
 
+// A straggler to replace waits until every worker is inside a step (a heal
+// named outside one fails that worker's next collective); one only named,
+// or one that cannot heal now, is told at once.
+TEST(GroupPolicy, AStragglerIsReplacedOnlyWhenEveryWorkerIsInsideAStep) {
+  using Timing = GroupPolicy::StragglerTiming;
+  GroupPolicy p(2, healing(3), t0);
+  EXPECT_EQ(p.straggler_timing(1, /*replace=*/true, /*all_in_step=*/false), Timing::kNow)
+      << "it cannot heal yet: nothing to wait for";
+  all_ready(p, 2);
+  EXPECT_EQ(p.straggler_timing(1, true, false), Timing::kWait);
+  EXPECT_EQ(p.straggler_timing(1, true, true), Timing::kNow);
+  EXPECT_EQ(p.straggler_timing(1, /*replace=*/false, false), Timing::kNow) << "only named: at once";
+}
+
 TEST(GroupPolicy, AHungWorkerIsKilledAndReplacedWhileTheOthersGoOn) {
   GroupPolicy p(2, healing(3, 1s), t0);
   all_ready(p, 2);
