@@ -246,7 +246,12 @@ TEST(Straggler, ASlowRankIsNamedAndNoOtherIs) {
                              "3"}));
   auto said = p.wait_for_err_line([](const std::string& l) { return contains(l, "is a straggler"); }, 120s);
   ASSERT_TRUE(said) << p.finish(10s).err;
-  EXPECT_TRUE(contains(*said, "rank 1 is a straggler: 100% of the time the others wait is for it")) << *said;
+  // Nearly all the others' waiting is for it (100% on an idle machine; a
+  // loaded one makes the others late now and then too: 98% was seen).
+  std::smatch share;
+  ASSERT_TRUE(std::regex_search(*said, share, std::regex(R"(rank 1 is a straggler: (\d+)% of the time the others wait is for it)")))
+      << *said;
+  EXPECT_GE(std::stoi(share[1]), 90) << *said;
   // The progress line shows it too, from then on.
   auto progress = p.wait_for_err_line([](const std::string& l) { return contains(l, "info: progress: "); }, 120s);
   ASSERT_TRUE(progress) << p.finish(10s).err;
