@@ -20,6 +20,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 
 #include "ddp/optim.h"
 #include "optim/adam_kernel.h"
@@ -30,10 +31,8 @@ namespace {
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 #define DDP_HAVE_FUSED_ADAM 1
-constexpr bool kHaveFused = true;
 #else
 #define DDP_HAVE_FUSED_ADAM 0
-constexpr bool kHaveFused = false;
 #endif
 
 // The key LibTorch's optimizers file a parameter's state under: the
@@ -57,7 +56,7 @@ struct GroupTensors {
   std::vector<State*> states;
 };
 
-template <class Options, class State>
+template <class State>
 GroupTensors<State> gather(torch::optim::Optimizer& opt, torch::optim::OptimizerParamGroup& group) {
   GroupTensors<State> g;
   auto& state = opt.state();
@@ -83,6 +82,15 @@ GroupTensors<State> gather(torch::optim::Optimizer& opt, torch::optim::Optimizer
     g.states.push_back(s);
   }
   return g;
+}
+
+// Counts one more step in a parameter's state and returns that step's bias
+// corrections, 1 - beta1^step and 1 - beta2^step (as LibTorch's step does).
+template <class State>
+std::pair<double, double> count_step(State* s, double beta1, double beta2) {
+  s->step(s->step() + 1);
+  const auto step = static_cast<double>(s->step());
+  return {1 - std::pow(beta1, step), 1 - std::pow(beta2, step)};
 }
 
 // Fused kernels take one device and one floating type for every list.
@@ -115,10 +123,7 @@ template <class State>
 void cpu_fused_step(GroupTensors<State>& g, double lr, double beta1, double beta2, double eps, double wd,
                     bool decoupled) {
   for (size_t i = 0; i < g.params.size(); ++i) {
-    State* s = g.states[i];
-    s->step(s->step() + 1);
-    const double bc1 = 1 - std::pow(beta1, static_cast<double>(s->step()));
-    const double bc2 = 1 - std::pow(beta2, static_cast<double>(s->step()));
+    const auto [bc1, bc2] = count_step(g.states[i], beta1, beta2);
     AdamScalars k;
     k.decay = decoupled ? static_cast<float>(1 - lr * wd) : 1.0f;
     k.l2 = decoupled ? 0.0f : static_cast<float>(wd);
@@ -152,9 +157,7 @@ void foreach_step(GroupTensors<State>& g, double lr, double beta1, double beta2,
   }
   std::vector<at::Scalar> sqrt_bc2, neg_step_size;
   for (State* s : g.states) {
-    s->step(s->step() + 1);
-    const double bc1 = 1 - std::pow(beta1, static_cast<double>(s->step()));
-    const double bc2 = 1 - std::pow(beta2, static_cast<double>(s->step()));
+    const auto [bc1, bc2] = count_step(s, beta1, beta2);
     sqrt_bc2.emplace_back(std::sqrt(bc2));
     neg_step_size.emplace_back(-(lr / bc1));
   }
@@ -188,7 +191,7 @@ const char* to_string(OptimizerImpl impl) {
   return "?";
 }
 
-bool fused_adam_available(c10::DeviceType device) { return kHaveFused || device == c10::DeviceType::CPU; }
+bool fused_adam_available(c10::DeviceType device) { return DDP_HAVE_FUSED_ADAM || device == c10::DeviceType::CPU; }
 
 namespace detail {
 
@@ -205,7 +208,7 @@ bool MultiTensorAdam::step(torch::optim::Optimizer& opt, bool decoupled) {
   torch::NoGradGuard no_grad;
   for (auto& group : opt.param_groups()) {
     auto& o = static_cast<Options&>(group.options());
-    GroupTensors<State> g = gather<Options, State>(opt, group);
+    GroupTensors<State> g = gather<State>(opt, group);
     if (g.params.empty()) continue;
     const auto [beta1, beta2] = o.betas();
 #if DDP_HAVE_FUSED_ADAM
@@ -265,16 +268,28 @@ AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim
 AdamW::AdamW(std::vector<torch::Tensor> params, torch::optim::AdamWOptions defaults, OptimizerImpl impl)
     : torch::optim::AdamW(std::move(params), defaults), adam_(impl) {}
 
-torch::Tensor AdamW::step(LossClosure closure) {
+namespace {
+
+// LibTorch's step() contract around the multi-tensor step: the closure's
+// loss (computed with grad on), and LibTorch's own step where ours steps
+// nothing (plain, amsgrad).
+template <class Options, class State, class Fallback>
+torch::Tensor step_with(detail::MultiTensorAdam& adam, torch::optim::Optimizer& opt,
+                        const torch::optim::Optimizer::LossClosure& closure, bool decoupled, Fallback&& fallback) {
   torch::Tensor loss;
   if (closure) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
-  if (!adam_.step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(*this, /*decoupled=*/true)) {
-    torch::optim::AdamW::step();
-  }
+  if (!adam.step<Options, State>(opt, decoupled)) fallback();
   return loss;
+}
+
+}  // namespace
+
+torch::Tensor AdamW::step(LossClosure closure) {
+  return step_with<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
+      adam_, *this, closure, /*decoupled=*/true, [this] { torch::optim::AdamW::step(); });
 }
 
 Adam::Adam(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamOptions defaults,
@@ -284,15 +299,8 @@ Adam::Adam(std::vector<torch::Tensor> params, torch::optim::AdamOptions defaults
     : torch::optim::Adam(std::move(params), defaults), adam_(impl) {}
 
 torch::Tensor Adam::step(LossClosure closure) {
-  torch::Tensor loss;
-  if (closure) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  if (!adam_.step<torch::optim::AdamOptions, torch::optim::AdamParamState>(*this, /*decoupled=*/false)) {
-    torch::optim::Adam::step();
-  }
-  return loss;
+  return step_with<torch::optim::AdamOptions, torch::optim::AdamParamState>(
+      adam_, *this, closure, /*decoupled=*/false, [this] { torch::optim::Adam::step(); });
 }
 
 torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params, double max_norm) {
