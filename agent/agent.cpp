@@ -17,9 +17,7 @@
 #include <thread>
 
 #include "agent/attempt.h"
-#include "agent/temp_dir.h"
 #include "channel/event_log.h"
-#include "channel/output_file.h"
 
 namespace ddprun {
 namespace ev = channel::events;

@@ -9,7 +9,6 @@
 #include "agent/attempt_policy.h"
 #include "agent/temp_dir.h"
 #include "channel/event_log.h"
-#include "channel/output_file.h"
 
 namespace ddprun {
 namespace ev = channel::events;

@@ -1,8 +1,6 @@
 #include "agent/worker_group.h"
 #include "agent/worker_group_worker.h"
 
-#include "agent/hang_verdict.h"
-
 #include <errno.h>
 #include <algorithm>
 #include <poll.h>
@@ -16,13 +14,11 @@
 
 #include "agent/cpu_busy.h"
 #include "agent/job_cgroup.h"
-#include "agent/monotonic_clock.h"
 #include "agent/shm_cleanup.h"
 #include "channel/env_names.h"
 #include "channel/shm_names.h"
 #include "channel/stack_dump.h"
 #include "channel/event_log.h"
-#include "channel/output_file.h"
 
 #include <spdlog/spdlog.h>
 
