@@ -12,9 +12,9 @@ its src/, floor first, floors separated by "|":
 
 and a source under src/F may include "G/..." of another src folder G only
 when G stands on a lower floor; rendezvous/README.md orders its folders
-likewise (nested ones too: the longest folder that holds a file is its). Prints each violation as FILE:LINE and the
-rule it breaks, and exits 1 if there is any (or a folder lost its rule); 0
-if none.
+likewise (nested ones too: the longest folder that holds a file is its).
+Prints each violation as FILE:LINE and the rule it breaks, and exits 1 if
+there is any (or a folder lost its rule); 0 if none.
 
     scripts/check-layering.py [ROOT]
 """
@@ -32,13 +32,32 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 SOURCES = (".h", ".hpp", ".cc", ".cpp")
 
 
+def includes_in(top, every_file=False):
+    """(path, line number, included name) of every #include in the sources
+    under `top` (build folders and hidden ones left out); with every_file,
+    also (path, 0, None) for each source, before its includes."""
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = [d for d in dirnames if not d.startswith(("build", "."))]
+        for name in sorted(filenames):
+            if not name.endswith(SOURCES):
+                continue
+            path = os.path.join(dirpath, name)
+            if every_file:
+                yield path, 0, None
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for number, line in enumerate(f, 1):
+                    m = INCLUDE.match(line)
+                    if m:
+                        yield path, number, m.group(1)
+
+
 def forbidden_by(folder_readme):
     with open(folder_readme, encoding="utf-8") as f:
         m = RULE.search(f.read())
     return None if m is None else TOKEN.findall(m.group(1))
 
 
-FLOORS = re.compile(r"^- Inside `([^`]+)`, floor first[^:]*:(.*)$", re.MULTILINE)
+FLOORS = re.compile(r"^- Inside `[^`]+`, floor first[^:]*:(.*)$", re.MULTILINE)
 
 # Libraries whose README orders their folders: (README's folder, the folder
 # the floors are in, the prefix an #include of them starts with).
@@ -51,7 +70,7 @@ def floors_of(folder_readme):
         m = FLOORS.search(f.read())
     if m is None:
         return None
-    return {name.rstrip("/"): i for i, floor in enumerate(m.group(2).split("|")) for name in TOKEN.findall(floor)}
+    return {name.rstrip("/"): i for i, floor in enumerate(m.group(1).split("|")) for name in TOKEN.findall(floor)}
 
 
 def floor_of(path, floors):
@@ -65,30 +84,23 @@ def floor_of(path, floors):
 
 def floor_problems(root, lib, base, prefix, floors):
     """Includes inside `base` that reach a folder on the same or a higher floor."""
-    problems = []
     top = os.path.join(root, base)
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = [d for d in dirnames if not d.startswith(("build", "."))]
-        rel = os.path.relpath(dirpath, top).replace(os.sep, "/")
-        sources = [n for n in sorted(filenames) if n.endswith(SOURCES)]
-        if not sources or rel == ".":  # the top holds no floor (worker_lib/src/torch_pch.cpp)
+    problems = set()
+    for path, number, include in includes_in(top, every_file=True):
+        rel = os.path.relpath(os.path.dirname(path), top).replace(os.sep, "/")
+        if rel == ".":  # the top holds no floor (worker_lib/src/torch_pch.cpp)
             continue
         here = floor_of(rel, floors)
         if here is None:
-            problems.append("%s/%s: sources in a folder not on %s/README.md's floors" % (base, rel, lib))
+            problems.add("%s/%s: sources in a folder not on %s/README.md's floors" % (base, rel, lib))
             continue
-        for name in sources:
-            path = os.path.join(dirpath, name)
-            with open(path, encoding="utf-8", errors="replace") as f:
-                for number, line in enumerate(f, 1):
-                    m = INCLUDE.match(line)
-                    if not m or not m.group(1).startswith(prefix):
-                        continue
-                    target = floor_of(os.path.dirname(m.group(1)[len(prefix):]), floors)
-                    if target and target != here and floors[target] >= floors[here]:
-                        problems.append("%s:%d includes %s: %s/ is not below %s/ on %s/README.md's floors" % (
-                            os.path.relpath(path, root), number, m.group(1), target, here, lib))
-    return sorted(set(problems))
+        if include is None or not include.startswith(prefix):
+            continue
+        target = floor_of(os.path.dirname(include[len(prefix):]), floors)
+        if target and target != here and floors[target] >= floors[here]:
+            problems.add("%s:%d includes %s: %s/ is not below %s/ on %s/README.md's floors" % (
+                os.path.relpath(path, root), number, include, target, here, lib))
+    return sorted(problems)
 
 
 def breaks(include, rules):
@@ -104,19 +116,11 @@ def main():
         if not rules:
             problems.append("%s/README.md: no '- Must never include:' line (the folder's layering rule)" % folder)
             continue
-        for dirpath, dirnames, filenames in os.walk(os.path.join(root, folder)):
-            dirnames[:] = [d for d in dirnames if not d.startswith(("build", "."))]
-            for name in sorted(filenames):
-                if not name.endswith(SOURCES):
-                    continue
-                path = os.path.join(dirpath, name)
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    for number, line in enumerate(f, 1):
-                        m = INCLUDE.match(line)
-                        rule = m and breaks(m.group(1), rules)
-                        if rule:
-                            problems.append("%s:%d includes %s, which %s/README.md forbids (`%s`)" % (
-                                os.path.relpath(path, root), number, m.group(1), folder, rule))
+        for path, number, include in includes_in(os.path.join(root, folder)):
+            rule = breaks(include, rules)
+            if rule:
+                problems.append("%s:%d includes %s, which %s/README.md forbids (`%s`)" % (
+                    os.path.relpath(path, root), number, include, folder, rule))
     floored = 0
     for lib, base, prefix in FLOORED:
         floors = floors_of(os.path.join(root, lib, "README.md"))
