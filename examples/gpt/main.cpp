@@ -392,7 +392,7 @@ int run(Options opt) {
     if (ckpt && ckpt->due(step)) save();
   }
   tracer.end_step();
-  profiler.at_step(step + opt.profile_steps + 3);  // the end: writes the trace if the window is open
+  profiler.finish();
   ddp::CheckpointReport saved;
   if (ckpt) {
     if (ckpt->last_saved_step() != step && step > start_step) save();

@@ -20,9 +20,13 @@ StepProfiler::StepProfiler(std::string path, long long first, int count)
 StepProfiler::~StepProfiler() {
   // A run that ended inside the window still writes what it has.
   try {
-    if (on_) at_step(first_ + count_);
+    finish();
   } catch (...) {
   }
+}
+
+void StepProfiler::finish() {
+  if (on_) at_step(first_ + count_);
 }
 
 void StepProfiler::at_step(long long step) {

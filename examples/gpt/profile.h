@@ -14,8 +14,10 @@ class StepProfiler {
   // nothing. Throws std::invalid_argument on a LibTorch without the API.
   StepProfiler(std::string path, long long first, int count);
   ~StepProfiler();
-  // Called at the start of each step (before its work) and once at the end.
+  // Called at the start of each step (before its work).
   void at_step(long long step);
+  // Writes the trace if the window is still open (a run shorter than it).
+  void finish();
 
  private:
   std::string path_;
