@@ -167,12 +167,11 @@ inline std::string checkpoint_file_prefix(long long step) {
   return prefix;
 }
 
-// Waits until dir holds the checkpoint file of `step` (written in the
-// background, it lands some steps after the save): the file's rename is
-// the event. False after timeout.
-inline bool wait_for_checkpoint(const std::filesystem::path& dir, long long step,
-                                std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  const std::string prefix = checkpoint_file_prefix(step);
+// Waits until dir holds a checkpoint file whose name begins with `prefix`
+// (written in the background, it lands some steps after the save): the
+// file's rename is the event. False after timeout.
+inline bool wait_for_checkpoint_named(const std::filesystem::path& dir, const std::string& prefix,
+                                      std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     std::error_code ec;
@@ -183,6 +182,17 @@ inline bool wait_for_checkpoint(const std::filesystem::path& dir, long long step
     std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling a folder: nothing to wake on
   }
   return false;
+}
+// ... the checkpoint file of `step`.
+inline bool wait_for_checkpoint(const std::filesystem::path& dir, long long step,
+                                std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  return wait_for_checkpoint_named(dir, checkpoint_file_prefix(step), timeout);
+}
+
+// Waits until dir holds any checkpoint file (of whichever step).
+inline bool wait_for_any_checkpoint(const std::filesystem::path& dir,
+                                    std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  return wait_for_checkpoint_named(dir, "ckpt-", timeout);
 }
 
 // An agent's worker (not a standby it warmed up); 0 if none.
