@@ -380,6 +380,8 @@ TEST(NetNodes, AKilledNodeCostsTheSurvivorsARoundNotTheJob) {
   Process n0(lab_node(*lab, 0, ckpt, "20", {"--max-heals", "0"}));
   Process n1(lab_node(*lab, 1, ckpt, "20", {"--max-heals", "0"}));
   ASSERT_TRUE(reach_step(n0, 25)) << n0.out();
+  // Written in the background, step 20's checkpoint can land after step 25.
+  ASSERT_TRUE(ddptest::wait_for_checkpoint(ckpt, 20)) << n0.out();
   n1.signal(SIGKILL);  // the whole node's agent; its workers die with it
   Finished f0 = n0.finish(3min);
   n1.finish(10s);
