@@ -47,6 +47,10 @@
 //
 // The agent zeroes the file before each attempt: a zero progress block means
 // "nothing reported yet".
+//
+// This header is the layout's one definition, for Python too: the Python
+// package ships a copy of it and python/ddprun/_slot.py reads the
+// `inline constexpr size_t kName = N;` lines below (keep them in that form).
 #pragma once
 
 #include <cstddef>
@@ -60,6 +64,7 @@ namespace ddprun::channel {
 
 inline constexpr size_t kHeartbeatSlotBytes = 2048;
 inline constexpr size_t kHeartbeatWordsBytes = 128;  // the flight record follows
+inline constexpr size_t kBeatsOffset = 0;             // the uint64_t counter
 
 inline size_t heartbeat_file_bytes(int slots) {
   return static_cast<size_t>(slots) * kHeartbeatSlotBytes;
@@ -71,7 +76,7 @@ inline char* heartbeat_slot(void* map, int slot) {
 
 // The counter of `slot` in a mapping of the file.
 inline uint64_t* heartbeat_counter(void* map, int slot) {
-  return reinterpret_cast<uint64_t*>(heartbeat_slot(map, slot));
+  return reinterpret_cast<uint64_t*>(heartbeat_slot(map, slot) + kBeatsOffset);
 }
 
 // What a worker last reported of its training. Steps and epochs count from
@@ -162,6 +167,8 @@ inline uint32_t* no_heal_coming_word(void* map, int slot) {
 // The placement words, in this order (all uint32_t).
 enum PlacementWord { kPlacedGeneration = 0, kPlacedRank, kPlacedWorldSize, kPlacedNodeRank, kPlacedNumNodes, kPlacementWords };
 inline constexpr size_t kPlacementOffset = 92;
+inline constexpr size_t kPlacementWordCount = 5;  // for Python, which reads no enum
+static_assert(kPlacementWordCount == kPlacementWords);
 static_assert(kNoHealComingOffset + 4 <= kPlacementOffset);
 
 inline uint32_t* placement_words(void* map, int slot) {

@@ -39,6 +39,7 @@ endif()
 install(TARGETS gpt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} OPTIONAL)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/ddprun DESTINATION ${CMAKE_INSTALL_DATADIR}/ddprun/python
         FILES_MATCHING PATTERN "*.py")
+install(FILES ${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h DESTINATION ${CMAKE_INSTALL_DATADIR}/ddprun/python/ddprun)
 install(TARGETS ddp ddp_base ddprun_store ddprun_channel ddprun_rdzv_client ddprun_rdzv_auth ddprun_proto
                 ddprun_tcpstore
         EXPORT ddprunTargets

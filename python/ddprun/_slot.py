@@ -1,5 +1,8 @@
-"""The worker's side of its heartbeat slot (channel/heartbeat_layout.h, the
-one definition of the layout; the offsets below are its words).
+"""The worker's side of its heartbeat slot.
+
+The layout's one definition is C++'s channel/heartbeat_layout.h: this
+package ships a copy of that header (a link to it in the source tree) and
+reads its offsets from it at import, so the two cannot disagree.
 
 The agent maps the same file. A worker that heals says so in its slot (the
 heal-ready word), says when it is inside a step (the in-step word), and
@@ -14,17 +17,39 @@ import ctypes
 import mmap
 import os
 import platform
+import re
 import threading
 import time
 
-SLOT_BYTES = 2048
-_BEATS = 0
-_HEAL_READY = 80
-_HEAL_GENERATION = 84
-_NO_HEAL_COMING = 88
-_PLACEMENT = 92  # generation, rank, world size, node rank, number of nodes
-_PLACEMENT_WORDS = 5
-_IN_STEP = 116
+_LAYOUT_HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "heartbeat_layout.h")
+
+
+def _layout(path=_LAYOUT_HEADER):
+    """The `inline constexpr size_t kName = N;` constants of heartbeat_layout.h."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ImportError(f"ddprun: cannot read the heartbeat slot's layout ({e}); "
+                          "the package ships heartbeat_layout.h beside _slot.py") from e
+    words = {name: int(value) for name, value in re.findall(r"inline constexpr size_t (k\w+) = (\d+);", text)}
+    needed = ("kHeartbeatSlotBytes", "kBeatsOffset", "kHealReadyOffset", "kHealGenerationOffset",
+              "kNoHealComingOffset", "kPlacementOffset", "kPlacementWordCount", "kInStepOffset")
+    missing = [n for n in needed if n not in words]
+    if missing:
+        raise ImportError(f"ddprun: {path} does not define {', '.join(missing)}")
+    return words
+
+
+_WORDS = _layout()
+SLOT_BYTES = _WORDS["kHeartbeatSlotBytes"]
+_BEATS = _WORDS["kBeatsOffset"]
+_HEAL_READY = _WORDS["kHealReadyOffset"]
+_HEAL_GENERATION = _WORDS["kHealGenerationOffset"]
+_NO_HEAL_COMING = _WORDS["kNoHealComingOffset"]
+_PLACEMENT = _WORDS["kPlacementOffset"]  # generation, rank, world size, node rank, number of nodes
+_PLACEMENT_WORDS = _WORDS["kPlacementWordCount"]
+_IN_STEP = _WORDS["kInStepOffset"]
 
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAIT = 0  # not FUTEX_PRIVATE: the agent wakes us through its own mapping

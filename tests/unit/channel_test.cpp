@@ -1,9 +1,12 @@
 // The agent <-> worker contract: what one side writes, the other reads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include "channel/error_file.h"
@@ -64,17 +67,10 @@ TEST(Channel, HeartbeatSlotsAreWholeCacheLines) {
 }
 
 // The heartbeat slot's layout has one definition, heartbeat_layout.h: the
-// Python package's words (python/ddprun/_slot.py) are its numbers, and the
-// Python the agent writes for its workers and standbys takes them from it.
+// Python package reads its words from the header (a link in the source tree,
+// a copy in the build tree), writes none of its own, and gets C++'s numbers;
+// the Python the agent writes for its workers and standbys takes them from it.
 TEST(Channel, PythonSeesTheHeartbeatSlotAsHeartbeatLayoutDefinesIt) {
-  std::ifstream in(DDPRUN_SOURCE_DIR "/python/ddprun/_slot.py");
-  ASSERT_TRUE(in) << DDPRUN_SOURCE_DIR "/python/ddprun/_slot.py";
-  std::map<std::string, size_t> py;
-  const std::regex word(R"(^(_?[A-Z][A-Z_]*) = ([0-9]+)\b)");
-  for (std::string line; std::getline(in, line);) {
-    std::smatch m;
-    if (std::regex_search(line, m, word)) py[m[1]] = std::stoul(m[2]);
-  }
   alignas(64) char slot[kHeartbeatSlotBytes] = {};
   const auto beats = static_cast<size_t>(reinterpret_cast<char*>(heartbeat_counter(slot, 0)) - slot);
   const std::map<std::string, size_t> cpp{{"SLOT_BYTES", kHeartbeatSlotBytes},
@@ -85,9 +81,35 @@ TEST(Channel, PythonSeesTheHeartbeatSlotAsHeartbeatLayoutDefinesIt) {
                                           {"_PLACEMENT", kPlacementOffset},
                                           {"_PLACEMENT_WORDS", static_cast<size_t>(kPlacementWords)},
                                           {"_IN_STEP", kInStepOffset}};
-  for (const auto& [name, value] : cpp) {
-    ASSERT_TRUE(py.count(name)) << "_slot.py has no " << name;
-    EXPECT_EQ(py[name], value) << "_slot.py's " << name;
+  std::ifstream in(DDPRUN_SOURCE_DIR "/python/ddprun/_slot.py");
+  ASSERT_TRUE(in) << DDPRUN_SOURCE_DIR "/python/ddprun/_slot.py";
+  for (std::string line; std::getline(in, line);) {
+    for (const auto& entry : cpp) {
+      EXPECT_FALSE(std::regex_search(line, std::regex("^" + entry.first + R"( = [0-9])")))
+          << "_slot.py writes a number of its own: " << line;
+    }
+  }
+  // What the package reads, from the source tree and from the build tree's copy.
+  for (const std::string dir : {DDPRUN_SOURCE_DIR "/python/ddprun", DDPRUN_BINARY_DIR "/python/ddprun"}) {
+    std::string cmd = "python3 -c 'import importlib.util; s = importlib.util.spec_from_file_location(\"s\", \"" +
+                      dir + "/_slot.py\"); m = importlib.util.module_from_spec(s); s.loader.exec_module(m)";
+    for (const auto& entry : cpp) cmd += "; print(\"" + entry.first + "\", m." + entry.first + ")";
+    cmd += "' 2>&1";
+    std::map<std::string, size_t> py;
+    std::string out;
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char buf[256];
+      while (fgets(buf, sizeof(buf), p)) out += buf;
+      pclose(p);
+    }
+    std::istringstream lines(out);
+    for (std::string name, value; lines >> name >> value;) {
+      if (std::all_of(value.begin(), value.end(), ::isdigit)) py[name] = std::stoul(value);
+    }
+    for (const auto& [name, value] : cpp) {
+      ASSERT_TRUE(py.count(name)) << dir << "/_slot.py gives no " << name << ":\n" << out;
+      EXPECT_EQ(py[name], value) << dir << "/_slot.py's " << name;
+    }
   }
   const std::string startup = python_startup(), standby = python_standby();
   const std::string size = std::to_string(kHeartbeatSlotBytes);

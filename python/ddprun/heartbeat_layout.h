@@ -1,0 +1,1 @@
+../../channel/heartbeat_layout.h
