@@ -134,19 +134,9 @@ class Agent {
   // Another node's ranks as the rendezvous last heard of them, for a hang
   // verdict made here (asks the rendezvous: call off the I/O loop).
   std::vector<RankView> other_nodes_ranks();
-  // A keep-alive says this node is the job's straggler: with
-  // --straggler-action replace, a waiting node that would take its place
-  // and a rendezvous hosted elsewhere, the node will hand its place over
-  // (hand_over_now says when); otherwise it is said once.
-  void hand_over_if_straggler(int attempt, const NodeView& view);
   // A keep-alive named another serving node or term: said once, in the log
   // and the event log.
   void note_control_plane(int attempt, const NodeView& view);
-  // On the monitor's beat, once the node is to hand its place over: why
-  // its workers stop now, when every one of them is inside a collective of
-  // a Healer step (so are the other nodes' then: they wait for it there,
-  // and heal; outside a step they would fail and restart). nullopt: not yet.
-  std::optional<std::string> hand_over_now(int attempt, const NodeView& view);
   // Says once that this node is the job's straggler and what it does now
   // (the log line and the straggler_node event).
   void tell_straggler_node(int attempt, const NodeView& view, const std::string& what_now, bool handed_over,
@@ -198,9 +188,6 @@ class Agent {
   bool progress_on_terminal_ = false;  // a status line on console_err_
   std::chrono::steady_clock::time_point last_progress_log_{}, last_status_draw_{}, last_collectives_{};
   int64_t logged_step_ = -1;
-  std::string handed_over_;      // why this node's workers stopped to hand its place over ("": they did not)
-  std::optional<NodeView> hand_over_;  // the keep-alive that named this node the straggler, while it is to hand over
-  bool straggler_told_ = false;  // this attempt's workers were named the job's straggler
 };
 
 }  // namespace ddprun

@@ -105,40 +105,6 @@ void Agent::move_with(int attempt, Assignment& a, const NodeView& view) {
   for (int lr = 0; lr < cfg_.nproc; ++lr) heartbeats_->set_heal_generation(lr, heal_generation_);
 }
 
-void Agent::hand_over_if_straggler(int attempt, const NodeView& view) {
-  if (!handed_over_.empty()) return;
-  // Each keep-alive that is news decides afresh: a node no longer named (it
-  // recovered), or whose spare went, keeps its place after all.
-  hand_over_.reset();
-  if (view.straggler_score <= 0) return;
-  // Why it cannot hand over, if it cannot.
-  std::string kept;
-  if (!cfg_.replace_stragglers) {
-    kept = "--straggler-action warn";
-  } else if (cfg_.hosts_rendezvous) {
-    kept = "this node hosts the rendezvous";
-  } else if (view.nodes_waiting == 0 || !view.takeover_ready) {
-    kept = "no waiting node would take its place";
-  }
-  if (kept.empty()) {
-    hand_over_ = view;  // at the next moment all its workers are inside a step's collective
-    return;
-  }
-  if (straggler_told_) return;
-  tell_straggler_node(attempt, view, "it goes on (" + kept + ")", false, kept);
-  straggler_told_ = true;
-}
-
-std::optional<std::string> Agent::hand_over_now(int attempt, const NodeView& view) {
-  if (!handed_over_.empty() || !heartbeats_ || !heartbeats_->all_in_step(/*in_collective=*/true)) return std::nullopt;
-  handed_over_ = "node '" + node_id_ + "' (" + cfg_.host + ") was the job's straggler (score " +
-                 score_text(view.straggler_score) + ") and handed its place to a waiting node (--straggler-action replace)";
-  tell_straggler_node(attempt, view,
-                      "stopping its workers and handing its place to a waiting node (--straggler-action replace)", true,
-                      handed_over_);
-  return handed_over_;
-}
-
 std::string Agent::score_text(double score) {
   char buf[16];
   std::snprintf(buf, sizeof(buf), "%.2f", score);

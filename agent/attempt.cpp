@@ -128,9 +128,6 @@ GroupEnd Attempt::run() {
     }
     g.tell_workers_whether_heals_come(a_, nullptr);
   }
-  g.handed_over_.clear();
-  g.hand_over_.reset();
-  g.straggler_told_ = false;
   if (g.status_) g.status_->watch(a_.round, 0, a_.first_global_rank);  // local rank 0's global rank
   WorkerGroup group(std::move(launches), g.signals_, go);
   running_ = &group;
@@ -163,8 +160,35 @@ void Attempt::on_monitor() {
 }
 
 std::optional<std::string> Attempt::stop_now() {
-  if (!agent_.hand_over_) return std::nullopt;
-  return agent_.hand_over_now(attempt_, *agent_.hand_over_);
+  if (!hand_over_) return std::nullopt;
+  return hand_over_now(*hand_over_);
+}
+
+void Attempt::hand_over_if_straggler(const NodeView& view) {
+  if (!handed_over_.empty()) return;
+  hand_over_.reset();
+  const StragglerNews news = straggler_news_of(view, {agent_.cfg_.replace_stragglers, agent_.cfg_.hosts_rendezvous});
+  if (news.verdict == StragglerNews::kHandOver) {
+    hand_over_ = view;  // at the next moment all its workers are inside a step's collective
+    return;
+  }
+  if (news.verdict == StragglerNews::kNotNamed || straggler_told_) return;
+  agent_.tell_straggler_node(attempt_, view, "it goes on (" + news.kept + ")", false, news.kept);
+  straggler_told_ = true;
+}
+
+std::optional<std::string> Attempt::hand_over_now(const NodeView& view) {
+  Agent& g = agent_;
+  if (!handed_over_.empty() || !g.heartbeats_ || !g.heartbeats_->all_in_step(/*in_collective=*/true)) {
+    return std::nullopt;
+  }
+  handed_over_ = "node '" + g.node_id_ + "' (" + g.cfg_.host + ") was the job's straggler (score " +
+                 Agent::score_text(view.straggler_score) +
+                 ") and handed its place to a waiting node (--straggler-action replace)";
+  g.tell_straggler_node(attempt_, view,
+                        "stopping its workers and handing its place to a waiting node (--straggler-action replace)",
+                        true, handed_over_);
+  return handed_over_;
 }
 
 void Attempt::on_all_beating() {
@@ -239,7 +263,7 @@ std::optional<std::string> Attempt::on_control() {
     g.heard_round_detail_ = view.detail;
     return why;
   }
-  g.hand_over_if_straggler(attempt_, view);
+  hand_over_if_straggler(view);
   return std::nullopt;
 }
 
@@ -250,8 +274,8 @@ GroupEnd Attempt::end_of(const GroupResult& result) {
   if (end.outcome == GroupOutcome::kStoppedBySignal) end.signal = result.signal;
   if (end.outcome == GroupOutcome::kStoppedForRound) {
     // This node's own reason to stop: it hands its place over.
-    if (!g.handed_over_.empty()) end.outcome = GroupOutcome::kHandedOver;
-    end.failure = g.handed_over_;
+    if (!handed_over_.empty()) end.outcome = GroupOutcome::kHandedOver;
+    end.failure = handed_over_;
   }
   if (end.outcome == GroupEnd::kWorkerFailed || end.outcome == GroupEnd::kStoppedBySignal) {
     SummaryContext ctx{g.cfg_.run_id, a_.restart_count, g.cfg_.rdzv.max_restarts, result.stopped_count,

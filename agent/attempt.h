@@ -45,6 +45,15 @@ class Attempt final : public GroupHost {
   GroupOptions group_options();
   // The workers' place moved (a shrink or a grow named in a generation).
   void move(const NodeView& view);
+  // A keep-alive's straggler verdict (AttemptPolicy's straggler_news_of):
+  // the node will hand its place over (hand_over_now says when), or is told
+  // once why it goes on.
+  void hand_over_if_straggler(const NodeView& view);
+  // On the monitor's beat, once the node is to hand its place over: why
+  // its workers stop now, when every one of them is inside a collective of
+  // a Healer step (so are the other nodes' then: they wait for it there,
+  // and heal; outside a step they would fail and restart). nullopt: not yet.
+  std::optional<std::string> hand_over_now(const NodeView& view);
   GroupEnd end_of(const GroupResult& result);
 
   Agent& agent_;
@@ -58,6 +67,9 @@ class Attempt final : public GroupHost {
   bool heal_standby_ = false;       // keep one warm for a heal's replacement
   uint64_t heal_request_ = 0;       // this node's heal request in flight (0: none)
   bool refill_standby_ = false;     // a heal took the warm standby: warm another on the next beat
+  std::string handed_over_;         // why the workers stopped to hand the node's place over ("": they did not)
+  std::optional<NodeView> hand_over_;  // the keep-alive that named this node the straggler, while it is to hand over
+  bool straggler_told_ = false;     // the workers were named the job's straggler, and told so
 };
 
 }  // namespace ddprun

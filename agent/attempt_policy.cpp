@@ -29,4 +29,20 @@ std::optional<HealAnswer> answer_of(const NodeView* view, uint64_t request, int6
   return a;
 }
 
+StragglerNews straggler_news_of(const NodeView& view, const StragglerRules& rules) {
+  StragglerNews n;
+  if (view.straggler_score <= 0) return n;
+  n.verdict = StragglerNews::kKeep;
+  if (!rules.replace_stragglers) {
+    n.kept = "--straggler-action warn";
+  } else if (rules.hosts_rendezvous) {
+    n.kept = "this node hosts the rendezvous";
+  } else if (view.nodes_waiting == 0 || !view.takeover_ready) {
+    n.kept = "no waiting node would take its place";
+  } else {
+    n.verdict = StragglerNews::kHandOver;
+  }
+  return n;
+}
+
 }  // namespace ddprun

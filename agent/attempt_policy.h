@@ -5,10 +5,13 @@
 //
 //   ViewNews n = news_of(view, round, told_generation, placement);
 //   if (n.heal == ViewNews::Heal::kMove) ...  // the round shrank or grew around this node
+//   StragglerNews s = straggler_news_of(view, rules);
+//   if (s.verdict == StragglerNews::kHandOver) ...  // at the next moment all workers are in a collective
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "rendezvous/store/types.h"
 
@@ -41,5 +44,23 @@ struct HealAnswer {
   bool move = false;
 };
 std::optional<HealAnswer> answer_of(const NodeView* view, uint64_t request, int64_t round, const Placement& placement);
+
+// Whether this node, named the job's straggler by a keep-alive's view,
+// hands its place to a waiting node. Each view decides afresh: a node no
+// longer named (it recovered), or whose waiting node went, keeps its place.
+struct StragglerRules {
+  bool replace_stragglers = false;  // --straggler-action replace
+  bool hosts_rendezvous = false;    // its agent serves the round: it cannot leave it
+};
+struct StragglerNews {
+  enum Verdict {
+    kNotNamed,  // not the straggler (any more)
+    kHandOver,  // hand over, once every worker is inside a step's collective
+    kKeep,      // named, but it goes on: `kept` says why
+  };
+  Verdict verdict = kNotNamed;
+  std::string kept;  // the setting or fact that keeps it, for kKeep
+};
+StragglerNews straggler_news_of(const NodeView& view, const StragglerRules& rules);
 
 }  // namespace ddprun

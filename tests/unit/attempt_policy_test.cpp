@@ -75,4 +75,38 @@ TEST(AttemptPolicy, AHealAnswerWhoseGenerationAlsoMovesTheNodeSaysSo) {
   EXPECT_FALSE(answer_of(&v, 3, 3, kHere)->move);  // another round's view
 }
 
+// A straggler hands over only when replacing is asked for, it does not
+// serve the round, and a waiting node would take its place; otherwise it
+// goes on, told why. A view that names no straggler is no verdict.
+TEST(AttemptPolicy, AStragglerHandsOverOnlyWhenANodeWaitsToTakeItsPlace) {
+  using ddprun::StragglerNews;
+  NodeView named = view_of(4, 0);
+  named.straggler_score = 0.9;
+  named.nodes_waiting = 1;
+  named.takeover_ready = true;
+  const ddprun::StragglerRules replace{.replace_stragglers = true, .hosts_rendezvous = false};
+  EXPECT_EQ(straggler_news_of(named, replace).verdict, StragglerNews::kHandOver);
+
+  NodeView healthy = named;
+  healthy.straggler_score = 0;
+  EXPECT_EQ(straggler_news_of(healthy, replace).verdict, StragglerNews::kNotNamed);
+
+  StragglerNews warn = straggler_news_of(named, {.replace_stragglers = false});
+  EXPECT_EQ(warn.verdict, StragglerNews::kKeep);
+  EXPECT_EQ(warn.kept, "--straggler-action warn");
+
+  StragglerNews host = straggler_news_of(named, {.replace_stragglers = true, .hosts_rendezvous = true});
+  EXPECT_EQ(host.verdict, StragglerNews::kKeep);
+  EXPECT_EQ(host.kept, "this node hosts the rendezvous");
+
+  for (auto [waiting, ready] : {std::pair{0, true}, std::pair{1, false}}) {
+    NodeView alone = named;
+    alone.nodes_waiting = waiting;
+    alone.takeover_ready = ready;
+    StragglerNews n = straggler_news_of(alone, replace);
+    EXPECT_EQ(n.verdict, StragglerNews::kKeep) << waiting << " waiting, ready " << ready;
+    EXPECT_EQ(n.kept, "no waiting node would take its place");
+  }
+}
+
 }  // namespace
