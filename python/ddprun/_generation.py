@@ -68,8 +68,59 @@ class _GenerationStore(dist.Store):
         self._generation = generation
         self._slot = slot
         self._timeout = _timeout()
+        self._committed = False  # the vote said "connect"
+
+    # connect_vote.h's vote, with the same keys' meaning: all the
+    # generation's ranks connect, or none does.
+    _GIVE_UP = 1 << 32
+    _COUNT = "ddprun/vote/count"
+    _VERDICT = "ddprun/vote/verdict"
+
+    def _superseded(self):
+        return self._slot is not None and self._slot.generation() > self._generation
+
+    def vote_to_connect(self, size):
+        """True when every rank of the generation connects; False when a
+        rank gave it up first (a newer generation began before all had
+        come). A rank that gives up after publishing its address would
+        leave its peers inside Gloo's C++ set-up, which nothing in Python
+        can end, until the group's timeout: so 1. arriving adds 1 to a
+        counter, and the arrival that brings it to `size` decides
+        "connect"; 2. a rank whose generation is superseded adds _GIVE_UP,
+        and the first to do so decides ("connect" if all had arrived before
+        it, else "give up"); 3. the others wait for that verdict. Past
+        "connect" the store's waits no longer give up (the peers are all
+        coming); a newer generation then fails the first collective."""
+        if self._store.add(self._COUNT, 1) == size:
+            return self._decide(True)
+        gave_up = False
+        deadline = time.monotonic() + self._timeout.total_seconds()
+        while True:
+            if not gave_up and self._superseded():
+                gave_up = True
+                after = self._store.add(self._COUNT, self._GIVE_UP)
+                if after < 2 * self._GIVE_UP:
+                    return self._decide(after - self._GIVE_UP >= size)
+            if self._present([self._VERDICT]):
+                connect = self._store.get(self._VERDICT) == b"connect"
+                self._committed = connect
+                return connect
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ddprun: heal generation {self._generation}: timed out waiting for its ranks "
+                                   "to come")
+            if self._slot is not None:
+                self._slot.wait_generation(self._generation, self._POLL_S)
+            else:
+                time.sleep(self._POLL_S)
+
+    def _decide(self, connect):
+        self._store.set(self._VERDICT, "connect" if connect else "give up")
+        self._committed = connect
+        return connect
 
     def _still_current(self):
+        if self._committed:
+            return  # every rank connects: none gives up half-way
         if self._slot is not None and self._slot.generation() > self._generation:
             raise RuntimeError(f"ddprun: heal generation {self._slot.generation()} began while generation "
                                f"{self._generation} connected (a peer failed meanwhile)")

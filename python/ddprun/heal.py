@@ -75,11 +75,13 @@ def _init_generation(backend, generation, slot):
     # The group keeps its store; so does this process (a Python store must
     # outlive the C++ references to it).
     store = _process.store = _GenerationStore(generation, slot)
-    # 1. Every rank of the generation says it is here, and waits for the
-    #    others in Python, where a newer generation ends the wait. A peer
-    #    that dies before all have come is seen here, not in step 2.
-    store.set(f"ddprun/here/{rank}", "1")
-    store.wait([f"ddprun/here/{r}" for r in range(world)])
+    # 1. Every rank of the generation votes to connect, in Python, where a
+    #    newer generation ends the wait: all connect or none does (a peer
+    #    that gave up half-way would leave the others in step 2 until the
+    #    timeout). A peer that dies before all have come is seen here.
+    if not store.vote_to_connect(world):
+        raise RuntimeError(f"ddprun: heal generation {slot.generation()} began while generation {generation} "
+                           "connected (a peer failed meanwhile)")
     # 2. Gloo connects the ranks in C++. A rank that waits there for a peer
     #    that died meanwhile waits out the group's timeout: nothing in
     #    Python can end that wait (see _Overtaken).

@@ -1,6 +1,7 @@
 """ddprun.heal's generation rules, in processes of their own (the package
 reads its environment once, at import): a generation the agent has gone
-past never completes, and a replacement stuck connecting one ends itself.
+past never completes, its ranks all give it up together (the vote), and a
+replacement stuck connecting one ends itself.
 
     heal_generation_test.py PYTHONPATH_OF_THE_PACKAGE
 
@@ -32,6 +33,14 @@ if case == "stale-keys":
         print("the wait returned in a generation the agent had gone past")
     except RuntimeError as e:
         print("raised:", e)
+elif case == "vote":
+    print("ready", flush=True)
+    sys.stdin.readline()
+    # The first of 2 ranks votes after the generation moved on; its peer
+    # (its own slot not yet raised) votes after it: neither may connect.
+    first = store.vote_to_connect(2)
+    late = heal._GenerationStore(1, None).vote_to_connect(2)
+    print("votes:", first, late)
 elif case == "stuck-connect":
     heal._Overtaken._GRACE_S = 0.5
     with heal._Overtaken(1, heal._process.slot):
@@ -65,6 +74,9 @@ def run_case(case, package, slot):
     if case == "stale-keys":
         if child.returncode != 0 or "raised: ddprun: heal generation 2 began while generation 1" not in out:
             return f"exit {child.returncode}; out: {out!r}; err: {err[-2000:]!r}"
+    elif case == "vote":
+        if child.returncode != 0 or "votes: False False" not in out:
+            return f"exit {child.returncode}; out: {out!r}; err: {err[-2000:]!r}"
     else:
         if child.returncode != 1 or "it holds no state yet, so it ends" not in err or "returned" in out:
             return f"exit {child.returncode}; out: {out!r}; err: {err[-2000:]!r}"
@@ -76,7 +88,7 @@ def main():
     sys.path.insert(0, package)
     from ddprun import _slot as slot  # the slot's layout (no torch there)
     failed = 0
-    for case in ("stale-keys", "stuck-connect"):
+    for case in ("stale-keys", "vote", "stuck-connect"):
         why = run_case(case, package, slot)
         print(f"{'FAILED' if why else 'passed'}: {case}{': ' + why if why else ''}", flush=True)
         failed += bool(why)

@@ -203,7 +203,6 @@ class World {
   uint32_t generation_ = 0;
   std::unique_ptr<ddprun::Store> generation_store_;  // round_store_ below heal<g>/ (g > 0)
   std::unique_ptr<ddprun::Store> gloo_store_;
-  std::unique_ptr<ddprun::Store> watched_store_;  // gloo_store_, giving up on a newer generation (heals)
   std::unique_ptr<ddprun::Store> group_store_;
   std::unique_ptr<ddprun::Store> user_store_;
   std::unique_ptr<SwappableCommunicator> cpu_;

@@ -9,7 +9,6 @@
 #include "comm/rank_ordered_reduce.h"
 #include "comm/shm_communicator.h"
 #include "comm/two_level_communicator.h"
-#include "comm/watched_store.h"
 
 namespace ddp {
 namespace {
@@ -41,8 +40,6 @@ std::unique_ptr<Communicator> shm_or_gloo(ddprun::Store& store, int me, int size
   ddprun::PrefixStore shm_store("shm", store);
   try {
     return std::make_unique<ShmCommunicator>(shm_store, o);
-  } catch (const GenerationSuperseded&) {
-    throw;  // not shared memory's failure: the heal connects again
   } catch (const CollectiveError& e) {
     if (s.info->cpu_comm == CpuComm::kShm) {
       throw CollectiveError(std::string(e.what()) + " (DDPRUN_CPU_COMM=shm; auto would fall back to Gloo)");

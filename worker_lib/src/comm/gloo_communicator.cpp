@@ -50,7 +50,6 @@
 #endif
 
 #include "comm/gloo_failure.h"
-#include "comm/watched_store.h"
 #include "base/local_addr.h"
 
 namespace ddp {
@@ -182,8 +181,6 @@ GlooCommunicator::GlooCommunicator(ddprun::Store& store, const GlooOptions& opti
     opts.setTimeout(options.timeout);
     gloo::barrier(opts);
     learn_peer_endpoints(store);
-  } catch (const GenerationSuperseded&) {
-    throw;  // a heal's: connect again in the newer generation
   } catch (const ddprun::StoreTimeout& e) {
     throw CollectiveError("ddp: rank " + std::to_string(options.rank) + " of " +
                           std::to_string(options.size) + " could not connect to its peers within " +

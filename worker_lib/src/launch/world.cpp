@@ -5,11 +5,11 @@
 #include <cstdlib>
 
 #include "channel/env_names.h"
+#include "comm/connect_vote.h"
 #include "comm/cpu_comm.h"
 #include "comm/gloo_communicator.h"
 #include "comm/nccl_communicator.h"
 #include "comm/swappable_communicator.h"
-#include "comm/watched_store.h"
 #include "ddp/error_file.h"
 #include "ddp/get.h"
 #include "heal/heal_watcher.h"
@@ -103,12 +103,12 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
   // beats meanwhile (a stopped one falls silent, see --hang-timeout).
   if (replacement() && info_.heals) heartbeat_->set_joining(true);
   while (true) {
-    take_placement();  // a replacement in a round that shrank runs where its predecessor did
     try {
       cpu_ = std::make_unique<SwappableCommunicator>(connect_generation(generation), generation);
       break;
     } catch (const GenerationSuperseded&) {
-      generation = heartbeat_->heal_generation();
+      // The agent names the newer generation (its placement may come first).
+      generation = heartbeat_->wait_heal_generation(generation, timeout_);
     }
   }
   cpu_->record_into(heartbeat_->flight_ring(), 0);
@@ -170,7 +170,15 @@ PhaseScope::~PhaseScope() {
 // ever meets a key a connection of another generation left.
 std::unique_ptr<Communicator> World::connect_generation(uint32_t generation) {
   generation_ = generation;
-  watched_store_.reset();
+  // A replacement in a round that shrank runs where its predecessor did; a
+  // survivor takes the ranks the agent placed it at. A placement of a newer
+  // generation means this one's world is gone (a grow right after a
+  // shrink): its ranks are unknown now, so go on to the newer one.
+  if (const auto p = heartbeat_->placement(); p && p->generation > generation) {
+    throw GenerationSuperseded("ddp: the world changed again (generation " + std::to_string(p->generation) +
+                               ") before generation " + std::to_string(generation) + " connected");
+  }
+  take_placement();
   gloo_store_.reset();
   generation_store_.reset();
   ddprun::Store* base = round_store_.get();
@@ -178,15 +186,18 @@ std::unique_ptr<Communicator> World::connect_generation(uint32_t generation) {
     generation_store_ = std::make_unique<ddprun::PrefixStore>("heal" + std::to_string(generation), *round_store_);
     base = generation_store_.get();
   }
-  gloo_store_ = std::make_unique<ddprun::PrefixStore>("gloo", *base);
-  ddprun::Store* connect_store = gloo_store_.get();
   if (info_.heals) {
-    // Waits for peers give up once the agent begins a newer generation.
-    watched_store_ = std::make_unique<WatchedStore>(
-        *gloo_store_, [hb = heartbeat_, generation] { return hb->heal_generation() > generation; });
-    connect_store = watched_store_.get();
+    // All the generation's ranks connect, or none does: one that gave up
+    // half-way would leave the others in Gloo's set-up until the timeout
+    // (connect_vote.h). Past a "connect", a newer generation waits until
+    // this one has connected (and then fails its first collective).
+    const auto superseded = [hb = heartbeat_, generation] { return hb->heal_generation() > generation; };
+    if (vote_to_connect(*base, info_.world_size, superseded, timeout_) == ConnectVote::kGiveUp) {
+      throw GenerationSuperseded("ddp: a newer heal generation began while connecting (a peer failed meanwhile)");
+    }
   }
-  return connect_cpu_communicator(*connect_store, info_.rank, info_.world_size, "the world",
+  gloo_store_ = std::make_unique<ddprun::PrefixStore>("gloo", *base);
+  return connect_cpu_communicator(*gloo_store_, info_.rank, info_.world_size, "the world",
                                   {&info_, timeout_, heartbeat_});
 }
 
@@ -209,7 +220,6 @@ void World::take_placement() {
 
 void World::reconnect(uint32_t generation) {
   disconnect();  // first: peers blocked on this rank fail now, not at their timeout
-  take_placement();
   cpu_->replace(connect_generation(generation), generation);
 }
 
