@@ -3,6 +3,17 @@ step, the ranks that survive keep their processes, a replacement takes the
 dead rank's place, and it gets the training state from a survivor over the
 process group instead of everyone restarting from the last checkpoint.
 
+A plain loop (examples/python/plain_loop_healed.py) changes 4 lines:
+
+    import ddprun
+    healer = ddprun.Healer(model, optimizer, extra=[scheduler])
+    for epoch in healer.epochs(epochs):
+        sampler.set_epoch(epoch)
+        for x, y in healer.batches(loader):
+            ...  # the body as it was: forward, backward, optimizer.step()
+
+or the loop's step as a function:
+
     import ddprun
     dist.init_process_group("gloo")
     model = DDP(Net())
@@ -12,7 +23,9 @@ process group instead of everyone restarting from the last checkpoint.
         while progress["epoch"] < epochs:
             healer.step(train_step, batch_at(progress))  # forward, backward, optimizer.step()
 
-What happens when a peer dies inside step() (ddprun runs the job,
+What happens when a peer dies inside step() (or a batches() body: there
+the failed collective is flagged instead of raised, the optimizer step is
+skipped, and the body runs again with the same batch) (ddprun runs the job,
 DDPRUN_HEALS=1; elsewhere step() just calls the function):
   1. a collective of the step fails on the survivors (DDP's all-reduce goes
      through this healer's communication hook; a dead peer is seen at once
@@ -41,6 +54,7 @@ same order, and DDP never rebuilds them (a rebuild is a collective on the
 process group DDP was made with, which a heal replaces).
 """
 import copy
+import functools
 import os
 import sys
 import threading
@@ -204,20 +218,53 @@ def _allreduce_hook(healer, bucket):
     under way the slot's pulse beats: a rank waiting for a slow or stopped
     peer is not the one that hangs (a stopped rank's pulse stops with it)."""
     tensor = bucket.buffer()
+    if healer._loop_mode and healer._hook_failed:
+        return _done(tensor)  # the step failed already: its optimizer step is skipped
     tensor.div_(dist.get_world_size())
     healer._collectives_begin()
-    fut = dist.all_reduce(tensor, async_op=True).get_future()
+    try:
+        fut = dist.all_reduce(tensor, async_op=True).get_future()
+    except Exception as e:
+        healer._collectives_end()
+        if not healer._loop_mode:
+            healer._hook_failed = True
+            raise
+        healer._flag_failure(e)
+        return _done(tensor)
 
     def reduced(f):
         try:
             return f.value()[0]
-        except Exception:
-            healer._hook_failed = True
-            raise
+        except Exception as e:
+            if not healer._loop_mode:
+                healer._hook_failed = True
+                raise
+            healer._flag_failure(e)
+            return tensor  # not applied: the optimizer step is skipped
         finally:
             healer._collectives_end()
 
     return fut.then(reduced)
+
+
+def _done(tensor):
+    fut = torch.futures.Future()
+    fut.set_result(tensor)
+    return fut
+
+
+class _LoopPosition:
+    """Where a plain loop stands: its epoch and the batches of it done."""
+
+    def __init__(self):
+        self.epoch = 0
+        self.batch = 0
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "batch": self.batch}
+
+    def load_state_dict(self, sd):
+        self.epoch, self.batch = sd["epoch"], sd["batch"]
 
 
 class HealReport:
@@ -263,7 +310,12 @@ class Healer:
         self.module = model.module if self.ddp is not None else model
         self.optimizer = optimizer
         self.state = state if state is not None else {}
-        self.extra = list(extra)
+        # Where a plain loop stands (epochs(), batches()): travels with a
+        # heal and is put back with an abandoned step, as `extra` is.
+        self._loop = _LoopPosition()
+        self.extra = list(extra) + [self._loop]
+        self._loop_mode = False  # inside batches(): a failed collective is flagged, not raised
+        self._failure = None  # the first failed collective's error in this step (loop mode)
         self.wait_timeout = float(wait_timeout)
         self.steps = 0  # optimizer steps taken: which rank is newest
         self.report = HealReport()
@@ -313,16 +365,31 @@ class Healer:
             self._slot.set_heal_ready(False)
 
     def _count_optimizer_steps(self):
+        # In a plain loop a step's failed collective is flagged, not raised
+        # (the loop's body runs on): its optimizer step is skipped, so that
+        # no half-reduced gradient is applied, and the step runs again.
+        inner_step = self.optimizer.step
+
+        @functools.wraps(inner_step)  # keeps what an LR scheduler marked it with
+        def step_unless_failed(*args, **kwargs):
+            if self._loop_mode and self._hook_failed:
+                return None
+            return inner_step(*args, **kwargs)
+
+        self.optimizer.step = step_unless_failed
+
         def count(*args, **kwargs):
             self.steps += 1
 
         if hasattr(self.optimizer, "register_step_post_hook"):  # PyTorch 2.x
             self.optimizer.register_step_post_hook(count)
             return
-        step = self.optimizer.step
 
+        @functools.wraps(inner_step)
         def step_then_count(*args, **kwargs):
-            result = step(*args, **kwargs)
+            if self._loop_mode and self._hook_failed:
+                return None
+            result = inner_step(*args, **kwargs)
             count()
             return result
 
@@ -354,9 +421,16 @@ class Healer:
             return
 
         def sync_waiting(*args, **kwargs):
+            if self._loop_mode and self._hook_failed:
+                return None  # the step failed already: it runs again after the heal
             self._collectives_begin()
             try:
                 return sync(*args, **kwargs)
+            except Exception as e:
+                if not self._loop_mode or not _collective_failed(e, self):
+                    raise
+                self._flag_failure(e)
+                return None
             finally:
                 self._collectives_end()
 
@@ -403,6 +477,85 @@ class Healer:
                 pass
         del group
         dist.destroy_process_group()
+
+    # ----- a plain loop -----
+
+    def epochs(self, epochs):
+        """The epochs still to run: `for epoch in healer.epochs(10):` instead
+        of `for epoch in range(10):`. Where the loop stands travels with a
+        heal: a replacement starts in its peers' epoch."""
+        while self._loop.epoch < epochs:
+            yield self._loop.epoch
+            self._loop.epoch += 1
+            self._loop.batch = 0
+
+    def batches(self, loader):
+        """The loader's batches from where the loop stands: `for x, y in
+        healer.batches(loader):` instead of `for x, y in loader:`. What the
+        loop's body does with one batch is a step. A collective that fails
+        in it (DDP's all-reduce, its buffers' broadcast) is flagged instead
+        of raised, the step's optimizer.step() is skipped, and instead of
+        the next batch the group heals and the body runs again with the same
+        one (or, when the heal brought the step done, the next). Collectives
+        of the script's own in the body are not covered: one that fails
+        raises, and ddprun restarts the group.
+
+        Making the loader's iterator draws a seed from the global random
+        generator (for its workers); here the generator is put back after,
+        so that a replacement, which makes its iterator mid-epoch, draws the
+        same random numbers as its peers (dropout). Give the DataLoader a
+        generator of its own when its workers' randomness matters."""
+        rng = torch.get_rng_state()
+        batches = iter(loader)
+        torch.set_rng_state(rng)
+        for _ in range(self._loop.batch):  # a replacement: the epoch's batches its peers did
+            next(batches)
+        for batch in batches:
+            if not self.heals:
+                yield batch
+                self._loop.batch += 1
+                continue
+            brought = yield from self._loop_step(batch)
+            if not brought:
+                self._loop.batch += 1
+
+    def _loop_step(self, batch):
+        """One step of a plain loop (see batches()): yields the batch until
+        the body ran without a failed collective. True when a heal brought
+        the step done (the loop's position came with it)."""
+        self._slot.set_in_step(True)
+        self._loop_mode = True
+        try:
+            if self._slot.generation() > self.generation:
+                self._heal(f"the world changed in generation {self._slot.generation()} while this rank "
+                           "was outside a step")
+            start = self.steps
+            while True:
+                before = self._snapshot()
+                self._hook_failed = False
+                self._failure = None
+                yield batch
+                if not self._hook_failed:
+                    return False
+                why = _first_line(self._failure) if self._failure is not None else "a collective failed"
+                if self._slot.no_heal_coming() and self._slot.generation() <= self.generation:
+                    raise RuntimeError(why)  # ddprun stops the group: no replacement comes
+                if self.steps == start:
+                    self._put_back(before)
+                self._hook_failed = False
+                self._heal(why)
+                if self.steps > start:
+                    return True  # done by the peers: the heal brought it
+                self.report.steps_redone += 1
+        finally:
+            self._loop_mode = False
+            self._hook_failed = False
+            self._slot.set_in_step(False)
+
+    def _flag_failure(self, error):
+        self._hook_failed = True
+        if self._failure is None:
+            self._failure = error
 
     # ----- a step -----
 

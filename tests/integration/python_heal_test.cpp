@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <regex>
@@ -196,6 +198,69 @@ TEST(PythonHeal, TheScriptWithoutItsHealerRestartsAsBefore) {
   EXPECT_TRUE(contains(f.err, "restarting the workers")) << f.err;
   EXPECT_FALSE(contains(f.err, "replacing it while the other workers go on")) << f.err;
   EXPECT_FALSE(contains(f.out, "with the state of its peers")) << f.out;
+}
+
+// A plain DataLoader loop (examples/python/plain_loop.py: DistributedSampler,
+// dropout, AdamW, a warm-up schedule) heals with the lines
+// plain_loop_healed.py changes, counted here: rank 0 and another rank
+// killed at once, the survivors keep their processes, and the run ends with
+// the parameters of an uninterrupted one.
+// The lines of `diff plain healed`: "< old" and "> new" (the rest dropped).
+std::vector<std::string> lines_the_healed_loop_changes() {
+  const std::string cmd = std::string("diff ") + PLAIN_LOOP_SCRIPT + " " + PLAIN_LOOP_HEALED_SCRIPT;
+  std::vector<std::string> changed;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char line[4096];
+    while (fgets(line, sizeof(line), p)) {
+      std::string l(line);
+      if (!l.empty() && l.back() == '\n') l.pop_back();
+      if (l.rfind("< ", 0) == 0 || l.rfind("> ", 0) == 0) changed.push_back(l);
+    }
+    pclose(p);
+  }
+  return changed;
+}
+
+TEST(PythonHeal, APlainDataLoaderLoopHealsWithFourChangedLinesBitwiseEqual) {
+  // The claim (README, docs/fault-tolerance.md): 4 lines, and the guide's
+  // diff is this one.
+  const auto changed = lines_the_healed_loop_changes();
+  EXPECT_EQ(std::count_if(changed.begin(), changed.end(), [](const std::string& l) { return l[0] == '>'; }), 4);
+  const std::string script = PLAIN_LOOP_SCRIPT;
+  const std::string guide_path = script.substr(0, script.rfind("/examples/")) + "/docs/fault-tolerance.md";
+  std::ifstream in(guide_path);
+  const std::string guide((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(guide.empty()) << guide_path;
+  for (const std::string& l : changed) {
+    EXPECT_TRUE(contains(guide, "\n" + std::string(l[0] == '>' ? "+" : "-") + l.substr(2) + "\n"))
+        << "the guide's diff lacks: " << l;
+  }
+  auto job = [] { return std::vector<std::string>{DDPRUN_BIN, "--nproc", "4", PLAIN_LOOP_HEALED_SCRIPT, "--print-steps"}; };
+  Finished ref = ddptest::run(job(), kEnv);
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const std::string want = checksum_of(ref.out);
+  ASSERT_FALSE(want.empty()) << ref.out;
+
+  std::mt19937 gen(std::random_device{}());
+  const int other = std::uniform_int_distribution<>(1, 3)(gen);
+  Process p(job(), kEnv);
+  ASSERT_TRUE(reach_step(p, 20)) << p.out() << p.err();
+  const std::vector<pid_t> workers = workers_of(p.pid());
+  ASSERT_EQ(workers.size(), 4u);
+  kill(workers[0], SIGKILL);
+  kill(workers[static_cast<size_t>(other)], SIGKILL);
+  EXPECT_TRUE(reach_step(p, 30)) << p.out() << p.err();
+  const std::vector<pid_t> now = ddptest::children_of(p.pid());
+  for (size_t r = 1; r < workers.size(); ++r) {
+    if (static_cast<int>(r) == other) continue;
+    EXPECT_NE(std::find(now.begin(), now.end(), workers[r]), now.end()) << "survivor rank " << r << " was restarted";
+  }
+  Finished f = p.finish();
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(occurrences(f.err, "replacing it while the other workers go on"), 2) << f.err;
+  EXPECT_FALSE(contains(f.err, "restarting the workers")) << f.err;
+  EXPECT_TRUE(contains(f.err, "ddprun: healed in generation")) << f.err;
+  EXPECT_EQ(checksum_of(f.out), want) << "killed ranks 0 and " << other << "; " << f.out;
 }
 
 }  // namespace
