@@ -66,6 +66,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ._generation import _GenerationStore, _process, _timeout, joining  # noqa: F401 (joining: the package's API)
+from ._loop import _LoopPosition, _PlainLoop, _done
 from ._state import (_first_line, _model_mismatch, _rng_state, _set_rng_state, _tensors_in,
                      _with_empty_tensors, _without_tensors)
 
@@ -247,26 +248,6 @@ def _allreduce_hook(healer, bucket):
     return fut.then(reduced)
 
 
-def _done(tensor):
-    fut = torch.futures.Future()
-    fut.set_result(tensor)
-    return fut
-
-
-class _LoopPosition:
-    """Where a plain loop stands: its epoch and the batches of it done."""
-
-    def __init__(self):
-        self.epoch = 0
-        self.batch = 0
-
-    def state_dict(self):
-        return {"epoch": self.epoch, "batch": self.batch}
-
-    def load_state_dict(self, sd):
-        self.epoch, self.batch = sd["epoch"], sd["batch"]
-
-
 class HealReport:
     """What the heals of this process cost (this rank's view)."""
 
@@ -281,7 +262,7 @@ class HealReport:
         self.world_size = 0
 
 
-class Healer:
+class Healer(_PlainLoop):
     """Heals a PyTorch DDP training loop around a failed peer (see the top
     of this file).
 
@@ -477,85 +458,6 @@ class Healer:
                 pass
         del group
         dist.destroy_process_group()
-
-    # ----- a plain loop -----
-
-    def epochs(self, epochs):
-        """The epochs still to run: `for epoch in healer.epochs(10):` instead
-        of `for epoch in range(10):`. Where the loop stands travels with a
-        heal: a replacement starts in its peers' epoch."""
-        while self._loop.epoch < epochs:
-            yield self._loop.epoch
-            self._loop.epoch += 1
-            self._loop.batch = 0
-
-    def batches(self, loader):
-        """The loader's batches from where the loop stands: `for x, y in
-        healer.batches(loader):` instead of `for x, y in loader:`. What the
-        loop's body does with one batch is a step. A collective that fails
-        in it (DDP's all-reduce, its buffers' broadcast) is flagged instead
-        of raised, the step's optimizer.step() is skipped, and instead of
-        the next batch the group heals and the body runs again with the same
-        one (or, when the heal brought the step done, the next). Collectives
-        of the script's own in the body are not covered: one that fails
-        raises, and ddprun restarts the group.
-
-        Making the loader's iterator draws a seed from the global random
-        generator (for its workers); here the generator is put back after,
-        so that a replacement, which makes its iterator mid-epoch, draws the
-        same random numbers as its peers (dropout). Give the DataLoader a
-        generator of its own when its workers' randomness matters."""
-        rng = torch.get_rng_state()
-        batches = iter(loader)
-        torch.set_rng_state(rng)
-        for _ in range(self._loop.batch):  # a replacement: the epoch's batches its peers did
-            next(batches)
-        for batch in batches:
-            if not self.heals:
-                yield batch
-                self._loop.batch += 1
-                continue
-            brought = yield from self._loop_step(batch)
-            if not brought:
-                self._loop.batch += 1
-
-    def _loop_step(self, batch):
-        """One step of a plain loop (see batches()): yields the batch until
-        the body ran without a failed collective. True when a heal brought
-        the step done (the loop's position came with it)."""
-        self._slot.set_in_step(True)
-        self._loop_mode = True
-        try:
-            if self._slot.generation() > self.generation:
-                self._heal(f"the world changed in generation {self._slot.generation()} while this rank "
-                           "was outside a step")
-            start = self.steps
-            while True:
-                before = self._snapshot()
-                self._hook_failed = False
-                self._failure = None
-                yield batch
-                if not self._hook_failed:
-                    return False
-                why = _first_line(self._failure) if self._failure is not None else "a collective failed"
-                if self._slot.no_heal_coming() and self._slot.generation() <= self.generation:
-                    raise RuntimeError(why)  # ddprun stops the group: no replacement comes
-                if self.steps == start:
-                    self._put_back(before)
-                self._hook_failed = False
-                self._heal(why)
-                if self.steps > start:
-                    return True  # done by the peers: the heal brought it
-                self.report.steps_redone += 1
-        finally:
-            self._loop_mode = False
-            self._hook_failed = False
-            self._slot.set_in_step(False)
-
-    def _flag_failure(self, error):
-        self._hook_failed = True
-        if self._failure is None:
-            self._failure = error
 
     # ----- a step -----
 
