@@ -4,7 +4,7 @@ the step each batch is, healed around a failed collective (heal.py has the
 heal itself)."""
 import torch
 
-from ._state import _first_line
+from ._state import _first_line, _rng_state, _set_rng_state
 
 
 def _done(tensor):
@@ -31,6 +31,22 @@ class _LoopPosition:
 
 class _PlainLoop:
     """Healer's plain-loop methods (a mixin: the Healer has the heal)."""
+
+    def state_dict(self):
+        """Where the loop stands, for a checkpoint of the script's own: the
+        epoch, the batches of it done, the optimizer steps and the random
+        generators. With the model's, the optimizer's and the scheduler's,
+        a run resumed from it (load_state_dict before epochs()) goes on
+        from the same batch, bit for bit."""
+        loop = self._loop.state_dict()
+        if self._body_steps is not None and self.steps > self._body_steps:
+            loop["batch"] += 1  # asked inside the body, after its optimizer step: this batch is done
+        return {"loop": loop, "steps": self.steps, "rng": _rng_state()}
+
+    def load_state_dict(self, sd):
+        self._loop.load_state_dict(sd["loop"])
+        self.steps = sd["steps"]
+        _set_rng_state(sd["rng"])
 
     def epochs(self, epochs):
         """The epochs still to run: `for epoch in healer.epochs(10):` instead
@@ -63,11 +79,15 @@ class _PlainLoop:
         for _ in range(self._loop.batch):  # a replacement: the epoch's batches its peers did
             next(batches)
         for batch in batches:
-            if not self.heals:
-                yield batch
-                self._loop.batch += 1
-                continue
-            brought = yield from self._loop_step(batch)
+            self._body_steps = self.steps  # the optimizer steps before this batch's body
+            try:
+                if not self.heals:
+                    yield batch
+                    brought = False
+                else:
+                    brought = yield from self._loop_step(batch)
+            finally:
+                self._body_steps = None
             if not brought:
                 self._loop.batch += 1
 

@@ -297,6 +297,7 @@ class Healer(_PlainLoop):
         self.extra = list(extra) + [self._loop]
         self._loop_mode = False  # inside batches(): a failed collective is flagged, not raised
         self._failure = None  # the first failed collective's error in this step (loop mode)
+        self._body_steps = None  # inside a batches() body: the optimizer steps before it
         self.wait_timeout = float(wait_timeout)
         self.steps = 0  # optimizer steps taken: which rank is newest
         self.report = HealReport()

@@ -263,4 +263,30 @@ TEST(PythonHeal, APlainDataLoaderLoopHealsWithFourChangedLinesBitwiseEqual) {
   EXPECT_EQ(checksum_of(f.out), want) << "killed ranks 0 and " << other << "; " << f.out;
 }
 
+// The plain loop's position in a checkpoint of the script's own
+// (Healer.state_dict(), tests/interop/plain_loop_resume.py): stopped after a
+// random step, mid-epoch or at an epoch's end, and resumed, it ends with an
+// uninterrupted run's parameters.
+TEST(PythonHeal, APlainLoopResumedFromItsOwnCheckpointEndsBitwiseEqual) {
+  const std::string ckpt = ddptest::temp_path("python-heal", "plain-loop.pt").string();
+  auto job = [&](const std::vector<std::string>& flags) {
+    std::vector<std::string> argv{DDPRUN_BIN, "--nproc", "2", PLAIN_LOOP_RESUME_SCRIPT, "--checkpoint", ckpt};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return argv;
+  };
+  Finished ref = ddptest::run(job({}), kEnv);
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const std::string want = checksum_of(ref.out);
+  ASSERT_FALSE(want.empty()) << ref.out;
+  std::mt19937 gen(std::random_device{}());
+  const int stop = std::uniform_int_distribution<>(1, 127)(gen);  // 64 steps an epoch, 2 epochs
+  Finished saved = ddptest::run(job({"--stop-at", std::to_string(stop)}), kEnv);
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  ASSERT_TRUE(contains(saved.out, "saved at step " + std::to_string(stop))) << saved.out;
+  Finished resumed = ddptest::run(job({"--resume"}), kEnv);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(checksum_of(resumed.out), want) << "stopped after step " << stop << "; " << resumed.out;
+  std::filesystem::remove(ckpt);
+}
+
 }  // namespace
