@@ -98,9 +98,7 @@ class _PlainLoop:
         self._slot.set_in_step(True)
         self._loop_mode = True
         try:
-            if self._slot.generation() > self.generation:
-                self._heal(f"the world changed in generation {self._slot.generation()} while this rank "
-                           "was outside a step")
+            self._catch_up()
             start = self.steps
             while True:
                 before = self._snapshot()
@@ -110,15 +108,10 @@ class _PlainLoop:
                 if not self._hook_failed:
                     return False
                 why = _first_line(self._failure) if self._failure is not None else "a collective failed"
-                if self._slot.no_heal_coming() and self._slot.generation() <= self.generation:
+                if self._no_heal_coming():
                     raise RuntimeError(why)  # ddprun stops the group: no replacement comes
-                if self.steps == start:
-                    self._put_back(before)
-                self._hook_failed = False
-                self._heal(why)
-                if self.steps > start:
-                    return True  # done by the peers: the heal brought it
-                self.report.steps_redone += 1
+                if self._heal_failed_step(before, start, why):
+                    return True  # done by the peers: the heal brought it (and the loop's position)
         finally:
             self._loop_mode = False
             self._hook_failed = False

@@ -471,9 +471,7 @@ class Healer(_PlainLoop):
             return fn(*args, **kwargs)
         self._slot.set_in_step(True)
         try:
-            if self._slot.generation() > self.generation:
-                self._heal(f"the world changed in generation {self._slot.generation()} while this rank "
-                           "was outside a step")
+            self._catch_up()
             start = self.steps
             while True:
                 before = self._snapshot()
@@ -483,16 +481,36 @@ class Healer(_PlainLoop):
                 except Exception as e:
                     if not _collective_failed(e, self):
                         raise
-                    if self._slot.no_heal_coming() and self._slot.generation() <= self.generation:
+                    if self._no_heal_coming():
                         raise  # ddprun stops the group: no replacement comes
-                    if self.steps == start:
-                        self._put_back(before)
-                    self._heal(_first_line(e))
-                    if self.steps > start:
+                    if self._heal_failed_step(before, start, _first_line(e)):
                         return None  # done here, or by the peers (the heal brought it)
-                    self.report.steps_redone += 1
         finally:
             self._slot.set_in_step(False)
+
+    def _catch_up(self):
+        """At a step's start: a heal named while this rank was outside a
+        step (its collectives had nothing to fail) comes first."""
+        if self._slot.generation() > self.generation:
+            self._heal(f"the world changed in generation {self._slot.generation()} while this rank "
+                       "was outside a step")
+
+    def _no_heal_coming(self):
+        return self._slot.no_heal_coming() and self._slot.generation() <= self.generation
+
+    def _heal_failed_step(self, before, start, why):
+        """After a collective failed inside a step begun at `start` optimizer
+        steps: the step's changes put back (unless this rank had committed
+        it), the group healed. True when the heal brought the step done (by
+        this rank or its peers), False when it is to run again."""
+        if self.steps == start:
+            self._put_back(before)
+        self._hook_failed = False
+        self._heal(why)
+        if self.steps > start:
+            return True
+        self.report.steps_redone += 1
+        return False
 
     def _snapshot(self):
         return {
