@@ -108,10 +108,7 @@ class _GenerationStore(dist.Store):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"ddprun: heal generation {self._generation}: timed out waiting for its ranks "
                                    "to come")
-            if self._slot is not None:
-                self._slot.wait_generation(self._generation, self._POLL_S)
-            else:
-                time.sleep(self._POLL_S)
+            self._pause()
 
     def _decide(self, connect):
         self._store.set(self._VERDICT, "connect" if connect else "give up")
@@ -121,7 +118,7 @@ class _GenerationStore(dist.Store):
     def _still_current(self):
         if self._committed:
             return  # every rank connects: none gives up half-way
-        if self._slot is not None and self._slot.generation() > self._generation:
+        if self._superseded():
             raise RuntimeError(f"ddprun: heal generation {self._slot.generation()} began while generation "
                                f"{self._generation} connected (a peer failed meanwhile)")
 
@@ -135,10 +132,14 @@ class _GenerationStore(dist.Store):
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"ddprun: heal generation {self._generation}: timed out waiting for {keys}")
-            if self._slot is not None:
-                self._slot.wait_generation(self._generation, self._POLL_S)
-            else:
-                time.sleep(self._POLL_S)
+            self._pause()
+
+    def _pause(self):
+        """At most _POLL_S, on the slot's generation word (a newer one wakes it)."""
+        if self._slot is not None:
+            self._slot.wait_generation(self._generation, self._POLL_S)
+        else:
+            time.sleep(self._POLL_S)
 
     # A value no key holds: compare_set with it never sets (the key is absent
     # and the expectation not empty, or the value differs) and returns the

@@ -116,8 +116,3 @@ class _PlainLoop:
             self._loop_mode = False
             self._hook_failed = False
             self._slot.set_in_step(False)
-
-    def _flag_failure(self, error):
-        self._hook_failed = True
-        if self._failure is None:
-            self._failure = error

@@ -227,20 +227,18 @@ def _allreduce_hook(healer, bucket):
         fut = dist.all_reduce(tensor, async_op=True).get_future()
     except Exception as e:
         healer._collectives_end()
-        if not healer._loop_mode:
-            healer._hook_failed = True
-            raise
         healer._flag_failure(e)
+        if not healer._loop_mode:
+            raise
         return _done(tensor)
 
     def reduced(f):
         try:
             return f.value()[0]
         except Exception as e:
-            if not healer._loop_mode:
-                healer._hook_failed = True
-                raise
             healer._flag_failure(e)
+            if not healer._loop_mode:
+                raise
             return tensor  # not applied: the optimizer step is skipped
         finally:
             healer._collectives_end()
@@ -351,31 +349,24 @@ class Healer(_PlainLoop):
         # (the loop's body runs on): its optimizer step is skipped, so that
         # no half-reduced gradient is applied, and the step runs again.
         inner_step = self.optimizer.step
+        # PyTorch 2.x counts the step in a hook; 1.x here.
+        counts_here = not hasattr(self.optimizer, "register_step_post_hook")
+        if not counts_here:
+            self.optimizer.register_step_post_hook(lambda *args, **kwargs: self._count_step())
 
         @functools.wraps(inner_step)  # keeps what an LR scheduler marked it with
-        def step_unless_failed(*args, **kwargs):
-            if self._loop_mode and self._hook_failed:
-                return None
-            return inner_step(*args, **kwargs)
-
-        self.optimizer.step = step_unless_failed
-
-        def count(*args, **kwargs):
-            self.steps += 1
-
-        if hasattr(self.optimizer, "register_step_post_hook"):  # PyTorch 2.x
-            self.optimizer.register_step_post_hook(count)
-            return
-
-        @functools.wraps(inner_step)
-        def step_then_count(*args, **kwargs):
+        def step(*args, **kwargs):
             if self._loop_mode and self._hook_failed:
                 return None
             result = inner_step(*args, **kwargs)
-            count()
+            if counts_here:
+                self._count_step()
             return result
 
-        self.optimizer.step = step_then_count
+        self.optimizer.step = step
+
+    def _count_step(self):
+        self.steps += 1
 
     def _fix_buckets(self):
         # DDP's reducer rebuilds its buckets once, after the first backward,
@@ -476,6 +467,7 @@ class Healer(_PlainLoop):
             while True:
                 before = self._snapshot()
                 self._hook_failed = False
+                self._failure = None
                 try:
                     return fn(*args, **kwargs)
                 except Exception as e:
@@ -498,6 +490,13 @@ class Healer(_PlainLoop):
     def _no_heal_coming(self):
         return self._slot.no_heal_coming() and self._slot.generation() <= self.generation
 
+    def _flag_failure(self, error):
+        """A collective of the step failed (the hook's, the buffers'): the
+        first error is the step's."""
+        self._hook_failed = True
+        if self._failure is None:
+            self._failure = error
+
     def _heal_failed_step(self, before, start, why):
         """After a collective failed inside a step begun at `start` optimizer
         steps: the step's changes put back (unless this rank had committed
@@ -506,6 +505,7 @@ class Healer(_PlainLoop):
         if self.steps == start:
             self._put_back(before)
         self._hook_failed = False
+        self._failure = None
         self._heal(why)
         if self.steps > start:
             return True
