@@ -186,10 +186,9 @@ class World {
   void set_in_step(bool in_step);
 
  private:
+  // The world's CPU communicator of heal generation `generation`, with the
+  // ranks the agent placed this worker at (its heartbeat slot), if it did.
   std::unique_ptr<Communicator> connect_generation(uint32_t generation);
-  // The rank and size the agent placed this worker at when the job shrank
-  // (its heartbeat slot), if it did.
-  void take_placement();
   std::unique_ptr<Communicator> connect_nccl();
 
   LaunchInfo info_;

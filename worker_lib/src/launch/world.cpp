@@ -174,11 +174,16 @@ std::unique_ptr<Communicator> World::connect_generation(uint32_t generation) {
   // survivor takes the ranks the agent placed it at. A placement of a newer
   // generation means this one's world is gone (a grow right after a
   // shrink): its ranks are unknown now, so go on to the newer one.
-  if (const auto p = heartbeat_->placement(); p && p->generation > generation) {
-    throw GenerationSuperseded("ddp: the world changed again (generation " + std::to_string(p->generation) +
-                               ") before generation " + std::to_string(generation) + " connected");
+  if (const auto p = heartbeat_->placement()) {
+    if (p->generation > generation) {
+      throw GenerationSuperseded("ddp: the world changed again (generation " + std::to_string(p->generation) +
+                                 ") before generation " + std::to_string(generation) + " connected");
+    }
+    info_.rank = p->rank;
+    info_.world_size = p->world_size;
+    info_.group_rank = p->node_rank;
+    info_.group_world_size = p->num_nodes;
   }
-  take_placement();
   gloo_store_.reset();
   generation_store_.reset();
   ddprun::Store* base = round_store_.get();
@@ -207,15 +212,6 @@ void World::disconnect() {
   // NCCL: destroyed (aborted) here; its next use connects again, with a
   // fresh id in the generation's store (the Reducer keeps its reference).
   if (cuda_) cuda_->close();
-}
-
-void World::take_placement() {
-  const auto p = heartbeat_->placement();
-  if (!p) return;
-  info_.rank = p->rank;
-  info_.world_size = p->world_size;
-  info_.group_rank = p->node_rank;
-  info_.group_world_size = p->num_nodes;
 }
 
 void World::reconnect(uint32_t generation) {
