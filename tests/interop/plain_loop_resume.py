@@ -3,6 +3,7 @@
 state_dict() to --checkpoint after step N and exits; --resume loads them
 and goes on. The final checksum equals an uninterrupted run's."""
 import argparse
+import gc
 import hashlib
 import os
 import sys
@@ -58,12 +59,21 @@ def main():
                                 "scheduler": scheduler.state_dict(), "healer": states}, args.checkpoint)
                     print(f"saved at step {args.stop_at}", flush=True)
                 dist.barrier()
-                return
-    if dist.get_rank() == 0:
-        h = hashlib.sha256()
-        for p in model.parameters():
-            h.update(p.detach().contiguous().numpy().tobytes())
-        print(f"final loss {loss.item():.6f}; checksum {h.hexdigest()[:16]}", flush=True)
+                break
+        else:
+            continue
+        break
+    else:
+        if dist.get_rank() == 0:
+            h = hashlib.sha256()
+            for p in model.parameters():
+                h.update(p.detach().contiguous().numpy().tobytes())
+            print(f"final loss {loss.item():.6f}; checksum {h.hexdigest()[:16]}", flush=True)
+    # Let the process groups go while Python still runs (see ddp_heal.py):
+    # left to the interpreter's exit, a Gloo thread can abort the process.
+    del model, optimizer, scheduler, healer
+    gc.collect()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
