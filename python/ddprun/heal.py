@@ -53,13 +53,16 @@ every rank, a replacement included, then reduces the same buckets in the
 same order, and DDP never rebuilds them (a rebuild is a collective on the
 process group DDP was made with, which a heal replaces).
 """
+import atexit
 import copy
 import functools
+import gc
 import os
 import sys
 import threading
 import time
 import traceback
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -246,6 +249,26 @@ def _allreduce_hook(healer, bucket):
     return fut.then(reduced)
 
 
+def _release_at_exit(healer_ref):
+    """At the interpreter's exit, while Python still runs: the process
+    groups a Healer made or replaced go now. Left to the interpreter's
+    teardown (the Healer is held by the heartbeat slot and DDP's comm hook,
+    so nothing frees it before), a Gloo group's threads can be destroyed
+    running and abort the process ('terminate called without an active
+    exception') after a good run."""
+    healer = healer_ref()
+    if healer is None:
+        return
+    healer.close()
+    healer._slot.quiet_when = None
+    if healer.ddp is not None and hasattr(healer.ddp, "reducer"):
+        del healer.ddp.reducer  # it holds the group DDP was made with, and the hook's Healer
+    healer.ddp = None
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 class HealReport:
     """What the heals of this process cost (this rank's view)."""
 
@@ -331,6 +354,7 @@ class Healer(_PlainLoop):
                 _init_generation(self._backend, self.generation, self._slot)
         self._adopt_group()
         self._slot.set_heal_ready(True)
+        atexit.register(_release_at_exit, weakref.ref(self))
 
     # The context: the healer says the process can heal while it is open.
     def __enter__(self):
