@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The second lane: PyTorch 2.x from PyPI and a build against its LibTorch.
 #   1. build/torch2-venv: a venv with what scripts/torch2-requirements.txt
-#      pins (a few GB, the CUDA wheel; reused while the pins are unchanged);
+#      pins (a few GB, the CUDA wheel; reused while the pins are unchanged),
+#      then scripts/frameworks-requirements.txt's (Lightning, the Hugging
+#      Face Trainer: small, installed again only when that file changes);
 #   2. build/torch2: worker_lib, the examples and every test that links
 #      LibTorch or runs PyTorch, built with clang against the venv's
 #      LibTorch; the launcher, agent and rendezvous are build/'s (run
@@ -27,6 +29,13 @@ if ! cmp -s "$pins" "$venv/installed-requirements.txt" 2>/dev/null; then
   "$python" -m venv "$venv"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$pins"
   cp "$pins" "$venv/installed-requirements.txt"
+  rm -f "$venv/installed-frameworks.txt"
+fi
+frameworks=scripts/frameworks-requirements.txt
+if ! cmp -s "$frameworks" "$venv/installed-frameworks.txt" 2>/dev/null; then
+  echo "setup-torch2: installing $(grep -c '==' "$frameworks") pinned framework packages into $venv"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -c "$pins" -r "$frameworks"
+  cp "$frameworks" "$venv/installed-frameworks.txt"
 fi
 [ "${1:-}" != --venv-only ] || exit 0
 "$venv/bin/python" -c 'import torch; print("setup-torch2: torch", torch.__version__)'

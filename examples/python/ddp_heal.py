@@ -66,6 +66,8 @@ def main():
     ap.add_argument("--no-heal", action="store_true", help="the plain DDP loop: no Healer")
     ap.add_argument("--evaluate-first", action="store_true",
                     help="evaluate the untrained model before training (a forward without gradients)")
+    ap.add_argument("--barrier-before-healer", action="store_true",
+                    help="a dist.barrier() before the Healer, as a careless script has (a replacement stops there)")
     args = ap.parse_args()
 
     dist.init_process_group("gloo")
@@ -91,6 +93,8 @@ def main():
         model.train()
         if rank == 0:
             print(f"untrained loss {first:.6f}", flush=True)
+    if args.barrier_before_healer:
+        dist.barrier()
     healer = None if args.no_heal else ddprun.Healer(model, optimizer, state=progress)
     step = healer.step if healer else (lambda fn, *a: fn(*a))
     if healer is not None and healer.joined:

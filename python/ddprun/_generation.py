@@ -23,6 +23,7 @@ class _Process:
         self.heals = os.environ.get(_ENV_HEALS) == "1"
         self.generation = int(os.environ.get(_ENV_GENERATION, "0") or 0) if self.heals else 0
         self.joining = self.heals and self.generation > 0
+        self.taking_state = False  # a replacement's Healer exchanges the state: its collectives are the heal's
         # The heartbeat slot, mapped once for the process (None: no heals).
         self.slot = Slot.from_env() if self.heals else None
         self.base_store = None  # the agent's c10d store, connected once

@@ -91,6 +91,22 @@ class _PlainLoop:
             if not brought:
                 self._loop.batch += 1
 
+    def _healed_call(self, fn):
+        """fn() (a framework's step: forward and backward, its optimizer
+        step after) as a plain loop's body: run again after a heal when one
+        of its collectives failed. Returns (what the last run returned,
+        whether the heal brought the step done instead)."""
+        if not self.heals:
+            return fn(), False
+        attempts = self._loop_step(None)
+        result = None
+        while True:
+            try:
+                next(attempts)
+            except StopIteration as done:
+                return result, done.value
+            result = fn()
+
     def _loop_step(self, batch):
         """One step of a plain loop (see batches()): yields the batch until
         the body ran without a failed collective. True when a heal brought

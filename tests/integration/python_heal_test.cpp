@@ -16,12 +16,14 @@
 #include <regex>
 #include <set>
 
+#include "support/healed_scripts.h"
 #include "support/job_helpers.h"
 #include "support/process.h"
 
 namespace {
 
 using ddptest::Finished;
+using ddptest::checksum_of;
 using ddptest::Process;
 using ddptest::contains;
 using ddptest::occurrences;
@@ -39,13 +41,6 @@ std::vector<std::string> heal_job(int nproc, const std::vector<std::string>& lau
 }
 
 const ddptest::EnvChanges kEnv{std::string("PYTHON_EXEC=") + PYTHON_BIN};
-
-// "checksum 0123456789abcdef" as rank 0 printed it at the end; empty if none.
-std::string checksum_of(const std::string& out) {
-  std::smatch m;
-  if (!std::regex_search(out, m, std::regex(R"(final loss [0-9.]+; checksum ([0-9a-f]{16}))"))) return "";
-  return m[0];
-}
 
 // The final loss and checksum of an uninterrupted run (once per world size
 // and script flags).
@@ -148,6 +143,23 @@ TEST(PythonHeal, AHealerMadeAfterAForwardWithGradientsRefusesClearly) {
       << f.err;
 }
 
+// A replacement whose script calls a collective of its own before its
+// Healer (a dist.barrier()) would wait there for ever: its peers wait in
+// the heal. It stops at once, naming the call, and the group restarts.
+TEST(PythonHeal, AReplacementsCollectiveBeforeItsHealerStopsItNamingTheCall) {
+  Process p(heal_job(2, {"--max-restarts", "1"}, {"--barrier-before-healer"}), kEnv);
+  ASSERT_TRUE(reach_step(p, 30)) << p.out() << p.err();
+  const std::vector<pid_t> workers = workers_of(p.pid());
+  ASSERT_EQ(workers.size(), 2u);
+  kill(workers[1], SIGKILL);
+  Finished f = p.finish();
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "ddprun: heal: this replacement called torch.distributed.barrier() on the default "
+                              "group before its ddprun.Healer took the training state"))
+      << f.err;
+  EXPECT_TRUE(contains(f.err, "restarting the workers")) << f.err;
+}
+
 TEST(PythonHeal, TwoRanksKilledAtOnceAreBothReplacedBitwiseEqual) {
   const std::string want = reference(4);
   ASSERT_FALSE(want.empty());
@@ -205,36 +217,13 @@ TEST(PythonHeal, TheScriptWithoutItsHealerRestartsAsBefore) {
 // plain_loop_healed.py changes, counted here: rank 0 and another rank
 // killed at once, the survivors keep their processes, and the run ends with
 // the parameters of an uninterrupted one.
-// The lines of `diff plain healed`: "< old" and "> new" (the rest dropped).
-std::vector<std::string> lines_the_healed_loop_changes() {
-  const std::string cmd = std::string("diff ") + PLAIN_LOOP_SCRIPT + " " + PLAIN_LOOP_HEALED_SCRIPT;
-  std::vector<std::string> changed;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char line[4096];
-    while (fgets(line, sizeof(line), p)) {
-      std::string l(line);
-      if (!l.empty() && l.back() == '\n') l.pop_back();
-      if (l.rfind("< ", 0) == 0 || l.rfind("> ", 0) == 0) changed.push_back(l);
-    }
-    pclose(p);
-  }
-  return changed;
-}
-
 TEST(PythonHeal, APlainDataLoaderLoopHealsWithFourChangedLinesBitwiseEqual) {
   // The claim (README, docs/fault-tolerance.md): 4 lines, and the guide's
   // diff is this one.
-  const auto changed = lines_the_healed_loop_changes();
-  EXPECT_EQ(std::count_if(changed.begin(), changed.end(), [](const std::string& l) { return l[0] == '>'; }), 4);
-  const std::string script = PLAIN_LOOP_SCRIPT;
-  const std::string guide_path = script.substr(0, script.rfind("/examples/")) + "/docs/fault-tolerance.md";
-  std::ifstream in(guide_path);
-  const std::string guide((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ASSERT_FALSE(guide.empty()) << guide_path;
-  for (const std::string& l : changed) {
-    EXPECT_TRUE(contains(guide, "\n" + std::string(l[0] == '>' ? "+" : "-") + l.substr(2) + "\n"))
-        << "the guide's diff lacks: " << l;
-  }
+  const auto changed = ddptest::changed_lines(PLAIN_LOOP_SCRIPT, PLAIN_LOOP_HEALED_SCRIPT);
+  EXPECT_EQ(ddptest::added_lines(changed), 4);
+  EXPECT_EQ(ddptest::missing_from_guide(changed, PLAIN_LOOP_SCRIPT), std::vector<std::string>{})
+      << "the guide's diff lacks these lines";
   auto job = [] { return std::vector<std::string>{DDPRUN_BIN, "--nproc", "4", PLAIN_LOOP_HEALED_SCRIPT, "--print-steps"}; };
   Finished ref = ddptest::run(job(), kEnv);
   ASSERT_EQ(ref.exit_code, 0) << ref.err;

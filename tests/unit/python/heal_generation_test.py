@@ -20,10 +20,10 @@ import tempfile
 CHILD = r"""
 import sys, time
 import torch.distributed as dist
-from ddprun import heal
+from ddprun import _replacement
 case = sys.argv[1]
-heal._process.base_store = dist.HashStore()
-store = heal._GenerationStore(1, heal._process.slot)
+_replacement._process.base_store = dist.HashStore()
+store = _replacement._GenerationStore(1, _replacement._process.slot)
 store.set("ddprun/here/0", "1")
 if case == "stale-keys":
     print("ready", flush=True)
@@ -39,11 +39,11 @@ elif case == "vote":
     # The first of 2 ranks votes after the generation moved on; its peer
     # (its own slot not yet raised) votes after it: neither may connect.
     first = store.vote_to_connect(2)
-    late = heal._GenerationStore(1, None).vote_to_connect(2)
+    late = _replacement._GenerationStore(1, None).vote_to_connect(2)
     print("votes:", first, late)
 elif case == "stuck-connect":
-    heal._Overtaken._GRACE_S = 0.5
-    with heal._Overtaken(1, heal._process.slot):
+    _replacement._Overtaken._GRACE_S = 0.5
+    with _replacement._Overtaken(1, _replacement._process.slot):
         print("ready", flush=True)
         time.sleep(600)  # as gloo's C++ connect: nothing in Python ends it
     print("the connect returned")

@@ -1,0 +1,210 @@
+"""Lightning's Trainer.fit heals under ddprun: a rank that dies inside a
+training step is replaced while the others keep their processes, and the
+run ends with the parameters of one nothing interrupted.
+
+A script that names Lightning's DDPStrategy changes its import (1 line):
+
+    from ddprun.lightning import DDPStrategy  # was: from lightning.pytorch.strategies import DDPStrategy
+    trainer = L.Trainer(strategy=DDPStrategy(), ...)
+
+one that says strategy="ddp" says strategy=HealingDDPStrategy() (with its
+import: 2 lines). Under another launcher, or without ddprun's heals, the
+strategy is Lightning's DDPStrategy.
+
+What it does (Healer in heal.py does the heal itself):
+  1. setup(): a Healer over the DDP module, the optimizer, the LR
+     schedulers and where the fit loop stands (Lightning's loop counters
+     and the callbacks' state: a replacement takes them, survivors keep
+     their own);
+  2. optimizer_step(): the closure (forward, backward, DDP's all-reduce)
+     runs as a plain loop's body does under healer.batches(): a failed
+     all-reduce is flagged, the group heals, the closure runs again; then
+     Lightning's optimizer step;
+  3. a replacement skips the batches of the epoch its peers did, and its
+     collectives between its Healer and its first step (Lightning's
+     start-up barriers, the per-batch broadcast) stay local: its peers are
+     inside their step, not in those calls.
+A rank that dies outside a training step (validation, a checkpoint's
+save) is not healed: ddprun restarts the group, as without this strategy.
+Tested with the versions scripts/frameworks-requirements.txt pins
+(lightning 2.6.6); `lightning.pytorch` only, not the older
+`pytorch_lightning` namespace.
+"""
+import os
+
+import torch
+from lightning.fabric.utilities.data import _set_sampler_epoch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.strategies import DDPStrategy as _LightningDDPStrategy
+from lightning.pytorch.trainer import call as _call
+
+from .heal import Healer, joining
+
+__all__ = ["DDPStrategy", "HealingDDPStrategy"]
+
+
+class _FitPosition:
+    """Where Trainer.fit stands (the fit loop's counters, the callbacks'
+    state, the folders the loggers and checkpoints write to): sent with a
+    heal, taken by a replacement only. A survivor is inside the same step
+    as its peers; its own are right."""
+
+    def __init__(self, trainer):
+        self._trainer = trainer
+
+    def _checkpoints(self):
+        return [c for c in self._trainer.callbacks if isinstance(c, ModelCheckpoint)]
+
+    def state_dict(self):
+        return {"fit_loop": self._trainer.fit_loop.state_dict(),
+                "callbacks": _call._call_callbacks_state_dict(self._trainer),
+                # A replacement of rank 0 would pick the next free version
+                # folder (its peers made theirs): it takes theirs instead.
+                "logger_versions": [getattr(lg, "_version", None) for lg in self._trainer.loggers],
+                "checkpoint_dirs": [c.dirpath for c in self._checkpoints()]}
+
+    def load_state_dict(self, sd):
+        if not joining():
+            return
+        self._trainer.fit_loop.load_state_dict(sd["fit_loop"])
+        for logger, version in zip(self._trainer.loggers, sd["logger_versions"]):
+            if version is not None and getattr(logger, "_version", version) != version:
+                _take_version(logger, version)
+        for checkpoint, dirpath in zip(self._checkpoints(), sd["checkpoint_dirs"]):
+            checkpoint.dirpath = dirpath
+        _call._call_callbacks_load_state_dict(self._trainer, sd)
+
+
+def _take_version(logger, version):
+    """The logger writes into its peers' version folder. Lightning made its
+    experiment (CSVLogger: the folder of the next free version) before the
+    heal: it is made again, lazily, and the folder goes if still empty."""
+    made = getattr(logger, "_experiment", None) is not None
+    own_dir = logger.log_dir if made else None
+    logger._version = version
+    if made:
+        logger._experiment = None
+        try:
+            os.rmdir(own_dir)  # only an empty folder
+        except OSError:
+            pass
+
+
+class _FromWherePeersAre:
+    """The training dataloader, whose first iterator in a replacement is of
+    its peers' epoch and skips the batches of it they did. Making an iterator leaves the global
+    random generator as it was (DataLoader draws a seed from it), so that a
+    replacement, which makes its iterator mid-epoch, draws what its peers
+    draw (dropout)."""
+
+    def __init__(self, loader, batches_done):
+        self._loader = loader
+        self._batches_done = batches_done
+
+    def __iter__(self):
+        rng = torch.get_rng_state()
+        batches = iter(self._loader)
+        torch.set_rng_state(rng)
+        for _ in range(self._batches_done(self._loader)):
+            next(batches)
+        return batches
+
+    def __len__(self):
+        return len(self._loader)
+
+    def __getattr__(self, name):  # sampler, batch_size, dataset: Lightning reads them
+        return getattr(self._loader, name)
+
+
+class HealingDDPStrategy(_LightningDDPStrategy):
+    """Lightning's DDPStrategy, healed by ddprun (see the top of this file).
+    Takes DDPStrategy's arguments."""
+
+    healer = None
+    _starting = False  # a replacement, from its Healer to its first step
+
+    def setup(self, trainer):
+        super().setup(trainer)
+        self._trainer = trainer
+        if trainer.state.fn != "fit":
+            return
+        if len(self.optimizers) != 1:
+            raise ValueError(f"ddprun.lightning: HealingDDPStrategy heals one optimizer; configure_optimizers "
+                             f"gave {len(self.optimizers)}")
+        self._schedulers = [c.scheduler for c in self.lr_scheduler_configs]
+        self.healer = Healer(self.model, self.optimizers[0],
+                             extra=self._schedulers + [_FitPosition(trainer)])
+        self._starting = self.healer.joined
+        self._skip_pending = self.healer.joined
+        # Lightning broadcasts a SIGTERM flag from rank 0 before every batch.
+        epoch_loop = trainer.fit_loop.epoch_loop
+        broadcast_sigterm = epoch_loop._broadcast_sigterm_tensor
+
+        def sigterm_flag():
+            if not self._alone():
+                broadcast_sigterm()
+
+        epoch_loop._broadcast_sigterm_tensor = sigterm_flag
+
+    def teardown(self):
+        if self.healer is not None:
+            self.healer.close()
+        super().teardown()
+
+    def process_dataloader(self, dataloader):
+        if self.healer is None or not self._trainer.training:
+            return dataloader
+        return _FromWherePeersAre(dataloader, self._batches_done_by_peers)
+
+    def _batches_done_by_peers(self, loader):
+        if not self._skip_pending:
+            return 0
+        self._skip_pending = False
+        # Lightning makes this first iterator before it tells the sampler
+        # the epoch (and, restarted mid-epoch, keeps it): told here.
+        fit_loop = self._trainer.fit_loop
+        _set_sampler_epoch(loader, fit_loop.epoch_progress.current.processed)
+        return fit_loop.epoch_loop.batch_progress.current.completed
+
+    def optimizer_step(self, optimizer, closure, model=None, **kwargs):
+        healer = self.healer
+        self._starting = False
+        if healer is None or not healer.heals:
+            return super().optimizer_step(optimizer, closure, model, **kwargs)
+        # If the heal brings the step done (the peers had taken it: they send
+        # the schedulers as stepped after it), Lightning steps the schedulers
+        # once more after this returns: they go back to where they were.
+        schedulers = [s.state_dict() for s in self._schedulers]
+        loss, brought = healer._healed_call(closure)
+        if brought:
+            for s, sd in zip(self._schedulers, schedulers):
+                s.load_state_dict(sd)
+            return loss
+        return super().optimizer_step(optimizer, lambda: loss, model, **kwargs)
+
+    # A replacement's collectives before its first step stay local.
+    def _alone(self):
+        return joining() or self._starting
+
+    def barrier(self, *args, **kwargs):
+        if not self._alone():
+            super().barrier(*args, **kwargs)
+
+    def broadcast(self, obj, src=0):
+        return obj if self._alone() else super().broadcast(obj, src)
+
+    def reduce(self, tensor, group=None, reduce_op="mean"):
+        return tensor if self._alone() else super().reduce(tensor, group, reduce_op)
+
+    def reduce_boolean_decision(self, decision, all=True):
+        return decision if self._alone() else super().reduce_boolean_decision(decision, all)
+
+    def all_gather(self, tensor, group=None, sync_grads=False):
+        if self._alone():
+            raise RuntimeError("ddprun.lightning: all_gather in a replacement before its first step: its peers "
+                               "are inside their step, not in this call")
+        return super().all_gather(tensor, group, sync_grads)
+
+
+# For scripts that name Lightning's: `from ddprun.lightning import DDPStrategy`.
+DDPStrategy = HealingDDPStrategy

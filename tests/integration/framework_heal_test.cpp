@@ -1,0 +1,130 @@
+// Heals for the frameworks people train with, end to end in the 2.x lane
+// with the versions scripts/frameworks-requirements.txt pins: Lightning
+// (python/ddprun/lightning.py, examples/python/lightning_train*.py). Ranks
+// SIGKILLed mid-epoch, rank 0 among them: the survivors keep their
+// processes, replacements take the state from them, the callbacks go on
+// (checkpoints in the one folder, the LR logged), and the run ends with
+// exactly the parameters of one nothing interrupted.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+#include <set>
+
+#include "support/healed_scripts.h"
+#include "support/job_helpers.h"
+#include "support/process.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ddptest::Finished;
+using ddptest::Process;
+using ddptest::checksum_of;
+using ddptest::contains;
+using ddptest::occurrences;
+using ddptest::reach_step;
+using ddptest::workers_of;
+
+const ddptest::EnvChanges kEnv{std::string("PYTHON_EXEC=") + PYTHON_BIN};
+
+// This lane's Python must have the framework: scripts/setup-torch2.sh
+// installs it. A missing one fails the test, naming the fix.
+void expect_importable(const char* module) {
+  Finished f = ddptest::run({PYTHON_BIN, "-c", std::string("import ") + module});
+  ASSERT_EQ(f.exit_code, 0) << PYTHON_BIN << " cannot import " << module
+                            << " (scripts/setup-torch2.sh installs scripts/frameworks-requirements.txt): " << f.err;
+}
+
+std::vector<std::string> lightning_job(const fs::path& out) {
+  return {DDPRUN_BIN, "--nproc", "4", LIGHTNING_HEALED_SCRIPT, "--print-steps", "--out", out.string()};
+}
+
+// The files a Lightning run left under --out: "lightning_logs/version_0/checkpoints/epoch=0-step=25.ckpt", ...
+std::set<std::string> files_under(const fs::path& out) {
+  std::set<std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(out)) {
+    if (e.is_regular_file()) files.insert(fs::relative(e.path(), out).string());
+  }
+  return files;
+}
+
+// Kills `ranks` (local ranks of the one node) at once after `step`; checks
+// the heal (survivors kept, one replacement each, no restart) and returns
+// how the run ended.
+Finished killed_at(const fs::path& out, int step, const std::vector<int>& ranks) {
+  Process p(lightning_job(out), kEnv);
+  EXPECT_TRUE(reach_step(p, step)) << p.out() << p.err();
+  const std::vector<pid_t> workers = workers_of(p.pid());
+  EXPECT_EQ(workers.size(), 4u);
+  if (workers.size() != 4u) return p.finish();
+  for (int r : ranks) kill(workers[static_cast<size_t>(r)], SIGKILL);
+  EXPECT_TRUE(reach_step(p, step + 10)) << p.out() << p.err();
+  const std::vector<pid_t> now = ddptest::children_of(p.pid());
+  for (int r = 0; r < 4; ++r) {
+    if (std::find(ranks.begin(), ranks.end(), r) != ranks.end()) continue;
+    EXPECT_NE(std::find(now.begin(), now.end(), workers[static_cast<size_t>(r)]), now.end())
+        << "survivor rank " << r << " was restarted";
+  }
+  Finished f = p.finish();
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(occurrences(f.err, "replacing it while the other workers go on"), static_cast<int>(ranks.size())) << f.err;
+  EXPECT_FALSE(contains(f.err, "restarting the workers")) << f.err;
+  EXPECT_TRUE(contains(f.err, "ddprun: healed in generation")) << f.err;
+  return f;
+}
+
+struct Reference {
+  std::string checksum;
+  std::set<std::string> files;
+};
+
+Reference lightning_reference() {
+  const fs::path out = ddptest::temp_path("framework-heal", "lightning-ref");
+  Finished ref = ddptest::run(lightning_job(out), kEnv);
+  EXPECT_EQ(ref.exit_code, 0) << ref.err;
+  Reference r{checksum_of(ref.out), files_under(out)};
+  fs::remove_all(out);
+  EXPECT_FALSE(r.checksum.empty()) << ref.out;
+  EXPECT_TRUE(r.files.count("lightning_logs/version_0/checkpoints/epoch=0-step=25.ckpt")) << "no checkpoint";
+  return r;
+}
+
+// Lightning: one changed line (the DDPStrategy's import) heals rank 0 and
+// another rank killed at once; the guide shows that line.
+TEST(LightningHeal, OneChangedLineHealsRankZeroAndAnotherKilledAtOnceBitwiseEqual) {
+  expect_importable("lightning");
+  const auto changed = ddptest::changed_lines(LIGHTNING_SCRIPT, LIGHTNING_HEALED_SCRIPT);
+  EXPECT_EQ(ddptest::added_lines(changed), 1);
+  EXPECT_EQ(ddptest::missing_from_guide(changed, LIGHTNING_SCRIPT), std::vector<std::string>{})
+      << "the guide's diff lacks these lines";
+  const Reference want = lightning_reference();
+  std::mt19937 gen(std::random_device{}());
+  const int other = std::uniform_int_distribution<>(1, 3)(gen);
+  const fs::path out = ddptest::temp_path("framework-heal", "lightning-two");
+  Finished f = killed_at(out, 15, {0, other});
+  EXPECT_EQ(checksum_of(f.out), want.checksum) << "killed ranks 0 and " << other << "; " << f.out;
+  // The replacement of rank 0 writes on into its peers' folders: the same
+  // checkpoints and one metrics file, no second version.
+  EXPECT_EQ(files_under(out), want.files);
+  fs::remove_all(out);
+}
+
+// Any one rank killed in the second epoch (its sampler's second shuffle,
+// the warm-up done): the replacement skips the batches its peers did.
+TEST(LightningHeal, AnyRankKilledInTheSecondEpochHealsBitwiseEqual) {
+  expect_importable("lightning");
+  const Reference want = lightning_reference();
+  std::mt19937 gen(std::random_device{}());
+  const int rank = std::uniform_int_distribution<>(0, 3)(gen);
+  const int step = std::uniform_int_distribution<>(66, 110)(gen);  // 64 steps an epoch
+  const fs::path out = ddptest::temp_path("framework-heal", "lightning-one");
+  Finished f = killed_at(out, step, {rank});
+  EXPECT_EQ(checksum_of(f.out), want.checksum) << "killed rank " << rank << " after step " << step << "; " << f.out;
+  EXPECT_EQ(files_under(out), want.files);
+  fs::remove_all(out);
+}
+
+}  // namespace
