@@ -5,6 +5,10 @@ ddprun puts this package on its Python workers' path, so a script needs no
 install step; `pip install` of the folder above this one works too. Under
 another launcher, or without ddprun's heals, a Healer changes nothing: its
 step() calls the function.
+
+Frameworks (imported on their own, each needs its framework):
+ddprun.lightning.DDPStrategy (Lightning) and ddprun.transformers.Trainer
+(the Hugging Face Trainer): the import is the one line a script changes.
 """
 from .heal import Healer, HealReport, joining
 

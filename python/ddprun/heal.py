@@ -216,6 +216,10 @@ class Healer(_PlainLoop):
             if self.ddp.process_group is not dist.distributed_c10d._get_default_group() and not _process.joining:
                 raise ValueError("ddprun.Healer: DDP on a process group of its own cannot heal; "
                                  "make it on the default group")
+            if getattr(self.ddp, "find_unused_parameters", False):
+                raise ValueError("ddprun.Healer: DDP(find_unused_parameters=True) reduces which parameters were used "
+                                 "on the process group it was made with, which a heal cannot replace: make DDP with "
+                                 "find_unused_parameters=False")
             self._fix_buckets()
             self.ddp.register_comm_hook(self, _allreduce_hook)
             self._pulse_while_buffers_sync()

@@ -1,6 +1,8 @@
 // Heals for the frameworks people train with, end to end in the 2.x lane
 // with the versions scripts/frameworks-requirements.txt pins: Lightning
-// (python/ddprun/lightning.py, examples/python/lightning_train*.py). Ranks
+// (python/ddprun/lightning.py, examples/python/lightning_train*.py) and the
+// Hugging Face Trainer (python/ddprun/transformers.py,
+// examples/python/hf_train*.py). Ranks
 // SIGKILLed mid-epoch, rank 0 among them: the survivors keep their
 // processes, replacements take the state from them, the callbacks go on
 // (checkpoints in the one folder, the LR logged), and the run ends with
@@ -38,9 +40,10 @@ void expect_importable(const char* module) {
                             << " (scripts/setup-torch2.sh installs scripts/frameworks-requirements.txt): " << f.err;
 }
 
-std::vector<std::string> lightning_job(const fs::path& out) {
-  return {DDPRUN_BIN, "--nproc", "4", LIGHTNING_HEALED_SCRIPT, "--print-steps", "--out", out.string()};
+std::vector<std::string> job(const char* script, const fs::path& out) {
+  return {DDPRUN_BIN, "--nproc", "4", script, "--print-steps", "--out", out.string()};
 }
+std::vector<std::string> lightning_job(const fs::path& out) { return job(LIGHTNING_HEALED_SCRIPT, out); }
 
 // The files a Lightning run left under --out: "lightning_logs/version_0/checkpoints/epoch=0-step=25.ckpt", ...
 std::set<std::string> files_under(const fs::path& out) {
@@ -54,8 +57,8 @@ std::set<std::string> files_under(const fs::path& out) {
 // Kills `ranks` (local ranks of the one node) at once after `step`; checks
 // the heal (survivors kept, one replacement each, no restart) and returns
 // how the run ended.
-Finished killed_at(const fs::path& out, int step, const std::vector<int>& ranks) {
-  Process p(lightning_job(out), kEnv);
+Finished killed_at(const std::vector<std::string>& argv, int step, const std::vector<int>& ranks) {
+  Process p(argv, kEnv);
   EXPECT_TRUE(reach_step(p, step)) << p.out() << p.err();
   const std::vector<pid_t> workers = workers_of(p.pid());
   EXPECT_EQ(workers.size(), 4u);
@@ -104,7 +107,7 @@ TEST(LightningHeal, OneChangedLineHealsRankZeroAndAnotherKilledAtOnceBitwiseEqua
   std::mt19937 gen(std::random_device{}());
   const int other = std::uniform_int_distribution<>(1, 3)(gen);
   const fs::path out = ddptest::temp_path("framework-heal", "lightning-two");
-  Finished f = killed_at(out, 15, {0, other});
+  Finished f = killed_at(lightning_job(out), 15, {0, other});
   EXPECT_EQ(checksum_of(f.out), want.checksum) << "killed ranks 0 and " << other << "; " << f.out;
   // The replacement of rank 0 writes on into its peers' folders: the same
   // checkpoints and one metrics file, no second version.
@@ -121,9 +124,37 @@ TEST(LightningHeal, AnyRankKilledInTheSecondEpochHealsBitwiseEqual) {
   const int rank = std::uniform_int_distribution<>(0, 3)(gen);
   const int step = std::uniform_int_distribution<>(66, 110)(gen);  // 64 steps an epoch
   const fs::path out = ddptest::temp_path("framework-heal", "lightning-one");
-  Finished f = killed_at(out, step, {rank});
+  Finished f = killed_at(lightning_job(out), step, {rank});
   EXPECT_EQ(checksum_of(f.out), want.checksum) << "killed rank " << rank << " after step " << step << "; " << f.out;
   EXPECT_EQ(files_under(out), want.files);
+  fs::remove_all(out);
+}
+
+// The Hugging Face Trainer: one changed line (the import the Trainer comes
+// from) heals rank 0 and another rank killed at once. The kill falls inside
+// a training step: the Trainer's logging (every 10 steps) and saving
+// (every 25) gather outside it, which does not heal (the guide says so).
+TEST(TrainerHeal, OneChangedLineHealsRankZeroAndAnotherKilledAtOnceBitwiseEqual) {
+  expect_importable("transformers");
+  const auto changed = ddptest::changed_lines(HF_SCRIPT, HF_HEALED_SCRIPT);
+  EXPECT_EQ(ddptest::added_lines(changed), 1);
+  EXPECT_EQ(ddptest::missing_from_guide(changed, HF_SCRIPT), std::vector<std::string>{})
+      << "the guide's diff lacks these lines";
+  const fs::path ref_out = ddptest::temp_path("framework-heal", "hf-ref");
+  Finished ref = ddptest::run(job(HF_HEALED_SCRIPT, ref_out), kEnv);
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const std::string want = checksum_of(ref.out);
+  ASSERT_FALSE(want.empty()) << ref.out;
+  const std::set<std::string> want_files = files_under(ref_out);
+  fs::remove_all(ref_out);
+  std::mt19937 gen(std::random_device{}());
+  const int other = std::uniform_int_distribution<>(1, 3)(gen);
+  const int step = std::uniform_int_distribution<>(0, 1)(gen) ? std::uniform_int_distribution<>(12, 16)(gen)
+                                                               : std::uniform_int_distribution<>(82, 86)(gen);
+  const fs::path out = ddptest::temp_path("framework-heal", "hf-two");
+  Finished f = killed_at(job(HF_HEALED_SCRIPT, out), step, {0, other});
+  EXPECT_EQ(checksum_of(f.out), want) << "killed ranks 0 and " << other << " after step " << step << "; " << f.out;
+  EXPECT_EQ(files_under(out), want_files);  // the checkpoints: the same folders, the same files
   fs::remove_all(out);
 }
 
