@@ -15,6 +15,20 @@ def _done(tensor):
     return fut
 
 
+def _batches_from(loader, skip):
+    """The loader's iterator past its first `skip` batches. Making it draws
+    a seed from the global random generator (for its workers); the
+    generator is put back after, so that a replacement, which makes its
+    iterator mid-epoch, draws the same random numbers as its peers
+    (dropout)."""
+    rng = torch.get_rng_state()
+    batches = iter(loader)
+    torch.set_rng_state(rng)
+    for _ in range(skip):  # a replacement: the epoch's batches its peers did
+        next(batches)
+    return batches
+
+
 class _LoopPosition:
     """Where a plain loop stands: its epoch and the batches of it done."""
 
@@ -73,12 +87,7 @@ class _PlainLoop:
         so that a replacement, which makes its iterator mid-epoch, draws the
         same random numbers as its peers (dropout). Give the DataLoader a
         generator of its own when its workers' randomness matters."""
-        rng = torch.get_rng_state()
-        batches = iter(loader)
-        torch.set_rng_state(rng)
-        for _ in range(self._loop.batch):  # a replacement: the epoch's batches its peers did
-            next(batches)
-        for batch in batches:
+        for batch in _batches_from(loader, self._loop.batch):
             self._body_steps = self.steps  # the optimizer steps before this batch's body
             try:
                 if not self.heals:
@@ -91,21 +100,31 @@ class _PlainLoop:
             if not brought:
                 self._loop.batch += 1
 
-    def _healed_call(self, fn):
+    def _healed_call(self, fn, stepped_after=()):
         """fn() (a framework's step: forward and backward, its optimizer
         step after) as a plain loop's body: run again after a heal when one
         of its collectives failed. Returns (what the last run returned,
-        whether the heal brought the step done instead)."""
+        whether the heal brought the step done instead). `stepped_after`:
+        objects with state_dict() (LR schedulers) that the framework steps
+        after fn, even when the heal brought the step done: they come back
+        from the peers stepped already, so they go back to where they were
+        before fn, and the framework's own step brings them level."""
         if not self.heals:
             return fn(), False
+        before = [o.state_dict() for o in stepped_after]
         attempts = self._loop_step(None)
         result = None
         while True:
             try:
                 next(attempts)
             except StopIteration as done:
-                return result, done.value
+                brought = done.value
+                break
             result = fn()
+        if brought:
+            for o, sd in zip(stepped_after, before):
+                o.load_state_dict(sd)
+        return result, brought
 
     def _loop_step(self, batch):
         """One step of a plain loop (see batches()): yields the batch until

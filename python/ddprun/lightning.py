@@ -32,12 +32,12 @@ Tested with the versions scripts/frameworks-requirements.txt pins
 """
 import os
 
-import torch
 from lightning.fabric.utilities.data import _set_sampler_epoch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies import DDPStrategy as _LightningDDPStrategy
 from lightning.pytorch.trainer import call as _call
 
+from ._loop import _batches_from
 from .heal import Healer, joining
 
 __all__ = ["DDPStrategy", "HealingDDPStrategy"]
@@ -92,22 +92,15 @@ def _take_version(logger, version):
 
 class _FromWherePeersAre:
     """The training dataloader, whose first iterator in a replacement is of
-    its peers' epoch and skips the batches of it they did. Making an iterator leaves the global
-    random generator as it was (DataLoader draws a seed from it), so that a
-    replacement, which makes its iterator mid-epoch, draws what its peers
-    draw (dropout)."""
+    its peers' epoch and skips the batches of it they did (_batches_from:
+    the global generator as it was)."""
 
     def __init__(self, loader, batches_done):
         self._loader = loader
         self._batches_done = batches_done
 
     def __iter__(self):
-        rng = torch.get_rng_state()
-        batches = iter(self._loader)
-        torch.set_rng_state(rng)
-        for _ in range(self._batches_done(self._loader)):
-            next(batches)
-        return batches
+        return _batches_from(self._loader, self._batches_done(self._loader))
 
     def __len__(self):
         return len(self._loader)
@@ -171,14 +164,9 @@ class HealingDDPStrategy(_LightningDDPStrategy):
         self._starting = False
         if healer is None or not healer.heals:
             return super().optimizer_step(optimizer, closure, model, **kwargs)
-        # If the heal brings the step done (the peers had taken it: they send
-        # the schedulers as stepped after it), Lightning steps the schedulers
-        # once more after this returns: they go back to where they were.
-        schedulers = [s.state_dict() for s in self._schedulers]
-        loss, brought = healer._healed_call(closure)
+        # Lightning steps the schedulers after this returns.
+        loss, brought = healer._healed_call(closure, stepped_after=self._schedulers)
         if brought:
-            for s, sd in zip(self._schedulers, schedulers):
-                s.load_state_dict(sd)
             return loss
         return super().optimizer_step(optimizer, lambda: loss, model, **kwargs)
 

@@ -126,10 +126,6 @@ class HealingTrainer(_HuggingFaceTrainer):
         self._step_brought = False
         if healer is None or not healer.heals:
             return super().training_step(model, inputs, num_items_in_batch)
-        # If the heal brings the step done (the peers had taken it: they send
-        # the scheduler as stepped after it), the Trainer steps the scheduler
-        # once more after this returns: it goes back to where it was.
-        scheduler = self.lr_scheduler.state_dict()
 
         def attempt():
             # The Trainer zeroes the gradients after its optimizer step: a
@@ -137,10 +133,9 @@ class HealingTrainer(_HuggingFaceTrainer):
             model.zero_grad()
             return super(HealingTrainer, self).training_step(model, inputs, num_items_in_batch)
 
-        loss, brought = healer._healed_call(attempt)
-        if brought:
-            self._step_brought = True
-            self.lr_scheduler.load_state_dict(scheduler)
+        # The Trainer steps the scheduler after this returns (the optimizer
+        # it skips when the heal brought the step done).
+        loss, self._step_brought = healer._healed_call(attempt, stepped_after=[self.lr_scheduler])
         return loss
 
     def train(self, *args, **kwargs):
