@@ -126,6 +126,20 @@ def _allreduce_hook(healer, bucket):
     return fut.then(reduced)
 
 
+def _unpin_groups():
+    """PyTorch 2.x's torch.distributed.nn.functional, first imported by
+    DDP's constructor, binds the default group of that moment in its
+    functions' default arguments, so that nothing frees that group (its
+    threads and sockets) once a heal or the exit drops it, and it dies in
+    the interpreter's teardown. Those defaults become None: the default
+    group of the call's moment."""
+    functional = sys.modules.get("torch.distributed.nn.functional")
+    for fn in vars(functional).values() if functional is not None else ():
+        defaults = getattr(fn, "__defaults__", None)
+        if defaults and any(isinstance(d, dist.ProcessGroup) for d in defaults):
+            fn.__defaults__ = tuple(None if isinstance(d, dist.ProcessGroup) else d for d in defaults)
+
+
 def _release_at_exit(healer_ref):
     """At the interpreter's exit, while Python still runs: the process
     groups a Healer made or replaced go now. Left to the interpreter's
@@ -138,8 +152,15 @@ def _release_at_exit(healer_ref):
         return
     healer.close()
     healer._slot.quiet_when = None
-    if healer.ddp is not None and hasattr(healer.ddp, "reducer"):
-        del healer.ddp.reducer  # it holds the group DDP was made with, and the hook's Healer
+    if healer.ddp is not None:
+        # DDP holds its group in the reducer (with the hook's Healer), in
+        # its logger (which holds the reducer) and as .process_group. A
+        # Trainer or a Lightning strategy keeps the DDP until the teardown,
+        # so all go here.
+        for held in ("reducer", "logger"):
+            if hasattr(healer.ddp, held):
+                delattr(healer.ddp, held)
+        healer.ddp.process_group = None
     healer.ddp = None
     gc.collect()
     if dist.is_initialized():
@@ -212,6 +233,7 @@ class Healer(_PlainLoop):
         self._under_way = 0
         self._under_way_lock = threading.Lock()
         self._slot.quiet_when = self._stale_wait
+        _unpin_groups()
         if self.ddp is not None:
             if self.ddp.process_group is not dist.distributed_c10d._get_default_group() and not _process.joining:
                 raise ValueError("ddprun.Healer: DDP on a process group of its own cannot heal; "

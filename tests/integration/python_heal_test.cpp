@@ -143,6 +143,16 @@ TEST(PythonHeal, AHealerMadeAfterAForwardWithGradientsRefusesClearly) {
       << f.err;
 }
 
+// A healed run's process group goes while Python still runs, even when the
+// script keeps its DDP until the interpreter's teardown (as the Trainer and
+// Lightning do): a Gloo group destroyed in the teardown can abort the
+// process after a good run. The script checks it in its last exit handler.
+TEST(PythonHeal, TheProcessGroupIsReleasedBeforeTheInterpretersTeardown) {
+  Finished f = ddptest::run({DDPRUN_BIN, "--nproc", "2", HEALER_EXIT_SCRIPT}, kEnv);
+  EXPECT_EQ(f.exit_code, 0) << f.out << f.err;
+  EXPECT_EQ(occurrences(f.out, "its process groups were released before the teardown"), 2) << f.out << f.err;
+}
+
 // A replacement whose script calls a collective of its own before its
 // Healer (a dist.barrier()) would wait there for ever: its peers wait in
 // the heal. It stops at once, naming the call, and the group restarts.
