@@ -11,17 +11,21 @@ interrupted.
     ddprun --nproc 4 examples/python/hf_train_healed.py --print-steps
     kill -9 <a worker's pid>
 
-Rank 0 prints the loss on the first 256 samples and a checksum of the
-parameters. Needs
+With --resume, a restarted run goes on from the newest checkpoint in --out
+(what a script restarted by torchrun needs: bench/recovery.py --frameworks
+measures both ways back). Rank 0 prints the loss on the first 256 samples
+and a checksum of the parameters. Needs
 `pip install transformers accelerate` (the 2.x lane installs them:
 scripts/frameworks-requirements.txt).
 """
 import argparse
 import hashlib
+import os
 
 import torch
 import torch.nn.functional as F
 from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
 
 
 class Net(torch.nn.Module):
@@ -62,6 +66,7 @@ def main():
     ap.add_argument("--samples", type=int, default=4096)
     ap.add_argument("--out", default="hf_out", help="checkpoints go here")
     ap.add_argument("--print-steps", action="store_true", help="rank 0 prints a line after every step")
+    ap.add_argument("--resume", action="store_true", help="go on from the newest checkpoint in --out, if any")
     args = ap.parse_args()
 
     torch.manual_seed(0)
@@ -72,7 +77,8 @@ def main():
         save_steps=25, logging_steps=10, report_to="none", use_cpu=True, disable_tqdm=True)
     trainer = Trainer(model=model, args=training, train_dataset=Tokens(args.samples),
                       callbacks=[PrintSteps()] if args.print_steps else [])
-    trainer.train()
+    last = get_last_checkpoint(args.out) if args.resume and os.path.isdir(args.out) else None
+    trainer.train(resume_from_checkpoint=last)
 
     if trainer.is_world_process_zero():
         h = hashlib.sha256()

@@ -11,12 +11,18 @@ interrupted.
     ddprun --nproc 4 examples/python/lightning_train_healed.py --print-steps
     kill -9 <a worker's pid>
 
-Rank 0 prints the final loss and a checksum of the parameters. Needs
+With --resume, a restarted run goes on from the newest checkpoint in --out
+(what a script restarted by torchrun needs: bench/recovery.py --frameworks
+measures both ways back). Rank 0 prints the final loss and a checksum of
+the parameters. Needs
 `pip install lightning` (the 2.x lane installs it:
 scripts/frameworks-requirements.txt).
 """
 import argparse
+import glob
 import hashlib
+import os
+import re
 
 import lightning as L
 import torch
@@ -62,6 +68,13 @@ def make_data(samples, length=16, vocab=64, seed=1):
     return TensorDataset(tokens, tokens[:, :4].sum(dim=1) % 4)
 
 
+def newest_checkpoint(out):
+    """The checkpoint of the most steps under out (each run's logger
+    version has its own folder), or None."""
+    found = glob.glob(os.path.join(out, "**", "*step=*.ckpt"), recursive=True)
+    return max(found, key=lambda p: int(re.search(r"step=(\d+)", p).group(1)), default=None)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--devices", type=int, default=4, help="processes per node (ddprun --nproc)")
@@ -69,6 +82,7 @@ def main():
     ap.add_argument("--samples", type=int, default=4096)
     ap.add_argument("--out", default="lightning_out", help="checkpoints and logs go here")
     ap.add_argument("--print-steps", action="store_true", help="rank 0 prints a line after every step")
+    ap.add_argument("--resume", action="store_true", help="go on from the newest checkpoint in --out, if any")
     args = ap.parse_args()
 
     torch.manual_seed(0)
@@ -78,7 +92,8 @@ def main():
         default_root_dir=args.out, logger=CSVLogger(args.out), log_every_n_steps=10,
         callbacks=[ModelCheckpoint(every_n_train_steps=25, save_top_k=-1), LearningRateMonitor("step")]
         + ([PrintSteps()] if args.print_steps else []))
-    trainer.fit(model, DataLoader(make_data(args.samples), batch_size=16, shuffle=True))
+    trainer.fit(model, DataLoader(make_data(args.samples), batch_size=16, shuffle=True),
+                ckpt_path=newest_checkpoint(args.out) if args.resume else None)
 
     if trainer.global_rank == 0:
         h = hashlib.sha256()
