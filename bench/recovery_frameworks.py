@@ -28,12 +28,10 @@ A run with no step within --budget seconds of the kill counts as none.
 import argparse
 import os
 import re
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 import anchors
@@ -61,15 +59,12 @@ def run_once(cmd, marker, kill_at, budget, env):
                            start_new_session=True)
     lines = recovery.lines_of(job)
     killed_at, last, first, resumed, checksum = None, None, None, None, None
-    started = time.time()
+    # next_line's budget runs from `since`: the start for an uninterrupted
+    # run (600 s), the kill, then each line after the first step after it.
+    since, budget = (time.time(), 600) if kill_at is None else (None, budget)
     try:
         while True:
-            # Before the kill a line may take as long as it takes (the job
-            # ending first is an error); an uninterrupted run has 600 s.
-            if kill_at is None:
-                line = recovery.next_line(lines, started, 600, cmd)
-            else:
-                line = recovery.next_line(lines, killed_at, budget, cmd)
+            line = recovery.next_line(lines, since, budget, cmd)
             if line is None:
                 break
             now = time.time()
@@ -77,16 +72,17 @@ def run_once(cmd, marker, kill_at, budget, env):
             found = CHECKSUM.search(line)
             if found:
                 checksum = found.group(1)
+            if first is not None:
+                since = now
             if not step:
                 continue
             if killed_at is None:
                 last = int(step.group(1))
                 if kill_at is not None and last >= kill_at:
                     os.kill(recovery.victim_of(job.pid, marker), signal.SIGKILL)
-                    killed_at = time.time()
+                    killed_at = since = time.time()
             elif first is None:
-                first, resumed = int(step.group(1)), now - killed_at
-                killed_at = now  # from here on: the budget for each next line
+                first, resumed, since = int(step.group(1)), now - killed_at, now
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGTERM)
@@ -97,14 +93,8 @@ def run_once(cmd, marker, kill_at, budget, env):
 
 
 def measure(make_cmd, marker, kill_at, budget, env, repeats):
-    runs = []
-    for _ in range(repeats):
-        out = tempfile.mkdtemp(prefix="ddprun-fw-recovery-")
-        try:
-            runs.append(run_once(make_cmd(out), marker, kill_at, budget, env))
-        finally:
-            shutil.rmtree(out, ignore_errors=True)
-    return runs
+    """repeats runs, each with an --out folder of its own (bench/recovery.py's measure)."""
+    return recovery.measure(lambda out: run_once(make_cmd(out), marker, kill_at, budget, env), repeats)
 
 
 def main():
