@@ -1279,11 +1279,11 @@ TEST(NetNodes, EmbeddedControlPlaneANodeThatComesAfterTheServingNodeWasLostFinds
   n0.finish(10s);
   const auto shrunk = n1.wait_for_line([](const std::string& l) { return contains(l, "world size now 2"); }, 60s);
   ASSERT_TRUE(shrunk) << n1.out() << n1.err() << n2.err();
-  // A few steps at world 2 first: a growth named a quarter of a second
-  // after the takeover's shrink hung 2 runs in about 45 (not found yet).
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(*shrunk, m, std::regex(R"(going on from step (\d+))"))) << *shrunk;
-  ASSERT_TRUE(reach_step(n1, std::stoi(m[1]) + 5)) << n1.out() << n1.err();
+  // At once: the growth is named while the survivors still exchange the
+  // shrink's first buckets. (That window once hung a survivor in a Gloo
+  // send its healed peer had closed half-way: abort_test.cpp's
+  // AGlooSendHalfWritten...; this test waited 5 steps then, and still failed
+  // now and then.)
   Process n3(node(3), env);
   ASSERT_TRUE(n1.wait_for_line([](const std::string& l) { return contains(l, "world size now 3"); }, 90s))
       << n1.out() << n1.err() << "\nnode 3:\n" << n3.finish(10s).err << n3.out() << "\nnode 2:\n" << n2.finish(10s).err

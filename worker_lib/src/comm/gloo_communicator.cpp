@@ -35,7 +35,6 @@
 #pragma GCC visibility push(hidden)
 #endif
 #include <gloo/allgather.h>
-#include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -45,6 +44,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
 #if DDPRUN_PRIVATE_GLOO
 #pragma GCC visibility pop
 #endif
@@ -79,6 +79,9 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
+// all_reduce's messages (Gloo's own collectives use 0x01 to 0x08).
+constexpr uint8_t kRingAllReduceSlotPrefix = 0x70;
+
 template <typename T>
 ReduceFn reduce_fn(ReduceOp op) {
   switch (op) {
@@ -91,16 +94,6 @@ ReduceFn reduce_fn(ReduceOp op) {
       return static_cast<ReduceFn>(&gloo::min<T>);
   }
   throw std::invalid_argument("ddp: unknown ReduceOp");
-}
-
-template <typename T>
-void gloo_allreduce(const std::shared_ptr<gloo::Context>& ctx, at::Tensor& t, ReduceOp op,
-                    std::chrono::milliseconds timeout) {
-  gloo::AllreduceOptions opts(ctx);
-  opts.setOutput(t.data_ptr<T>(), static_cast<size_t>(t.numel()));
-  opts.setReduceFunction(reduce_fn<T>(op));
-  opts.setTimeout(timeout);
-  gloo::allreduce(opts);
 }
 
 // Whether two socket addresses are the same IP address and port.
@@ -135,15 +128,14 @@ void GlooCommunicator::run(const char* op, Timeout timeout, Fn&& fn) {
   // Gloo throws gloo::Exception (I/O, timeouts) and, from its checks,
   // gloo::EnforceNotMet, which is no gloo::Exception: both get the context.
   auto failed = [&](const char* what) {
-    if (aborted_.load()) {
-      std::lock_guard lock(abort_mu_);
-      return CollectiveError(abort_why_ + " (Gloo " + op + " on rank " + std::to_string(options_.rank) + " of " +
-                             std::to_string(options_.size) + " aborted: " + what + ")");
-    }
+    if (aborted_.load()) return aborted_error(op, what);
     return CollectiveError(gloo_failure_message(op, options_.rank, options_.size, timeout, what, peer_endpoints_));
   };
   try {
     fn();
+    // A wait the abort woke returns as if it had completed: whatever the
+    // collective left in its buffers is not a result.
+    if (aborted_.load()) throw aborted_error(op, "woken by the abort");
     if (options_.heartbeat) options_.heartbeat->beat();
   } catch (const gloo::Exception& e) {
     throw failed(e.what());
@@ -218,7 +210,9 @@ void GlooCommunicator::learn_peer_endpoints(ddprun::Store& store) {
   }
 }
 
-GlooCommunicator::~GlooCommunicator() = default;
+GlooCommunicator::~GlooCommunicator() {
+  if (releaser_.joinable()) releaser_.join();  // done once the last collective unlisted its buffers
+}
 
 // Gloo has no cancel, but its transport fails everything waiting on a pair
 // whose socket reaches its end, which is how a peer that dies is seen.
@@ -235,12 +229,22 @@ GlooCommunicator::~GlooCommunicator() = default;
 // the sockets are found among this process's descriptors by that end; the
 // device (and its listening address) is this communicator's own, so no
 // other connection shares it.
+//
+// One wait that path never ends: a send Gloo had begun writing when its
+// pair failed (the socket was full: the peer was slow, stopped, or had
+// closed its end with our bytes unread). Gloo tells a pair's posted
+// receives and not-yet-asked sends, not the send it is writing, whose
+// waitSend then blocked until Gloo's timeout, 5 minutes by default (seen: a
+// heal stuck when the peer that healed first closed its end on a bucket
+// half sent); and so is a receive caught half read. Every buffer a
+// collective sends from or receives into is made here and listed while it
+// runs (Flight); release_waits() wakes them.
 void GlooCommunicator::abort(const std::string& why) {
   {
-    std::lock_guard lock(abort_mu_);
+    std::lock_guard lock(flight_mu_);
     if (abort_why_.empty()) abort_why_ = why;
+    aborted_.store(true);  // under the lock: no collective lists a buffer after this
   }
-  aborted_.store(true);
   if (!context_) return;
   std::vector<sockaddr_storage> ends;
   for (int r = 0; r < options_.size; ++r) {
@@ -273,6 +277,134 @@ void GlooCommunicator::abort(const std::string& why) {
       }
     }
   }
+  release_waits();
+}
+
+// The collective's waits, woken until it has ended: abortWaitSend (and
+// abortWaitRecv) makes a buffer's current or next wait return, and Gloo's
+// algorithm goes on to its next send or receive, which throws once the
+// pair has failed. Again and again, on a thread of its own: the pairs fail
+// on Gloo's loop a moment after the shutdown, and a send written in that
+// moment can be caught as the first was. Gloo gives no event for "a send
+// of mine is stuck", so the thread wakes on each buffer a collective
+// unlists (flight_cv_) and otherwise every kReleaseEvery. (Gloo's barrier,
+// broadcast and all-gather wait on no buffer but these; its all-reduce did,
+// hence all_reduce_as.)
+void GlooCommunicator::release_waits() {
+  std::lock_guard lock(flight_mu_);
+  if (in_flight_.empty() || releaser_.joinable()) return;
+  releaser_ = std::thread([this] {
+    constexpr auto kReleaseEvery = std::chrono::milliseconds(10);
+    std::unique_lock lock(flight_mu_);
+    while (!in_flight_.empty()) {
+      // A listed buffer lives until its collective unlists it (under the lock).
+      for (gloo::transport::UnboundBuffer* b : in_flight_) {
+        b->abortWaitSend();
+        b->abortWaitRecv();
+      }
+      flight_cv_.wait_for(lock, kReleaseEvery);
+    }
+  });
+}
+
+// The buffers of one collective, listed as in flight from when they are
+// made until it ends (declare it after the Gloo options that own them).
+class GlooCommunicator::Flight {
+ public:
+  Flight(GlooCommunicator& comm, const char* op) : comm_(comm), op_(op) {}
+  ~Flight() {
+    {
+      std::lock_guard lock(comm_.flight_mu_);
+      for (gloo::transport::UnboundBuffer* b : mine_) {
+        comm_.in_flight_.erase(std::find(comm_.in_flight_.begin(), comm_.in_flight_.end(), b));
+      }
+    }
+    comm_.flight_cv_.notify_all();
+  }
+  Flight(const Flight&) = delete;
+  Flight& operator=(const Flight&) = delete;
+
+  // A buffer over [ptr, ptr + bytes), listed.
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer(void* ptr, size_t bytes) {
+    auto b = comm_.context_->createUnboundBuffer(ptr, bytes);
+    list(b.get());
+    return b;
+  }
+  // Lists a buffer the collective's options made (it must outlive this).
+  void list(gloo::transport::UnboundBuffer* b) {
+    std::unique_lock lock(comm_.flight_mu_);
+    if (comm_.aborted_.load()) {
+      lock.unlock();
+      throw comm_.aborted_error(op_, "aborted before it began");
+    }
+    comm_.in_flight_.push_back(b);
+    mine_.push_back(b);
+  }
+
+ private:
+  GlooCommunicator& comm_;
+  const char* op_;
+  std::vector<gloo::transport::UnboundBuffer*> mine_;
+};
+
+// A barrier's buffer is Gloo's own (protected in its options).
+struct GlooCommunicator::BarrierOptions : gloo::BarrierOptions {
+  using gloo::BarrierOptions::BarrierOptions;
+  gloo::transport::UnboundBuffer* own_buffer() { return buffer.get(); }
+};
+
+CollectiveError GlooCommunicator::aborted_error(const char* op, const std::string& what) {
+  std::lock_guard lock(flight_mu_);
+  return CollectiveError(abort_why_ + " (Gloo " + op + " on rank " + std::to_string(options_.rank) + " of " +
+                         std::to_string(options_.size) + " aborted: " + what + ")");
+}
+
+// A ring all-reduce as Gloo's, over buffers made here: Gloo's own receives
+// into a buffer it makes inside, which an abort cannot wake (a receive
+// caught half read when its pair failed waited for Gloo's timeout; seen
+// after the send above was fixed). The ring of P ranks, the tensor cut in P
+// chunks: in P - 1 steps each rank sends a chunk to the next rank and adds
+// the chunk the previous rank sent to its own (own + received, as Gloo
+// adds), so that each chunk ends summed on one rank; then P - 1 steps pass
+// the summed chunks on. Every rank ends with the same bits.
+template <typename T>
+void GlooCommunicator::all_reduce_as(at::Tensor& t, ReduceOp op, Timeout timeout) {
+  const int size = options_.size, rank = options_.rank;
+  if (size == 1) return;
+  const size_t n = static_cast<size_t>(t.numel());
+  T* data = t.data_ptr<T>();
+  auto first = [&](int c) { return n * static_cast<size_t>(c) / static_cast<size_t>(size); };  // chunk c's first element
+  auto count = [&](int c) { return first(c + 1) - first(c); };
+  size_t most = 0;
+  for (int c = 0; c < size; ++c) most = std::max(most, count(c));
+  std::unique_ptr<T[]> scratch(new T[most]);
+  const auto out = context_->createUnboundBuffer(data, n * sizeof(T));
+  const auto in = context_->createUnboundBuffer(scratch.get(), most * sizeof(T));
+  Flight flight(*this, "all_reduce");  // after the buffers: unlists them before they go
+  flight.list(out.get());
+  flight.list(in.get());
+  const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+  const uint64_t slot = gloo::Slot::build(kRingAllReduceSlotPrefix, 0);
+  const ReduceFn reduce = reduce_fn<T>(op);
+  // 1. Reduce-scatter: at step s, send chunk rank - s, add chunk rank - s - 1.
+  for (int s = 0; s + 1 < size; ++s) {
+    const int send = (rank - s + size) % size, recv = (rank - s - 1 + 2 * size) % size;
+    if (count(recv) > 0) in->recv(left, slot, 0, count(recv) * sizeof(T));
+    if (count(send) > 0) out->send(right, slot, first(send) * sizeof(T), count(send) * sizeof(T));
+    if (count(recv) > 0) {
+      in->waitRecv(timeout);
+      reduce(data + first(recv), data + first(recv), scratch.get(), count(recv));
+    }
+    if (count(send) > 0) out->waitSend(timeout);
+  }
+  // 2. All-gather: at step s, pass chunk rank + 1 - s on, take chunk rank - s.
+  for (int s = 0; s + 1 < size; ++s) {
+    const int send = (rank + 1 - s + size) % size, recv = (rank - s + size) % size;
+    if (count(recv) > 0) out->recv(left, slot, first(recv) * sizeof(T), count(recv) * sizeof(T));
+    if (count(send) > 0) out->send(right, slot, first(send) * sizeof(T), count(send) * sizeof(T));
+    if (count(recv) > 0) out->waitRecv(timeout);
+    if (count(send) > 0) out->waitSend(timeout);
+  }
 }
 
 void GlooCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op, Timeout timeout) {
@@ -289,12 +421,12 @@ void GlooCommunicator::all_reduce(at::Tensor& tensor, ReduceOp op, Timeout timeo
   at::Tensor work = low_precision ? tensor.to(at::kFloat) : tensor.contiguous();
   run("all_reduce", timeout, [&] {
     switch (work.scalar_type()) {
-      case at::kFloat: gloo_allreduce<float>(context_, work, op, timeout); break;
-      case at::kDouble: gloo_allreduce<double>(context_, work, op, timeout); break;
-      case at::kInt: gloo_allreduce<int32_t>(context_, work, op, timeout); break;
-      case at::kLong: gloo_allreduce<int64_t>(context_, work, op, timeout); break;
-      case at::kChar: gloo_allreduce<int8_t>(context_, work, op, timeout); break;
-      case at::kByte: gloo_allreduce<uint8_t>(context_, work, op, timeout); break;
+      case at::kFloat: all_reduce_as<float>(work, op, timeout); break;
+      case at::kDouble: all_reduce_as<double>(work, op, timeout); break;
+      case at::kInt: all_reduce_as<int32_t>(work, op, timeout); break;
+      case at::kLong: all_reduce_as<int64_t>(work, op, timeout); break;
+      case at::kChar: all_reduce_as<int8_t>(work, op, timeout); break;
+      case at::kByte: all_reduce_as<uint8_t>(work, op, timeout); break;
       default:
         throw std::invalid_argument("ddp: all_reduce does not support dtype " +
                                     std::string(c10::toString(work.scalar_type())));
@@ -314,8 +446,9 @@ void GlooCommunicator::broadcast(at::Tensor& tensor, int root, Timeout timeout) 
   at::Tensor work = tensor.contiguous();
   run("broadcast", timeout, [&] {
     gloo::BroadcastOptions opts(context_);
+    Flight flight(*this, "broadcast");
     // Broadcast moves bytes, whatever their type.
-    opts.setOutput(static_cast<uint8_t*>(work.data_ptr()), work.nbytes());
+    opts.setOutput<uint8_t>(flight.buffer(work.data_ptr(), work.nbytes()));
     opts.setRoot(root);
     opts.setTimeout(timeout);
     gloo::broadcast(opts);
@@ -332,8 +465,9 @@ at::Tensor GlooCommunicator::all_gather(const at::Tensor& input, Timeout timeout
   at::Tensor in = input.contiguous();
   run("all_gather", timeout, [&] {
     gloo::AllgatherOptions opts(context_);
-    opts.setInput(static_cast<uint8_t*>(in.data_ptr()), in.nbytes());
-    opts.setOutput(static_cast<uint8_t*>(out.data_ptr()), out.nbytes());
+    Flight flight(*this, "all_gather");
+    opts.setInput<uint8_t>(flight.buffer(in.data_ptr(), in.nbytes()));
+    opts.setOutput<uint8_t>(flight.buffer(out.data_ptr(), out.nbytes()));
     opts.setTimeout(timeout);
     gloo::allgather(opts);
   });
@@ -342,7 +476,9 @@ at::Tensor GlooCommunicator::all_gather(const at::Tensor& input, Timeout timeout
 
 void GlooCommunicator::barrier(Timeout timeout) {
   run("barrier", timeout, [&] {
-    gloo::BarrierOptions opts(context_);
+    BarrierOptions opts(context_);
+    Flight flight(*this, "barrier");
+    flight.list(opts.own_buffer());
     opts.setTimeout(timeout);
     gloo::barrier(opts);
   });

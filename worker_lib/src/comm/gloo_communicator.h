@@ -3,9 +3,11 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ddp/communicator.h"
@@ -14,7 +16,10 @@
 
 namespace gloo {
 class Context;
+namespace transport {
+class UnboundBuffer;
 }
+}  // namespace gloo
 
 namespace ddp {
 
@@ -50,7 +55,8 @@ class GlooCommunicator final : public Communicator {
   at::Tensor all_gather(const at::Tensor& input, Timeout timeout) override;
   void barrier(Timeout timeout) override;
   // Gloo has no cancel: this shuts the pairs' sockets down for reading, so Gloo
-  // fails whatever waits on them as if every peer had closed its end.
+  // fails whatever waits on them as if every peer had closed its end, and
+  // wakes the waits Gloo would not (see the .cpp).
   void abort(const std::string& why) override;
 
  private:
@@ -58,14 +64,23 @@ class GlooCommunicator final : public Communicator {
   // peer that failed or the timeout (see gloo_failure.h).
   template <typename Fn>
   void run(const char* op, Timeout timeout, Fn&& fn);
+  template <typename T>
+  void all_reduce_as(at::Tensor& t, ReduceOp op, Timeout timeout);
   void learn_peer_endpoints(ddprun::Store& store);
+  CollectiveError aborted_error(const char* op, const std::string& what);
+  void release_waits();
+  class Flight;
+  struct BarrierOptions;
 
   GlooOptions options_;
   std::shared_ptr<gloo::Context> context_;
   std::vector<std::string> peer_endpoints_;  // by rank: the address Gloo names for that peer
   std::atomic<bool> aborted_{false};
-  std::mutex abort_mu_;
-  std::string abort_why_;  // the first abort's reason (under abort_mu_)
+  std::mutex flight_mu_;
+  std::string abort_why_;  // the first abort's reason (under flight_mu_)
+  std::vector<gloo::transport::UnboundBuffer*> in_flight_;  // the running collectives' buffers (under flight_mu_)
+  std::condition_variable flight_cv_;  // a collective unlisted its buffers
+  std::thread releaser_;               // after an abort, until the collectives in flight end
 };
 
 }  // namespace ddp
