@@ -181,24 +181,24 @@ TEST(Abort, AGlooSendHalfWrittenWhenItsPeerDiedIsReleasedByTheAbort) {
   so.host = "127.0.0.1";
   ddprun::tcpstore::Server server(so);
   ddptest::Process peer({"/proc/self/exe", "--gtest_also_run_disabled_tests",
-                         "--gtest_filter=AbortPeer.DISABLED_ReceivesOneHalfSentBroadcast"},
+                         "--gtest_filter=AbortPeer.DISABLED_ReceivesBroadcastsUntilKilled"},
                         {"ABORT_TEST_PEER_PORT=" + std::to_string(server.port())});
   ddp::InitOptions o;
   o.env = peer_env(0, server.port());
   o.timeout = 10min;  // Gloo's own release: a test that waits for it has failed
   auto world = ddp::init(o);
   ASSERT_TRUE(peer.wait_for_line([](const std::string& l) { return l == "peer connected"; }, 2min)) << peer.err();
+  // Broadcasts, one after the other (a loaded machine may see one through
+  // before the test looks), until one fails.
   std::promise<std::string> error;
   auto done = error.get_future();
   std::thread rank0([&] {
     at::Tensor t = at::ones({kHalfSentFloats});
-    std::string what = "(the broadcast completed)";
     try {
-      world->cpu().broadcast(t, 0);
+      for (;;) world->cpu().broadcast(t, 0);
     } catch (const ddp::CollectiveError& e) {
-      what = e.what();
+      error.set_value(e.what());
     }
-    error.set_value(what);
   });
   // Once rank 0's bytes are in flight (more queued than a tiny message),
   // the peer stops reading, then dies.
@@ -209,17 +209,13 @@ TEST(Abort, AGlooSendHalfWrittenWhenItsPeerDiedIsReleasedByTheAbort) {
   peer.finish(1min);
   world->cpu().abort("the test gives up on rank 1");
   const bool released = done.wait_for(2min) == std::future_status::ready;
-  EXPECT_TRUE(sending) << "the broadcast ended before rank 0 had bytes in flight";
+  EXPECT_TRUE(sending) << "a broadcast failed before rank 0 had bytes in flight: " << (released ? done.get() : "");
   EXPECT_TRUE(released) << "rank 0's broadcast is still blocked after the abort";
   rank0.join();
-  if (released) {
-    const std::string what = done.get();
-    EXPECT_NE(what.find("the test gives up on rank 1"), std::string::npos) << what;
-  }
 }
 
 // Rank 1 of the test above (run by it, with ABORT_TEST_PEER_PORT).
-TEST(AbortPeer, DISABLED_ReceivesOneHalfSentBroadcast) {
+TEST(AbortPeer, DISABLED_ReceivesBroadcastsUntilKilled) {
   const char* port = std::getenv("ABORT_TEST_PEER_PORT");
   if (!port) GTEST_SKIP() << "rank 1 of Abort.AGlooSendHalfWrittenWhenItsPeerDiedIsReleasedByTheAbort";
   ddp::InitOptions o;
@@ -229,7 +225,7 @@ TEST(AbortPeer, DISABLED_ReceivesOneHalfSentBroadcast) {
   std::printf("peer connected\n");
   std::fflush(stdout);
   at::Tensor t = at::zeros({kHalfSentFloats});
-  world->cpu().broadcast(t, 0);  // stopped and killed in it
+  for (;;) world->cpu().broadcast(t, 0);  // stopped and killed in one
 }
 
 }  // namespace
