@@ -3,8 +3,8 @@
 // can end the wait before the timeout. Communicator::abort() from another
 // thread, and the heal watcher that calls it when the agent names a newer
 // heal generation in the worker's heartbeat slot. Over shared memory, and
-// over Gloo (which has no cancel: its pairs are failed, and the sends Gloo
-// does not wake then are woken one by one).
+// over Gloo (which has no cancel: its pairs' sockets are shut down, and
+// the waits Gloo forgets then are woken one by one).
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -12,20 +12,18 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <thread>
-
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "channel/env_names.h"
 #include "channel/heartbeat_layout.h"
@@ -43,6 +41,14 @@ namespace fs = std::filesystem;
 // Variables a rank gets beside its launch environment.
 using ExtraVars = std::function<std::map<std::string, std::string>(int rank)>;
 
+// `base` with `vars` added (or put in place of its own).
+ddp::EnvLookup with_vars(ddp::EnvLookup base, std::map<std::string, std::string> vars) {
+  return [base = std::move(base), vars = std::move(vars)](const std::string& k) -> std::optional<std::string> {
+    if (auto it = vars.find(k); it != vars.end()) return it->second;
+    return base(k);
+  };
+}
+
 // Over `comm` (shm or gloo), rank 0 runs an all_reduce that rank 1 never joins
 // (rank 1 stays connected until rank 0 is done); `release(rank0)` runs on
 // rank 1's thread. Returns the error rank 0 got ("" if the all_reduce
@@ -56,11 +62,7 @@ std::string blocked_all_reduce(const std::string& comm, const ExtraVars& extra,
   auto rank0_done = error.get_future().share();
   ddptest::run_threads(2, [&](int r) {
     ddp::InitOptions o;
-    const auto base = ddptest::env_for(r, 2, comm);
-    o.env = [base, vars = extra(r)](const std::string& k) -> std::optional<std::string> {
-      if (auto it = vars.find(k); it != vars.end()) return it->second;
-      return base(k);
-    };
+    o.env = with_vars(ddptest::env_for(r, 2, comm), extra(r));
     o.store = store;
     o.timeout = 10min;  // a test that waits for this has failed
     auto world = ddp::init(o);
@@ -150,16 +152,11 @@ TEST(Abort, ANewerHealGenerationInTheSlotReleasesABlockedGlooCollective) {
 // AbortPeer below), rank 0 a World in this one.
 constexpr int64_t kHalfSentFloats = int64_t{64} << 20;  // 256 MiB: far above a socket's buffers
 
+// Rank `rank` of 2 over Gloo, its store the TCPStore at 127.0.0.1:`port`.
 ddp::EnvLookup peer_env(int rank, int port) {
-  std::map<std::string, std::string> m{{"RANK", std::to_string(rank)},       {"WORLD_SIZE", "2"},
-                                       {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", "2"},
-                                       {"MASTER_ADDR", "127.0.0.1"},         {"MASTER_PORT", std::to_string(port)},
-                                       {"TORCHELASTIC_USE_AGENT_STORE", "1"}, {"DDPRUN_CPU_COMM", "gloo"}};
-  return [m](const std::string& k) -> std::optional<std::string> {
-    auto it = m.find(k);
-    if (it == m.end()) return std::nullopt;
-    return it->second;
-  };
+  return with_vars(ddptest::env_for(rank, 2, "gloo"), {{"MASTER_ADDR", "127.0.0.1"},
+                                                       {"MASTER_PORT", std::to_string(port)},
+                                                       {"TORCHELASTIC_USE_AGENT_STORE", "1"}});
 }
 
 // The most bytes any socket of this process has not had acknowledged.
