@@ -151,9 +151,10 @@ void Attempt::on_monitor() {
   Agent& g = agent_;
   g.watch_progress(attempt_, a_, running_);
   g.report_workers_heal(a_, running_);
-  if (refill_standby_) {
-    // After a heal took the warm standby (off the heal's path: the
-    // replacement was released first).
+  if (refill_standby_ && !(running_ && running_->any_joining())) {
+    // After a heal took the warm standby, once the replacement has the
+    // state: a standby loading its libraries competes for the cores with
+    // the replacement's start and its heal.
     refill_standby_ = false;
     g.spawn_standbys(attempt_ + 1, joined_, 1);
   }

@@ -123,6 +123,14 @@ bool WorkerGroup::all_heal_in_place() const {
   return true;
 }
 
+bool WorkerGroup::any_joining() const {
+  if (!policy_) return false;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (policy_->alive(static_cast<int>(i)) && policy_->joining(static_cast<int>(i))) return true;
+  }
+  return false;
+}
+
 void WorkerGroup::read_heal_ready() {
   if (!options_.heartbeats || options_.max_heals <= 0) return;
   if (options_.heals_named_by_rendezvous && options_.host) policy_->set_other_nodes(options_.host->other_nodes());

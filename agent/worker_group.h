@@ -120,6 +120,9 @@ class WorkerGroup {
   // Whether every worker of the group heals in place now (GroupPolicy::can_heal):
   // what the agent's keep-alives tell the rendezvous. False before the start.
   bool all_heal_in_place() const;
+  // Whether a replacement is still taking the state from its peers (its
+  // heal is under way).
+  bool any_joining() const;
   // The local ranks' straggler scores so far (the progress line shows them).
   const StragglerScores& stragglers() const { return stragglers_; }
 

@@ -196,9 +196,11 @@ int run(const Options& opt) {
   if (healer.joined()) {
     start_epoch = epoch;
     start_global = sampler.global_position();
-    std::printf("rank %d joined at step %lld (epoch %lld, sample %lld) with the state of its peers\n", rank,
-                static_cast<long long>(steps), static_cast<long long>(epoch + 1),
-                static_cast<long long>(start_global));
+    std::printf("rank %d joined at step %lld (epoch %lld, sample %lld) with the state of its peers (%lld of its "
+                "%lld bytes into memory it prepared while it started)\n",
+                rank, static_cast<long long>(steps), static_cast<long long>(epoch + 1),
+                static_cast<long long>(start_global), static_cast<long long>(healer.report().prepared_bytes),
+                static_cast<long long>(healer.report().bytes));
     std::fflush(stdout);
   }
   // The learning rate falls linearly to zero over the run's samples (not

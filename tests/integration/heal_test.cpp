@@ -104,6 +104,13 @@ void expect_healed(const HealRun& r, const std::string& want) {
   EXPECT_EQ(occurrences(r.f.err, "replacing it while the other workers go on"), 1) << r.f.err;
   EXPECT_FALSE(contains(r.f.err, "restarting the workers")) << r.f.err;
   EXPECT_TRUE(contains(r.f.out, "joined at step")) << r.f.out;
+  // Its optimizer's state came into memory it made while it started
+  // (heal/receive_pool.h): rank 0 said how much after its first step.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.f.out, m, std::regex(R"(\((\d+) of its (\d+) bytes into memory it prepared)")))
+      << r.f.out;
+  EXPECT_GT(std::stoll(m[1]), 0) << "the replacement received nothing into prepared memory: " << m[0];
+  EXPECT_LT(std::stoll(m[1]), std::stoll(m[2])) << "the module's tensors, which it has, came into prepared memory too";
   EXPECT_EQ(r.checksum, want) << "the healed run's parameters or loss differ from an uninterrupted run's";
 }
 

@@ -1,7 +1,8 @@
 // The shared-memory collectives (ShmGroup) with ranks as threads over an
 // in-memory store: results against values computed here, chunking with tiny
 // slots, the call-mismatch check, timeouts, a peer that leaves, and that no
-// segment is left under /dev/shm. No LibTorch.
+// segment is left under /dev/shm; the streaming copy big broadcasts use.
+// No LibTorch.
 #include <gtest/gtest.h>
 
 #include <dirent.h>
@@ -9,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -19,6 +21,7 @@
 
 #include "channel/shm_names.h"
 #include "comm/shm_group.h"
+#include "comm/stream_copy.h"
 #include "ddp/collective_error.h"
 #include "rendezvous/store/memory_store.h"
 #include "support/threads.h"
@@ -201,6 +204,38 @@ TEST(ShmGroup, BroadcastAndAllGatherAcrossChunks) {
       }
       g.barrier(30s);
     });
+  }
+}
+
+// A broadcast of kStreamCopyBytes or more writes around the caches
+// (stream_copy): every byte arrives, into a destination that is not
+// 16-byte aligned, across chunks whose ends are not either.
+TEST(ShmGroup, ABigBroadcastStreamsEveryByteIntoAnUnalignedDestination) {
+  const size_t bytes = kStreamCopyBytes + 123;
+  run_group(3, [bytes](ShmGroup& g) {
+    std::vector<unsigned char> b(bytes + 7);
+    unsigned char* p = b.data() + 7;
+    for (size_t i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>(g.rank() == 1 ? i * 131 + i / 4099 : 0);
+    g.broadcast(p, bytes, 1, 30s);
+    for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(p[i], static_cast<unsigned char>(i * 131 + i / 4099)) << i;
+  }, 65536 + 4096 + 4096 * 3);
+}
+
+TEST(StreamCopy, CopiesEveryByteAtAnyAlignmentAndLength) {
+  std::vector<unsigned char> src(4096 + 64), dst(4096 + 64);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + 3);
+  for (size_t d = 0; d < 17; ++d) {
+    for (size_t s = 0; s < 17; ++s) {
+      for (size_t n : {size_t(0), size_t(1), size_t(15), size_t(16), size_t(63), size_t(64), size_t(65), size_t(200),
+                       size_t(4096)}) {
+        std::fill(dst.begin(), dst.end(), 0xEE);
+        stream_copy(dst.data() + d, src.data() + s, n);
+        for (size_t i = 0; i < dst.size(); ++i) {
+          const bool inside = i >= d && i < d + n;
+          ASSERT_EQ(dst[i], inside ? src[s + i - d] : 0xEE) << "dst+" << d << " src+" << s << " n " << n << " at " << i;
+        }
+      }
+    }
   }
 }
 

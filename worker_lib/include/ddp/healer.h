@@ -48,6 +48,9 @@
 // into the heal's generation, DistributedDataParallel and Checkpointer skip
 // their start-up collectives (World::replacement()), and this constructor
 // receives the state. The program then enters its loop where the state says.
+// Its optimizer's state, which it has not made, arrives in memory its World
+// prepared while the program started (rank 0's Healer tells the job the
+// size after its first step): report().prepared_bytes.
 //
 // Only failures inside step() heal; a collective outside it (an evaluation)
 // that fails throws as before, and the agent restarts the group
@@ -68,6 +71,8 @@
 
 namespace ddp {
 
+class ReceivePool;  // internal
+
 // What a heal carries to a replacement: everything the loop needs to go
 // on exactly as the dead rank would have.
 struct Healable {
@@ -85,6 +90,7 @@ struct HealReport {
   int heals = 0;               // heals this process took part in
   int steps_redone = 0;        // steps it ran again after a heal
   int64_t bytes = 0;           // state bytes sent to (or received from) peers, the last heal
+  int64_t prepared_bytes = 0;  // a replacement's: of those, received into memory it made while it started
   double wait_seconds = 0;     // from the failure to the agent's generation, the last heal
   double connect_seconds = 0;  // connecting the new generation's communicator
   double transfer_seconds = 0; // agreeing on the newest state and sending it
@@ -132,12 +138,15 @@ class Healer {
   // Steps 2 and 3 above; `why` is the failure that began it.
   void heal(const std::string& why);
   void next_generation(const std::string& why);
-  void sync_state(bool have_state);
+  // A replacement receives its optimizer's state into `pool` (when not null).
+  void sync_state(bool have_state, ReceivePool* pool = nullptr);
+  void tell_receive_bytes();
 
   World& world_;
   Healable state_;
   HealOptions options_;
   bool joined_ = false;
+  bool told_receive_bytes_ = false;
   HealReport report_;
 };
 

@@ -69,6 +69,7 @@ class PhaseScope {
 };
 class SwappableCommunicator;
 class HealWatcher;
+class ReceivePool;  // memory a replacement prepares for its heal (internal)
 
 class World {
  public:
@@ -141,6 +142,12 @@ class World {
   [[nodiscard]] PhaseScope announce(Phase phase) { return PhaseScope(heartbeat_, phase); }
   // worker_lib's own parts (heals, checkpoints, communicators) reach the slot here.
   const std::shared_ptr<Heartbeat>& heartbeat_handle() const { return heartbeat_; }
+  // worker_lib's heals: rank 0's Healer tells the job how many bytes of
+  // state a replacement would make afresh (its optimizer's), and a
+  // replacement's World prepares that memory while the program starts; its
+  // Healer takes it (null when none was prepared). See heal/receive_pool.h.
+  void tell_receive_bytes(int64_t bytes);
+  std::shared_ptr<ReceivePool> take_receive_pool();
 
   // A store for the program's own keys, private to this job and round.
   ddprun::Store& store() { return *user_store_; }
@@ -204,6 +211,8 @@ class World {
   std::unique_ptr<ddprun::Store> gloo_store_;
   std::unique_ptr<ddprun::Store> group_store_;
   std::unique_ptr<ddprun::Store> user_store_;
+  std::shared_ptr<ReceivePool> receive_pool_;
+  int64_t told_receive_bytes_ = 0;
   std::unique_ptr<SwappableCommunicator> cpu_;
   std::mutex cuda_mu_;
   std::unique_ptr<SwappableCommunicator> cuda_;

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "channel/shm_names.h"
+#include "comm/stream_copy.h"
 #include "ddp/collective_error.h"
 
 namespace ddp {
@@ -516,7 +517,13 @@ void ShmGroup::broadcast(void* data, size_t bytes, int root, std::chrono::millis
     }
     if (me != root && phase >= 1 && phase <= chunks) {
       const auto [first, n] = range(phase - 1);
-      std::memcpy(p + first, buffer(phase - 1), n);
+      // A big broadcast (a heal's state) streams past the caches: its
+      // destination would not stay there anyway (stream_copy.h).
+      if (bytes >= kStreamCopyBytes) {
+        stream_copy(p + first, buffer(phase - 1), n);
+      } else {
+        std::memcpy(p + first, buffer(phase - 1), n);
+      }
     }
     const uint32_t seq = base + static_cast<uint32_t>(phase) + 1;
     signal(seq);

@@ -14,6 +14,7 @@
 #include "ddp/collective_error.h"
 #include "ddp/training_state.h"
 #include "base/heartbeat.h"
+#include "heal/receive_pool.h"
 
 namespace ddp {
 namespace {
@@ -71,10 +72,12 @@ Healer::Healer(World& world, Healable state, HealOptions options)
     // a peer fails meanwhile, in the next generation. (The heartbeat has
     // beaten for this process since its World connected: set_joining.)
     joined_ = true;
+    // Memory for the optimizer's state, made while this process started.
+    const std::shared_ptr<ReceivePool> pool = world_.take_receive_pool();
     const auto begin = Clock::now();
     while (true) {
       try {
-        sync_state(/*have_state=*/false);
+        sync_state(/*have_state=*/false, pool.get());
         break;
       } catch (const CollectiveError& e) {
         next_generation(e.what());  // a peer failed while this process joined
@@ -82,6 +85,10 @@ Healer::Healer(World& world, Healable state, HealOptions options)
     }
     if (world_.info().heals) world_.heartbeat_handle()->set_joining(false);
     report_.transfer_seconds = seconds_since(begin);
+    if (pool) {
+      report_.prepared_bytes = static_cast<int64_t>(pool->taken());
+      pool->release_rest();
+    }
     report_.heals = 1;
     report_.generation = world_.generation();
     report_.step = *state_.step;
@@ -135,6 +142,7 @@ void Healer::step(const std::function<void()>& body) {
     if (!first) take_snapshot(before);
     try {
       body();
+      if (!told_receive_bytes_) tell_receive_bytes();
       return;
     } catch (const CollectiveError& e) {
       // No heal comes (across nodes, no spare waits, the job may not shrink,
@@ -248,6 +256,16 @@ std::vector<at::Tensor*> tensors_of(TrainingState& s) {
   return out;
 }
 
+// The bytes a replacement makes afresh for a state: its optimizer's tensors
+// (its module's it has), each as a ReceivePool holds it.
+size_t receive_bytes_of(TrainingState& s) {
+  size_t bytes = 0;
+  for (auto& per_param : s.optimizer.params) {
+    for (auto& [key, t] : per_param) bytes += ReceivePool::bytes_for(t.nbytes());
+  }
+  return bytes;
+}
+
 // [dtype, ndim, sizes...] for each tensor, in order.
 at::Tensor shapes_of(const std::vector<at::Tensor*>& tensors) {
   std::vector<int64_t> v;
@@ -282,6 +300,8 @@ at::Tensor empty_for_receiving(const std::vector<int64_t>& sizes, at::ScalarType
 // broadcast of the module's tensors ahead of them, which exist already.
 class ReceiveMemory {
  public:
+  // Tensors are carved out of `pool` while it has room (it may be null).
+  explicit ReceiveMemory(ReceivePool* pool) : pool_(pool) {}
   void add(at::Tensor* slot, std::vector<int64_t> sizes, at::ScalarType dtype) {
     items_.push_back({slot, std::move(sizes), dtype, {}, {}});
   }
@@ -295,7 +315,8 @@ class ReceiveMemory {
           continue;
         }
         try {
-          item.promise.set_value(empty_for_receiving(item.sizes, item.dtype));
+          at::Tensor t = pool_ ? pool_->take(item.sizes, item.dtype) : at::Tensor();
+          item.promise.set_value(t.defined() ? t : empty_for_receiving(item.sizes, item.dtype));
         } catch (...) {
           item.promise.set_exception(std::current_exception());
         }
@@ -316,6 +337,7 @@ class ReceiveMemory {
     std::promise<at::Tensor> promise;
     std::future<at::Tensor> made;
   };
+  ReceivePool* pool_;
   std::vector<Item> items_;
   size_t next_ = 0;
   std::jthread maker_;  // last: stopped and joined first
@@ -340,13 +362,33 @@ at::Tensor broadcast_sized(Communicator& comm, at::Tensor t, at::ScalarType dtyp
 
 }  // namespace
 
+// Rank 0 tells the job, once its optimizer holds state, how much of it a
+// replacement would make afresh: a replacement prepares that memory while
+// it starts (receive_pool.h). A hint: a store that fails it costs nothing.
+void Healer::tell_receive_bytes() {
+  if (world_.rank() != 0) {
+    told_receive_bytes_ = true;
+    return;
+  }
+  TrainingState state = capture_state(*state_.module, *state_.optimizer, *state_.step, 0, 0, nullptr, StateTensors::kShare);
+  const size_t bytes = receive_bytes_of(state);
+  if (bytes == 0) return;  // no optimizer state yet: after the next step
+  told_receive_bytes_ = true;
+  try {
+    world_.tell_receive_bytes(static_cast<int64_t>(bytes));
+  } catch (const ddprun::StoreError& e) {
+    std::fprintf(stderr, "ddp: warning: could not tell the job the size of its optimizer state (%s): a replacement "
+                 "will make that memory during its heal\n", e.what());
+  }
+}
+
 // Every rank tells its step; a replacement has none (-1). The lowest rank
 // with the highest step sends its state; every rank behind takes it. The
 // state goes as a skeleton (the checkpoint format with every big tensor
 // left empty: it carries optimizer state a replacement has not made yet,
 // and the generator) and the shapes, then each tensor by its own
 // broadcast, straight into the receiver's memory: no pickling of the bulk.
-void Healer::sync_state(bool have_state) {
+void Healer::sync_state(bool have_state, ReceivePool* pool) {
   Communicator& comm = world_.cpu();
   const int64_t mine = have_state ? *state_.step : -1;
   at::Tensor steps = comm.all_gather(at::full({1}, mine, at::kLong)).reshape({-1});
@@ -387,7 +429,7 @@ void Healer::sync_state(bool have_state) {
     have_room = shapes_of(tensors_of(state)).equal(shapes);
   }
   if (!sending) counters = at::empty({static_cast<int64_t>(2 + state_.counters.size())}, at::kLong);
-  ReceiveMemory fresh;
+  ReceiveMemory fresh(pool);
   if (!sending && !have_room) {
     // A rank behind makes room from the shapes.
     const auto* data = static_cast<const char*>(skeleton_bytes.data_ptr());

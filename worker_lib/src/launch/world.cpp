@@ -1,5 +1,6 @@
 #include "ddp/world.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include "ddp/error_file.h"
 #include "ddp/get.h"
 #include "heal/heal_watcher.h"
+#include "heal/receive_pool.h"
 #include "launch/env_store.h"
 #include "base/heartbeat.h"
 #include "launch/stack_dumper.h"
@@ -24,6 +26,10 @@
 
 namespace ddp {
 namespace {
+
+// The round's key under which rank 0's Healer says how much memory a
+// replacement should prepare (receive_pool.h).
+constexpr const char* kReceiveBytesKey = "healer/receive_bytes";
 
 std::chrono::milliseconds default_timeout(const EnvLookup& env) {
   if (auto v = env(ddprun::channel::kTimeoutS)) {
@@ -99,6 +105,15 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
   // the placement the agent wrote for it: a node lost meanwhile shrinks the
   // world, and the next generation connects without that node's ranks.
   uint32_t generation = info_.heal_generation;
+  if (replacement() && info_.heals) {
+    // The memory the heal will bring state into is made while this
+    // process connects and the program builds its model (receive_pool.h).
+    try {
+      receive_pool_ = ReceivePool::start(static_cast<size_t>(std::max<int64_t>(0, round_store_->add(kReceiveBytesKey, 0))));
+    } catch (const ddprun::StoreError&) {
+      // No hint: the heal makes its memory as it goes.
+    }
+  }
   // The others wait for a replacement until its Healer has the state: it
   // beats meanwhile (a stopped one falls silent, see --hang-timeout).
   if (replacement() && info_.heals) heartbeat_->set_joining(true);
@@ -205,6 +220,14 @@ std::unique_ptr<Communicator> World::connect_generation(uint32_t generation) {
   return connect_cpu_communicator(*gloo_store_, info_.rank, info_.world_size, "the world",
                                   {&info_, timeout_, heartbeat_});
 }
+
+void World::tell_receive_bytes(int64_t bytes) {
+  if (bytes == told_receive_bytes_) return;
+  round_store_->set(kReceiveBytesKey, std::to_string(bytes));
+  told_receive_bytes_ = bytes;
+}
+
+std::shared_ptr<ReceivePool> World::take_receive_pool() { return std::move(receive_pool_); }
 
 void World::disconnect() {
   cpu_->close();
