@@ -211,8 +211,8 @@ TEST(ShmGroup, BroadcastAndAllGatherAcrossChunks) {
 // (stream_copy): every byte arrives, into a destination that is not
 // 16-byte aligned, across chunks whose ends are not either.
 TEST(ShmGroup, ABigBroadcastStreamsEveryByteIntoAnUnalignedDestination) {
-  const size_t bytes = kStreamCopyBytes + 123;
-  run_group(3, [bytes](ShmGroup& g) {
+  constexpr size_t bytes = kStreamCopyBytes + 123;
+  run_group(3, [](ShmGroup& g) {
     std::vector<unsigned char> b(bytes + 7);
     unsigned char* p = b.data() + 7;
     for (size_t i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>(g.rank() == 1 ? i * 131 + i / 4099 : 0);
