@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include "support/healed_scripts.h"
 #include "support/job_helpers.h"
 #include "support/process.h"
+#include "support/shared_result.h"
 
 namespace {
 
@@ -84,13 +86,24 @@ struct Reference {
   std::set<std::string> files;
 };
 
+// The uninterrupted run's checksum and files, once in a ctest run
+// (shared_result.h): its checksum line, then a line per file.
 Reference lightning_reference() {
-  const fs::path out = ddptest::temp_path("framework-heal", "lightning-ref");
-  Finished ref = ddptest::run(lightning_job(out), kEnv);
-  EXPECT_EQ(ref.exit_code, 0) << ref.err;
-  Reference r{checksum_of(ref.out), files_under(out)};
-  fs::remove_all(out);
-  EXPECT_FALSE(r.checksum.empty()) << ref.out;
+  const std::string shared = ddptest::shared_result("lightning reference", [] {
+    const fs::path out = ddptest::temp_path("framework-heal", "lightning-ref");
+    Finished ref = ddptest::run(lightning_job(out), kEnv);
+    EXPECT_EQ(ref.exit_code, 0) << ref.err;
+    std::string lines = checksum_of(ref.out);
+    EXPECT_FALSE(lines.empty()) << ref.out;
+    for (const std::string& file : files_under(out)) lines += "\n" + file;
+    fs::remove_all(out);
+    return lines;
+  });
+  std::istringstream in(shared);
+  Reference r;
+  std::getline(in, r.checksum);
+  for (std::string file; std::getline(in, file);) r.files.insert(file);
+  EXPECT_FALSE(r.checksum.empty());
   EXPECT_TRUE(r.files.count("lightning_logs/version_0/checkpoints/epoch=0-step=25.ckpt")) << "no checkpoint";
   return r;
 }

@@ -20,6 +20,7 @@
 
 #include "support/job_helpers.h"
 #include "support/process.h"
+#include "support/shared_result.h"
 
 namespace {
 
@@ -55,15 +56,20 @@ std::vector<std::string> train_job(int nproc, const std::vector<std::string>& la
   return argv;
 }
 
-// The checksum of an uninterrupted run on nproc ranks over `comm`.
+// The checksum of an uninterrupted run on nproc ranks over `comm` (once in
+// a ctest run: shared_result.h).
 std::string reference(int nproc, const std::string& comm, const std::vector<std::string>& train_flags = {}) {
-  const fs::path summary = temp("reference-" + std::to_string(nproc) + comm + std::to_string(train_flags.size()) + ".json");
-  std::vector<std::string> flags{"--summary-json", summary.string()};
-  flags.insert(flags.end(), train_flags.begin(), train_flags.end());
-  Process p(train_job(nproc, {}, flags), {"DDPRUN_CPU_COMM=" + comm});
-  Finished f = p.finish();
-  EXPECT_EQ(f.exit_code, 0) << f.err;
-  return outcome_in(summary);
+  std::string key = "heal reference " + std::to_string(nproc) + " " + comm;
+  for (const auto& f : train_flags) key += " " + f;
+  return ddptest::shared_result(key, [&] {
+    const fs::path summary = temp("reference-" + std::to_string(nproc) + comm + std::to_string(train_flags.size()) + ".json");
+    std::vector<std::string> flags{"--summary-json", summary.string()};
+    flags.insert(flags.end(), train_flags.begin(), train_flags.end());
+    Process p(train_job(nproc, {}, flags), {"DDPRUN_CPU_COMM=" + comm});
+    Finished f = p.finish();
+    EXPECT_EQ(f.exit_code, 0) << f.err;
+    return f.exit_code == 0 && !checksum_in(summary).empty() ? outcome_in(summary) : std::string();
+  });
 }
 
 // Kills (SIGKILL) the worker of local rank `victim` at rank 0's step

@@ -19,6 +19,7 @@
 #include "support/healed_scripts.h"
 #include "support/job_helpers.h"
 #include "support/process.h"
+#include "support/shared_result.h"
 
 namespace {
 
@@ -43,16 +44,15 @@ std::vector<std::string> heal_job(int nproc, const std::vector<std::string>& lau
 const ddptest::EnvChanges kEnv{std::string("PYTHON_EXEC=") + PYTHON_BIN};
 
 // The final loss and checksum of an uninterrupted run (once per world size
-// and script flags).
+// and script flags in a ctest run: shared_result.h).
 std::string reference(int nproc, const std::vector<std::string>& script_flags = {}) {
-  static std::map<std::pair<int, std::vector<std::string>>, std::string> done;
-  const auto key = std::make_pair(nproc, script_flags);
-  if (!done.count(key)) {
+  std::string key = "python_heal reference " + std::to_string(nproc);
+  for (const auto& f : script_flags) key += " " + f;
+  return ddptest::shared_result(key, [&] {
     Finished f = ddptest::run(heal_job(nproc, {}, script_flags), kEnv);
     EXPECT_EQ(f.exit_code, 0) << f.err;
-    done[key] = checksum_of(f.out);
-  }
-  return done[key];
+    return checksum_of(f.out);
+  });
 }
 
 struct Outcome {
