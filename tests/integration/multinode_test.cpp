@@ -20,6 +20,7 @@
 #include "support/netns.h"
 #include "support/job_helpers.h"
 #include "support/process.h"
+#include "support/shared_result.h"
 #include "support/test_certs.h"
 
 namespace {
@@ -754,10 +755,13 @@ std::string python_outcome(const std::string& out) {
 
 const ddptest::EnvChanges kPythonHealEnv{"PYTHON_EXEC=" PYTHON_BIN, "OMP_NUM_THREADS=1"};
 
+// Once in a ctest run (shared_result.h).
 std::string python_uninterrupted() {
-  Finished one = ddptest::run(node_cmd({"--nproc", "2"}, python_heal_job()), kPythonHealEnv);
-  EXPECT_EQ(one.exit_code, 0) << one.err;
-  return python_outcome(one.out);
+  return ddptest::shared_result("netnodes python reference", [] {
+    Finished one = ddptest::run(node_cmd({"--nproc", "2"}, python_heal_job()), kPythonHealEnv);
+    EXPECT_EQ(one.exit_code, 0) << one.err;
+    return python_outcome(one.out);
+  });
 }
 
 TEST(NetNodes, APythonScriptsKilledWorkerIsReplacedOnItsNodeAndTheRunEndsBitwiseEqual) {
