@@ -90,9 +90,22 @@ HealRun kill_one(int nproc, const std::string& comm, int victim, int at_step, co
   EXPECT_EQ(static_cast<int>(workers.size()), nproc);
   if (static_cast<int>(workers.size()) != nproc) return r;
   const pid_t dead = workers[static_cast<size_t>(victim)];
+  const std::vector<pid_t> before_kill = ddptest::children_of(p.pid());
   kill(dead, SIGKILL);
   // Once the replacement runs its steps, the survivors are still the same processes.
   EXPECT_TRUE(reach_step(p, at_step + 10)) << p.out();
+  // The replacement came from the warm standby (when there was one); once
+  // it holds the state, another standby is warmed for the next heal.
+  bool warmed_again = false;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!warmed_again && std::chrono::steady_clock::now() < deadline) {
+    for (pid_t c : ddptest::children_of(p.pid())) {
+      const bool new_one = std::find(before_kill.begin(), before_kill.end(), c) == before_kill.end();
+      if (new_one && ddptest::started_as_standby(c)) warmed_again = true;
+    }
+    if (!warmed_again) std::this_thread::sleep_for(50ms);  // polling for the process, not a synchronisation
+  }
+  EXPECT_TRUE(warmed_again) << "no standby was warmed for the next heal";
   std::vector<pid_t> now = ddptest::children_of(p.pid());
   std::set<pid_t> alive(now.begin(), now.end());
   r.survivors_kept = !alive.count(dead);
