@@ -127,13 +127,15 @@ int shm_peer_exits() {
   o.rank = atoi(getenv("RANK"));
   o.size = atoi(getenv("WORLD_SIZE"));
   o.timeout = std::chrono::seconds(60);
+  // The agent stops the group when rank 1 exits: rank 0 stays to see what
+  // the collective says. It ignores SIGTERM before the barrier: ignored
+  // after it, a SIGTERM sent while rank 0 was still on its way out of the
+  // barrier killed it now and then on a loaded machine.
+  if (o.rank == 0) signal(SIGTERM, SIG_IGN);
   ddp::ShmGroup group(shm_store, o);
   group.barrier(o.timeout);
   if (o.rank == 1) _exit(3);
   if (o.rank != 0) return 0;
-  // The agent stops the group when rank 1 exits: stay to see what the
-  // collective says.
-  signal(SIGTERM, SIG_IGN);
   float v = 1;
   const auto t0 = std::chrono::steady_clock::now();
   try {
