@@ -212,7 +212,6 @@ class World {
   std::unique_ptr<ddprun::Store> group_store_;
   std::unique_ptr<ddprun::Store> user_store_;
   std::shared_ptr<ReceivePool> receive_pool_;
-  int64_t told_receive_bytes_ = 0;
   std::unique_ptr<SwappableCommunicator> cpu_;
   std::mutex cuda_mu_;
   std::unique_ptr<SwappableCommunicator> cuda_;

@@ -362,18 +362,17 @@ at::Tensor broadcast_sized(Communicator& comm, at::Tensor t, at::ScalarType dtyp
 
 }  // namespace
 
-// Rank 0 tells the job, once its optimizer holds state, how much of it a
-// replacement would make afresh: a replacement prepares that memory while
-// it starts (receive_pool.h). A hint: a store that fails it costs nothing.
+// Rank 0 tells the job, after its first step, how much of its optimizer's
+// state a replacement would make afresh: a replacement prepares that memory
+// while it starts (receive_pool.h). Once per Healer, so that no later step
+// pays for it (an optimizer without state tells nothing). A hint: a store
+// that fails it costs nothing.
 void Healer::tell_receive_bytes() {
-  if (world_.rank() != 0) {
-    told_receive_bytes_ = true;
-    return;
-  }
+  told_receive_bytes_ = true;
+  if (world_.rank() != 0) return;
   TrainingState state = capture_state(*state_.module, *state_.optimizer, *state_.step, 0, 0, nullptr, StateTensors::kShare);
   const size_t bytes = receive_bytes_of(state);
-  if (bytes == 0) return;  // no optimizer state yet: after the next step
-  told_receive_bytes_ = true;
+  if (bytes == 0) return;
   try {
     world_.tell_receive_bytes(static_cast<int64_t>(bytes));
   } catch (const ddprun::StoreError& e) {

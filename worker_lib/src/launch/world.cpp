@@ -221,11 +221,7 @@ std::unique_ptr<Communicator> World::connect_generation(uint32_t generation) {
                                   {&info_, timeout_, heartbeat_});
 }
 
-void World::tell_receive_bytes(int64_t bytes) {
-  if (bytes == told_receive_bytes_) return;
-  round_store_->set(kReceiveBytesKey, std::to_string(bytes));
-  told_receive_bytes_ = bytes;
-}
+void World::tell_receive_bytes(int64_t bytes) { round_store_->set(kReceiveBytesKey, std::to_string(bytes)); }
 
 std::shared_ptr<ReceivePool> World::take_receive_pool() { return std::move(receive_pool_); }
 
