@@ -186,14 +186,16 @@ bin=$build/bin
 # --- 3. the checks, in order of value ---------------------------------------
 # Issue 51 first: worker_lib's fused and foreach AdamW and its clip against
 # LibTorch's on the GPU, then the GPT table (issues 10 and 51): the C++
-# trainer with each AdamW against PyTorch eager (foreach, fused, compiled),
-# and where each step's time goes.
+# trainer with each AdamW, and with its step captured as a CUDA graph
+# (ddp::CapturedStep), against PyTorch eager (foreach, fused, compiled),
+# and where each step's time goes. gpt_tests below compares the captured
+# step with the plain loop and resumes a captured run from its checkpoint.
 # PyTorch 2.11's libtorch.so carries a std::filesystem::remove_all that
 # jumps to 0 (worker_lib/CMakeLists.txt): comm_tests run with libstdc++
 # preloaded.
 preload=$(c++ -print-file-name=libstdc++.so.6)
 if (( gpu )); then
-  step optim_cuda 60 env DDPRUN_TEST_DEVICE=cuda LD_PRELOAD="$preload" "$bin/comm_tests" --gtest_filter='Optim.*'
+  step optim_cuda 60 env DDPRUN_TEST_DEVICE=cuda LD_PRELOAD="$preload" "$bin/comm_tests" --gtest_filter='Optim.*:CapturedStep.*'
   grep -h "^\[  PASSED\|^\[  FAILED" "$out/optim_cuda.log" >>"$summary"
 else
   skip optim_cuda "no GPU"
@@ -202,7 +204,7 @@ if (( gpu )) && [[ ${GPU_BENCH:-1} != 0 ]]; then
   peak=h100; grep -q H200 "$out/versions.txt" && peak=h200
   step gpt_bench "${GPU_BENCH_LIMIT:-330}" "$py" "$repo/bench/gpt_throughput.py" --build "$build" --python "$py" \
     --model small --device cuda --dtype bf16 --batch-size 16 --steps 30 --repeats 2 --peak "$peak" \
-    ${GPU_BENCH_ROWS:---cpp-optimizers plain,foreach,fused --eager-variants default,fused,compile} --breakdown
+    ${GPU_BENCH_ROWS:---cpp-optimizers plain,fused,fused-graph --eager-variants default,fused,compile} --breakdown
   grep -h "^|\|^device\|^Per step" "$out/gpt_bench.log" >>"$summary"
 else
   skip gpt_bench "$( (( gpu )) && echo GPU_BENCH=0 || echo 'no GPU')"

@@ -5,7 +5,9 @@
 //   ddprun --nproc 2 gpt --model tiny --steps 40        # CPU, Gloo
 //
 // The loop reads like PyTorch's: forward under autocast, backward (which
-// ends with the gradients averaged over the ranks), clip, AdamW step. The
+// ends with the gradients averaged over the ranks), clip, AdamW step. On a
+// GPU that step is captured once as a CUDA graph and replayed
+// (ddp::CapturedStep; --capture off runs it kernel by kernel). The
 // learning rate warms up linearly and then follows a cosine down to a tenth
 // of its peak. Rank 0 prints loss, tokens/s and MFU; --summary-json writes
 // the final figures and a checksum of the final parameters.
@@ -62,6 +64,7 @@ struct Options {
   std::string summary_json;
   bool print_steps = false;
   std::string optimizer = "auto";  // ddp::OptimizerImpl: auto, plain, foreach, fused
+  std::string capture = "auto";    // the step as a CUDA graph: auto, on, off
   bool breakdown = false;
   std::string profile;  // a Chrome trace of a few steps (rank 0)
   int profile_steps = 3;
@@ -187,6 +190,12 @@ int run(Options opt) {
                     opt.device + " (LibTorch >= 2.4); use foreach or auto");
   }
   const int64_t warmup = opt.warmup ? opt.warmup : std::max<int64_t>(1, opt.steps / 10);
+  if (opt.breakdown && opt.capture == "on") {
+    throw FlagError("--breakdown times each phase apart, which a captured step cannot: use --capture off");
+  }
+  // auto: the step through ddp::CapturedStep, captured on a GPU where the
+  // optimizer allows (eager everywhere else); off: the loop kernel by kernel.
+  const bool through_captured = opt.capture != "off" && !opt.breakdown;
 
   auto world = ddp::init();
   // Both change when the job shrinks (a node lost, no spare): read again
@@ -223,6 +232,8 @@ int run(Options opt) {
   ddp_options.broadcast_buffers = false;  // the model has no buffers
   ddp::DistributedDataParallel<gpt::Gpt> model(net, *world, ddp_options);
   auto optimizer = make_optimizer(net, opt);
+  const std::string not_capturable = cuda ? optimizer->why_not_capturable(device) : "";
+  if (opt.capture == "on" && !not_capturable.empty()) throw FlagError("--capture on: " + not_capturable);
 
   int64_t step = 0, epoch = 0;
   std::unique_ptr<ddp::Checkpointer> ckpt;
@@ -299,6 +310,68 @@ int run(Options opt) {
   if (healer.joined()) {
     std::printf("rank %d joined at step %lld with the state of its peers\n", rank, static_cast<long long>(step));
   }
+
+  // The parts of a step. Zero the gradients in place: after the first step
+  // each .grad is a view of its DDP bucket, and keeping it so spares a copy
+  // per parameter per step (and a captured step must keep its tensors).
+  // (LibTorch 2.x's zero_grad() sets them to none by default; 1.13's zeroes
+  // in place and takes no argument.)
+  auto zero_grads = [&] {
+#if TORCH_VERSION_MAJOR >= 2
+    optimizer->zero_grad(/*set_to_none=*/false);
+#else
+    optimizer->zero_grad();
+#endif
+  };
+  // Forward and backward of micro-batch j; the last one's backward returns
+  // with the gradients averaged over the ranks. Returns its loss.
+  auto forward_backward = [&](const torch::Tensor& x, const torch::Tensor& y, int j) {
+    torch::Tensor loss;
+    {
+      gpt::AutocastGuard autocast(device.type(), torch::kBFloat16, bf16);
+      torch::Tensor logits = model(x);
+      loss = torch::nn::functional::cross_entropy(logits.view({-1, cfg.vocab}), y.view({-1}));
+    }
+    phases.mark(Breakdown::kForward);
+    if (j + 1 < opt.grad_accum) {
+      auto no_sync = model.no_sync();  // accumulate locally
+      (loss / opt.grad_accum).backward();
+    } else {
+      (loss / opt.grad_accum).backward();
+    }
+    phases.mark(Breakdown::kBackward);
+    return loss.detach();
+  };
+  // Clip and the optimizer step; returns the norm before clipping. LibTorch's
+  // clip returns a double, so it waits for the device every step;
+  // worker_lib's returns the norm as a tensor.
+  auto clip_and_step = [&] {
+    ddp::TraceSpan optimizer_span(tracer, ddp::TracePhase::kOptimizer);
+    torch::Tensor n = plain ? torch::full({}, torch::nn::utils::clip_grad_norm_(net->parameters(), opt.clip),
+                                          torch::kDouble)
+                            : ddp::clip_grad_norm_(net->parameters(), opt.clip);
+    phases.mark(Breakdown::kClip);
+    optimizer->step();
+    phases.mark(Breakdown::kOptimizer);
+    return n;
+  };
+  // The whole step on this step's micro-batches (x0, y0, x1, y1, ...):
+  // what a CUDA graph captures. Returns the summed loss and the norm.
+  std::unique_ptr<ddp::CapturedStep> captured;
+  if (through_captured) {
+    ddp::CapturedStepOptions co;
+    co.capture = cuda && not_capturable.empty();
+    captured = std::make_unique<ddp::CapturedStep>(
+        *world, *optimizer,
+        [&](const std::vector<torch::Tensor>& in) {
+          zero_grads();
+          torch::Tensor sum = torch::zeros({}, torch::TensorOptions().device(device));
+          for (int j = 0; j < opt.grad_accum; ++j) sum += forward_backward(in[2 * j], in[2 * j + 1], j);
+          torch::Tensor n = clip_and_step();
+          return std::vector<torch::Tensor>{sum, n};
+        },
+        co);
+  }
   while (step < opt.steps) {
     profiler.at_step(step);
     const auto t0 = std::chrono::steady_clock::now();
@@ -311,46 +384,29 @@ int run(Options opt) {
       for (auto& group : optimizer->param_groups()) {
         static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
       }
-      // Zero the gradients in place: after the first step each .grad is a view
-      // of its DDP bucket, and keeping it so spares a copy per parameter per
-      // step. (LibTorch 2.x's zero_grad() sets them to none by default; 1.13's
-      // zeroes in place and takes no argument.)
-#if TORCH_VERSION_MAJOR >= 2
-      optimizer->zero_grad(/*set_to_none=*/false);
-#else
-      optimizer->zero_grad();
-#endif
-      loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
-      for (int j = 0; j < opt.grad_accum; ++j) {
-        ddp::TraceSpan data(tracer, ddp::TracePhase::kData);
-        auto [x, y] = next_batch();
-        data.finish();
-        phases.mark(Breakdown::kData);
-        torch::Tensor loss;
-        {
-          gpt::AutocastGuard autocast(device.type(), torch::kBFloat16, bf16);
-          torch::Tensor logits = model(x);
-          loss = torch::nn::functional::cross_entropy(logits.view({-1, cfg.vocab}), y.view({-1}));
+      if (captured) {
+        std::vector<torch::Tensor> in;
+        for (int j = 0; j < opt.grad_accum; ++j) {
+          ddp::TraceSpan data(tracer, ddp::TracePhase::kData);
+          auto [x, y] = next_batch();
+          in.push_back(x);
+          in.push_back(y);
         }
-        phases.mark(Breakdown::kForward);
-        loss_sum += loss.detach();
-        if (j + 1 < opt.grad_accum) {
-          auto no_sync = model.no_sync();  // accumulate locally
-          (loss / opt.grad_accum).backward();
-        } else {
-          (loss / opt.grad_accum).backward();  // returns with gradients averaged over the ranks
+        std::vector<torch::Tensor> out = captured->run(in);  // the graph's tensors: read before the next run
+        loss_sum = out[0];
+        norm = out[1];
+      } else {
+        zero_grads();
+        loss_sum = torch::zeros({}, torch::TensorOptions().device(device));
+        for (int j = 0; j < opt.grad_accum; ++j) {
+          ddp::TraceSpan data(tracer, ddp::TracePhase::kData);
+          auto [x, y] = next_batch();
+          data.finish();
+          phases.mark(Breakdown::kData);
+          loss_sum += forward_backward(x, y, j);
         }
-        phases.mark(Breakdown::kBackward);
+        norm = clip_and_step();
       }
-      ddp::TraceSpan optimizer_span(tracer, ddp::TracePhase::kOptimizer);
-      // LibTorch's clip returns a double, so it waits for the device every
-      // step; worker_lib's returns the norm as a tensor.
-      norm = plain ? torch::full({}, torch::nn::utils::clip_grad_norm_(net->parameters(), opt.clip), torch::kDouble)
-                   : ddp::clip_grad_norm_(net->parameters(), opt.clip);
-      phases.mark(Breakdown::kClip);
-      optimizer->step();
-      phases.mark(Breakdown::kOptimizer);
-      optimizer_span.finish();
       ++step;  // the commit (ddp::Healer)
     });
     rank = world->rank();
@@ -398,6 +454,8 @@ int run(Options opt) {
     if (ckpt->last_saved_step() != step && step > start_step) save();
     saved = ckpt->finish();
   }
+  const std::string step_kind = captured ? captured->describe() : std::string("kernel by kernel (--capture off)");
+  if (rank == 0) std::printf("step: %s\n", step_kind.c_str());
 
   // Every rank must end with rank 0's parameters, bit for bit.
   torch::Tensor mine = flat_parameters_cpu(*net);
@@ -437,6 +495,7 @@ int run(Options opt) {
                           {"checkpoint_copy_s", saved.copy_seconds},
                           {"step_s", timed_steps ? timed_seconds / timed_steps : 0.0},
                           {"optimizer", ddp::to_string(optimizer->impl())},
+                          {"step", step_kind},
                           {"breakdown_ms", phases.milliseconds()}};
       if (opt.breakdown) std::printf("breakdown (ms per step, device waited for): %s\n", phases.milliseconds().dump().c_str());
       std::ofstream out(opt.summary_json);
@@ -494,6 +553,10 @@ int main(int argc, char** argv) {
   app.add_option("--profile", o.profile,
                  "Write a Chrome trace (CPU ops, CUDA kernels) of steps 3.. to this file (LibTorch 2.x)");
   app.add_option("--profile-steps", o.profile_steps, "Steps in the --profile trace [3]")->check(CLI::PositiveNumber);
+  app.add_option("--capture", o.capture,
+                 "The step as a CUDA graph: auto (on a GPU where the optimizer allows), on (an error where "
+                 "it cannot), off (kernel by kernel) [auto]")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_flag("--breakdown", o.breakdown,
                "Time data, forward, backward, clip and optimizer apart (waits for the device after each)");
   try {

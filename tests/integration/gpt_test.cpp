@@ -124,6 +124,8 @@ TEST(GptExample, KilledRunResumesFromItsCheckpointAndEndsLikeAnUninterruptedOne)
   EXPECT_GE(std::stoi(m[1]), 20);
   EXPECT_EQ(std::stoi(m[1]) % 10, 0);
   EXPECT_EQ(checksum_in(summary), want) << "the resumed run ended elsewhere than the uninterrupted one";
+  // Its steps went through ddp::CapturedStep (captured on a GPU, eager here).
+  EXPECT_TRUE(std::regex_search(f.out, std::regex(R"(step: (captured|eager on))"))) << f.out;
   fs::remove_all(dir);
   fs::remove(summary);
   fs::remove(want_summary);
@@ -161,8 +163,49 @@ TEST(GptExample, AKilledRankIsHealedAndTheRunEndsLikeAnUninterruptedOne) {
   EXPECT_TRUE(contains(f.out, "rank 1 joined at step")) << f.out;
   EXPECT_FALSE(contains(f.err, "restarting the workers")) << f.err;
   EXPECT_EQ(checksum_in(summary), want) << "the healed run ended elsewhere than the uninterrupted one";
+  // Rank 0's captured step saw the heal's new communicator and was prepared
+  // again (on a GPU: warmed up and captured anew).
+  EXPECT_TRUE(contains(f.out, "prepared again after 1 heal")) << f.out;
   fs::remove(summary);
   fs::remove(want_summary);
+}
+
+// The step through ddp::CapturedStep (--capture on) against the plain loop
+// (--capture off): bf16 autocast, two micro-batches, the learning rate
+// warming up every step. On CPU (two ranks) every run is the body, with the
+// optimizer reading its learning rate from a tensor: bit for bit. On a GPU
+// (one rank, scripts/gpu-test.sh) the step is captured after 3 eager runs
+// and replayed; its learning rate is a float32 on the device, so the runs
+// agree within rounding.
+TEST(CapturedStep, TheGptStepThroughItEndsLikeThePlainLoop) {
+  const bool gpu = test_device() != "cpu";
+  std::string sums[2];
+  double losses[2];
+  const char* modes[2] = {"on", "off"};
+  for (int i = 0; i < 2; ++i) {
+    const fs::path summary = temp(std::string("capture-") + modes[i] + ".json");
+    Finished f = ddptest::run(gpt_job(gpu ? 1 : 2, {}, {"--steps", "12", "--warmup", "12", "--dtype", "bf16",
+                                                        "--grad-accum", "2", "--capture", modes[i], "--summary-json",
+                                                        summary.string()}));
+    ASSERT_EQ(f.exit_code, 0) << f.err;
+    const char* want = i == 1 ? "step: kernel by kernel" : gpu ? "step: captured (3 eager runs, 1 graph)"
+                                                               : "step: eager on cpu (12 runs";
+    EXPECT_TRUE(contains(f.out, want)) << f.out;
+    sums[i] = checksum_in(summary);
+    losses[i] = number_in(summary, "final_loss");
+    fs::remove(summary);
+  }
+  EXPECT_FALSE(sums[0].empty());
+  if (gpu) {
+    EXPECT_NEAR(losses[0], losses[1], 1e-3) << "the captured step learned otherwise than the plain loop";
+  } else {
+    EXPECT_EQ(sums[0], sums[1]) << "the captured step's path ended elsewhere than the plain loop";
+  }
+  // What a captured step cannot do is a usage error, named.
+  Finished bad = ddptest::run({GPT_BIN, "--capture", "on", "--breakdown"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_TRUE(contains(bad.err, "--breakdown")) << bad.err;
+  EXPECT_TRUE(contains(bad.err, "--capture off")) << bad.err;
 }
 
 TEST(GptExample, ACheckpointResumesOnCpuAndLoadsInPython) {

@@ -45,6 +45,9 @@ class FakeNcclBackend final : public NcclBackend {
   void stream_wait_event(NcclStreamHandle s, NcclEventHandle e) override {
     log(name(s) + " waits " + name(e));
   }
+  // Set: the caller's stream is being captured into a CUDA graph.
+  bool capturing = false;
+  bool is_capturing(NcclStreamHandle s) override { return capturing && s == caller; }
   void launch_host_func(NcclStreamHandle s, void (*fn)(void*), void* arg) override {
     {
       std::lock_guard lock(mu_);
@@ -344,6 +347,68 @@ TEST(NcclRunner, WatchdogTimesOutACollectiveNobodyWaitsFor) {
     EXPECT_NE(std::string(e.what()).find("all_reduce timed out"), std::string::npos) << e.what();
   }
   EXPECT_THROW(runner.enqueue("broadcast", fake.caller, noop_collective(fake), 1s), CollectiveError);
+  fake.complete();
+}
+
+// A captured step (ddp/captured_step.h): a collective enqueued while the
+// caller's stream is captured goes into the graph with its ordering events
+// only. A host function would be called at every replay with a ticket long
+// gone; the tensors live in the graph's pool.
+TEST(NcclRunner, ACollectiveEnqueuedDuringACaptureLaunchesNoHostFunctionAndJoinsTheCaller) {
+  FakeNcclBackend fake;
+  NcclRunner runner(fake, options());
+  fake.capturing = true;
+  auto tensor = std::make_shared<int>(7);
+  std::weak_ptr<int> held = tensor;
+  auto t = runner.enqueue("all_reduce", fake.caller,
+                          [&](NcclCommHandle, NcclStreamHandle) { fake.set_device(99); /* marks the call */ }, 60s,
+                          std::move(tensor));
+  EXPECT_TRUE(held.expired()) << "a captured collective's tensor is still held";
+  EXPECT_EQ(runner.in_flight(), 0u) << "a captured collective is watched as if it ran now";
+  runner.order_after(t, fake.caller);
+  const std::vector<std::string> calls = fake.calls();
+  auto at = [&](const std::string& c) {
+    auto it = std::find(calls.begin(), calls.end(), c);
+    EXPECT_NE(it, calls.end()) << "no call " << c;
+    return it - calls.begin();
+  };
+  EXPECT_LT(at("record event1 on caller"), at("nccl-stream waits event1"));
+  EXPECT_LT(at("nccl-stream waits event1"), at("set_device 99"));
+  EXPECT_LT(at("set_device 99"), at("record event2 on nccl-stream"));
+  EXPECT_LT(at("record event2 on nccl-stream"), at("caller waits event2"));
+  EXPECT_FALSE(fake.called("host_func on nccl-stream"));
+  // The host cannot wait for what runs only at a replay.
+  try {
+    runner.synchronize(t);
+    FAIL() << "synchronize on a captured collective returned";
+  } catch (const CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be captured"), std::string::npos) << e.what();
+  }
+  // The end event went back to the pool: the next collective reuses it.
+  auto again = runner.enqueue("all_reduce", fake.caller, noop_collective(fake), 60s);
+  runner.order_after(again, fake.caller);
+  EXPECT_EQ(runner.events_made(), 1u);
+  EXPECT_FALSE(runner.aborted());
+}
+
+// After a replay its collectives are watched as one: an empty enqueue is
+// done when NCCL's stream gets past them, and times out as a collective.
+TEST(NcclRunner, AnEmptyEnqueueWatchesTheStreamAndTimesOutAsACollective) {
+  FakeNcclBackend fake;
+  NcclRunner runner(fake, options());
+  auto done = runner.enqueue("captured step", fake.caller, nullptr, 60s);
+  EXPECT_TRUE(fake.called("host_func on nccl-stream"));
+  fake.complete();
+  runner.synchronize(done);
+  auto hung = runner.enqueue("captured step", fake.caller, nullptr, 30ms);  // never completes
+  for (int i = 0; i < 5000 && !runner.aborted(); ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(runner.aborted());
+  try {
+    runner.order_after(hung, fake.caller);
+    FAIL() << "ordering after a hung replay did not throw";
+  } catch (const CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("captured step timed out"), std::string::npos) << e.what();
+  }
   fake.complete();
 }
 

@@ -73,6 +73,16 @@ class Communicator {
   // memory with every core busy): overlapping then only time-slices the
   // same cores and thrashes their caches.
   virtual bool overlap_pays() const { return true; }
+  // Watches what the caller's current device stream has enqueued so far (a
+  // replayed CUDA graph's collectives, ddp/captured_step.h) as a collective
+  // is watched: past `timeout`, or on the communicator's error, the
+  // communicator is aborted and the returned Work's wait() throws
+  // CollectiveError. nullptr where collectives do not run on device streams.
+  virtual std::unique_ptr<Work> watch_stream(const char* what, Timeout timeout) {
+    (void)what;
+    (void)timeout;
+    return nullptr;
+  }
 
   // In place: every rank ends with root's tensor.
   virtual void broadcast(at::Tensor& tensor, int root, Timeout timeout) = 0;

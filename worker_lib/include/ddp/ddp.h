@@ -8,6 +8,7 @@
 #pragma once
 
 #include "ddp/atomic_file.h"
+#include "ddp/captured_step.h"
 #include "ddp/checkpoint_files.h"
 #include "ddp/checkpointer.h"
 #include "ddp/collective_error.h"

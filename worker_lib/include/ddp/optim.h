@@ -46,6 +46,29 @@ const char* to_string(OptimizerImpl impl);
 // LibTorch (any device from 2.4 on; CPU before).
 bool fused_adam_available(c10::DeviceType device = c10::DeviceType::CPU);
 
+// What a captured step (ddp/captured_step.h) needs of an optimizer: a
+// step that runs on the device alone, so that a CUDA graph can hold it, and
+// a host side kept right around replays, which run no host code. Made
+// capturable, ddp::AdamW and ddp::Adam read each group's learning rate from
+// a tensor on the parameters' device (an LR schedule that sets the options
+// goes on working) and count steps there; the state's counts (what
+// checkpoints and heals carry) are counted on the host by after_replay().
+class CapturableOptimizer {
+ public:
+  virtual ~CapturableOptimizer() = default;
+  virtual void set_capturable(bool on) = 0;
+  // Empty when step() can be captured for parameters on `device`; else why
+  // not, naming the setting to change.
+  virtual std::string why_not_capturable(c10::Device device) = 0;
+  // Before a step that runs no host code (a capture, a replay): the
+  // groups' learning rates, and step counts changed on the host (a
+  // checkpoint loaded), go to the device tensors the step reads.
+  virtual void before_replay() = 0;
+  // After a replay: each parameter the captured step steps counts one more
+  // step in its state, as the device did.
+  virtual void after_replay() = 0;
+};
+
 namespace detail {
 // The step shared by Adam and AdamW; `decoupled` is AdamW's weight decay.
 class MultiTensorAdam {
@@ -57,8 +80,30 @@ class MultiTensorAdam {
   template <class Options, class State>
   bool step(torch::optim::Optimizer& opt, bool decoupled);
 
+  // CapturableOptimizer, for AdamW and Adam.
+  void set_capturable(bool on) { capturable_ = on; }
+  template <class Options>
+  std::string why_not_capturable(torch::optim::Optimizer& opt, c10::Device device) const;
+  template <class Options, class State>
+  void before_replay(torch::optim::Optimizer& opt);
+  template <class State>
+  void after_replay(torch::optim::Optimizer& opt);
+
  private:
+  // Capturable: the group's learning rate as a tensor on `device` (float64
+  // on CPU, as the double the plain step takes; float32 where ATen's CUDA
+  // kernel reads it), written when the options' value changed.
+  torch::Tensor lr_tensor(size_t group, double lr, c10::Device device);
+
   OptimizerImpl impl_;
+  bool capturable_ = false;
+  struct LrTensor {
+    torch::Tensor t;
+    double value = 0;
+  };
+  std::vector<LrTensor> lr_tensors_;  // by group
+  // The parameters the last step stepped (capturable): what a replay steps.
+  std::vector<torch::Tensor> stepped_;
   // Fused kernels read the step count from a float tensor on the
   // parameter's device. One per parameter, kept with the count it holds,
   // so a count that changed elsewhere (a checkpoint loaded, a heal) is
@@ -71,7 +116,7 @@ class MultiTensorAdam {
 };
 }  // namespace detail
 
-class AdamW : public torch::optim::AdamW {
+class AdamW : public torch::optim::AdamW, public CapturableOptimizer {
  public:
   AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamWOptions defaults = {},
         OptimizerImpl impl = OptimizerImpl::kAuto);
@@ -80,12 +125,16 @@ class AdamW : public torch::optim::AdamW {
   torch::Tensor step(LossClosure closure = nullptr) override;
   // What step() runs: kAuto resolved.
   OptimizerImpl impl() const { return adam_.impl(); }
+  void set_capturable(bool on) override { adam_.set_capturable(on); }
+  std::string why_not_capturable(c10::Device device) override;
+  void before_replay() override;
+  void after_replay() override;
 
  private:
   detail::MultiTensorAdam adam_;
 };
 
-class Adam : public torch::optim::Adam {
+class Adam : public torch::optim::Adam, public CapturableOptimizer {
  public:
   Adam(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamOptions defaults = {},
        OptimizerImpl impl = OptimizerImpl::kAuto);
@@ -93,6 +142,10 @@ class Adam : public torch::optim::Adam {
        OptimizerImpl impl = OptimizerImpl::kAuto);
   torch::Tensor step(LossClosure closure = nullptr) override;
   OptimizerImpl impl() const { return adam_.impl(); }
+  void set_capturable(bool on) override { adam_.set_capturable(on); }
+  std::string why_not_capturable(c10::Device device) override;
+  void before_replay() override;
+  void after_replay() override;
 
  private:
   detail::MultiTensorAdam adam_;

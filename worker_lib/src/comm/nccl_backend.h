@@ -38,6 +38,9 @@ class NcclBackend {
   // Calls fn(arg) on a runtime thread once the work before it on `s` is done
   // (cudaLaunchHostFunc). fn must not call CUDA.
   virtual void launch_host_func(NcclStreamHandle s, void (*fn)(void*), void* arg) = 0;
+  // Whether `s` is being captured into a CUDA graph (cudaStreamIsCapturing):
+  // work enqueued on it is recorded, not run, and runs at each replay.
+  virtual bool is_capturing(NcclStreamHandle s) = 0;
 
   // Starts a non-blocking ncclCommInitRankConfig (config.blocking = 0): the
   // handle comes back at once and comm_state() says when it is ready.

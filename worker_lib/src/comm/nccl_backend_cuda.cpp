@@ -59,6 +59,11 @@ class CudaNcclBackend final : public NcclBackend {
   void launch_host_func(NcclStreamHandle s, void (*fn)(void*), void* arg) override {
     check_cuda(cudaLaunchHostFunc(static_cast<cudaStream_t>(s), fn, arg), "cudaLaunchHostFunc");
   }
+  bool is_capturing(NcclStreamHandle s) override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    check_cuda(cudaStreamIsCapturing(static_cast<cudaStream_t>(s), &status), "cudaStreamIsCapturing");
+    return status == cudaStreamCaptureStatusActive;
+  }
   NcclCommHandle start_comm_init(const std::string& unique_id, int size, int rank) override {
     ncclUniqueId id;
     std::memcpy(&id, unique_id.data(), sizeof(id));  // the caller checked the size

@@ -126,6 +126,9 @@ class NcclCommunicator final : public Communicator {
     return std::make_unique<NcclWork>(*this, std::move(ticket));
   }
   bool enqueues_on_device() const override { return true; }
+  std::unique_ptr<Work> watch_stream(const char* what, Timeout timeout) override {
+    return std::make_unique<NcclWork>(*this, runner_->enqueue(what, caller_stream(), nullptr, timeout));
+  }
 
   // A heal began: collectives waiting on a dead peer fail now, and NCCL's
   // communicator is aborted (World connects a fresh one for the next

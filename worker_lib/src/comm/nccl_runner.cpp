@@ -15,6 +15,11 @@ struct NcclRunner::Pending {
   NcclEventHandle end = nullptr;   // recorded after the collective; back to the pool once done
   std::shared_ptr<void> keep_alive;
   bool done = false;               // the stream reached the host function (shared->mu)
+  // Enqueued while the caller's stream was captured into a CUDA graph: no
+  // host function, not watched (each replay is watched as a whole,
+  // NcclRunner::enqueue's comment); its end event goes back to the pool
+  // once the caller's stream has joined it (order_after).
+  bool captured = false;
 };
 
 // Everything the watchdog, the waiters and CUDA's host-function thread share.
@@ -231,7 +236,13 @@ NcclRunner::Ticket NcclRunner::enqueue(const char* op, NcclStreamHandle caller_s
                           ": the NCCL communicator is closed");
   }
   beat();
+  const bool captured = backend_.is_capturing(caller_stream);
+  if (captured && !enqueue) {
+    throw CollectiveError(std::string("ddp: ") + op + " on rank " + std::to_string(options_.rank) +
+                          ": a replay cannot be watched from inside a CUDA graph's capture");
+  }
   auto ticket = std::make_shared<Pending>();
+  ticket->captured = captured;
   ticket->shared = shared_;
   ticket->op = op;
   ticket->timeout = timeout;
@@ -244,7 +255,7 @@ NcclRunner::Ticket NcclRunner::enqueue(const char* op, NcclStreamHandle caller_s
   backend_.stream_wait_event(stream_, before_);
   // 2. The collective. On a non-blocking communicator NCCL may answer
   //    ncclInProgress; nothing else may be enqueued until it is ready.
-  enqueue(comm_, stream_);
+  if (enqueue) enqueue(comm_, stream_);
   wait_ready(op, ticket->deadline, timeout);
   // 3. Its end event, and a host function that tells the watchdog it is
   //    done (microseconds after the stream gets there, no core burnt).
@@ -257,6 +268,21 @@ NcclRunner::Ticket NcclRunner::enqueue(const char* op, NcclStreamHandle caller_s
     shared_->free_events.push_back(ticket->end);
     ticket->end = nullptr;
   };
+  if (captured) {
+    // Captured: the end event joins NCCL's stream back into the caller's
+    // (order_after), as a capture requires of every stream it forked. A
+    // host function would be captured too and called at every replay with
+    // this ticket, long gone: none, and no watchdog entry. The tensors
+    // live in the graph's memory pool as long as the graph does.
+    try {
+      backend_.record_event(ticket->end, stream_);
+    } catch (...) {
+      give_back();
+      throw;
+    }
+    ticket->keep_alive.reset();
+    return ticket;
+  }
   try {
     backend_.record_event(ticket->end, stream_);
     auto ref = std::make_unique<Ticket>(ticket);
@@ -281,10 +307,24 @@ void NcclRunner::order_after(const Ticket& ticket, NcclStreamHandle caller_strea
   }
   // Under the lock: a ticket not yet done still owns its end event (the
   // watchdog returns it to the pool only once done).
+  if (ticket->captured) {
+    if (ticket->end == nullptr) return;  // joined already
+    backend_.stream_wait_event(caller_stream, ticket->end);
+    shared_->free_events.push_back(ticket->end);
+    ticket->end = nullptr;
+    return;
+  }
   if (!ticket->done) backend_.stream_wait_event(caller_stream, ticket->end);
 }
 
 void NcclRunner::synchronize(const Ticket& ticket) {
+  if (ticket->captured) {
+    // Nothing has run yet: the host would wait for a replay that cannot
+    // begin before the capture ends.
+    throw CollectiveError(std::string("ddp: ") + ticket->op + " on rank " + std::to_string(options_.rank) +
+                          ": a blocking collective cannot be captured into a CUDA graph (the host would wait "
+                          "for work that only runs at a replay)");
+  }
   std::unique_lock lock(shared_->mu);
   // The watchdog turns a timeout or an NCCL error into a failure and wakes
   // us; completion wakes us through the host function.

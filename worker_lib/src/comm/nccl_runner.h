@@ -68,6 +68,19 @@ class NcclRunner {
   // keep_alive (the tensors the collective reads and writes) is released
   // once the collective is done. Past `timeout` without completing, the
   // watchdog aborts the communicator. Throws CollectiveError after a failure.
+  //
+  // An empty `enqueue` puts no collective: the ticket is done when NCCL's
+  // stream reaches what the caller's stream had enqueued (a replayed CUDA
+  // graph's collectives), watched for the deadline and NCCL's errors as a
+  // collective is.
+  //
+  // While caller_stream is being captured into a CUDA graph (a captured
+  // training step, ddp/captured_step.h) the collective is recorded into
+  // the graph with its ordering events, and nothing else: no host
+  // function, no watchdog entry, no tensors kept. order_after() must join
+  // it before the capture ends; synchronize() throws (the host cannot wait
+  // for a replay). The graph's replays are watched by enqueueing an empty
+  // collective after each.
   Ticket enqueue(const char* op, NcclStreamHandle caller_stream, const EnqueueFn& enqueue,
                  std::chrono::milliseconds timeout, std::shared_ptr<void> keep_alive = nullptr);
 

@@ -94,6 +94,9 @@ class SwappableCommunicator final : public Communicator {
   }
   bool enqueues_on_device() const override { return get().enqueues_on_device(); }
   bool overlap_pays() const override { return get().overlap_pays(); }
+  std::unique_ptr<Work> watch_stream(const char* what, Timeout timeout) override {
+    return get().watch_stream(what, timeout);
+  }
   void broadcast(at::Tensor& tensor, int root, Timeout timeout) override {
     recorded(ddprun::channel::FlightOp::kBroadcast, bytes_of(tensor), [&] { get().broadcast(tensor, root, timeout); });
   }

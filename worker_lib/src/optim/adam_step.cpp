@@ -206,10 +206,13 @@ bool MultiTensorAdam::step(torch::optim::Optimizer& opt, bool decoupled) {
     if (static_cast<Options&>(group.options()).amsgrad()) return false;
   }
   torch::NoGradGuard no_grad;
-  for (auto& group : opt.param_groups()) {
+  if (capturable_) stepped_.clear();
+  for (size_t gi = 0; gi < opt.param_groups().size(); ++gi) {
+    auto& group = opt.param_groups()[gi];
     auto& o = static_cast<Options&>(group.options());
     GroupTensors<State> g = gather<State>(opt, group);
     if (g.params.empty()) continue;
+    if (capturable_) stepped_.insert(stepped_.end(), g.params.begin(), g.params.end());
     const auto [beta1, beta2] = o.betas();
 #if DDP_HAVE_FUSED_ADAM
     {
@@ -234,7 +237,18 @@ bool MultiTensorAdam::step(torch::optim::Optimizer& opt, bool decoupled) {
         }
         at::_foreach_add_(steps, 1);
         const std::vector<torch::Tensor> no_max;
-        if (decoupled) {
+        if (capturable_) {
+          // The learning rate from a device tensor: a replay reads what
+          // before_replay() wrote there, not the value of the capture.
+          const torch::Tensor lr = lr_tensor(gi, o.lr(), g.params[0].device());
+          if (decoupled) {
+            at::_fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, no_max, steps, lr, beta1, beta2,
+                              o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false);
+          } else {
+            at::_fused_adam_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, no_max, steps, lr, beta1, beta2,
+                             o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false);
+          }
+        } else if (decoupled) {
           at::_fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, no_max, steps, o.lr(), beta1, beta2,
                             o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false);
         } else {
@@ -253,6 +267,82 @@ bool MultiTensorAdam::step(torch::optim::Optimizer& opt, bool decoupled) {
     foreach_step(g, o.lr(), beta1, beta2, o.eps(), o.weight_decay(), decoupled);
   }
   return true;
+}
+
+torch::Tensor MultiTensorAdam::lr_tensor(size_t group, double lr, c10::Device device) {
+  if (lr_tensors_.size() <= group) lr_tensors_.resize(group + 1);
+  LrTensor& l = lr_tensors_[group];
+  if (!l.t.defined() || l.t.device() != device) {
+    const auto dtype = device.is_cpu() ? torch::kDouble : torch::kFloat;
+    l.t = torch::full({}, lr, torch::TensorOptions().dtype(dtype).device(device));
+    l.value = lr;
+  } else if (l.value != lr) {
+    l.t.fill_(lr);
+    l.value = lr;
+  }
+  return l.t;
+}
+
+template <class Options>
+std::string MultiTensorAdam::why_not_capturable(torch::optim::Optimizer& opt, c10::Device device) const {
+  if (impl_ == OptimizerImpl::kPerParameter) {
+    return "the optimizer runs LibTorch's own step (OptimizerImpl::kPerParameter, \"plain\"), which counts steps "
+           "on the host: make it with kFused or kAuto";
+  }
+  if (impl_ == OptimizerImpl::kForeach) {
+    return "the foreach step computes its bias corrections on the host: make the optimizer with kFused or kAuto";
+  }
+  if (!DDP_HAVE_FUSED_ADAM) {
+    return std::string("this LibTorch (") + TORCH_VERSION + ") has no fused Adam kernel for " + device.str() +
+           " (LibTorch >= 2.4)";
+  }
+  for (size_t gi = 0; gi < opt.param_groups().size(); ++gi) {
+    auto& group = opt.param_groups()[gi];
+    if (static_cast<Options&>(group.options()).amsgrad()) {
+      return "parameter group " + std::to_string(gi) + " has amsgrad on, which runs LibTorch's own step";
+    }
+    for (const auto& p : group.params()) {
+      if (p.device() != device || p.scalar_type() != group.params()[0].scalar_type() ||
+          !at::isFloatingType(p.scalar_type()) || !p.is_contiguous()) {
+        return "parameter group " + std::to_string(gi) + " mixes devices or dtypes (or holds a non-contiguous " +
+               "tensor): the fused step, the only one a graph can hold, takes one device and one floating dtype " +
+               "per group, on " + device.str();
+      }
+    }
+  }
+  return "";
+}
+
+template <class Options, class State>
+void MultiTensorAdam::before_replay(torch::optim::Optimizer& opt) {
+  auto& state = opt.state();
+  for (size_t gi = 0; gi < opt.param_groups().size(); ++gi) {
+    auto& group = opt.param_groups()[gi];
+    for (const auto& p : group.params()) {
+      auto st = step_tensors_.find(p.unsafeGetTensorImpl());
+      auto it = state.find(state_key(state, p));
+      if (st == step_tensors_.end() || !st->second.t.defined() || it == state.end()) continue;
+      const int64_t count = static_cast<State*>(it->second.get())->step();
+      if (st->second.count != count) {
+        st->second.t.fill_(static_cast<double>(count));
+        st->second.count = count;
+      }
+      lr_tensor(gi, static_cast<Options&>(group.options()).lr(), p.device());
+    }
+  }
+}
+
+template <class State>
+void MultiTensorAdam::after_replay(torch::optim::Optimizer& opt) {
+  auto& state = opt.state();
+  for (const auto& p : stepped_) {
+    auto it = state.find(state_key(state, p));
+    if (it == state.end()) continue;
+    auto* s = static_cast<State*>(it->second.get());
+    s->step(s->step() + 1);
+    auto st = step_tensors_.find(p.unsafeGetTensorImpl());
+    if (st != step_tensors_.end()) st->second.count = s->step();
+  }
 }
 
 template bool MultiTensorAdam::step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
@@ -292,6 +382,12 @@ torch::Tensor AdamW::step(LossClosure closure) {
       adam_, *this, closure, /*decoupled=*/true, [this] { torch::optim::AdamW::step(); });
 }
 
+std::string AdamW::why_not_capturable(c10::Device device) {
+  return adam_.why_not_capturable<torch::optim::AdamWOptions>(*this, device);
+}
+void AdamW::before_replay() { adam_.before_replay<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(*this); }
+void AdamW::after_replay() { adam_.after_replay<torch::optim::AdamWParamState>(*this); }
+
 Adam::Adam(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamOptions defaults,
            OptimizerImpl impl)
     : torch::optim::Adam(std::move(groups), defaults), adam_(impl) {}
@@ -302,6 +398,12 @@ torch::Tensor Adam::step(LossClosure closure) {
   return step_with<torch::optim::AdamOptions, torch::optim::AdamParamState>(
       adam_, *this, closure, /*decoupled=*/false, [this] { torch::optim::Adam::step(); });
 }
+
+std::string Adam::why_not_capturable(c10::Device device) {
+  return adam_.why_not_capturable<torch::optim::AdamOptions>(*this, device);
+}
+void Adam::before_replay() { adam_.before_replay<torch::optim::AdamOptions, torch::optim::AdamParamState>(*this); }
+void Adam::after_replay() { adam_.after_replay<torch::optim::AdamParamState>(*this); }
 
 torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params, double max_norm) {
   torch::NoGradGuard no_grad;
