@@ -66,7 +66,16 @@ Finished killed_at(const std::vector<std::string>& argv, int step, const std::ve
   EXPECT_EQ(workers.size(), 4u);
   if (workers.size() != 4u) return p.finish();
   for (int r : ranks) kill(workers[static_cast<size_t>(r)], SIGKILL);
-  EXPECT_TRUE(reach_step(p, step + 10)) << p.out() << p.err();
+  if (!reach_step(p, step + 10)) {
+    // Where every rank stands, first (CI shows the head of a failure): the
+    // job goes on meanwhile.
+    Finished stacks = ddptest::run({DDPRUN_BIN, "status", "--stacks"});
+    const std::string err = p.err();
+    ADD_FAILURE() << "no step " << step + 10 << " after killing ranks " << ranks[0]
+                  << (ranks.size() > 1 ? " and " + std::to_string(ranks.back()) : std::string()) << "; ddprun status --stacks:\n"
+                  << stacks.out << stacks.err << "\nthe job's stderr, last part:\n"
+                  << err.substr(err.size() > 8000 ? err.size() - 8000 : 0);
+  }
   const std::vector<pid_t> now = ddptest::children_of(p.pid());
   for (int r = 0; r < 4; ++r) {
     if (std::find(ranks.begin(), ranks.end(), r) != ranks.end()) continue;
