@@ -1,6 +1,7 @@
 #include "comm/nccl_runner.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "ddp/collective_error.h"
 
@@ -321,9 +322,10 @@ void NcclRunner::synchronize(const Ticket& ticket) {
   if (ticket->captured) {
     // Nothing has run yet: the host would wait for a replay that cannot
     // begin before the capture ends.
-    throw CollectiveError(std::string("ddp: ") + ticket->op + " on rank " + std::to_string(options_.rank) +
-                          ": a blocking collective cannot be captured into a CUDA graph (the host would wait "
-                          "for work that only runs at a replay)");
+    // A usage error, not a failed peer: nothing to heal.
+    throw std::logic_error(std::string("ddp: ") + ticket->op + " on rank " + std::to_string(options_.rank) +
+                           ": a blocking collective cannot be captured into a CUDA graph (the host would wait "
+                           "for work that only runs at a replay)");
   }
   std::unique_lock lock(shared_->mu);
   // The watchdog turns a timeout or an NCCL error into a failure and wakes

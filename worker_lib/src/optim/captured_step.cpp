@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "ddp/collective_error.h"
 #include "ddp/communicator.h"
 
 #if DDPRUN_TORCH_CUDA
@@ -164,6 +165,14 @@ std::vector<torch::Tensor> CapturedStep::run(const std::vector<torch::Tensor>& i
       try {
         out = body_(g.inputs);
         graph->capture_end();
+      } catch (const CollectiveError&) {
+        // A peer failed while this rank captured: the Healer heals, and the
+        // next generation captures afresh.
+        try {
+          graph->capture_end();
+        } catch (...) {
+        }
+        throw;
       } catch (const std::exception& e) {
         try {
           graph->capture_end();  // leaves capture mode, whatever the body did
