@@ -95,7 +95,8 @@ def main():
                                                  ("" if not graph else ", step as a CUDA graph" if args.device == "cuda"
                                                   else ", through ddp::CapturedStep (eager off the GPU)"))
         rows.append((name, [os.path.join(args.build, "bin", "gpt")] + common +
-                     ["--optimizer", o[:-len("-graph")] if graph else o, "--capture", "on" if graph else "off",
+                     ["--optimizer", o[:-len("-graph")] if graph else o,
+                      "--capture", ("on" if args.device == "cuda" else "auto") if graph else "off",
                       "--log-every", "1000000", "--summary-json", out_json]))
     eager_flags = {"default": [], "fused": ["--fused"], "compile": ["--compile"]}
     for v in [v for v in args.eager_variants.split(",") if v]:
@@ -119,8 +120,8 @@ def main():
         for _, cmd in rows:  # a compiled model's breakdown would cost its compile again: not run
             if "--compile" in cmd:
                 breakdowns.append({"error": "not measured (torch.compile)"})
-            elif "--capture" in cmd and cmd[cmd.index("--capture") + 1] == "on":
-                breakdowns.append({"error": "not measured (one graph: see the profile)"})
+            elif "--capture" in cmd and cmd[cmd.index("--capture") + 1] != "off":
+                breakdowns.append({"error": "not measured (the step runs as one through ddp::CapturedStep: see the profile)"})
             else:
                 breakdowns.append(run_json(cmd + ["--breakdown"], out_json))
 

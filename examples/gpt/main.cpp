@@ -190,6 +190,10 @@ int run(Options opt) {
                     opt.device + " (LibTorch >= 2.4); use foreach or auto");
   }
   const int64_t warmup = opt.warmup ? opt.warmup : std::max<int64_t>(1, opt.steps / 10);
+  if (opt.capture == "on" && opt.device != "cuda") {
+    throw FlagError("--capture on: CUDA graphs need a GPU (--device cuda); on " + opt.device +
+                    " --capture auto runs the same step uncaptured");
+  }
   if (opt.breakdown && opt.capture == "on") {
     throw FlagError("--breakdown times each phase apart, which a captured step cannot: use --capture off");
   }
@@ -554,8 +558,8 @@ int main(int argc, char** argv) {
                  "Write a Chrome trace (CPU ops, CUDA kernels) of steps 3.. to this file (LibTorch 2.x)");
   app.add_option("--profile-steps", o.profile_steps, "Steps in the --profile trace [3]")->check(CLI::PositiveNumber);
   app.add_option("--capture", o.capture,
-                 "The step as a CUDA graph: auto (on a GPU where the optimizer allows), on (an error where "
-                 "it cannot), off (kernel by kernel) [auto]")
+                 "The step as a CUDA graph: auto (on a GPU where the optimizer allows; eager through the same "
+                 "path elsewhere), on (an error where it cannot), off (kernel by kernel) [auto]")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_flag("--breakdown", o.breakdown,
                "Time data, forward, backward, clip and optimizer apart (waits for the device after each)");

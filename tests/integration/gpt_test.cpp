@@ -170,8 +170,8 @@ TEST(GptExample, AKilledRankIsHealedAndTheRunEndsLikeAnUninterruptedOne) {
   fs::remove(want_summary);
 }
 
-// The step through ddp::CapturedStep (--capture on) against the plain loop
-// (--capture off): bf16 autocast, two micro-batches, the learning rate
+// The step through ddp::CapturedStep (--capture on on a GPU, auto on CPU)
+// against the plain loop (--capture off): bf16 autocast, two micro-batches, the learning rate
 // warming up every step. On CPU (two ranks) every run is the body, with the
 // optimizer reading its learning rate from a tensor: bit for bit. On a GPU
 // (one rank, scripts/gpu-test.sh) the step is captured after 3 eager runs
@@ -181,7 +181,7 @@ TEST(CapturedStep, TheGptStepThroughItEndsLikeThePlainLoop) {
   const bool gpu = test_device() != "cpu";
   std::string sums[2];
   double losses[2];
-  const char* modes[2] = {"on", "off"};
+  const char* modes[2] = {gpu ? "on" : "auto", "off"};
   for (int i = 0; i < 2; ++i) {
     const fs::path summary = temp(std::string("capture-") + modes[i] + ".json");
     Finished f = ddptest::run(gpt_job(gpu ? 1 : 2, {}, {"--steps", "12", "--warmup", "12", "--dtype", "bf16",
@@ -202,10 +202,14 @@ TEST(CapturedStep, TheGptStepThroughItEndsLikeThePlainLoop) {
     EXPECT_EQ(sums[0], sums[1]) << "the captured step's path ended elsewhere than the plain loop";
   }
   // What a captured step cannot do is a usage error, named.
-  Finished bad = ddptest::run({GPT_BIN, "--capture", "on", "--breakdown"});
+  Finished bad = ddptest::run({GPT_BIN, "--capture", "on", "--breakdown", "--device", test_device()});
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
-  EXPECT_TRUE(contains(bad.err, "--breakdown")) << bad.err;
-  EXPECT_TRUE(contains(bad.err, "--capture off")) << bad.err;
+  EXPECT_TRUE(contains(bad.err, gpu ? "--capture off" : "--device cuda")) << bad.err;
+  if (!gpu) {  // a CPU run asked to capture: told, not run eager behind the user's back
+    Finished cpu = ddptest::run({GPT_BIN, "--capture", "on"});
+    EXPECT_EQ(cpu.exit_code, 2) << cpu.err;
+    EXPECT_TRUE(contains(cpu.err, "--capture on: CUDA graphs need a GPU")) << cpu.err;
+  }
 }
 
 TEST(GptExample, ACheckpointResumesOnCpuAndLoadsInPython) {
