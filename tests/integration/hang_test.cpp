@@ -236,22 +236,34 @@ TEST(Hang, StatusStacksPrintsEveryRanksStacksOfALiveJob) {
 namespace {
 
 // Stragglers: a rank that computes three times as long is named (the
-// job runs until it is, then is stopped); two CPU hogs and no slow rank
-// name nobody over 3000 steps.
+// job runs until it is, then is stopped), or on a machine loaded past its
+// cores named and excused by the load; two CPU hogs and no slow rank name
+// nobody over 3000 steps.
 TEST(Straggler, ASlowRankIsNamedAndNoOtherIs) {
   const std::filesystem::path dir = ddptest::temp_path("straggler", "logs");
   const std::string id = "straggler-" + std::to_string(getpid());
   ddptest::Process p(ddprun({"--nproc", "3", "--monitor-interval", "0.02", "--progress-interval", "0.1", "--log-dir",
                              dir.string(), "--rdzv-id", id, HANG_CHECK_BIN, "--at", "-1", "--work-ms", "2", "--slow", "1", "--slow-factor",
                              "3"}));
-  auto said = p.wait_for_err_line([](const std::string& l) { return contains(l, "is a straggler"); }, 120s);
+  // One verdict on rank 1: a straggler, or, on a machine loaded past its
+  // cores (stress-ng --cpu 16 here), the slowest but excused: it waited for
+  // a CPU as long as its peers waited for it, which a fresh process in its
+  // place would too.
+  auto said = p.wait_for_err_line(
+      [](const std::string& l) { return contains(l, "is a straggler") || contains(l, "is the slowest here"); }, 120s);
   ASSERT_TRUE(said) << p.finish(10s).err;
-  // Nearly all the others' waiting is for it (100% on an idle machine; a
-  // loaded one makes the others late now and then too: 98% was seen).
-  std::smatch share;
-  ASSERT_TRUE(std::regex_search(*said, share, std::regex(R"(rank 1 is a straggler: (\d+)% of the time the others wait is for it)")))
-      << *said;
-  EXPECT_GE(std::stoi(share[1]), 90) << *said;
+  const bool excused = contains(*said, "is the slowest here");
+  if (excused) {
+    EXPECT_TRUE(std::regex_search(*said, std::regex(R"(rank 1 is the slowest here \(score 0\.\d\d\), but it waited for a CPU \d+% of the time.*this node's load, not the rank; it goes on)")))
+        << *said;
+  } else {
+    // Nearly all the others' waiting is for it (100% on an idle machine; a
+    // loaded one makes the others late now and then too: 98% was seen).
+    std::smatch share;
+    ASSERT_TRUE(std::regex_search(*said, share, std::regex(R"(rank 1 is a straggler: (\d+)% of the time the others wait is for it)")))
+        << *said;
+    EXPECT_GE(std::stoi(share[1]), 90) << *said;
+  }
   // The progress line shows it too, from then on.
   auto progress = p.wait_for_err_line([](const std::string& l) { return contains(l, "info: progress: "); }, 120s);
   ASSERT_TRUE(progress) << p.finish(10s).err;
@@ -265,7 +277,9 @@ TEST(Straggler, ASlowRankIsNamedAndNoOtherIs) {
   EXPECT_TRUE(contains(j.out, R"("slowest_is_straggler": true)")) << j.out;
   p.signal(SIGTERM);
   ddptest::Finished f = p.finish(60s);
-  EXPECT_EQ(ddptest::occurrences(f.err, "is a straggler"), 1) << f.err;  // once, and only rank 1
+  // Once, and only rank 1.
+  EXPECT_EQ(ddptest::occurrences(f.err, "is a straggler") + ddptest::occurrences(f.err, "is the slowest here"), 1)
+      << f.err;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(f.err, m, std::regex(R"(worker logs are in (\S+))"))) << f.err;
   std::ifstream events(std::filesystem::path(m[1].str()) / "events.jsonl");
@@ -274,6 +288,7 @@ TEST(Straggler, ASlowRankIsNamedAndNoOtherIs) {
     if (contains(line, "\"event\":\"straggler\"")) event = line;
   }
   EXPECT_TRUE(contains(event, "\"rank\":1")) << event;
+  EXPECT_EQ(contains(event, "\"action\":\"load\""), excused) << event;
   std::filesystem::remove_all(dir);
 }
 
