@@ -35,14 +35,14 @@ void Agent::watch_progress(int attempt, const Assignment& a, const WorkerGroup* 
     seen = p;
     if (rank == 0) meter_.add(p);
   }
-  if (status_ && group) status_->set_slowest(group->stragglers().slowest_rank());
+  if (status_ && group) status_->set_slowest(group->slowest());
   if (group) report_collectives(a, *group);
   if (a.first_global_rank != 0 || !meter_.any()) return;
 
   std::string line = format_progress(meter_.last(), meter_.rates());
   if (line.empty()) return;
   // This node's straggler scores, once there are any.
-  if (const std::string slow = group ? group->stragglers().slowest() : ""; !slow.empty()) line += " · " + slow;
+  if (const std::string slow = group ? group->slowest_text() : ""; !slow.empty()) line += " · " + slow;
   if (progress_on_terminal_) {
     // At most 4 draws a second (each one a write to the terminal).
     if (now - last_status_draw_ < std::chrono::milliseconds(250)) return;
@@ -82,7 +82,7 @@ void Agent::report_collectives(const Assignment& a, const WorkerGroup& group) {
   c.wait_ms = s.node_wait_ms();
   c.period_ms = s.node_period_ms();
   c.samples = s.node_samples();
-  if (const auto slow = s.slowest_rank()) {
+  if (const auto slow = group.slowest()) {
     c.slowest_rank = slow->rank;
     c.slowest_score = slow->score;
     c.slowest_is_straggler = slow->straggler;

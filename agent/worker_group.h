@@ -125,6 +125,12 @@ class WorkerGroup {
   bool any_joining() const;
   // The local ranks' straggler scores so far (the progress line shows them).
   const StragglerScores& stragglers() const { return stragglers_; }
+  // The slowest rank as the agent judged it: a straggler by its scores is
+  // none where this node's load explained it (check_stragglers said so).
+  std::optional<StragglerScores::Slowest> slowest() const;
+  // The same for the progress line: "" before any, else "slowest: rank 1
+  // (0.41)", with " straggler", or ", this node's load" where excused.
+  std::string slowest_text() const;
 
  private:
   struct Worker;
@@ -195,6 +201,7 @@ class WorkerGroup {
   // monitor), each said once per heal generation (the scores start over).
   StragglerScores stragglers_;
   std::vector<int> stragglers_said_;
+  std::vector<int> excused_by_load_;  // of those, the ones this node's load explained
   // Each worker's CPU times since the scores' generation began (slowed_by_load).
   std::vector<CpuTimes> cpu_window_;
   std::chrono::steady_clock::time_point cpu_window_start_{};

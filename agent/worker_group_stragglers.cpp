@@ -29,7 +29,10 @@ void WorkerGroup::check_stragglers() {
   const auto now = std::chrono::steady_clock::now();
   if (stragglers_.generation() != generation || cpu_window_.empty()) {
     // A heal (or the start): judged afresh, and the CPU times counted from now.
-    if (stragglers_.generation() != generation) stragglers_said_.clear();
+    if (stragglers_.generation() != generation) {
+      stragglers_said_.clear();
+      excused_by_load_.clear();
+    }
     cpu_window_.clear();
     for (size_t i = 0; i < workers_.size(); ++i) {
       cpu_window_.push_back(cpu_times(workers_[i]->cgroup, workers_[i]->pid).value_or(CpuTimes{}));
@@ -46,6 +49,7 @@ void WorkerGroup::check_stragglers() {
     stragglers_said_.push_back(rank);
     const StragglerScore& s = stragglers_.scores().at(rank);
     if (const std::string load = slowed_by_load(w, s.score); !load.empty()) {
+      excused_by_load_.push_back(rank);
       spdlog::info("rank {} is the slowest here (score {:.2f}), but {}: this node's load, not the rank; it goes on",
                    rank, s.score, load);
       if (options_.events) {
@@ -83,6 +87,24 @@ void WorkerGroup::check_stragglers() {
                               {"wait_share", s.wait_share}, {"late_ms", s.late_ms}, {"action", action}});
     }
   }
+}
+
+std::optional<StragglerScores::Slowest> WorkerGroup::slowest() const {
+  auto top = stragglers_.slowest_rank();
+  if (top && std::find(excused_by_load_.begin(), excused_by_load_.end(), top->rank) != excused_by_load_.end()) {
+    top->straggler = false;
+  }
+  return top;
+}
+
+std::string WorkerGroup::slowest_text() const {
+  std::string text = stragglers_.slowest();
+  const std::string flagged = " straggler";
+  const auto top = slowest();
+  if (top && !top->straggler && text.ends_with(flagged)) {  // flagged by its scores, excused by the load
+    text.replace(text.size() - flagged.size(), flagged.size(), ", this node's load");
+  }
+  return text;
 }
 
 // Each worker's share of the time since the scores' generation began that
