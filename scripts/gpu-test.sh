@@ -210,10 +210,12 @@ else
   skip gpt_bench "$( (( gpu )) && echo GPU_BENCH=0 || echo 'no GPU')"
 fi
 # Where each side's GPU time goes, kernel by kernel: three steps of the C++
-# trainer and of eager profiled, the traces compared (then deleted: tens of MB).
+# trainer (uncaptured, as the earlier profiles; the table above has the
+# captured step's speed) and of eager profiled, the traces compared (then
+# deleted: tens of MB).
 if (( gpu )); then
   step gpt_profile 150 bash -c '"$1" --model small --device cuda --dtype bf16 --batch-size 16 --steps 8 \
-      --log-every 1000000 --profile "$4/cpp-trace.json" &&
+      --log-every 1000000 --capture off --profile "$4/cpp-trace.json" &&
     "$2" "$3/bench/gpt_eager.py" --model small --device cuda --dtype bf16 --batch-size 16 --steps 8 \
       --profile "$4/eager-trace.json" &&
     "$2" "$3/bench/profile_compare.py" "$4/cpp-trace.json" "$4/eager-trace.json" --steps 3 --top 25;
