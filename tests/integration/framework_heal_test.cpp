@@ -9,6 +9,7 @@
 // exactly the parameters of one nothing interrupted.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -59,7 +60,11 @@ std::set<std::string> files_under(const fs::path& out) {
 // Kills `ranks` (local ranks of the one node) at once after `step`; checks
 // the heal (survivors kept, one replacement each, no restart) and returns
 // how the run ended.
-Finished killed_at(const std::vector<std::string>& argv, int step, const std::vector<int>& ranks) {
+Finished killed_at(std::vector<std::string> argv, int step, const std::vector<int>& ranks) {
+  // A job id of its own: its stacks, not a neighbour test's, if it stops.
+  static int jobs = 0;
+  const std::string id = "framework-heal-" + std::to_string(getpid()) + "-" + std::to_string(++jobs);
+  argv.insert(argv.begin() + 1, {"--rdzv-id", id});
   Process p(argv, kEnv);
   EXPECT_TRUE(reach_step(p, step)) << p.out() << p.err();
   const std::vector<pid_t> workers = workers_of(p.pid());
@@ -69,7 +74,7 @@ Finished killed_at(const std::vector<std::string>& argv, int step, const std::ve
   if (!reach_step(p, step + 10)) {
     // Where every rank stands, first (CI shows the head of a failure): the
     // job goes on meanwhile.
-    Finished stacks = ddptest::run({DDPRUN_BIN, "status", "--stacks"});
+    Finished stacks = ddptest::run({DDPRUN_BIN, "status", "--stacks", "--rdzv-id", id});
     const std::string err = p.err();
     ADD_FAILURE() << "no step " << step + 10 << " after killing ranks " << ranks[0]
                   << (ranks.size() > 1 ? " and " + std::to_string(ranks.back()) : std::string()) << "; ddprun status --stacks:\n"
