@@ -136,23 +136,26 @@ double StragglerScores::node_period_ms() const {
   return node_scored_ ? unbiased(node_period_ns_, node_scored_) / 1e6 : 0;
 }
 
-std::optional<StragglerScores::Slowest> StragglerScores::slowest_rank() const {
+std::optional<StragglerScores::Slowest> StragglerScores::slowest_rank(const std::vector<int>& excused) const {
   std::optional<Slowest> top;
   for (const auto& [rank, s] : scores_) {
     if (s.samples >= kMinSamples && (!top || s.score > top->score)) top = Slowest{rank, s.score, false};
   }
   if (top) {
     const auto flagged = stragglers();
-    top->straggler = std::find(flagged.begin(), flagged.end(), top->rank) != flagged.end();
+    const bool by_scores = std::find(flagged.begin(), flagged.end(), top->rank) != flagged.end();
+    top->excused = by_scores && std::find(excused.begin(), excused.end(), top->rank) != excused.end();
+    top->straggler = by_scores && !top->excused;
   }
   return top;
 }
 
-std::string StragglerScores::slowest() const {
-  const auto top = slowest_rank();
+std::string StragglerScores::slowest(const std::vector<int>& excused) const {
+  const auto top = slowest_rank(excused);
   if (!top) return "";
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "slowest: rank %d (%.2f)%s", top->rank, top->score, top->straggler ? " straggler" : "");
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "slowest: rank %d (%.2f)%s", top->rank, top->score,
+                top->straggler ? " straggler" : top->excused ? ", this node's load" : "");
   return buf;
 }
 

@@ -47,16 +47,19 @@ class StragglerScores {
   // The heal generation the scores are of (they start over at each).
   uint32_t generation() const { return generation_; }
   // The rank with the highest score among those scored enough
-  // (kMinSamples), if any.
+  // (kMinSamples), if any. A rank in `excused` (one this node's load
+  // explained, WorkerGroup::check_stragglers) is no straggler, whatever
+  // its scores.
   struct Slowest {
     int rank = 0;
     double score = 0;
     bool straggler = false;
+    bool excused = false;  // flagged by its scores, explained by the load
   };
-  std::optional<Slowest> slowest_rank() const;
+  std::optional<Slowest> slowest_rank(const std::vector<int>& excused = {}) const;
   // The same as text: "" before, else "slowest: rank 1 (0.41)", with
-  // " straggler" when it is one.
-  std::string slowest() const;
+  // " straggler" when it is one, ", this node's load" when excused.
+  std::string slowest(const std::vector<int>& excused = {}) const;
   // Ranks that are stragglers as things stand.
   std::vector<int> stragglers() const;
 

@@ -90,22 +90,10 @@ void WorkerGroup::check_stragglers() {
 }
 
 std::optional<StragglerScores::Slowest> WorkerGroup::slowest() const {
-  auto top = stragglers_.slowest_rank();
-  if (top && std::find(excused_by_load_.begin(), excused_by_load_.end(), top->rank) != excused_by_load_.end()) {
-    top->straggler = false;
-  }
-  return top;
+  return stragglers_.slowest_rank(excused_by_load_);
 }
 
-std::string WorkerGroup::slowest_text() const {
-  std::string text = stragglers_.slowest();
-  const std::string flagged = " straggler";
-  const auto top = slowest();
-  if (top && !top->straggler && text.ends_with(flagged)) {  // flagged by its scores, excused by the load
-    text.replace(text.size() - flagged.size(), flagged.size(), ", this node's load");
-  }
-  return text;
-}
+std::string WorkerGroup::slowest_text() const { return stragglers_.slowest(excused_by_load_); }
 
 // Each worker's share of the time since the scores' generation began that
 // it spent waiting for a CPU (StragglerScores::slowed_by_load); "" when

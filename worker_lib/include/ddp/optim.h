@@ -111,6 +111,12 @@ class MultiTensorAdam {
   struct StepTensor {
     torch::Tensor t;
     int64_t count = -1;
+    // Brings t to the state's count where it changed elsewhere.
+    void write(int64_t state_count) {
+      if (count == state_count) return;
+      t.fill_(static_cast<double>(state_count));
+      count = state_count;
+    }
   };
   std::unordered_map<const void*, StepTensor> step_tensors_;
 };

@@ -269,29 +269,25 @@ NcclRunner::Ticket NcclRunner::enqueue(const char* op, NcclStreamHandle caller_s
     shared_->free_events.push_back(ticket->end);
     ticket->end = nullptr;
   };
+  try {
+    backend_.record_event(ticket->end, stream_);
+    if (!captured) {
+      auto ref = std::make_unique<Ticket>(ticket);
+      backend_.launch_host_func(stream_, &signal_done, ref.get());
+      ref.release();  // signal_done deletes it
+    }
+  } catch (...) {
+    give_back();
+    throw;
+  }
   if (captured) {
     // Captured: the end event joins NCCL's stream back into the caller's
     // (order_after), as a capture requires of every stream it forked. A
     // host function would be captured too and called at every replay with
     // this ticket, long gone: none, and no watchdog entry. The tensors
     // live in the graph's memory pool as long as the graph does.
-    try {
-      backend_.record_event(ticket->end, stream_);
-    } catch (...) {
-      give_back();
-      throw;
-    }
     ticket->keep_alive.reset();
     return ticket;
-  }
-  try {
-    backend_.record_event(ticket->end, stream_);
-    auto ref = std::make_unique<Ticket>(ticket);
-    backend_.launch_host_func(stream_, &signal_done, ref.get());
-    ref.release();  // signal_done deletes it
-  } catch (...) {
-    give_back();
-    throw;
   }
   {
     std::lock_guard lock(shared_->mu);
@@ -321,8 +317,8 @@ void NcclRunner::order_after(const Ticket& ticket, NcclStreamHandle caller_strea
 void NcclRunner::synchronize(const Ticket& ticket) {
   if (ticket->captured) {
     // Nothing has run yet: the host would wait for a replay that cannot
-    // begin before the capture ends.
-    // A usage error, not a failed peer: nothing to heal.
+    // begin before the capture ends. A usage error, not a failed peer:
+    // nothing to heal.
     throw std::logic_error(std::string("ddp: ") + ticket->op + " on rank " + std::to_string(options_.rank) +
                            ": a blocking collective cannot be captured into a CUDA graph (the host would wait "
                            "for work that only runs at a replay)");

@@ -79,8 +79,8 @@ class NcclRunner {
   // the graph with its ordering events, and nothing else: no host
   // function, no watchdog entry, no tensors kept. order_after() must join
   // it before the capture ends; synchronize() throws std::logic_error (the
-  // host cannot wait for a replay). The graph's replays are watched by enqueueing an empty
-  // collective after each.
+  // host cannot wait for a replay). The graph's replays are watched by
+  // enqueueing an empty collective after each.
   Ticket enqueue(const char* op, NcclStreamHandle caller_stream, const EnqueueFn& enqueue,
                  std::chrono::milliseconds timeout, std::shared_ptr<void> keep_alive = nullptr);
 

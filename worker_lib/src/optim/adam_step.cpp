@@ -17,6 +17,7 @@
 #include <torch/version.h>
 
 #include <cmath>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -228,32 +229,30 @@ bool MultiTensorAdam::step(torch::optim::Optimizer& opt, bool decoupled) {
             st.t = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(g.params[i].device()));
             st.count = 0;
           }
-          if (st.count != g.states[i]->step()) {
-            st.t.fill_(static_cast<double>(g.states[i]->step()));
-          }
+          st.write(g.states[i]->step());
           g.states[i]->step(g.states[i]->step() + 1);
           st.count = g.states[i]->step();
           steps.push_back(st.t);
         }
         at::_foreach_add_(steps, 1);
         const std::vector<torch::Tensor> no_max;
-        if (capturable_) {
-          // The learning rate from a device tensor: a replay reads what
-          // before_replay() wrote there, not the value of the capture.
-          const torch::Tensor lr = lr_tensor(gi, o.lr(), g.params[0].device());
+        // lr: a double, or (capturable) a tensor on the device, so that a
+        // replay reads what before_replay() wrote there, not the value of
+        // the capture. (The betas by value: clang 14 captures no
+        // structured binding.)
+        auto fused = [&, b1 = beta1, b2 = beta2](const auto& lr) {
           if (decoupled) {
-            at::_fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, no_max, steps, lr, beta1, beta2,
+            at::_fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, no_max, steps, lr, b1, b2,
                               o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false);
           } else {
-            at::_fused_adam_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, no_max, steps, lr, beta1, beta2,
+            at::_fused_adam_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, no_max, steps, lr, b1, b2,
                              o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false);
           }
-        } else if (decoupled) {
-          at::_fused_adamw_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, no_max, steps, o.lr(), beta1, beta2,
-                            o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false);
+        };
+        if (capturable_) {
+          fused(lr_tensor(gi, o.lr(), g.params[0].device()));
         } else {
-          at::_fused_adam_(g.params, g.grads, g.exp_avgs, g.exp_avg_sqs, no_max, steps, o.lr(), beta1, beta2,
-                           o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false);
+          fused(o.lr());
         }
         continue;
       }
@@ -318,17 +317,15 @@ void MultiTensorAdam::before_replay(torch::optim::Optimizer& opt) {
   auto& state = opt.state();
   for (size_t gi = 0; gi < opt.param_groups().size(); ++gi) {
     auto& group = opt.param_groups()[gi];
+    std::optional<c10::Device> stepped_on;  // where this group's fused step ran, if it did
     for (const auto& p : group.params()) {
       auto st = step_tensors_.find(p.unsafeGetTensorImpl());
       auto it = state.find(state_key(state, p));
       if (st == step_tensors_.end() || !st->second.t.defined() || it == state.end()) continue;
-      const int64_t count = static_cast<State*>(it->second.get())->step();
-      if (st->second.count != count) {
-        st->second.t.fill_(static_cast<double>(count));
-        st->second.count = count;
-      }
-      lr_tensor(gi, static_cast<Options&>(group.options()).lr(), p.device());
+      st->second.write(static_cast<State*>(it->second.get())->step());
+      stepped_on = p.device();
     }
+    if (stepped_on) lr_tensor(gi, static_cast<Options&>(group.options()).lr(), *stepped_on);
   }
 }
 
