@@ -2,12 +2,18 @@
 // underneath it, on CPU: every run is the body, eager, with the optimizer
 // reading its learning rate from a tensor and counting steps as a replay
 // would. Ranks are threads (support/thread_ranks.h). The capture itself
-// needs a GPU: scripts/gpu-test.sh runs `gpt --capture on` there.
+// needs a GPU: scripts/gpu-test.sh runs these tests there (a failed replay
+// steps nothing: CUDA builds only) and `gpt --capture on`.
 #include <gtest/gtest.h>
 
 #include "ddp/ddp.h"
 #include "support/ddp_checks.h"
 #include "support/thread_ranks.h"
+
+#if DDPRUN_TORCH_CUDA
+#include <ATen/cuda/Sleep.h>
+#include <torch/cuda.h>
+#endif
 
 namespace {
 
@@ -96,6 +102,16 @@ TEST(CapturedStep, AnInputOfAnotherShapeThrowsNamingItAndBothShapes) {
   });
 }
 
+// The step state of the parameter shaped like `p` (the Mlp's shapes are distinct).
+int64_t step_count(ddp::AdamW& opt, const torch::Tensor& p) {
+  for (auto& [key, s] : opt.state()) {
+    (void)key;
+    auto& st = static_cast<torch::optim::AdamWParamState&>(*s);
+    if (st.exp_avg().sizes() == p.sizes()) return st.step();
+  }
+  return -1;
+}
+
 // A replay runs no host code: after_replay() counts, in the state that
 // checkpoints and heals carry, the step the device took, for exactly the
 // parameters the captured step stepped.
@@ -108,18 +124,102 @@ TEST(CapturedStep, AfterReplayCountsTheDevicesStepInTheStateOfTheParametersItSte
   opt->step();  // the last parameter has no gradient: not stepped
   opt->after_replay();
   opt->after_replay();
-  auto count = [&](const torch::Tensor& p) -> int64_t {
-    auto& state = opt->state();
-    for (auto& [key, s] : state) {
-      (void)key;
-      auto& st = static_cast<torch::optim::AdamWParamState&>(*s);
-      if (st.exp_avg().unsafeGetTensorImpl() != nullptr && st.exp_avg().sizes() == p.sizes()) return st.step();
-    }
-    return -1;
-  };
-  EXPECT_EQ(count(params[0]), 3);
+  EXPECT_EQ(step_count(*opt, params[0]), 3);
   EXPECT_EQ(opt->state().size(), params.size() - 1) << "the parameter without a gradient got a state";
 }
+
+// Where the captured step cuts its graphs: the optimizer calls the update
+// hook after the closure's backward (the collectives) and before it
+// changes any parameter.
+TEST(CapturedStep, TheOptimizersUpdateHookRunsAfterTheClosureAndBeforeAnyParameterChanges) {
+  Mlp net = ddptest::seeded_model<Mlp>(7);
+  auto opt = adamw_of(net);
+  opt->set_capturable(true);
+  const torch::Tensor initial = ddptest::flat_parameters(*net);
+  bool backward_ran = false;
+  int hooks = 0;
+  torch::Tensor at_hook;
+  opt->set_update_hook([&] {
+    ++hooks;
+    EXPECT_TRUE(backward_ran) << "the hook ran before the closure";
+    at_hook = ddptest::flat_parameters(*net);
+  });
+  opt->step([&] {
+    opt->zero_grad();
+    torch::Tensor loss = net->forward(torch::ones({4, 64})).sum();
+    loss.backward();
+    backward_ran = true;
+    return loss;
+  });
+  EXPECT_EQ(hooks, 1);
+  ASSERT_TRUE(at_hook.defined());
+  EXPECT_TRUE(torch::equal(at_hook, initial)) << "a parameter changed before the hook";
+  EXPECT_FALSE(torch::equal(ddptest::flat_parameters(*net), initial)) << "the step changed nothing";
+  opt->set_update_hook(nullptr);
+  opt->step();
+  EXPECT_EQ(hooks, 1) << "a cleared hook ran";
+}
+
+// A capture runs nothing: the counts the step's host code took while it
+// was captured go back, for the replay to count.
+TEST(CapturedStep, AfterCaptureTakesBackTheStepCountsTheCapturedStepCounted) {
+  Mlp net = ddptest::seeded_model<Mlp>(7);
+  auto opt = adamw_of(net);
+  opt->set_capturable(true);
+  auto params = net->parameters();
+  for (auto& p : params) p.mutable_grad() = torch::ones_like(p);
+  opt->step();  // an eager warm-up
+  opt->step();  // as if captured
+  ASSERT_EQ(step_count(*opt, params[0]), 2);
+  opt->after_capture();
+  EXPECT_EQ(step_count(*opt, params[0]), 1);
+  opt->before_replay();
+  opt->after_replay();  // the replay's step
+  EXPECT_EQ(step_count(*opt, params[0]), 2);
+}
+
+#if DDPRUN_TORCH_CUDA
+// The reason for the cut: a replay whose collectives fail (here: its watch
+// times out while the first graph spins on the GPU for about a second)
+// throws before the optimizer's graph runs, so the parameters and the
+// step counts are those of before the step, as after a failed eager step:
+// the Healer's retry then steps once. One graph would have stepped.
+TEST(CapturedStep, AReplayWhoseCollectivesFailLeavesTheParametersAndCountsOfBeforeTheStep) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
+  run_ranks(1, [](ddp::World& w) {
+    const torch::Device gpu(torch::kCUDA, 0);
+    Mlp net = ddptest::seeded_model<Mlp>(7);
+    net->to(gpu);
+    ddp::DistributedDataParallel<Mlp> model(net, w);
+    auto opt = adamw_of(net);
+    bool spin = false;  // read as the body runs: the captured graph spins at every replay
+    ddp::CapturedStepOptions o;
+    o.warmup_steps = 1;
+    o.timeout = std::chrono::milliseconds(50);  // the replay's watch; the warm-up's collectives keep theirs
+    ddp::CapturedStep step(w, *opt, [&](const std::vector<torch::Tensor>& in) {
+      opt->zero_grad(/*set_to_none=*/false);
+      if (spin) at::cuda::sleep(int64_t{4} * 1000 * 1000 * 1000);  // ~2 s at 2 GHz: 40x the timeout
+      torch::Tensor loss = torch::mse_loss(model(in[0]), in[1]);
+      loss.backward();
+      opt->step();
+      return std::vector<torch::Tensor>{loss.detach()};
+    }, o);
+    auto [x, y] = batch(0, 0);
+    x = x.to(gpu);
+    y = y.to(gpu);
+    step.run({x, y});  // the warm-up, eager
+    const torch::Tensor before = ddptest::flat_parameters(*net).cpu();
+    const int64_t count = step_count(*opt, net->parameters()[0]);
+    spin = true;
+    EXPECT_THROW(step.run({x, y}), ddp::CollectiveError);  // captures, replays, times out
+    EXPECT_EQ(step.captures(), 1);
+    const torch::Tensor after = ddptest::flat_parameters(*net).cpu();
+    EXPECT_TRUE(torch::equal(before, after))
+        << "the failed replay stepped: max |diff| " << (before - after).abs().max().item<double>();
+    EXPECT_EQ(step_count(*opt, net->parameters()[0]), count);
+  });
+}
+#endif
 
 TEST(CapturedStep, AnOptimizerThatCannotBeCapturedSaysWhichSettingToChange) {
   Mlp net = ddptest::seeded_model<Mlp>(7);

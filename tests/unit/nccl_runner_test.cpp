@@ -384,6 +384,13 @@ TEST(NcclRunner, ACollectiveEnqueuedDuringACaptureLaunchesNoHostFunctionAndJoins
   } catch (const std::logic_error& e) {  // a usage error: no peer failed, nothing to heal
     EXPECT_NE(std::string(e.what()).find("cannot be captured"), std::string::npos) << e.what();
   }
+  // Nor watch a replay from inside a capture: a usage error as well.
+  try {
+    runner.enqueue("captured step", fake.caller, nullptr, 60s);
+    FAIL() << "a watch enqueued during a capture returned";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("inside a CUDA graph's capture"), std::string::npos) << e.what();
+  }
   // The end event went back to the pool: the next collective reuses it.
   auto again = runner.enqueue("all_reduce", fake.caller, noop_collective(fake), 60s);
   runner.order_after(again, fake.caller);

@@ -25,12 +25,17 @@
 // replays it; every later run copies the inputs into the graph's and
 // replays. Nothing of the body's host code runs in a replay: the optimizer
 // is made capturable (ddp/optim.h: learning rate and step counts on the
-// device, the host's counts kept by after_replay), DDP's collectives are
-// recorded into the graph (the NCCL runner's capture path), and each
-// replay is watched as a collective is (its timeout, NCCL's errors): a
-// failure throws CollectiveError from the next run(), inside the Healer's
-// step. A heal (a new communicator, perhaps state received into new
-// memory) drops the graph: the step warms up and captures again.
+// device, the host's counts kept by after_replay), and DDP's collectives
+// are recorded into the graph (the NCCL runner's capture path).
+// The step is captured as two graphs, cut where the optimizer's step
+// begins. A run replays the first (forward, backward, all-reduce, clip)
+// and waits for it, watched as a collective is (its timeout, NCCL's
+// errors); only then the second (the optimizer's step). A failed peer thus
+// throws CollectiveError from run(), inside the Healer's step, with this
+// rank's parameters and optimizer state as they were before the step, as
+// an eager step leaves them: the Healer's retry steps once, on complete
+// gradients. A heal (a new communicator, perhaps state received into new
+// memory) drops the graphs: the step warms up and captures again.
 // Elsewhere (CPU, or capture = false) every run is the body, eager, with
 // the optimizer capturable all the same: the same arithmetic a replay does
 // (on CPU bit for bit the plain fused step).
@@ -102,6 +107,8 @@ class CapturedStep {
  private:
   struct Graph;  // the CUDA graph and its static tensors (CUDA builds)
   void check_inputs(const std::vector<torch::Tensor>& inputs);
+  void capture(Graph& g, const std::vector<torch::Tensor>& inputs);
+  void wait_for_replay(Graph& g, const char* what);
   bool on_gpu(const std::vector<torch::Tensor>& inputs) const;
 
   World& world_;

@@ -30,6 +30,7 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -67,6 +68,16 @@ class CapturableOptimizer {
   // After a replay: each parameter the captured step steps counts one more
   // step in its state, as the device did.
   virtual void after_replay() = 0;
+  // After a capture, which ran nothing: the step counts the step's host
+  // code counted while it was captured are taken back (the replay counts
+  // them, by after_replay()), and the device's counts are written again by
+  // the next before_replay().
+  virtual void after_capture() = 0;
+  // Called by step() after its closure (if any) and before it changes a
+  // parameter or its state; empty: nothing. A captured step ends its first
+  // graph here, so that a replay changes the parameters only once the
+  // step's collectives are known to have completed.
+  virtual void set_update_hook(std::function<void()> hook) = 0;
 };
 
 namespace detail {
@@ -88,6 +99,13 @@ class MultiTensorAdam {
   void before_replay(torch::optim::Optimizer& opt);
   template <class State>
   void after_replay(torch::optim::Optimizer& opt);
+  template <class State>
+  void after_capture(torch::optim::Optimizer& opt);
+  void set_update_hook(std::function<void()> hook) { update_hook_ = std::move(hook); }
+  // step()'s call to the hook, before it changes anything.
+  void before_update() const {
+    if (update_hook_) update_hook_();
+  }
 
  private:
   // Capturable: the group's learning rate as a tensor on `device` (float64
@@ -97,6 +115,12 @@ class MultiTensorAdam {
 
   OptimizerImpl impl_;
   bool capturable_ = false;
+  std::function<void()> update_hook_;
+  // Adds `delta` to the state's step count of each parameter the last step
+  // stepped; the device's count is then `count` when `device_counted`, else
+  // unknown (written again before the next step or replay).
+  template <class State>
+  void count_stepped(torch::optim::Optimizer& opt, int64_t delta, bool device_counted);
   struct LrTensor {
     torch::Tensor t;
     double value = 0;
@@ -110,7 +134,7 @@ class MultiTensorAdam {
   // written again before the next step.
   struct StepTensor {
     torch::Tensor t;
-    int64_t count = -1;
+    int64_t count = -1;  // what t holds; -1: not known
     // Brings t to the state's count where it changed elsewhere.
     void write(int64_t state_count) {
       if (count == state_count) return;
@@ -135,6 +159,8 @@ class AdamW : public torch::optim::AdamW, public CapturableOptimizer {
   std::string why_not_capturable(c10::Device device) override;
   void before_replay() override;
   void after_replay() override;
+  void after_capture() override;
+  void set_update_hook(std::function<void()> hook) override { adam_.set_update_hook(std::move(hook)); }
 
  private:
   detail::MultiTensorAdam adam_;
@@ -152,6 +178,8 @@ class Adam : public torch::optim::Adam, public CapturableOptimizer {
   std::string why_not_capturable(c10::Device device) override;
   void before_replay() override;
   void after_replay() override;
+  void after_capture() override;
+  void set_update_hook(std::function<void()> hook) override { adam_.set_update_hook(std::move(hook)); }
 
  private:
   detail::MultiTensorAdam adam_;

@@ -239,8 +239,9 @@ NcclRunner::Ticket NcclRunner::enqueue(const char* op, NcclStreamHandle caller_s
   beat();
   const bool captured = backend_.is_capturing(caller_stream);
   if (captured && !enqueue) {
-    throw CollectiveError(std::string("ddp: ") + op + " on rank " + std::to_string(options_.rank) +
-                          ": a replay cannot be watched from inside a CUDA graph's capture");
+    // A usage error, not a failed peer: nothing to heal.
+    throw std::logic_error(std::string("ddp: ") + op + " on rank " + std::to_string(options_.rank) +
+                           ": a replay cannot be watched from inside a CUDA graph's capture");
   }
   auto ticket = std::make_shared<Pending>();
   ticket->captured = captured;

@@ -330,16 +330,30 @@ void MultiTensorAdam::before_replay(torch::optim::Optimizer& opt) {
 }
 
 template <class State>
-void MultiTensorAdam::after_replay(torch::optim::Optimizer& opt) {
+void MultiTensorAdam::count_stepped(torch::optim::Optimizer& opt, int64_t delta, bool device_counted) {
   auto& state = opt.state();
   for (const auto& p : stepped_) {
     auto it = state.find(state_key(state, p));
     if (it == state.end()) continue;
     auto* s = static_cast<State*>(it->second.get());
-    s->step(s->step() + 1);
+    s->step(s->step() + delta);
     auto st = step_tensors_.find(p.unsafeGetTensorImpl());
-    if (st != step_tensors_.end()) st->second.count = s->step();
+    if (st != step_tensors_.end()) st->second.count = device_counted ? s->step() : -1;
   }
+}
+
+template <class State>
+void MultiTensorAdam::after_replay(torch::optim::Optimizer& opt) {
+  count_stepped<State>(opt, +1, /*device_counted=*/true);
+}
+
+// The capture counted on the host as the body ran; the device counted
+// nothing (the step's kernels were recorded, not run). The counts go back,
+// and the device's are marked unknown: before_replay() writes them from
+// the state, so that the replay counts from where the state stands.
+template <class State>
+void MultiTensorAdam::after_capture(torch::optim::Optimizer& opt) {
+  count_stepped<State>(opt, -1, /*device_counted=*/false);
 }
 
 template bool MultiTensorAdam::step<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(
@@ -368,6 +382,7 @@ torch::Tensor step_with(detail::MultiTensorAdam& adam, torch::optim::Optimizer& 
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
+  adam.before_update();
   if (!adam.step<Options, State>(opt, decoupled)) fallback();
   return loss;
 }
@@ -384,6 +399,7 @@ std::string AdamW::why_not_capturable(c10::Device device) {
 }
 void AdamW::before_replay() { adam_.before_replay<torch::optim::AdamWOptions, torch::optim::AdamWParamState>(*this); }
 void AdamW::after_replay() { adam_.after_replay<torch::optim::AdamWParamState>(*this); }
+void AdamW::after_capture() { adam_.after_capture<torch::optim::AdamWParamState>(*this); }
 
 Adam::Adam(std::vector<torch::optim::OptimizerParamGroup> groups, torch::optim::AdamOptions defaults,
            OptimizerImpl impl)
@@ -401,6 +417,7 @@ std::string Adam::why_not_capturable(c10::Device device) {
 }
 void Adam::before_replay() { adam_.before_replay<torch::optim::AdamOptions, torch::optim::AdamParamState>(*this); }
 void Adam::after_replay() { adam_.after_replay<torch::optim::AdamParamState>(*this); }
+void Adam::after_capture() { adam_.after_capture<torch::optim::AdamParamState>(*this); }
 
 torch::Tensor clip_grad_norm_(const std::vector<torch::Tensor>& params, double max_norm) {
   torch::NoGradGuard no_grad;

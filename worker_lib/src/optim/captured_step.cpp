@@ -36,12 +36,49 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 
 struct CapturedStep::Graph {
 #if DDPRUN_TORCH_CUDA
-  explicit Graph(c10::DeviceIndex device) : side(at::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {}
+  explicit Graph(c10::DeviceIndex index)
+      : device(index), side(at::cuda::getStreamFromPool(/*isHighPriority=*/false, index)) {}
+  c10::DeviceIndex device;
   at::cuda::CUDAStream side;  // warm-ups and the capture run here (a capture needs a stream of its own)
-  std::unique_ptr<at::cuda::CUDAGraph> graph;
-  std::vector<torch::Tensor> inputs, outputs;  // what the graph reads and writes
+  // The step in two graphs, cut where the optimizer's step begins: `graph`
+  // (forward, backward, DDP's all-reduce, clip) and `update` (the
+  // optimizer's step and what follows it), in one memory pool. Declared in
+  // that order: `update` is destroyed first.
+  std::unique_ptr<at::cuda::CUDAGraph> graph, update;
+  std::vector<torch::Tensor> inputs, outputs;  // what the graphs read and write
 #endif
 };
+
+#if DDPRUN_TORCH_CUDA
+namespace {
+
+// Runs fn on `side`, ordered after the work `current` has and before what
+// `current` gets next.
+template <class Fn>
+auto on_side(at::cuda::CUDAStream current, at::cuda::CUDAStream side, Fn&& fn) {
+  at::cuda::CUDAEvent ready;
+  ready.record(current);
+  ready.block(side);
+  decltype(fn()) out;
+  {
+    c10::cuda::CUDAStreamGuard guard(side);
+    out = fn();
+  }
+  at::cuda::CUDAEvent done;
+  done.record(side);
+  done.block(current);
+  return out;
+}
+
+// Clears the optimizer's update hook however the capture ends.
+struct UpdateHook {
+  UpdateHook(CapturableOptimizer& opt, std::function<void()> hook) : opt(opt) { opt.set_update_hook(std::move(hook)); }
+  ~UpdateHook() { opt.set_update_hook(nullptr); }
+  CapturableOptimizer& opt;
+};
+
+}  // namespace
+#endif
 
 CapturedStep::CapturedStep(World& world, CapturableOptimizer& optimizer, Body body, CapturedStepOptions options)
     : world_(world),
@@ -125,91 +162,107 @@ std::vector<torch::Tensor> CapturedStep::run(const std::vector<torch::Tensor>& i
   if (!graph_) graph_ = std::make_unique<Graph>(device.index());
   Graph& g = *graph_;
   at::cuda::CUDAStream current = at::cuda::getCurrentCUDAStream(device.index());
-  // Runs fn on the side stream, ordered after the current stream's work
-  // and before what the current stream gets next.
-  auto on_side = [&](auto&& fn) {
-    at::cuda::CUDAEvent ready;
-    ready.record(current);
-    ready.block(g.side);
-    decltype(fn()) out;
-    {
-      c10::cuda::CUDAStreamGuard guard(g.side);
-      out = fn();
-    }
-    at::cuda::CUDAEvent done;
-    done.record(g.side);
-    done.block(current);
-    return out;
-  };
   if (warm_ < options_.warmup_steps) {
     ++warm_;
     ++eager_runs_;
-    return on_side([&] { return body_(inputs); });
+    return on_side(current, g.side, [&] { return body_(inputs); });
   }
   // A checkpoint still copying the state in the background ends first: the
   // graph's optimizer step changes it, and no DDP finalize waits in a replay.
   world_.state_fence().wait();
   if (!g.graph) {
-    const std::string why = optimizer_.why_not_capturable(device);
-    if (!why.empty()) {
-      throw std::runtime_error("ddp::CapturedStep: the optimizer's step cannot be captured: " + why +
-                               " (or set CapturedStepOptions::capture = false)");
-    }
-    g.inputs.clear();
-    for (const auto& t : inputs) g.inputs.push_back(t.clone());
-    optimizer_.before_replay();
-    g.outputs = on_side([&] {
-      auto graph = std::make_unique<at::cuda::CUDAGraph>();
-      graph->capture_begin();
-      std::vector<torch::Tensor> out;
-      try {
-        out = body_(g.inputs);
-        graph->capture_end();
-      } catch (const CollectiveError&) {
-        // A peer failed while this rank captured: the Healer heals, and the
-        // next generation captures afresh.
-        try {
-          graph->capture_end();
-        } catch (...) {
-        }
-        throw;
-      } catch (const std::exception& e) {
-        try {
-          graph->capture_end();  // leaves capture mode, whatever the body did
-        } catch (...) {
-        }
-        throw std::runtime_error("ddp::CapturedStep: the step cannot be captured as a CUDA graph: " +
-                                 first_line(e.what()) +
-                                 " (keep the body on the device: no .item() or copies to the host, no blocking "
-                                 "collective; or set CapturedStepOptions::capture = false)");
-      }
-      g.graph = std::move(graph);
-      return out;
-    });
-    ++captures_;
-    // Nothing ran while capturing: this replay is the step (its host side,
-    // the optimizer's counts, was counted as the body ran).
-    g.graph->replay();
+    capture(g, inputs);
   } else {
     for (size_t i = 0; i < inputs.size(); ++i) g.inputs[i].copy_(inputs[i], /*non_blocking=*/true);
-    optimizer_.before_replay();
-    g.graph->replay();
+  }
+  // 1. The step up to the optimizer (forward, backward, DDP's all-reduce,
+  //    clip), and the host waits for it: a failed peer (or a replay past
+  //    the timeout) throws here, inside the Healer's step, before anything
+  //    the step keeps has changed, so the Healer's retry steps once.
+  optimizer_.before_replay();
+  g.graph->replay();
+  wait_for_replay(g, "captured step");
+  // 2. Its collectives completed: the optimizer's step, then the counts the
+  //    device took (the state that checkpoints and heals carry).
+  if (g.update) {
+    g.update->replay();
+    wait_for_replay(g, "captured step's update");
     optimizer_.after_replay();
   }
-  // The replay's collectives, watched as one: past the timeout, or on
-  // NCCL's error, the communicator is aborted (its kernels then end). The
-  // host waits for the step here, inside the Healer's step, so that a
-  // failure heals this step rather than the next.
-  Communicator& comm = world_.cuda();
-  const auto timeout = options_.timeout.count() > 0 ? options_.timeout : comm.default_timeout();
-  std::unique_ptr<Work> watch = comm.watch_stream("captured step", timeout);
-  current.synchronize();
-  if (watch) watch->wait();
   return g.outputs;
 #else
   return body_(inputs);  // unreachable: on_gpu() is false without CUDA
 #endif
 }
+
+#if DDPRUN_TORCH_CUDA
+// Captures the body on the side stream as two graphs: the optimizer's
+// update hook, called as its step begins, ends the first and begins the
+// second in the first's memory pool (replayed in the order captured, the
+// two may share it). Nothing runs while capturing; the caller replays.
+void CapturedStep::capture(Graph& g, const std::vector<torch::Tensor>& inputs) {
+  const c10::Device device(c10::DeviceType::CUDA, g.device);
+  const std::string why = optimizer_.why_not_capturable(device);
+  if (!why.empty()) {
+    throw std::runtime_error("ddp::CapturedStep: the optimizer's step cannot be captured: " + why +
+                             " (or set CapturedStepOptions::capture = false)");
+  }
+  g.inputs.clear();
+  for (const auto& t : inputs) g.inputs.push_back(t.clone());
+  optimizer_.before_replay();  // the learning-rate and step tensors the graph reads
+  at::cuda::CUDAStream current = at::cuda::getCurrentCUDAStream(g.device);
+  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  std::unique_ptr<at::cuda::CUDAGraph> update;
+  at::cuda::CUDAGraph* capturing = nullptr;  // the graph a capture is open on
+  g.outputs = on_side(current, g.side, [&] {
+    UpdateHook hook(optimizer_, [&] {
+      if (update) return;  // a second step() in the body: in the update too
+      capturing = nullptr;
+      graph->capture_end();
+      update = std::make_unique<at::cuda::CUDAGraph>();
+      update->capture_begin(graph->pool());
+      capturing = update.get();
+    });
+    graph->capture_begin();
+    capturing = graph.get();
+    std::vector<torch::Tensor> out;
+    try {
+      out = body_(g.inputs);
+      capturing->capture_end();
+    } catch (const std::exception& e) {
+      try {
+        if (capturing) capturing->capture_end();  // leaves capture mode, whatever the body did
+      } catch (...) {
+      }
+      // A peer failed while this rank captured: the Healer heals, and the
+      // next generation captures afresh.
+      if (dynamic_cast<const CollectiveError*>(&e)) throw;
+      throw std::runtime_error("ddp::CapturedStep: the step cannot be captured as a CUDA graph: " +
+                               first_line(e.what()) +
+                               " (keep the body on the device: no .item() or copies to the host, no blocking "
+                               "collective; or set CapturedStepOptions::capture = false)");
+    }
+    return out;
+  });
+  g.graph = std::move(graph);
+  g.update = std::move(update);
+  ++captures_;
+  // The body's host code counted the optimizer's steps as it was captured;
+  // the replay counts them.
+  optimizer_.after_capture();
+}
+
+// The replay's collectives, watched as one: past the timeout, or on NCCL's
+// error, the communicator is aborted (its kernels then end) and this
+// throws CollectiveError. The host waits for the replay here.
+void CapturedStep::wait_for_replay(Graph& g, const char* what) {
+  Communicator& comm = world_.cuda();
+  const auto timeout = options_.timeout.count() > 0 ? options_.timeout : comm.default_timeout();
+  std::unique_ptr<Work> watch = comm.watch_stream(what, timeout);
+  at::cuda::getCurrentCUDAStream(g.device).synchronize();
+  if (watch) watch->wait();
+}
+#endif
 
 std::string CapturedStep::describe() const {
   std::ostringstream os;
