@@ -23,7 +23,13 @@ What it does (Healer in heal.py does the heal itself):
   3. a replacement skips the batches of the epoch its peers did, and its
      collectives between its Healer and its first step (Lightning's
      start-up barriers, the per-batch broadcast) stay local: its peers are
-     inside their step, not in those calls.
+     inside their step, not in those calls;
+  4. so do a survivor's when the heal brought its step done (a peer that
+     had taken that step sent the state): its peers made the next batch's
+     calls before they healed and are inside the next step. (Seen when two
+     ranks died together and the survivors' last all-reduce ended on one
+     and failed on the other: the one behind then waited in the next
+     batch's broadcast for peers inside their step.)
 A rank that dies outside a training step (validation, a checkpoint's
 save) is not healed: ddprun restarts the group, as without this strategy.
 Tested with the versions scripts/frameworks-requirements.txt pins
@@ -114,7 +120,10 @@ class HealingDDPStrategy(_LightningDDPStrategy):
     Takes DDPStrategy's arguments."""
 
     healer = None
-    _starting = False  # a replacement, from its Healer to its first step
+    # This rank's peers are inside a step it has not begun: a replacement's,
+    # from its Healer to its first step; a survivor's whose step the heal
+    # brought done, until its next. Its collectives meanwhile stay local.
+    _peers_in_step = False
 
     def setup(self, trainer):
         super().setup(trainer)
@@ -127,7 +136,7 @@ class HealingDDPStrategy(_LightningDDPStrategy):
         self._schedulers = [c.scheduler for c in self.lr_scheduler_configs]
         self.healer = Healer(self.model, self.optimizers[0],
                              extra=self._schedulers + [_FitPosition(trainer)])
-        self._starting = self.healer.joined
+        self._peers_in_step = self.healer.joined
         self._skip_pending = self.healer.joined
         # Lightning broadcasts a SIGTERM flag from rank 0 before every batch.
         epoch_loop = trainer.fit_loop.epoch_loop
@@ -161,18 +170,20 @@ class HealingDDPStrategy(_LightningDDPStrategy):
 
     def optimizer_step(self, optimizer, closure, model=None, **kwargs):
         healer = self.healer
-        self._starting = False
+        self._peers_in_step = False
         if healer is None or not healer.heals:
             return super().optimizer_step(optimizer, closure, model, **kwargs)
         # Lightning steps the schedulers after this returns.
         loss, brought = healer._healed_call(closure, stepped_after=self._schedulers)
         if brought:
+            self._peers_in_step = True  # see 4. at the top
             return loss
         return super().optimizer_step(optimizer, lambda: loss, model, **kwargs)
 
-    # A replacement's collectives before its first step stay local.
+    # A replacement's collectives before its first step stay local, and a
+    # survivor's after a step the heal brought, until its next.
     def _alone(self):
-        return joining() or self._starting
+        return joining() or self._peers_in_step
 
     def barrier(self, *args, **kwargs):
         if not self._alone():
@@ -189,7 +200,7 @@ class HealingDDPStrategy(_LightningDDPStrategy):
 
     def all_gather(self, tensor, group=None, sync_grads=False):
         if self._alone():
-            raise RuntimeError("ddprun.lightning: all_gather in a replacement before its first step: its peers "
+            raise RuntimeError("ddprun.lightning: all_gather between a heal and this rank's next step: its peers "
                                "are inside their step, not in this call")
         return super().all_gather(tensor, group, sync_grads)
 
