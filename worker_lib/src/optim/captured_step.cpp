@@ -247,9 +247,9 @@ void CapturedStep::capture(Graph& g, const std::vector<torch::Tensor>& inputs) {
   g.graph = std::move(graph);
   g.update = std::move(update);
   ++captures_;
-  // The body's host code counted the optimizer's steps as it was captured;
-  // the replay counts them.
-  optimizer_.after_capture();
+  // The body's host code counted the optimizer's steps as it was captured
+  // (its step() began the update graph); the replay counts them.
+  if (g.update) optimizer_.after_capture();
 }
 
 // The replay's collectives, watched as one: past the timeout, or on NCCL's
