@@ -69,6 +69,7 @@ std::vector<WorkerLaunch> Agent::make_launches(int attempt, const JoinResult& jo
   job.agent_store = static_cast<bool>(fresh_key_space_);
   job.heals = heals_in(a) || heals_across(a);
   job.heal_generation = a.heal_generation;
+  job.verify_every = cfg_.verify_every;
   job.progress_by_agent = a.first_global_rank == 0 &&
                           (progress_on_terminal_ || cfg_.progress_interval.count() > 0);
   if (!trace_node_dir_.empty()) {

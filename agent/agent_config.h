@@ -16,6 +16,12 @@ namespace ddprun {
 // --max-heals' default: replacements per rank while the others go on.
 inline constexpr int kDefaultMaxHeals = 3;
 
+// --verify-every's default: optimizer steps between comparisons of the
+// ranks' parameters, the fewest whose cost stays within 0.5% of a step of
+// train, gpt --model tiny and examples/python/ddp_heal.py on a 2-core CPU
+// (bench/verify_cost.py; docs/fault-tolerance.md has the figures).
+inline constexpr int kDefaultVerifyEvery = 100;
+
 // A stream selection per local rank, as torchrun's --redirects/--tee take it:
 // one mask for all ("3") or masks for some local ranks ("0:1,1:2").
 struct StdSelection {
@@ -108,6 +114,10 @@ struct AgentConfig {
   bool replace_stragglers = false;
   // Keep one warm standby for a heal's replacement (off with --no-standby).
   bool heal_standby = true;
+  // --verify-every: the workers' Healers compare the ranks' parameters
+  // every this many optimizer steps, and their whole state after a heal
+  // (0: never).
+  int verify_every = kDefaultVerifyEvery;
 
   // Output.
   std::string log_dir;  // per-rank log files when set

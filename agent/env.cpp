@@ -65,6 +65,7 @@ std::map<std::string, std::string> worker_variables(const WorkerIdentity& id, co
   if (job.progress_by_agent && id.rank == 0) v[ch::kProgressByAgent] = "1";
   if (job.heals) v[ch::kHeals] = "1";
   if (job.heal_generation > 0) v[ch::kHealGeneration] = s(job.heal_generation);
+  v[ch::kVerifyEvery] = s(job.verify_every);
   if (!job.trace_node_dir.empty()) {
     v[ch::kTraceFile] = ch::trace_rank_file(job.trace_node_dir, job.attempt, id.rank);
     if (!job.trace_steps.empty()) v[ch::kTraceSteps] = job.trace_steps;

@@ -47,6 +47,8 @@ struct JobEnv {
   // > 0: the workers start as replacements in this heal generation (their
   // node took over a lost one's ranks; DDPRUN_HEAL_GENERATION).
   uint32_t heal_generation = 0;
+  // --verify-every (DDPRUN_VERIFY_EVERY): 0 never.
+  int verify_every = 0;
   bool agent_store = false;    // the launcher hosts the c10d store on MASTER_PORT
   // --trace: this node's folder in the trace folder (empty: no tracing); each
   // worker records into channel::trace_rank_file(trace_node_dir, attempt, rank).

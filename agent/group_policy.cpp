@@ -443,6 +443,20 @@ std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& cou
 }
 
 std::vector<GroupCommand> GroupPolicy::replace_straggler(int w, const std::string& why) {
+  auto kill = replace_chosen(w, why);
+  for (auto& c : kill) c.straggler = true;
+  return kill;
+}
+
+std::vector<GroupCommand> GroupPolicy::replace_apart(int w, const std::string& why) {
+  auto kill = replace_chosen(w, why);
+  for (auto& c : kill) c.apart = true;
+  return kill;
+}
+
+// A worker the agent chose to replace (not hung, not failed): killed, and
+// replaced once its exit is seen, while it may be.
+std::vector<GroupCommand> GroupPolicy::replace_chosen(int w, const std::string& why) {
   if (!may_replace(w)) return {};
   if (std::find(to_replace_.begin(), to_replace_.end(), w) != to_replace_.end()) return {};
   to_replace_.push_back(w);  // replaced once its exit is seen
@@ -451,7 +465,6 @@ std::vector<GroupCommand> GroupPolicy::replace_straggler(int w, const std::strin
   kill.worker = w;
   kill.why = why;
   kill.heal = true;
-  kill.straggler = true;
   return {kill};
 }
 

@@ -43,6 +43,7 @@ struct GroupCommand {
   uint32_t generation = 0;  // kReplaceWorker
   bool heal = false;        // kKillWorker: the hung worker will be replaced, the others go on
   bool straggler = false;   // kKillWorker: a straggler replaced (--straggler-action replace), not hung
+  bool apart = false;       // kKillWorker: a rank whose replica was apart twice (--verify-every), not hung
   // kKillWorker of a hung worker: why, and how long it had been silent;
   // kNote: what to say.
   std::string why;
@@ -166,6 +167,10 @@ class GroupPolicy {
   // its final evaluation and saves are over, or its interpreter exits): it
   // is never judged hung, however long its exit takes.
   void set_finishing(int w, bool finishing) { finishing_[w] = finishing; }
+  // Whether a worker is past its last step, or exited 0: the job ends.
+  bool finishing_job() const {
+    return any_succeeded_ || std::find(finishing_.begin(), finishing_.end(), true) != finishing_.end();
+  }
   // The workers' heartbeat counters (one per worker; ignored for exited ones).
   // A worker whose counter stays still for hang_timeout is hung, during a
   // heal too: worker_lib beats for a worker that waits for its peers (the
@@ -197,6 +202,10 @@ class GroupPolicy {
   // through a heal (within --max-heals), or nothing when it cannot heal
   // now (see heal_allowed): the job goes on at its pace.
   std::vector<GroupCommand> replace_straggler(int w, const std::string& why);
+  // --verify-every: worker w's replica was found apart from the majority a
+  // second time (the worker says so; it holds the majority's state again,
+  // but cannot be trusted): replaced as a straggler is, with its timing.
+  std::vector<GroupCommand> replace_apart(int w, const std::string& why);
   // Whether replace_straggler(w) would replace it as things stand.
   bool may_replace(int w) const { return alive_[w] && heal_allowed(w); }
   // When to act on straggler w, found now: a heal is handled inside a
@@ -241,6 +250,7 @@ class GroupPolicy {
   uint32_t generation() const { return generation_; }
 
  private:
+  std::vector<GroupCommand> replace_chosen(int w, const std::string& why);
   std::vector<GroupCommand> begin_stop(int sig, TimePoint now);
   GroupCommand signal_running(int sig);
   GroupCommand warm_standbys();

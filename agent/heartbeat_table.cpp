@@ -121,6 +121,10 @@ void HeartbeatTable::set_placement(int slot, uint32_t generation, int rank, int 
   __atomic_store_n(w + channel::kPlacedGeneration, generation, __ATOMIC_RELEASE);
 }
 
+bool HeartbeatTable::replicas(int slot, channel::ReplicaReport* out) const {
+  return channel::read_replicas(channel::replica_block(map_, slot), out);
+}
+
 void HeartbeatTable::reset_slot(int slot, uint32_t generation) {
   char* s = channel::heartbeat_slot(map_, slot);
   // A replacement keeps the placement: it runs where the worker it replaces

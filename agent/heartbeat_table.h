@@ -32,6 +32,9 @@ class HeartbeatTable {
   // What the worker in `slot` last reported; false when it was mid-write
   // (try again on the next tick). Nothing reported: flags == 0.
   bool progress(int slot, channel::Progress* out) const;
+  // What the worker in `slot` last found comparing the ranks' replicas;
+  // false when it was mid-write (try again on the next tick).
+  bool replicas(int slot, channel::ReplicaReport* out) const;
   void reset();  // every counter back to 0, before a new attempt starts
   // The stop reason the worker in `slot` reads when the agent's signal
   // reaches it (channel::StopReason); reset() clears it.

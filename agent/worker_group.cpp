@@ -154,6 +154,8 @@ void WorkerGroup::replace(int i, uint32_t generation) {
   }
   const int local_rank = w.launch->id.local_rank;
   options_.heartbeats->reset_slot(local_rank, generation);
+  w.replica_verdicts = 0;  // the new process counts its own
+  w.apart_to_replace = false;
   for (size_t o = 0; o < workers_.size(); ++o) {
     if (static_cast<int>(o) != i && policy_->alive(static_cast<int>(o))) {
       options_.heartbeats->set_heal_generation(workers_[o]->launch->id.local_rank, generation);
@@ -189,7 +191,7 @@ void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
     // A hung worker: every worker's stacks first, then the kill and what
     // follows it (stopping the others would lose their stacks). While the
     // stacks are asked for (3 s at most) every command waits its turn.
-    if ((c.kind == GroupCommand::kKillWorker && !c.straggler) || (collecting_ && collecting_for_hang_)) {
+    if ((c.kind == GroupCommand::kKillWorker && !c.straggler && !c.apart) || (collecting_ && collecting_for_hang_)) {
       deferred_.push_back(c);
       if (!collecting_) start_stack_collection(/*for_hang=*/true);
       collecting_for_hang_ = true;  // one asked for already serves the hang
@@ -226,11 +228,11 @@ void WorkerGroup::run_command(const GroupCommand& c) {
       }
       break;
     case GroupCommand::kKillWorker:
-      if (c.straggler) {
+      if (c.straggler || c.apart) {
         killed_hung_[c.worker] = c.why;  // its exit is a heal's, told when it is reaped
-        spdlog::warn("rank {} (pid {}) is {}; killing it and replacing it while the others go on "
-                     "(--straggler-action replace)",
-                     workers_[c.worker]->launch->id.rank, workers_[c.worker]->pid, c.why);
+        spdlog::warn("rank {} (pid {}) is {}; killing it and replacing it while the others go on ({})",
+                     workers_[c.worker]->launch->id.rank, workers_[c.worker]->pid, c.why,
+                     c.straggler ? "--straggler-action replace" : "--verify-every");
       } else {
         record_hung(c, hang_verdict_);
       }
@@ -317,6 +319,7 @@ bool WorkerGroup::failed_on_its_own(const Worker& w, const WorkerExit& e) const 
 
 void WorkerGroup::reap() {
   read_heal_ready();  // as the workers said it last, before any exit counts
+  check_replicas();   // a verdict of replicas apart, before the exits it ends in
   for (size_t i = 0; i < workers_.size(); ++i) {
     Worker& w = *workers_[i];
     if (!policy_->alive(static_cast<int>(i))) continue;
@@ -532,6 +535,7 @@ void WorkerGroup::check_monitor() {
   next_monitor_ = now + options_.monitor_interval;
   read_heal_ready();  // for all_heal_in_place(), which the agent reports
   check_stragglers();
+  check_replicas();
   options_.host->on_monitor();
   if (policy_->stopping()) return;
   if (auto why = options_.host->stop_now()) stop_for(*why, now);

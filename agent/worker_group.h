@@ -9,6 +9,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -147,6 +148,10 @@ class WorkerGroup {
   void check_heal_answer();
   void check_monitor();
   void check_stragglers();
+  // The workers' comparisons of their replicas (their slots' replicas
+  // blocks, read with the monitor): each verdict told once, and a worker
+  // apart twice replaced (worker_group_replicas.cpp).
+  void check_replicas();
   // Gives a console that is slow, not stalled, the lines it has not taken
   // yet: waits while it takes some within a second, for at most `limit`.
   void drain_consoles(std::chrono::milliseconds limit);
@@ -207,6 +212,9 @@ class WorkerGroup {
   std::chrono::steady_clock::time_point cpu_window_start_{};
   std::string slowed_by_load(int w, double score) const;
   std::vector<GroupCommand> deferred_;
+  // Replica verdicts told in this attempt ("<verdict>@<step>"; by design:
+  // once).
+  std::set<std::string> replica_verdicts_told_;
 };
 
 }  // namespace ddprun

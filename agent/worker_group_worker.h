@@ -21,6 +21,10 @@ struct WorkerGroup::Worker {
   std::unique_ptr<WorkerOutput> output;
   // It had exited (not yet reaped) when the group was asked to stop.
   bool exited_before_stop = false;
+  // The replica verdicts its slot held when last read (check_replicas),
+  // and whether it asked to be replaced (apart twice) and waits for it.
+  uint32_t replica_verdicts = 0;
+  bool apart_to_replace = false;
   // Whether it runs (started, not reaped) is the policy's to say: alive(i).
 };
 

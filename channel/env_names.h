@@ -65,6 +65,14 @@ inline constexpr const char* kProgressByAgent = "DDPRUN_PROGRESS_BY_AGENT";
 // generation it joins (its communicators' store keys are that generation's).
 inline constexpr const char* kHeals = "DDPRUN_HEALS";
 inline constexpr const char* kHealGeneration = "DDPRUN_HEAL_GENERATION";
+// --verify-every N: the ranks compare their parameters' fingerprints every
+// N optimizer steps of a Healer, and the whole state after every heal (0:
+// never; unset: not launched by ddprun, never).
+inline constexpr const char* kVerifyEvery = "DDPRUN_VERIFY_EVERY";
+// This node's hardware kind, as the user names it (nodes of different kinds
+// may round differently: their replicas' differences are told once, never
+// repaired). Unset: the CPU's model name, and the GPU's.
+inline constexpr const char* kHardwareKind = "DDPRUN_HARDWARE_KIND";
 
 // Which interface PyTorch's Gloo and NCCL bind to (multi-node jobs).
 inline constexpr const char* kGlooSocketIfname = "GLOO_SOCKET_IFNAME";
@@ -74,6 +82,6 @@ inline constexpr const char* kNcclSocketIfname = "NCCL_SOCKET_IFNAME";
 // job never inherits them.
 inline constexpr const char* kNeverInherited[] = {kNcclId,    kHeartbeatFile, kHeartbeatSlot, kStandbyFd,
                                                   kTraceFile, kTraceSteps,    kProgressByAgent, kHeals,
-                                                  kHealGeneration};
+                                                  kHealGeneration, kVerifyEvery};
 
 }  // namespace ddprun::channel

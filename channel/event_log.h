@@ -28,6 +28,7 @@ inline constexpr const char* kSlow = "slow";              // attempt, rank, loca
 inline constexpr const char* kStraggler = "straggler";    // attempt, rank, local_rank, score, last_share, late_ms
 inline constexpr const char* kStragglerNode = "straggler_node";  // attempt, node_rank, score, handed_over (bool), detail
 inline constexpr const char* kHeal = "heal";              // attempt, rank, local_rank, pid (the replacement's), generation, heals
+inline constexpr const char* kReplicas = "replicas";      // attempt, step, verdict (repaired | no_majority | by_design), detail; replace: the rank replaced for it
 inline constexpr const char* kTakeover = "takeover";      // attempt, generation, node_rank, detail
 inline constexpr const char* kShrink = "shrink";          // attempt, generation, node_rank, num_nodes, world_size, first_rank, detail
 inline constexpr const char* kGrow = "grow";              // attempt, generation, node_rank, num_nodes, world_size, first_rank, detail

@@ -44,6 +44,13 @@
 //                 (worker_lib's StopFlag): whether the stop is the agent's own
 //                 decision (a peer failed, a new round, a hang) or a signal
 //                 the user sent ddprun (preemption, Ctrl-C).
+//   bytes 128..1215 the flight record (flight_record.h);
+//   bytes 1216..1663 replicas: written by the worker after each comparison
+//                 of the ranks' parameter fingerprints (--verify-every):
+//                 the newest step they agreed at, and the newest verdict
+//                 when they did not (which ranks were apart, what was done),
+//                 read by the agent for the console, the event log and
+//                 `ddprun status`, and to replace a rank found apart twice.
 //
 // The agent zeroes the file before each attempt: a zero progress block means
 // "nothing reported yet".
@@ -115,37 +122,47 @@ inline ProgressBlock* progress_block(void* map, int slot) {
   return reinterpret_cast<ProgressBlock*>(heartbeat_slot(map, slot) + 8);
 }
 
-// The worker's write: seq odd, fields, seq even (release), so a reader
-// that sees the same even seq before and after its copy saw one report.
-inline void write_progress(ProgressBlock* block, const Progress& p) {
-  const uint64_t seq = __atomic_load_n(&block->seq, __ATOMIC_RELAXED);
-  __atomic_store_n(&block->seq, seq + 1, __ATOMIC_RELAXED);
+// A block of one writer (the worker) and readers (the agent) that never
+// wait on each other: a sequence number, odd while a write is under way,
+// and the value it guards (a multiple of 8 bytes, trivially copyable).
+// The writer: seq odd, the fields, seq even (release); a reader that sees
+// the same even seq before and after its copy saw one write. Field by field
+// as relaxed atomics: a plain memcpy racing the other side's would be a
+// data race (the seq check throws a torn copy away anyway).
+template <typename T>
+inline void seq_write(uint64_t* seq_word, T* dst, const T& value) {
+  static_assert(sizeof(T) % 8 == 0);
+  const uint64_t seq = __atomic_load_n(seq_word, __ATOMIC_RELAXED);
+  __atomic_store_n(seq_word, seq + 1, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_RELEASE);
-  // Field by field as relaxed atomics: a plain memcpy racing the reader's
-  // would be a data race (the seq check throws a torn copy away anyway).
-  const auto* src = reinterpret_cast<const uint64_t*>(&p);
-  auto* dst = reinterpret_cast<uint64_t*>(&block->value);
-  for (size_t i = 0; i < sizeof(Progress) / 8; ++i) __atomic_store_n(dst + i, src[i], __ATOMIC_RELAXED);
-  __atomic_store_n(&block->seq, seq + 2, __ATOMIC_RELEASE);
+  const auto* src = reinterpret_cast<const uint64_t*>(&value);
+  auto* out = reinterpret_cast<uint64_t*>(dst);
+  for (size_t i = 0; i < sizeof(T) / 8; ++i) __atomic_store_n(out + i, src[i], __ATOMIC_RELAXED);
+  __atomic_store_n(seq_word, seq + 2, __ATOMIC_RELEASE);
 }
 
-// The agent's read: false when the worker was mid-write every try (it
-// then reads again on its next tick).
-inline bool read_progress(const ProgressBlock* block, Progress* out) {
+// The reader's side: false when the writer was mid-write every try (the
+// agent then reads again on its next tick).
+template <typename T>
+inline bool seq_read(const uint64_t* seq_word, const T* src, T* out) {
+  static_assert(sizeof(T) % 8 == 0);
   for (int attempt = 0; attempt < 4; ++attempt) {
-    const uint64_t before = __atomic_load_n(&block->seq, __ATOMIC_ACQUIRE);
+    const uint64_t before = __atomic_load_n(seq_word, __ATOMIC_ACQUIRE);
     if (before & 1) continue;
-    uint64_t copy[sizeof(Progress) / 8];
-    const auto* src = reinterpret_cast<const uint64_t*>(&block->value);
-    for (size_t i = 0; i < sizeof(Progress) / 8; ++i) copy[i] = __atomic_load_n(src + i, __ATOMIC_RELAXED);
+    uint64_t copy[sizeof(T) / 8];
+    const auto* in = reinterpret_cast<const uint64_t*>(src);
+    for (size_t i = 0; i < sizeof(T) / 8; ++i) copy[i] = __atomic_load_n(in + i, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (__atomic_load_n(&block->seq, __ATOMIC_RELAXED) == before) {
-      std::memcpy(out, copy, sizeof(Progress));
+    if (__atomic_load_n(seq_word, __ATOMIC_RELAXED) == before) {
+      std::memcpy(static_cast<void*>(out), copy, sizeof(T));
       return true;
     }
   }
   return false;
 }
+
+inline void write_progress(ProgressBlock* block, const Progress& p) { seq_write(&block->seq, &block->value, p); }
+inline bool read_progress(const ProgressBlock* block, Progress* out) { return seq_read(&block->seq, &block->value, out); }
 
 // The heal words (see the top of this file): 32-bit, so that a worker can
 // sleep on the generation with a futex (the file is a shared mapping).
@@ -220,6 +237,72 @@ static_assert(kFlightOffset >= kHeartbeatWordsBytes && kFlightOffset + sizeof(Fl
 inline uint32_t* stop_reason_word(void* map, int slot) {
   return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kStopReasonOffset);
 }
+
+// The replicas block (see the top of this file): what the worker's last
+// comparison of the ranks' fingerprints found. Written by worker_lib's
+// Healer and by the Python package's (python/ddprun/_verify.py, through the
+// offsets below: keep them in the `inline constexpr size_t` form).
+enum class ReplicaVerdict : uint32_t {
+  kNone = 0,        // no verdict yet
+  kRepaired = 1,    // ranks apart from a majority took its state; the job goes on
+  kNoMajority = 2,  // no majority to repair from: the ranks stop (a restart from a checkpoint)
+  kByDesign = 3,    // ranks of different hardware differ alike: said once, never repaired
+};
+
+// What this rank itself is in the newest verdict.
+enum class ReplicaSelf : uint32_t {
+  kAgrees = 0,   // with the majority (or no majority was found)
+  kApart = 1,    // among the ranks apart: repaired
+  kReplace = 2,  // apart a second time: ddprun replaces the process (it is repaired meanwhile)
+};
+
+struct ReplicaReport {
+  int64_t agreed_step = -1;   // the newest step at which every rank agreed (-1: none yet)
+  uint64_t checks = 0;        // comparisons this process took part in
+  uint32_t verdicts = 0;      // the times they found ranks apart (the newest one below)
+  uint32_t verdict = 0;       // ReplicaVerdict
+  int64_t verdict_step = -1;  // the step of the newest verdict
+  uint32_t self = 0;          // ReplicaSelf
+  uint32_t every = 0;         // the interval this process compares at (--verify-every; 0: off)
+  char text[400] = {};        // the newest verdict's line, NUL-terminated ("rank 2's parameters differ ...")
+};
+static_assert(sizeof(ReplicaReport) == 440);
+
+struct ReplicaBlock {
+  uint64_t seq;
+  ReplicaReport value;
+};
+
+inline constexpr size_t kReplicaOffset = 1216;
+// Offsets in the block (from kReplicaOffset), for Python.
+inline constexpr size_t kReplicaSeqOffset = 0;
+inline constexpr size_t kReplicaAgreedStepOffset = 8;
+inline constexpr size_t kReplicaChecksOffset = 16;
+inline constexpr size_t kReplicaVerdictsOffset = 24;
+inline constexpr size_t kReplicaVerdictOffset = 28;
+inline constexpr size_t kReplicaVerdictStepOffset = 32;
+inline constexpr size_t kReplicaSelfOffset = 40;
+inline constexpr size_t kReplicaEveryOffset = 44;
+inline constexpr size_t kReplicaTextOffset = 48;
+inline constexpr size_t kReplicaTextBytes = 400;
+static_assert(kReplicaOffset == kFlightOffset + sizeof(FlightRing));
+static_assert(kReplicaOffset + sizeof(ReplicaBlock) <= kHeartbeatSlotBytes);
+static_assert(offsetof(ReplicaBlock, seq) == kReplicaSeqOffset);
+static_assert(offsetof(ReplicaBlock, value) + offsetof(ReplicaReport, agreed_step) == kReplicaAgreedStepOffset);
+static_assert(offsetof(ReplicaBlock, value) + offsetof(ReplicaReport, checks) == kReplicaChecksOffset);
+static_assert(offsetof(ReplicaBlock, value) + offsetof(ReplicaReport, verdicts) == kReplicaVerdictsOffset);
+static_assert(offsetof(ReplicaBlock, value) + offsetof(ReplicaReport, verdict) == kReplicaVerdictOffset);
+static_assert(offsetof(ReplicaBlock, value) + offsetof(ReplicaReport, verdict_step) == kReplicaVerdictStepOffset);
+static_assert(offsetof(ReplicaBlock, value) + offsetof(ReplicaReport, self) == kReplicaSelfOffset);
+static_assert(offsetof(ReplicaBlock, value) + offsetof(ReplicaReport, every) == kReplicaEveryOffset);
+static_assert(offsetof(ReplicaBlock, value) + offsetof(ReplicaReport, text) == kReplicaTextOffset);
+static_assert(sizeof(ReplicaReport::text) == kReplicaTextBytes);
+
+inline ReplicaBlock* replica_block(void* map, int slot) {
+  return reinterpret_cast<ReplicaBlock*>(heartbeat_slot(map, slot) + kReplicaOffset);
+}
+inline void write_replicas(ReplicaBlock* block, const ReplicaReport& r) { seq_write(&block->seq, &block->value, r); }
+inline bool read_replicas(const ReplicaBlock* block, ReplicaReport* out) { return seq_read(&block->seq, &block->value, out); }
 
 // The words the agent's own Python (python_startup.h, python_standby.h)
 // reads, as Python assignments taken from the constants above.

@@ -194,6 +194,7 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   }
   o.max_restarts = parse_int("--max-restarts", v.max_restarts, 0, 1000000);
   o.max_heals = parse_int("--max-heals", v.max_heals, 0, 1000000);
+  o.verify_every = parse_int("--verify-every", v.verify_every, 0, 1000000000);
   o.monitor_interval_s = parse_seconds("--monitor-interval", v.monitor, false, 0.01, 3600);
   o.stop_timeout_s = parse_seconds("--stop-timeout", v.stop_timeout, true);
   // --shutdown-timeout (torchrun's name) wins over --stop-timeout, unless

@@ -53,6 +53,7 @@ struct CliOptions {
   ServiceLimits rdzv_limits;   // --rdzv-conf max_*, idle_timeout (when hosting)
   int max_restarts = 0;
   int max_heals = kDefaultMaxHeals;  // --max-heals: replacements per rank while the others go on
+  int verify_every = kDefaultVerifyEvery;  // --verify-every: steps between comparisons of the replicas (0: never)
   double monitor_interval_s = 0.1;
   double stop_timeout_s = 10;
   double hang_timeout_s = 0;  // --hang-timeout SECONDS; 0: none set

@@ -142,6 +142,15 @@ std::unique_ptr<CLI::App> make_ddprun_app(CliOptions& o, FlagValues& v) {
                  "[default: " + std::to_string(kDefaultMaxHeals) + "]")
       ->type_name("N")
       ->group(g);
+  app->add_option("--verify-every,--verify_every", v.verify_every,
+                 "Compare the ranks' parameters (a fingerprint of their bytes) every N optimizer steps of a "
+                 "program that heals (ddp::Healer, ddprun.Healer), and their whole state after every heal: a "
+                 "rank apart from the majority (a flipped bit, a wrong heal) is named and takes its state, one "
+                 "found apart twice is replaced; no majority stops the job. 0: never. The default is the "
+                 "fewest steps whose cost stays within 0.5% of a step (measured: docs/fault-tolerance.md) "
+                 "[default: " + std::to_string(kDefaultVerifyEvery) + "]")
+      ->type_name("N")
+      ->group(g);
   app->add_option("--straggler-action,--straggler_action", o.straggler_action,
                  "What to do with a rank the others keep waiting for (scored from every collective): warn "
                  "names it; replace swaps it for a fresh process through a heal (within --max-heals), "

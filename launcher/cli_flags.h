@@ -21,6 +21,7 @@ struct FlagValues {
   std::string nnodes = "1", node_rank, endpoint, rdzv_conf, rdzv_host;
   std::string tee, redirects, local_ranks_filter, dup_stdout, dup_stderr;
   std::string max_restarts = "0", max_heals = std::to_string(kDefaultMaxHeals), monitor = "0.1", stop_timeout = "10";
+  std::string verify_every = std::to_string(kDefaultVerifyEvery);
   std::string shutdown_timeout, hang_timeout = "auto", progress_interval = "10", signals;
   std::string master_port = "0";
 };

@@ -164,6 +164,7 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
   a.hang_timeout = from_seconds(o.hang_timeout_s);
   a.hang_auto_floor = from_seconds(o.hang_auto_floor_s);
   a.max_heals = o.max_heals;
+  a.verify_every = o.verify_every;
   a.replace_stragglers = o.straggler_action == "replace";
   a.heal_standby = !o.no_standby;
   a.progress_interval = from_seconds(o.progress_interval_s);

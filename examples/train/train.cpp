@@ -45,7 +45,18 @@ struct Options {
   int keep_checkpoints = 3;
   bool print_steps = false;
   bool keep_global_batch = false;  // when the job shrinks, each rank reads more per step
+  // --flip-bit RANK:STEP (for tests): silent data corruption, one bit.
+  std::vector<std::pair<int, int64_t>> flips;
 };
+
+// A test's stand-in for a faulty chip: the lowest bit of the first
+// parameter's first element flips, on this rank only. ddprun's comparison
+// of the replicas (--verify-every) finds it and repairs it.
+void flip_lowest_bit(torch::nn::Module& m) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor first = m.parameters().front();
+  first.view(torch::kInt32).view({-1}).narrow(0, 0, 1).bitwise_xor_(1);
+}
 
 // FNV-1a over the bytes of every parameter: equal checksums, equal models.
 std::string checksum(const torch::nn::Module& m) {
@@ -290,6 +301,12 @@ int run(const Options& opt) {
         epoch_loss_bits = std::bit_cast<int64_t>(std::bit_cast<double>(epoch_loss_bits) + totals[0].item<double>());
         epoch_losses += static_cast<int64_t>(totals[1].item<double>());
         ++steps;  // the commit (ddp::Healer): from here on the step is done
+        for (const auto& [flip_rank, flip_step] : opt.flips) {
+          // A fault strikes once: not again in a restart that redoes the step.
+          if (flip_rank == world->rank() && flip_step == steps && world->info().restart_count == 0) {
+            flip_lowest_bit(*model.module());
+          }
+        }
         // For the agent's progress line and `ddprun status` (rank 0 prints it
         // itself when run without ddprun): samples of the whole job so far,
         // and the steps the rest of the run takes at this world size.
@@ -425,7 +442,28 @@ int main(int argc, char** argv) {
   app.add_flag("--keep-global-batch", opt.keep_global_batch,
                "When the job shrinks (a node lost, no spare), each rank reads more per step so that the "
                "global batch stays as it was");
+  std::vector<std::string> flips;
+  app.add_option("--flip-bit", flips,
+                 "For tests: RANK:STEP flips the lowest bit of the first parameter on that rank after that step, "
+                 "in the job's first attempt (a faulty chip's silent corruption; ddprun --verify-every finds and "
+                 "repairs it); repeatable")
+      ->group("Testing");
   CLI11_PARSE(app, argc, argv);
+  for (const std::string& f : flips) {
+    const auto colon = f.find(':');
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument(f);
+      size_t used = 0;
+      const int r = std::stoi(f.substr(0, colon), &used);
+      if (used != colon) throw std::invalid_argument(f);
+      const int64_t s = std::stoll(f.substr(colon + 1), &used);
+      if (used != f.size() - colon - 1 || r < 0 || s < 1) throw std::invalid_argument(f);
+      opt.flips.emplace_back(r, s);
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "train: --flip-bit %s: expected RANK:STEP (a rank >= 0, a step >= 1)\n", f.c_str());
+      return 2;
+    }
+  }
   try {
     return opt.model == "cnn" ? run<examples::Cnn>(opt) : run<examples::Mlp>(opt);
   } catch (const std::exception& e) {

@@ -39,9 +39,10 @@ std::vector<CheckpointFile> list_checkpoints(const std::string& dir);
 // otherwise nullopt and why in *problem. Never throws for what it finds.
 std::optional<std::vector<char>> read_checkpoint(const CheckpointFile& f, std::string* problem);
 
-// Renames a bad checkpoint to <path>.corrupt so that it no longer counts.
+// Renames a bad checkpoint to <path><suffix> so that it no longer counts
+// (".corrupt"; ".unagreed": written while the ranks' replicas differed).
 // Returns the new path, or "" when the entry is not a regular file (left
 // alone) or cannot be renamed (why in *problem).
-std::string set_aside(const CheckpointFile& f, std::string* problem);
+std::string set_aside(const CheckpointFile& f, std::string* problem, const std::string& suffix = ".corrupt");
 
 }  // namespace ddp

@@ -26,6 +26,15 @@
 // <name>.corrupt (with a warning) and never counts, nor does an entry that
 // only looks like a checkpoint (a folder) or one newer than the newest save.
 //
+// Replicas (ddp/replicas.h): a Checkpointer made on a World hears the
+// comparisons of the ranks' replicas there. When rank 0's state (what the
+// files hold) is found apart from the majority's, or no majority says which
+// is right, the checkpoints written since the replicas last agreed are set
+// aside as <name>.unagreed, with a warning, so that a restart resumes from
+// one they agreed on; and pruning never deletes the newest checkpoint
+// written when they agreed. Each file records the fingerprint of its
+// tensors; a restore that finds other tensors than it records skips it.
+//
 // A save that fails (full disk, read-only folder) does not stop training: it
 // is a warning on stderr naming the file and the OS error, the older
 // checkpoints stay, and the next due step tries again. finish() reports the
@@ -46,6 +55,7 @@
 #include "ddp/checkpoint_files.h"
 #include "ddp/communicator.h"
 #include "ddp/progress.h"
+#include "ddp/replicas.h"
 #include "ddp/state_fence.h"
 #include "ddp/trace.h"
 #include "ddp/training_state.h"
@@ -159,6 +169,9 @@ class Checkpointer {
   void prune(int64_t newest_step);
   bool known_sound(const CheckpointFile& f);
   void failed(int64_t step, const std::string& why);
+  // The World's replicas were found apart at `step` (ranks: who; empty: no
+  // majority): rank 0 sets aside what it wrote after `agreed_step`.
+  void on_replicas_apart(int64_t agreed_step, int64_t step, const std::vector<int>& ranks);
 
   Communicator& comm_;
   CheckpointOptions options_;
@@ -182,6 +195,8 @@ class Checkpointer {
   std::shared_future<void> copied_;  // the last save's staged copy; guarded by copy_mu_
   std::shared_ptr<StateFence> fence_;  // the World's, where fence() is registered
   StateFence::Id fence_id_ = 0;
+  std::shared_ptr<ReplicaLedger> replicas_;  // the World's, where on_replicas_apart is registered
+  ReplicaLedger::Id replicas_id_ = 0;
   std::unique_ptr<SerialWorker> copier_;  // stages copies (normal priority)
   std::unique_ptr<SerialWorker> writer_;  // writes files (nice 10)
 };

@@ -24,6 +24,7 @@
 #include "ddp/progress.h"
 #include "ddp/reduce_op.h"
 #include "ddp/reducer.h"
+#include "ddp/replicas.h"
 #include "ddp/sampler.h"
 #include "ddp/state_fence.h"
 #include "ddp/stop_flag.h"

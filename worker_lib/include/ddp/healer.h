@@ -55,6 +55,19 @@
 // Only failures inside step() heal; a collective outside it (an evaluation)
 // that fails throws as before, and the agent restarts the group
 // (--max-restarts). Programs without a Healer are never healed around.
+//
+// Replicas compared (ddprun --verify-every N): every N optimizer steps, at
+// the end of step(), the ranks compare a fingerprint of their parameters
+// (verify/replica_check.h); after every heal, of the whole state (the
+// optimizer's, the buffers' that the heal sent), and of the parameters
+// again after the next step. Equal: nothing happens. A rank apart from a
+// strict majority (a flipped bit, a wrong heal) takes the majority's state
+// as a replacement would, and the step goes on; a process found apart a
+// second time is replaced by ddprun (it cannot be trusted). No majority
+// (2 of 4 apart, 1 of 2): step() throws ddp::ReplicasDiffer on every rank,
+// the World's Checkpointer sets aside the checkpoints written since they
+// last agreed, and a restart resumes from one they agreed on. Ranks on
+// hardware of different kinds are compared within their kind (ddp/replicas.h).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -66,12 +79,15 @@
 #include <string>
 #include <vector>
 
+#include "ddp/reducer.h"
+#include "ddp/replicas.h"
 #include "ddp/sampler.h"
 #include "ddp/world.h"
 
 namespace ddp {
 
-class ReceivePool;  // internal
+class ReceivePool;               // internal
+struct ReplicaComparison;        // internal
 
 // What a heal carries to a replacement: everything the loop needs to go
 // on exactly as the dead rank would have.
@@ -97,12 +113,20 @@ struct HealReport {
   uint32_t generation = 0;
   int world_size = 0;          // the world's size after the last heal (it shrinks when a node is lost)
   int64_t step = -1;           // the steps done when the last heal ended: where the healed world went on from
+  // The comparisons of the ranks' replicas (see "Replicas compared" above).
+  int64_t checks = 0;          // comparisons this process took part in
+  int64_t repairs = 0;         // the times ranks apart took a majority's state
+  int64_t verified_step = -1;  // the newest step at which every rank agreed
 };
 
 struct HealOptions {
   // How long a survivor waits for the agent to start a replacement before
   // the step's error is thrown after all. Zero: the World's timeout.
   std::chrono::milliseconds wait_timeout{0};
+  // Compare the ranks' parameters every this many optimizer steps (0:
+  // never; the whole state after a heal is compared whenever this is not
+  // 0). -1: ddprun's --verify-every (DDPRUN_VERIFY_EVERY; 0 elsewhere).
+  int64_t verify_every = -1;
 };
 
 class Healer {
@@ -124,7 +148,9 @@ class Healer {
   // heals the group and, when it came before the commit, runs body() again
   // (see above); without ddprun's heals, or when no replacement comes, it
   // is thrown. Everything a step changes before its commit must be in
-  // Healable (the sampler, counters) or be redone by body() itself.
+  // Healable (the sampler, counters) or be redone by body() itself. When a
+  // comparison of the replicas is due, it ends the step (see above; it
+  // throws ReplicasDiffer when no majority can repair them).
   void step(const std::function<void()>& body);
 
   // Whether this process replaced a failed rank (its state came from a peer).
@@ -139,8 +165,34 @@ class Healer {
   void heal(const std::string& why);
   void next_generation(const std::string& why);
   // A replacement receives its optimizer's state into `pool` (when not null).
-  void sync_state(bool have_state, ReceivePool* pool = nullptr);
+  // True when state went across (some rank was behind).
+  bool sync_state(bool have_state, ReceivePool* pool = nullptr);
+  // Rank `source` sends its state to every rank; those `behind` take it
+  // (fresh_process: a replacement, whose module's tensors hold nothing yet); the
+  // others keep their own with `keep_own`, else receive it into them.
+  void send_state(int source, bool behind, bool fresh_process, bool keep_own, ReceivePool* pool);
   void tell_receive_bytes();
+  // The comparisons of the replicas: due at the end of a step begun at
+  // `start` steps; of the whole state after a heal (`sent`: state went
+  // across, so the buffers agree too); what they found, to the agent.
+  void verify_if_due(int64_t start);
+  void verify_after_heal(bool sent);
+  void verify(bool whole_state, bool with_buffers);
+  void repair(const ReplicaComparison& found, const std::string& what);
+  [[noreturn]] void stop_apart(const std::string& text);
+  std::vector<NamedTensor> replica_tensors(bool whole_state, bool with_buffers) const;
+  void record_verdict(uint32_t verdict, uint32_t self, const std::string& text);
+  void publish_replicas();
+
+  // Replica comparisons' state (the same on every rank but apart_).
+  int64_t verify_every_ = 0;
+  int64_t verify_after_ = -1;  // compare the parameters after the step past this one too (a heal's)
+  int apart_ = 0;              // the times this process was found apart
+  bool told_by_design_ = false;
+  std::string hardware_kind_;
+  uint32_t verdicts_ = 0, verdict_ = 0, self_ = 0;
+  int64_t verdict_step_ = -1;
+  std::string verdict_text_;
 
   World& world_;
   Healable state_;

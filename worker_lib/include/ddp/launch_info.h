@@ -57,6 +57,12 @@ struct LaunchInfo {
   // replacement in (0: it started with the job).
   bool heals = false;
   uint32_t heal_generation = 0;
+  // DDPRUN_VERIFY_EVERY: a Healer compares the ranks' parameters every this
+  // many optimizer steps, and their whole state after every heal (0: never).
+  int64_t verify_every = 0;
+  // DDPRUN_HARDWARE_KIND: this node's hardware kind as the user names it
+  // (empty: the Healer reads the CPU's and the GPU's names).
+  std::string hardware_kind;
   // What any torchrun-like launcher sets: where the c10d store is, and
   // whether the launcher hosts it (TORCHELASTIC_USE_AGENT_STORE=True) or
   // rank 0 must, as PyTorch's env:// rendezvous does.

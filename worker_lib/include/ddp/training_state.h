@@ -9,7 +9,8 @@
 //    "sampler_position": int, "model": {name: tensor},
 //    "optimizer": {"kind": str, "lr": float64 tensor (one per group),
 //                  "state": [{name: tensor}], "archive": uint8 tensor},
-//    "rng": uint8 tensor}
+//    "rng": uint8 tensor, "fingerprint": int (state_fingerprint; files
+//    before 2026-12 have none)}
 // It holds only dicts, lists, strings, ints and tensors, so it loads with
 // torch.load's safe default, weights_only=True (PyTorch 2.6+; 1.13 too).
 #pragma once
@@ -64,6 +65,12 @@ TrainingState capture_state(const torch::nn::Module& model, torch::optim::Optimi
 void apply_state(const TrainingState& state, torch::nn::Module& model,
                  torch::optim::Optimizer& optimizer, StateTensors tensors = StateTensors::kCopy);
 
+// The fingerprint of a state's tensors (its model's by name, then its
+// optimizer's): what encode_state records in the file ("fingerprint") and
+// decode_state checks, so that a file whose tensors are not the ones it
+// was written with is refused.
+uint64_t state_fingerprint(const TrainingState& state);
+
 std::vector<char> encode_state(const TrainingState& state);
 // The same bytes handed to `sink` in pieces as they are made (the tensors'
 // from their own memory), instead of gathered: what a Checkpointer writes
@@ -71,7 +78,8 @@ std::vector<char> encode_state(const TrainingState& state);
 // from here.
 using ByteSink = std::function<void(const void* data, size_t n)>;
 void encode_state_to(const TrainingState& state, const ByteSink& sink);
-// Throws std::runtime_error when the bytes are not a ddprun checkpoint.
+// Throws std::runtime_error when the bytes are not a ddprun checkpoint, or
+// its tensors do not match the fingerprint it records.
 TrainingState decode_state(const std::vector<char>& bytes);
 
 }  // namespace ddp

@@ -22,6 +22,7 @@
 #include "ddp/communicator.h"
 #include "ddp/launch_info.h"
 #include "ddp/progress.h"
+#include "ddp/replicas.h"
 #include "ddp/state_fence.h"
 #include "ddp/trace.h"
 #include "rendezvous/store/store.h"
@@ -129,6 +130,10 @@ class World {
   // and the Healer call it; so does a loop that changes parameters itself.
   StateFence& state_fence() { return *state_fence_; }
   const std::shared_ptr<StateFence>& state_fence_handle() const { return state_fence_; }
+  // What the ranks' comparisons of their replicas found (ddp/replicas.h):
+  // a Healer records them, a Checkpointer made on this World listens.
+  ReplicaLedger& replicas() { return *replicas_; }
+  const std::shared_ptr<ReplicaLedger>& replicas_handle() const { return replicas_; }
 
   // Tells the agent this worker is alive (see --hang-timeout). Collectives
   // do it themselves; call it in long stretches without any.
@@ -204,6 +209,7 @@ class World {
   std::unique_ptr<Tracer> tracer_;
   std::unique_ptr<ProgressReporter> progress_;
   std::shared_ptr<StateFence> state_fence_ = std::make_shared<StateFence>();
+  std::shared_ptr<ReplicaLedger> replicas_ = std::make_shared<ReplicaLedger>();
   std::shared_ptr<ddprun::Store> store_;
   std::unique_ptr<ddprun::Store> round_store_;
   uint32_t generation_ = 0;

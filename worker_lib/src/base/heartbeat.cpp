@@ -41,6 +41,7 @@ Heartbeat::Heartbeat(const std::string& path, int slot) {
   counter_ = ddprun::channel::heartbeat_counter(map_, slot);
   progress_ = ddprun::channel::progress_block(map_, slot);
   flight_ = ddprun::channel::flight_ring(ddprun::channel::heartbeat_slot(map_, slot));
+  replicas_ = ddprun::channel::replica_block(map_, slot);
   heal_ready_ = ddprun::channel::heal_ready_word(map_, slot);
   heal_generation_ = ddprun::channel::heal_generation_word(map_, slot);
   no_heal_coming_ = ddprun::channel::no_heal_coming_word(map_, slot);

@@ -54,6 +54,12 @@ class Heartbeat {
   ddprun::channel::ProgressBlock* progress_block() const { return progress_; }
   // The slot's flight record (flight_record.h), null without a file.
   ddprun::channel::FlightRing* flight_ring() const { return flight_; }
+  // Tells the agent what the ranks' last comparison of their replicas
+  // found (the slot's replicas block); nothing without a file. One writer:
+  // the Healer.
+  void report_replicas(const ddprun::channel::ReplicaReport& r) {
+    if (replicas_) ddprun::channel::write_replicas(replicas_, r);
+  }
 
   // The program announces a stretch without collectives (the slot's phase
   // word, channel::Phase): nested announcements keep the outermost's kind
@@ -123,6 +129,7 @@ class Heartbeat {
   uint64_t* counter_ = nullptr;
   ddprun::channel::ProgressBlock* progress_ = nullptr;
   ddprun::channel::FlightRing* flight_ = nullptr;
+  ddprun::channel::ReplicaBlock* replicas_ = nullptr;
   uint32_t* heal_ready_ = nullptr;
   uint32_t* heal_generation_ = nullptr;
   uint32_t* no_heal_coming_ = nullptr;

@@ -114,10 +114,10 @@ std::optional<std::vector<char>> read_checkpoint(const CheckpointFile& f, std::s
   return bytes;
 }
 
-std::string set_aside(const CheckpointFile& f, std::string* problem) {
+std::string set_aside(const CheckpointFile& f, std::string* problem, const std::string& suffix) {
   struct stat st {};
   if (::lstat(f.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";  // not ours to move
-  const std::string to = f.path + ".corrupt";
+  const std::string to = f.path + suffix;
   if (std::rename(f.path.c_str(), to.c_str()) != 0) {
     *problem = "cannot rename it to " + to + ": " + std::strerror(errno);
     return "";

@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -91,6 +92,10 @@ CheckpointOptions with_world(CheckpointOptions o, World& world) {
 Checkpointer::Checkpointer(World& world, CheckpointOptions options)
     : Checkpointer(world.cpu(), with_world(std::move(options), world)) {
   joins_heal_ = world.replacement();
+  replicas_ = world.replicas_handle();
+  replicas_id_ = replicas_->listen([this](int64_t agreed_step, int64_t step, const std::vector<int>& ranks) {
+    on_replicas_apart(agreed_step, step, ranks);
+  });
   if (options_.copy == CheckpointOptions::Copy::kInSave) return;
   // The World's DDP and Healer wait for this Checkpointer's copies (on
   // every rank: a heal may make another rank rank 0).
@@ -101,6 +106,7 @@ Checkpointer::Checkpointer(World& world, CheckpointOptions options)
 
 Checkpointer::~Checkpointer() {
   if (fence_) fence_->remove(fence_id_);
+  if (replicas_) replicas_->forget(replicas_id_);
   if (in_flight_.valid()) in_flight_.wait();
   std::lock_guard lock(path_mu_);
   if (!reported_) {
@@ -352,21 +358,55 @@ bool Checkpointer::known_sound(const CheckpointFile& f) {
 }
 
 // Keeps the newest `keep` sound checkpoints at or below the step just
-// written. Entries above it (another writer's, or unreadable ones the last
-// restore did not reach) are left alone: deleting them is not ours to
-// decide, and they must not push our own new files out.
+// written, and the newest one written when the replicas last agreed (a
+// restart's way back when they are found apart). Entries above it (another
+// writer's, or unreadable ones the last restore did not reach) are left
+// alone: deleting them is not ours to decide, and they must not push our
+// own new files out.
 void Checkpointer::prune(int64_t newest_step) {
+  const int64_t agreed = replicas_ ? replicas_->agreed_step() : -1;
+  bool agreed_kept = false;
   int kept = 0;
   for (const auto& f : list_checkpoints(options_.dir)) {
     if (f.step > newest_step || !known_sound(f)) continue;
     if (kept < options_.keep) {
       ++kept;
+      agreed_kept = agreed_kept || f.step <= agreed;
+      continue;
+    }
+    if (!agreed_kept && f.step <= agreed) {
+      agreed_kept = true;
       continue;
     }
     std::error_code ec;
     fs::remove(f.path, ec);
     std::lock_guard lock(path_mu_);
     checked_.erase(f.path);
+  }
+}
+
+// The checkpoints hold rank 0's state: when it was apart (or nobody can
+// say), those written since the replicas last agreed may hold a state apart,
+// and a restart must not resume from them.
+void Checkpointer::on_replicas_apart(int64_t agreed_step, int64_t step, const std::vector<int>& ranks) {
+  if (comm_.rank() != 0) return;
+  if (!ranks.empty() && std::find(ranks.begin(), ranks.end(), 0) == ranks.end()) return;
+  wait();  // a write in flight lands first, and is judged with the rest
+  for (const auto& f : list_checkpoints(options_.dir)) {
+    if (f.step <= agreed_step) continue;
+    std::string why;
+    const std::string moved = set_aside(f, &why, ".unagreed");
+    if (!moved.empty()) {
+      std::lock_guard lock(path_mu_);
+      checked_.erase(f.path);
+    }
+    std::fprintf(stderr,
+                 "ddp: warning: checkpoint %s %s: written at step %lld, after the replicas last agreed (%s), and "
+                 "they were found apart at step %lld%s%s\n",
+                 f.path.c_str(), moved.empty() ? "cannot be set aside" : "is set aside",
+                 static_cast<long long>(f.step),
+                 agreed_step >= 0 ? ("step " + std::to_string(agreed_step)).c_str() : "never",
+                 static_cast<long long>(step), moved.empty() ? "; " : "; moved to ", moved.empty() ? why.c_str() : moved.c_str());
   }
 }
 

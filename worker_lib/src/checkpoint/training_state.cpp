@@ -1,6 +1,7 @@
 #include "ddp/training_state.h"
 
 #include "checkpoint/staged_state.h"
+#include "verify/tensor_fingerprint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/optim/adam.h>
@@ -11,6 +12,7 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -329,6 +331,15 @@ void apply_state(const TrainingState& s, torch::nn::Module& model, torch::optim:
   }
 }
 
+uint64_t state_fingerprint(const TrainingState& s) {
+  std::vector<at::Tensor> tensors;
+  for (const auto& [name, t] : s.model) tensors.push_back(t);
+  for (const auto& per_param : s.optimizer.params) {
+    for (const auto& [key, t] : per_param) tensors.push_back(t);
+  }
+  return fingerprint_of_all(fingerprints_of(tensors));
+}
+
 void encode_state_to(const TrainingState& s, const ByteSink& sink) {
   c10::impl::GenericDict opt(c10::StringType::get(), c10::AnyType::get());
   opt.insert("kind", s.optimizer.kind);
@@ -348,6 +359,7 @@ void encode_state_to(const TrainingState& s, const ByteSink& sink) {
   d.insert("model", tensor_dict(s.model));
   d.insert("optimizer", opt);
   d.insert("rng", s.rng.defined() ? s.rng : at::empty({0}, at::kByte));
+  d.insert("fingerprint", static_cast<int64_t>(state_fingerprint(s)));
   save_untagged(d, sink);
 }
 
@@ -392,6 +404,16 @@ TrainingState decode_state(const std::vector<char>& bytes) {
   s.optimizer.archive.assign(static_cast<const char*>(archive.data_ptr()), archive.numel());
   s.rng = d.at("rng").toTensor();
   if (s.rng.numel() == 0) s.rng = at::Tensor();
+  if (d.contains("fingerprint")) {
+    const auto recorded = static_cast<uint64_t>(d.at("fingerprint").toInt());
+    const uint64_t found = state_fingerprint(s);
+    if (found != recorded) {
+      char text[160];
+      std::snprintf(text, sizeof(text), "its tensors' fingerprint is %016llx, not the %016llx it was written with",
+                    static_cast<unsigned long long>(found), static_cast<unsigned long long>(recorded));
+      throw std::runtime_error(text);
+    }
+  }
   return s;
 }
 

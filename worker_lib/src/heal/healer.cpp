@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <future>
+#include <map>
 #include <thread>
 #include <stdexcept>
 
@@ -15,6 +16,8 @@
 #include "ddp/training_state.h"
 #include "base/heartbeat.h"
 #include "heal/receive_pool.h"
+#include "verify/hardware_kind.h"
+#include "verify/replica_check.h"
 
 namespace ddp {
 namespace {
@@ -66,6 +69,11 @@ Healer::Healer(World& world, Healable state, HealOptions options)
     if (!c) throw std::invalid_argument("ddp::Healer: a counter is null");
   }
   if (options_.wait_timeout.count() == 0) options_.wait_timeout = world_.timeout();
+  verify_every_ = options_.verify_every >= 0 ? options_.verify_every : world_.info().verify_every;
+  if (verify_every_ > 0) {
+    const auto params = state_.module->parameters();
+    hardware_kind_ = hardware_kind(world_.info(), params.empty() ? at::Device(at::kCPU) : params.front().device());
+  }
   report_.world_size = world_.size();
   if (world_.replacement()) {
     // The survivors wait in their heal for this: take the newest state. If
@@ -77,7 +85,7 @@ Healer::Healer(World& world, Healable state, HealOptions options)
     const auto begin = Clock::now();
     while (true) {
       try {
-        sync_state(/*have_state=*/false, pool.get());
+        verify_after_heal(sync_state(/*have_state=*/false, pool.get()));
         break;
       } catch (const CollectiveError& e) {
         next_generation(e.what());  // a peer failed while this process joined
@@ -92,6 +100,12 @@ Healer::Healer(World& world, Healable state, HealOptions options)
     report_.heals = 1;
     report_.generation = world_.generation();
     report_.step = *state_.step;
+  } else if (verify_every_ > 0) {
+    // The start: every rank holds the same parameters and optimizer state
+    // (DDP's broadcast, a checkpoint's restore); the comparison makes that
+    // the first point they agreed at. (Not the buffers: a forward before
+    // the Healer moved each rank's batch-norm statistics its own way.)
+    verify(/*whole_state=*/true, /*with_buffers=*/false);
   }
   if (world_.info().heals) world_.heartbeat_handle()->set_heal_ready(true);
 }
@@ -143,6 +157,7 @@ void Healer::step(const std::function<void()>& body) {
     try {
       body();
       if (!told_receive_bytes_) tell_receive_bytes();
+      verify_if_due(start);  // collective: a peer that fails in it is healed around as in the body
       return;
     } catch (const CollectiveError& e) {
       // No heal comes (across nodes, no spare waits, the job may not shrink,
@@ -209,7 +224,7 @@ void Healer::heal(const std::string& why) {
     const auto transfer_begin = Clock::now();
     const int64_t transfer_begin_ns = Tracer::now_ns();
     try {
-      sync_state(/*have_state=*/true);
+      verify_after_heal(sync_state(/*have_state=*/true));
       report_.transfer_seconds += seconds_since(transfer_begin);
       Tracer& tracer = world_.tracer();
       if (tracer.recording()) {
@@ -387,7 +402,7 @@ void Healer::tell_receive_bytes() {
 // left empty: it carries optimizer state a replacement has not made yet,
 // and the generator) and the shapes, then each tensor by its own
 // broadcast, straight into the receiver's memory: no pickling of the bulk.
-void Healer::sync_state(bool have_state, ReceivePool* pool) {
+bool Healer::sync_state(bool have_state, ReceivePool* pool) {
   Communicator& comm = world_.cpu();
   const int64_t mine = have_state ? *state_.step : -1;
   at::Tensor steps = comm.all_gather(at::full({1}, mine, at::kLong)).reshape({-1});
@@ -399,8 +414,18 @@ void Healer::sync_state(bool have_state, ReceivePool* pool) {
   const int source = static_cast<int>(steps.eq(newest).nonzero()[0][0].item<int64_t>());
   if (steps.eq(newest).all().item<bool>()) {
     report_.bytes = 0;
-    return;  // every rank has the newest state (a failure before anyone stepped, no replacement)
+    return false;  // every rank has the newest state (a failure before anyone stepped, no replacement)
   }
+  send_state(source, mine != newest, mine < 0, /*keep_own=*/false, pool);
+  return true;
+}
+
+// Rank `source` sends; every rank `behind` takes the state. The others
+// take part in the broadcasts (they are collective): in a heal they hold
+// the newest state, the same bytes, and receive into their own tensors; with
+// `keep_own` (a repair: their buffers are their own) into memory they let go.
+void Healer::send_state(int source, bool behind, bool fresh_process, bool keep_own, ReceivePool* pool) {
+  Communicator& comm = world_.cpu();
   const bool sending = comm.rank() == source;
   TrainingState state;
   at::Tensor skeleton_bytes, counters, shapes;
@@ -420,7 +445,7 @@ void Healer::sync_state(bool have_state, ReceivePool* pool) {
   skeleton_bytes = broadcast_sized(comm, skeleton_bytes, at::kByte, source);
   shapes = broadcast_sized(comm, shapes, at::kLong, source);
   bool have_room = false;
-  if (!sending && mine == newest) {
+  if (!sending && !behind && !keep_own) {
     // A rank with the newest state already holds these very bytes: it
     // receives them into its own tensors (the broadcasts are collective)
     // and allocates nothing.
@@ -464,7 +489,7 @@ void Healer::sync_state(bool have_state, ReceivePool* pool) {
                               " (is every node running the same program, with the same model?)");
         }
       }
-      if (mine < 0 && mine_t != own.end() && mine_t->second.scalar_type() == dtype &&
+      if (fresh_process && mine_t != own.end() && mine_t->second.scalar_type() == dtype &&
           mine_t->second.sizes().vec() == sizes && mine_t->second.is_contiguous() && mine_t->second.device().is_cpu()) {
         *t = mine_t->second.detach();
       } else {
@@ -494,10 +519,188 @@ void Healer::sync_state(bool have_state, ReceivePool* pool) {
     }
   }
   report_.bytes = bytes;
-  if (mine == newest) return;
+  if (!behind) return;
   apply_state(state, *state_.module, *state_.optimizer, StateTensors::kShare);
   *state_.step = state.step;
   unpack_counters(counters, state_);
+}
+
+// ----- the replicas compared -----
+
+void Healer::verify_if_due(int64_t start) {
+  const int64_t step = *state_.step;
+  if (verify_every_ <= 0 || step <= start) return;  // off, or no optimizer step in this call
+  const bool periodic = step % verify_every_ == 0;
+  const bool after_heal = verify_after_ >= 0 && step > verify_after_;
+  if (!periodic && !after_heal) return;
+  verify_after_ = -1;
+  verify(/*whole_state=*/false, /*with_buffers=*/false);
+}
+
+// Every rank of a heal comes here alike (the survivors in heal(), a
+// replacement in its constructor): the state that went across is compared
+// whole, and the parameters again after the next step, where a heal that
+// left the ranks' steps apart in any other way (DDP's buckets, a generator)
+// shows first.
+void Healer::verify_after_heal(bool sent) {
+  if (verify_every_ <= 0) return;
+  verify(/*whole_state=*/true, /*with_buffers=*/sent);
+  verify_after_ = *state_.step;
+}
+
+// The tensors compared, in an order every rank derives alike: the
+// parameters by name, the buffers, then the optimizer's state, named after
+// the parameter it belongs to.
+std::vector<NamedTensor> Healer::replica_tensors(bool whole_state, bool with_buffers) const {
+  std::vector<NamedTensor> out;
+  std::map<const c10::TensorImpl*, std::string> name_of;
+  for (const auto& p : state_.module->named_parameters(/*recurse=*/true)) {
+    out.push_back({p.key(), p.value()});
+    name_of[p.value().unsafeGetTensorImpl()] = p.key();
+  }
+  if (with_buffers) {
+    for (const auto& b : state_.module->named_buffers(/*recurse=*/true)) out.push_back({b.key(), b.value()});
+  }
+  if (!whole_state) return out;
+  const TrainingState state =
+      capture_state(*state_.module, *state_.optimizer, *state_.step, 0, 0, nullptr, StateTensors::kShare);
+  std::vector<std::string> param_names;
+  for (const auto& group : state_.optimizer->param_groups()) {
+    for (const auto& p : group.params()) {
+      auto n = name_of.find(p.unsafeGetTensorImpl());
+      param_names.push_back(n != name_of.end() ? n->second : "parameter " + std::to_string(param_names.size()));
+    }
+  }
+  for (size_t i = 0; i < state.optimizer.params.size(); ++i) {
+    const std::string& param = i < param_names.size() ? param_names[i] : "parameter " + std::to_string(i);
+    for (const auto& [key, t] : state.optimizer.params[i]) out.push_back({"optimizer state of " + param + " (" + key + ")", t});
+  }
+  if (!state.optimizer.archive.empty()) {
+    const auto& a = state.optimizer.archive;
+    out.push_back({"optimizer state (" + state.optimizer.kind + ")",
+                   at::from_blob(const_cast<char*>(a.data()), {static_cast<int64_t>(a.size())}, at::kByte).clone()});
+  }
+  at::Tensor lr = at::tensor(state.optimizer.lr, at::kDouble);
+  out.push_back({"optimizer learning rates", lr});
+  return out;
+}
+
+void Healer::verify(bool whole_state, bool with_buffers) {
+  ReplicaCheckInput in;
+  in.tensors = replica_tensors(whole_state, with_buffers);
+  in.what = !whole_state ? "parameters" : with_buffers ? "state" : "parameters and optimizer state";
+  in.step = *state_.step;
+  in.hardware_kind = hardware_kind_;
+  in.node_rank = world_.info().group_rank;
+  const ReplicaComparison found = compare_replicas(world_.cpu(), in);
+  ++report_.checks;
+  if (found.by_design && !told_by_design_) {
+    told_by_design_ = true;
+    record_verdict(static_cast<uint32_t>(ddprun::channel::ReplicaVerdict::kByDesign), 0, found.by_design_text);
+  }
+  switch (found.outcome) {
+    case ReplicaComparison::Outcome::kNoMajority:
+      stop_apart(found.text);
+    case ReplicaComparison::Outcome::kApart:
+      repair(found, in.what);
+      break;
+    case ReplicaComparison::Outcome::kAgree:
+      break;
+  }
+  world_.replicas().agreed(in.step);
+  report_.verified_step = in.step;
+  publish_replicas();
+}
+
+// Each kind's ranks apart take the state of the lowest rank of its
+// majority, as a replacement takes a survivor's; the majority keeps its
+// own. Then the state is compared again: it must agree now.
+void Healer::repair(const ReplicaComparison& found, const std::string& what) {
+  (void)what;
+  const int me = world_.rank();
+  if (found.self_apart) ++apart_;
+  const bool replace = found.self_apart && apart_ >= 2;
+  std::string action;
+  for (const auto& r : found.repairs) {
+    action += (action.empty() ? "" : ", ") + std::string(r.apart.size() == 1 ? "rank " : "ranks ") + rank_list(r.apart) +
+              (r.apart.size() == 1 ? " takes" : " take") + " rank " + std::to_string(r.source) + "'s state";
+  }
+  std::string text = found.text + "; repaired: " + action;
+  if (replace) {
+    text += "; rank " + std::to_string(me) + " was apart before, so ddprun replaces its process (it cannot be trusted)";
+  }
+  std::vector<int> apart;
+  for (const auto& r : found.repairs) apart.insert(apart.end(), r.apart.begin(), r.apart.end());
+  world_.replicas().found_apart(*state_.step, apart);  // a checkpoint of a rank apart is set aside
+  {
+    // A repair may write this rank's tensors: a checkpoint still copying
+    // them in the background finishes first.
+    world_.state_fence().wait();
+    const int64_t heal_bytes = report_.bytes;
+    for (const auto& r : found.repairs) {
+      const bool behind = std::find(r.apart.begin(), r.apart.end(), me) != r.apart.end();
+      send_state(r.source, behind, /*fresh=*/false, /*keep_own=*/true, nullptr);
+    }
+    report_.bytes = heal_bytes;
+    ++report_.repairs;
+  }
+  using ddprun::channel::ReplicaSelf;
+  record_verdict(static_cast<uint32_t>(ddprun::channel::ReplicaVerdict::kRepaired),
+                 static_cast<uint32_t>(replace ? ReplicaSelf::kReplace
+                                               : found.self_apart ? ReplicaSelf::kApart : ReplicaSelf::kAgrees),
+                 text);
+  ReplicaCheckInput again;
+  again.tensors = replica_tensors(/*whole_state=*/true, /*with_buffers=*/false);
+  again.what = "parameters and optimizer state";
+  again.step = *state_.step;
+  again.hardware_kind = hardware_kind_;
+  again.node_rank = world_.info().group_rank;
+  const ReplicaComparison confirmed = compare_replicas(world_.cpu(), again);
+  ++report_.checks;
+  if (confirmed.outcome != ReplicaComparison::Outcome::kAgree) {
+    stop_apart(confirmed.text + " right after a repair (the state a rank received does not hold there)");
+  }
+}
+
+// No majority to repair from: every rank stops alike. The checkpoints
+// written since the replicas last agreed are set aside (the World's
+// Checkpointer listens), and the failure is no peer's to heal around.
+void Healer::stop_apart(const std::string& found) {
+  const int64_t agreed = world_.replicas().agreed_step();
+  const std::string text =
+      found + "; no majority to repair from: every rank stops, and a restart (--max-restarts) resumes from the "
+              "newest checkpoint written when the replicas last agreed" +
+      (agreed >= 0 ? " (step " + std::to_string(agreed) + " or before)" : "");
+  record_verdict(static_cast<uint32_t>(ddprun::channel::ReplicaVerdict::kNoMajority), 0, text);
+  world_.replicas().found_apart(*state_.step, {});
+  world_.heartbeat_handle()->set_heal_ready(false);
+  throw ReplicasDiffer("ddp: " + text, *state_.step, agreed);
+}
+
+void Healer::record_verdict(uint32_t verdict, uint32_t self, const std::string& text) {
+  ++verdicts_;
+  verdict_ = verdict;
+  self_ = self;
+  verdict_step_ = *state_.step;
+  verdict_text_ = text;
+  publish_replicas();
+  // Under ddprun its agent says it (once for the job); without one, rank 0.
+  if (!world_.heartbeat_handle()->has_slot() && world_.rank() == 0) {
+    std::fprintf(stderr, "ddp: replicas: %s\n", text.c_str());
+  }
+}
+
+void Healer::publish_replicas() {
+  ddprun::channel::ReplicaReport r;
+  r.agreed_step = report_.verified_step;
+  r.checks = static_cast<uint64_t>(report_.checks);
+  r.verdicts = verdicts_;
+  r.verdict = verdict_;
+  r.verdict_step = verdict_step_;
+  r.self = self_;
+  r.every = static_cast<uint32_t>(std::min<int64_t>(verify_every_, UINT32_MAX));
+  std::memcpy(r.text, verdict_text_.data(), std::min(verdict_text_.size(), sizeof(r.text) - 1));
+  world_.heartbeat_handle()->report_replicas(r);
 }
 
 }  // namespace ddp

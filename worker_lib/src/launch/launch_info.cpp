@@ -44,6 +44,11 @@ void read_observability(const EnvLookup& env, LaunchInfo& info) {
     if (g < 0 || g > INT32_MAX) throw ConfigError("ddp: DDPRUN_HEAL_GENERATION=" + *v + " is not a heal generation");
     info.heal_generation = static_cast<uint32_t>(g);
   }
+  if (auto v = env(ch::kVerifyEvery); v && !v->empty()) {
+    info.verify_every = parse_number<int64_t>(ch::kVerifyEvery, *v);
+    if (info.verify_every < 0) throw ConfigError("ddp: DDPRUN_VERIFY_EVERY=" + *v + " is not a number of steps >= 0");
+  }
+  if (auto v = env(ch::kHardwareKind)) info.hardware_kind = *v;
 }
 
 }  // namespace
