@@ -99,9 +99,12 @@ void StatusReporter::loop() {
     cv_.wait_for(lock, options_.interval, [this] { return stop_; });
     if (stop_) continue;
     channel::Progress p{};
+    channel::ReplicaReport replicas{};
     std::optional<ProgressInfo> info;
     const uint32_t generation = slot_ >= 0 ? table_.heal_generation(slot_) : 0;
-    if (slot_ >= 0 && table_.progress(slot_, &p) && changed(p, generation)) {
+    if (slot_ >= 0) table_.replicas(slot_, &replicas);  // mid-write: as zeros, next time whole
+    if (slot_ >= 0 && table_.progress(slot_, &p) &&
+        (changed(p, generation) || replicas.verdicts != last_replica_verdicts_)) {
       info = to_info(p, sent_any_ ? &last_ : nullptr, monotonic_ns());
       info->round = round_;
       info->global_rank = global_rank_;
@@ -111,6 +114,10 @@ void StatusReporter::loop() {
         info->slowest_score = slowest_->score;
         info->slowest_is_straggler = slowest_->straggler;
       }
+      info->verify_every = replicas.every;
+      if (replicas.agreed_step >= 0) info->replicas_agreed_step = replicas.agreed_step;
+      info->replica_verdicts = replicas.verdicts;
+      info->replica_verdict.assign(replicas.text, strnlen(replicas.text, sizeof(replicas.text)));
     }
     const auto slowest = slowest_;
     std::optional<NodeCollectives> collectives = std::move(collectives_);
@@ -133,6 +140,7 @@ void StatusReporter::loop() {
       last_ = p;
       last_generation_ = generation;
       last_slowest_ = slowest;
+      last_replica_verdicts_ = replicas.verdicts;
       sent_any_ = true;
     }
   }

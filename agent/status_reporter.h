@@ -7,8 +7,9 @@
 // rank that programs log and checkpoint from). Across nodes every agent
 // also reports its collectives (set_collectives) in the same call: one
 // call a second per node, for the job-wide straggler scores of nodes and
-// other nodes' hang verdicts. The agent's I/O loop never waits on the
-// network for it.
+// other nodes' hang verdicts. With the progress goes what rank 0's slot says
+// of the comparisons of the replicas (--verify-every). The agent's I/O loop
+// never waits on the network for it.
 #pragma once
 
 #include <chrono>
@@ -70,6 +71,7 @@ class StatusReporter {
   channel::Progress last_{};
   std::optional<StragglerScores::Slowest> last_slowest_;
   uint32_t last_generation_ = 0;
+  uint32_t last_replica_verdicts_ = 0;
   bool sent_any_ = false;
   std::optional<NodeCollectives> collectives_;  // not sent yet
   std::chrono::steady_clock::time_point collectives_at_{};

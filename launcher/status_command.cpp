@@ -225,6 +225,19 @@ std::string format_status(const std::string& job_id, const std::string& endpoint
             std::to_string(*s.progress->restored_step);
   }
   out += "  checkpoint  " + (ckpt.empty() ? std::string("none reported") : ckpt) + "\n";
+  if (s.progress && s.progress->verify_every > 0) {
+    const ProgressInfo& p = *s.progress;
+    std::string replicas = p.replicas_agreed_step ? "agree at step " + std::to_string(*p.replicas_agreed_step)
+                                                  : std::string("not compared yet");
+    replicas += " (compared every " + std::to_string(p.verify_every) + " steps)";
+    if (p.replica_verdicts > 0) {
+      replicas += "; found apart " + std::to_string(p.replica_verdicts) + (p.replica_verdicts == 1 ? " time" : " times") +
+                  ", the last: " + p.replica_verdict;
+    }
+    out += "  replicas    " + replicas + "\n";
+  } else if (s.progress) {
+    out += "  replicas    not compared (--verify-every 0, or a program without a Healer)\n";
+  }
   return out;
 }
 
@@ -288,7 +301,13 @@ std::string format_status_json(const std::string& job_id, const std::string& end
             {"age_ms", p.age.count()},
             {"slowest_rank", opt(p.slowest_rank)},
             {"slowest_score", p.slowest_score},
-            {"slowest_is_straggler", p.slowest_is_straggler}};
+            {"slowest_is_straggler", p.slowest_is_straggler},
+            // --verify-every (0: not compared), the newest step every
+            // rank's replica agreed at, and the times they were found apart.
+            {"verify_every", p.verify_every},
+            {"replicas_agreed_step", opt(p.replicas_agreed_step)},
+            {"replica_verdicts", p.replica_verdicts},
+            {"replica_verdict", p.replica_verdict.empty() ? json(nullptr) : json(p.replica_verdict)}};
     j["progress"] = jp;
   } else {
     j["progress"] = nullptr;

@@ -45,17 +45,24 @@ struct Options {
   int keep_checkpoints = 3;
   bool print_steps = false;
   bool keep_global_batch = false;  // when the job shrinks, each rank reads more per step
-  // --flip-bit RANK:STEP (for tests): silent data corruption, one bit.
-  std::vector<std::pair<int, int64_t>> flips;
+  // --flip-bit RANK:STEP[:BIT] (for tests): silent data corruption, one bit.
+  struct Flip {
+    int rank;
+    int64_t step;
+    int bit;
+  };
+  std::vector<Flip> flips;
 };
 
-// A test's stand-in for a faulty chip: the lowest bit of the first
-// parameter's first element flips, on this rank only. ddprun's comparison
-// of the replicas (--verify-every) finds it and repairs it.
-void flip_lowest_bit(torch::nn::Module& m) {
+// A test's stand-in for a faulty chip: one bit of the first parameter's
+// first element flips, on this rank only. ddprun's comparison of the
+// replicas (--verify-every) finds it and repairs it. (The lowest bits of a
+// float can wash out in training's rounding within a few steps: the
+// default is bit 16, a change of about 1%, which stays.)
+void flip_bit(torch::nn::Module& m, int bit) {
   torch::NoGradGuard no_grad;
   torch::Tensor first = m.parameters().front();
-  first.view(torch::kInt32).view({-1}).narrow(0, 0, 1).bitwise_xor_(1);
+  first.view(torch::kInt32).view({-1}).narrow(0, 0, 1).bitwise_xor_(1 << bit);
 }
 
 // FNV-1a over the bytes of every parameter: equal checksums, equal models.
@@ -301,10 +308,10 @@ int run(const Options& opt) {
         epoch_loss_bits = std::bit_cast<int64_t>(std::bit_cast<double>(epoch_loss_bits) + totals[0].item<double>());
         epoch_losses += static_cast<int64_t>(totals[1].item<double>());
         ++steps;  // the commit (ddp::Healer): from here on the step is done
-        for (const auto& [flip_rank, flip_step] : opt.flips) {
+        for (const auto& f : opt.flips) {
           // A fault strikes once: not again in a restart that redoes the step.
-          if (flip_rank == world->rank() && flip_step == steps && world->info().restart_count == 0) {
-            flip_lowest_bit(*model.module());
+          if (f.rank == world->rank() && f.step == steps && world->info().restart_count == 0) {
+            flip_bit(*model.module(), f.bit);
           }
         }
         // For the agent's progress line and `ddprun status` (rank 0 prints it
@@ -444,23 +451,32 @@ int main(int argc, char** argv) {
                "global batch stays as it was");
   std::vector<std::string> flips;
   app.add_option("--flip-bit", flips,
-                 "For tests: RANK:STEP flips the lowest bit of the first parameter on that rank after that step, "
-                 "in the job's first attempt (a faulty chip's silent corruption; ddprun --verify-every finds and "
-                 "repairs it); repeatable")
+                 "For tests: RANK:STEP[:BIT] flips bit BIT (0-30, default 16) of the first parameter's first "
+                 "element on that rank after that step, in the job's first attempt (a faulty chip's silent "
+                 "corruption; ddprun --verify-every finds and repairs it); repeatable")
       ->group("Testing");
   CLI11_PARSE(app, argc, argv);
   for (const std::string& f : flips) {
-    const auto colon = f.find(':');
     try {
-      if (colon == std::string::npos) throw std::invalid_argument(f);
-      size_t used = 0;
-      const int r = std::stoi(f.substr(0, colon), &used);
-      if (used != colon) throw std::invalid_argument(f);
-      const int64_t s = std::stoll(f.substr(colon + 1), &used);
-      if (used != f.size() - colon - 1 || r < 0 || s < 1) throw std::invalid_argument(f);
-      opt.flips.emplace_back(r, s);
+      // RANK:STEP[:BIT], each a whole number.
+      std::vector<int64_t> parts;
+      size_t at = 0;
+      while (true) {
+        const size_t colon = f.find(':', at);
+        const std::string part = f.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
+        size_t used = 0;
+        parts.push_back(std::stoll(part, &used));
+        if (used != part.size()) throw std::invalid_argument(f);
+        if (colon == std::string::npos) break;
+        at = colon + 1;
+      }
+      if (parts.size() < 2 || parts.size() > 3) throw std::invalid_argument(f);
+      const int64_t bit = parts.size() == 3 ? parts[2] : 16;
+      if (parts[0] < 0 || parts[1] < 1 || bit < 0 || bit > 30) throw std::invalid_argument(f);
+      opt.flips.push_back({static_cast<int>(parts[0]), parts[1], static_cast<int>(bit)});
     } catch (const std::exception&) {
-      std::fprintf(stderr, "train: --flip-bit %s: expected RANK:STEP (a rank >= 0, a step >= 1)\n", f.c_str());
+      std::fprintf(stderr, "train: --flip-bit %s: expected RANK:STEP[:BIT] (a rank >= 0, a step >= 1, a bit 0-30)\n",
+                   f.c_str());
       return 2;
     }
   }

@@ -257,6 +257,10 @@ class WatchReactor final : public grpc::ServerUnaryReactor {
   std::atomic<int> refs_{2};  // start() and OnDone()
 };
 
+// A replica verdict's line, as a worker's heartbeat slot holds it
+// (channel::kReplicaTextBytes, less its NUL).
+constexpr size_t kMaxReplicaVerdictBytes = 399;
+
 // A progress report's values, checked: no negative step or count, no
 // non-finite rate, a sane age and rank. (A NaN loss is news, not an error.)
 MaybeStatus check_progress(const v1::Progress& p) {
@@ -272,6 +276,8 @@ MaybeStatus check_progress(const v1::Progress& p) {
                           {"restored_step", p.restored_step()},
                           {"global_rank", p.global_rank()},
                           {"slowest_rank", p.slowest_rank()},
+                          {"verify_every", p.verify_every()},
+                          {"replicas_agreed_step", p.replicas_agreed_step()},
                           {"round", p.round()}}) {
     if (auto bad = negative(field, v)) return bad;
   }
@@ -283,6 +289,10 @@ MaybeStatus check_progress(const v1::Progress& p) {
     return invalid_argument("progress slowest_score " + std::to_string(p.slowest_score()) + " is not in [0, 1]");
   }
   if (auto bad = check_duration("progress age_ms", p.age_ms())) return bad;
+  if (p.replica_verdict().size() > kMaxReplicaVerdictBytes) {
+    return invalid_argument("progress replica_verdict is " + std::to_string(p.replica_verdict().size()) +
+                            " bytes; at most " + std::to_string(kMaxReplicaVerdictBytes));
+  }
   return std::nullopt;
 }
 

@@ -205,6 +205,13 @@ struct ProgressInfo {
   std::optional<int> slowest_rank;
   double slowest_score = 0;
   bool slowest_is_straggler = false;
+  // The comparisons of the replicas (--verify-every; 0: off), as rank 0
+  // last told them: the newest step they agreed at, the verdicts so far
+  // (ranks found apart), the newest verdict's line.
+  int64_t verify_every = 0;
+  std::optional<int64_t> replicas_agreed_step;
+  uint32_t replica_verdicts = 0;
+  std::string replica_verdict;
 };
 
 // A rank's newest collective as its node's agent last saw it (its flight

@@ -40,6 +40,10 @@ ProgressInfo from_proto(const v1::Progress& p) {
   if (p.has_slowest_rank()) i.slowest_rank = p.slowest_rank();
   i.slowest_score = p.slowest_score();
   i.slowest_is_straggler = p.slowest_is_straggler();
+  i.verify_every = p.verify_every();
+  if (p.has_replicas_agreed_step()) i.replicas_agreed_step = p.replicas_agreed_step();
+  i.replica_verdicts = p.replica_verdicts();
+  i.replica_verdict = p.replica_verdict();
   return i;
 }
 
@@ -59,6 +63,10 @@ void to_proto(const ProgressInfo& i, v1::Progress* p) {
   if (i.slowest_rank) p->set_slowest_rank(*i.slowest_rank);
   p->set_slowest_score(i.slowest_score);
   p->set_slowest_is_straggler(i.slowest_is_straggler);
+  p->set_verify_every(i.verify_every);
+  if (i.replicas_agreed_step) p->set_replicas_agreed_step(*i.replicas_agreed_step);
+  p->set_replica_verdicts(i.replica_verdicts);
+  p->set_replica_verdict(i.replica_verdict);
 }
 
 NodeCollectives from_proto(const v1::NodeCollectives& c) {

@@ -305,6 +305,52 @@ TEST(StatusCall, BadProgressValuesAreRefusedAndNotStored) {
   EXPECT_EQ(got.slowest_rank, 2);
   EXPECT_DOUBLE_EQ(got.slowest_score, 0.41);
   EXPECT_TRUE(got.slowest_is_straggler);
+  // What rank 0 found comparing the replicas goes through as given; a
+  // verdict longer than a heartbeat slot holds, or a negative step, is refused.
+  p = step(5);
+  p.verify_every = 20;
+  p.replicas_agreed_step = -1;
+  EXPECT_EQ(code_of(p), grpc::StatusCode::INVALID_ARGUMENT);
+  p.replicas_agreed_step = 0;
+  p.replica_verdict = std::string(400, 'x');
+  EXPECT_EQ(code_of(p), grpc::StatusCode::INVALID_ARGUMENT);
+  p.replicas_agreed_step = 40;
+  p.replica_verdicts = 1;
+  p.replica_verdict = "rank 2's parameters differ from ranks 0, 1, 3 at step 40";
+  EXPECT_EQ(code_of(p), 0);
+  const auto replicas = *svc.client.status("job", 5s).progress;
+  EXPECT_EQ(replicas.verify_every, 20);
+  EXPECT_EQ(replicas.replicas_agreed_step, 40);
+  EXPECT_EQ(replicas.replica_verdicts, 1u);
+  EXPECT_EQ(replicas.replica_verdict, p.replica_verdict);
+}
+
+TEST(StatusText, TheReplicasShowWhereTheyAgreedAndTheNewestVerdict) {
+  JobStatus s;
+  s.round_closed = true;
+  s.world_size = 4;
+  ProgressInfo p;
+  p.step = 60;
+  p.verify_every = 20;
+  p.replicas_agreed_step = 60;
+  s.progress = p;
+  std::string text = format_status("job", "h:1", s, 0);
+  EXPECT_NE(text.find("  replicas    agree at step 60 (compared every 20 steps)\n"), std::string::npos) << text;
+  s.progress->replica_verdicts = 2;
+  s.progress->replica_verdict = "rank 2's parameters differ from ranks 0, 1, 3 at step 40";
+  text = format_status("job", "h:1", s, 0);
+  EXPECT_NE(text.find("agree at step 60 (compared every 20 steps); found apart 2 times, the last: rank 2's "
+                      "parameters differ from ranks 0, 1, 3 at step 40"),
+            std::string::npos)
+      << text;
+  auto j = nlohmann::json::parse(format_status_json("job", "h:1", s, 0));
+  EXPECT_EQ(j["progress"]["verify_every"], 20);
+  EXPECT_EQ(j["progress"]["replicas_agreed_step"], 60);
+  EXPECT_EQ(j["progress"]["replica_verdicts"], 2);
+  EXPECT_EQ(j["progress"]["replica_verdict"], s.progress->replica_verdict);
+  s.progress->verify_every = 0;
+  text = format_status("job", "h:1", s, 0);
+  EXPECT_NE(text.find("  replicas    not compared"), std::string::npos) << text;
 }
 
 
