@@ -49,6 +49,30 @@ def batch_at(progress, x, y, batch, rank, world):
     return x[idx], y[idx]
 
 
+def flip_bit(module, bit):
+    """A test's stand-in for a faulty chip: one bit of the first
+    parameter's first element flips (on its integer view), on this rank only."""
+    with torch.no_grad():
+        first = next(module.parameters()).view(-1)[:1]
+        first.view(torch.int32).bitwise_xor_(1 << bit)
+
+
+def flips_of(specs):
+    """--flip-bit RANK:STEP[:BIT] values as (rank, step, bit)."""
+    out = []
+    for spec in specs:
+        parts = spec.split(":")
+        try:
+            rank, step, bit = (int(p) for p in parts + (["16"] if len(parts) == 2 else []))
+        except ValueError:
+            rank = step = bit = -1
+        if len(parts) not in (2, 3) or rank < 0 or step < 1 or not 0 <= bit <= 30:
+            raise SystemExit(f"ddp_heal.py: --flip-bit {spec}: expected RANK:STEP[:BIT] (a rank >= 0, a step >= 1, "
+                             "a bit 0-30)")
+        out.append((rank, step, bit))
+    return out
+
+
 def checksum(module):
     h = hashlib.sha256()
     for p in module.parameters():
@@ -68,7 +92,16 @@ def main():
                     help="evaluate the untrained model before training (a forward without gradients)")
     ap.add_argument("--barrier-before-healer", action="store_true",
                     help="a dist.barrier() before the Healer, as a careless script has (a replacement stops there)")
+    ap.add_argument("--flip-bit", action="append", default=[], metavar="RANK:STEP[:BIT]",
+                    help="for tests: flips bit BIT (default 16) of the first parameter's first element on that rank "
+                         "after that step, in the job's first attempt (a faulty chip's silent corruption; ddprun "
+                         "--verify-every finds and repairs it); repeatable")
+    ap.add_argument("--warm-up", action="store_true",
+                    help="one forward, backward and zero_grad before the Healer (a common order: build, warm up, "
+                         "then wrap)")
     args = ap.parse_args()
+    flips = flips_of(args.flip_bit)
+    first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -84,6 +117,10 @@ def main():
         loss.backward()  # DDP averages the gradients
         optimizer.step()  # the commit: this step is done
         progress["sample"] += world * args.batch
+        done = healer.steps if healer else None
+        for flip_rank, flip_step, bit in flips:
+            if flip_rank == rank and flip_step == done and first_attempt:
+                flip_bit(model.module, bit)
         return loss.item()
 
     if args.evaluate_first:
@@ -95,6 +132,9 @@ def main():
             print(f"untrained loss {first:.6f}", flush=True)
     if args.barrier_before_healer:
         dist.barrier()
+    if args.warm_up:
+        torch.nn.functional.mse_loss(model(x[:args.batch]), y[:args.batch]).backward()
+        optimizer.zero_grad()
     healer = None if args.no_heal else ddprun.Healer(model, optimizer, state=progress)
     step = healer.step if healer else (lambda fn, *a: fn(*a))
     if healer is not None and healer.joined:

@@ -50,6 +50,10 @@ class Net(L.LightningModule):
         self.log("loss", loss)
         return loss
 
+    def validation_step(self, batch, batch_idx):
+        tokens, labels = batch
+        self.log("val_loss", F.cross_entropy(self(tokens), labels))
+
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=1e-3)
         warm_up = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20))
@@ -60,6 +64,10 @@ class PrintSteps(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_rank == 0:
             print(f"step {trainer.global_step} done", flush=True)
+
+    def on_validation_start(self, trainer, pl_module):
+        if trainer.global_rank == 0 and not trainer.sanity_checking:
+            print(f"validation after step {trainer.global_step} began", flush=True)
 
 
 def make_data(samples, length=16, vocab=64, seed=1):
@@ -83,6 +91,9 @@ def main():
     ap.add_argument("--out", default="lightning_out", help="checkpoints and logs go here")
     ap.add_argument("--print-steps", action="store_true", help="rank 0 prints a line after every step")
     ap.add_argument("--resume", action="store_true", help="go on from the newest checkpoint in --out, if any")
+    ap.add_argument("--val-every", type=int, default=0, help="validate on --val-batches batches every N steps (0: never)")
+    ap.add_argument("--val-batches", type=int, default=8)
+    ap.add_argument("--accumulate", type=int, default=1, help="batches per optimizer step (accumulate_grad_batches)")
     args = ap.parse_args()
 
     torch.manual_seed(0)
@@ -91,8 +102,12 @@ def main():
         accelerator="cpu", devices=args.devices, strategy=DDPStrategy(), max_epochs=args.epochs,
         default_root_dir=args.out, logger=CSVLogger(args.out), log_every_n_steps=10,
         callbacks=[ModelCheckpoint(every_n_train_steps=25, save_top_k=-1), LearningRateMonitor("step")]
-        + ([PrintSteps()] if args.print_steps else []))
+        + ([PrintSteps()] if args.print_steps else []),
+        val_check_interval=args.val_every or None, limit_val_batches=args.val_batches if args.val_every else 0,
+        num_sanity_val_steps=0, accumulate_grad_batches=args.accumulate)
+    validation = DataLoader(make_data(args.val_batches * 16 * args.devices, seed=2), batch_size=16)
     trainer.fit(model, DataLoader(make_data(args.samples), batch_size=16, shuffle=True),
+                validation if args.val_every else None,
                 ckpt_path=newest_checkpoint(args.out) if args.resume else None)
 
     if trainer.global_rank == 0:

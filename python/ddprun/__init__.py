@@ -10,7 +10,7 @@ Frameworks (imported on their own, each needs its framework):
 ddprun.lightning.DDPStrategy (Lightning) and ddprun.transformers.Trainer
 (the Hugging Face Trainer): the import is the one line a script changes.
 """
-from .heal import Healer, HealReport, joining
+from .heal import Healer, HealReport, ReplicasDiffer, joining
 
-__all__ = ["Healer", "HealReport", "joining"]
+__all__ = ["Healer", "HealReport", "ReplicasDiffer", "joining"]
 __version__ = "0.1.0"

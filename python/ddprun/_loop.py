@@ -133,7 +133,7 @@ class _PlainLoop:
         self._slot.set_in_step(True)
         self._loop_mode = True
         try:
-            self._catch_up()
+            self._start_step()
             start = self.steps
             while True:
                 before = self._snapshot()

@@ -34,7 +34,10 @@ def _layout(path=_LAYOUT_HEADER):
                           "the package ships heartbeat_layout.h beside _slot.py") from e
     words = {name: int(value) for name, value in re.findall(r"inline constexpr size_t (k\w+) = (\d+);", text)}
     needed = ("kHeartbeatSlotBytes", "kBeatsOffset", "kHealReadyOffset", "kHealGenerationOffset",
-              "kNoHealComingOffset", "kPlacementOffset", "kPlacementWordCount", "kInStepOffset")
+              "kNoHealComingOffset", "kPlacementOffset", "kPlacementWordCount", "kInStepOffset", "kReplicaOffset",
+              "kReplicaSeqOffset", "kReplicaAgreedStepOffset", "kReplicaChecksOffset", "kReplicaVerdictsOffset",
+              "kReplicaVerdictOffset", "kReplicaVerdictStepOffset", "kReplicaSelfOffset", "kReplicaEveryOffset",
+              "kReplicaTextOffset", "kReplicaTextBytes")
     missing = [n for n in needed if n not in words]
     if missing:
         raise ImportError(f"ddprun: {path} does not define {', '.join(missing)}")
@@ -50,6 +53,8 @@ _NO_HEAL_COMING = _WORDS["kNoHealComingOffset"]
 _PLACEMENT = _WORDS["kPlacementOffset"]  # generation, rank, world size, node rank, number of nodes
 _PLACEMENT_WORDS = _WORDS["kPlacementWordCount"]
 _IN_STEP = _WORDS["kInStepOffset"]
+_REPLICAS = _WORDS["kReplicaOffset"]  # what the last comparison of the replicas found (a seqlock'd block)
+_REPLICA_TEXT_BYTES = _WORDS["kReplicaTextBytes"]
 
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAIT = 0  # not FUTEX_PRIVATE: the agent wakes us through its own mapping
@@ -79,6 +84,19 @@ class Slot:
         self._no_heal = word(_NO_HEAL_COMING)
         self._placement = [word(_PLACEMENT + 4 * i) for i in range(_PLACEMENT_WORDS)]
         self._in_step = word(_IN_STEP)
+        r = _REPLICAS
+        self._replica_seq = word(r + _WORDS["kReplicaSeqOffset"], ctypes.c_uint64)
+        self._replica_fields = [  # in ReplicaReport's order
+            word(r + _WORDS["kReplicaAgreedStepOffset"], ctypes.c_int64),
+            word(r + _WORDS["kReplicaChecksOffset"], ctypes.c_uint64),
+            word(r + _WORDS["kReplicaVerdictsOffset"]),
+            word(r + _WORDS["kReplicaVerdictOffset"]),
+            word(r + _WORDS["kReplicaVerdictStepOffset"], ctypes.c_int64),
+            word(r + _WORDS["kReplicaSelfOffset"]),
+            word(r + _WORDS["kReplicaEveryOffset"]),
+        ]
+        self._replica_text = (ctypes.c_char * _REPLICA_TEXT_BYTES).from_buffer(
+            self._map, base + r + _WORDS["kReplicaTextOffset"])
         self._libc = ctypes.CDLL(None, use_errno=True)  # CDLL: the GIL is let go while it sleeps
         self._waiting = 0
         self._lock = threading.Lock()
@@ -107,6 +125,21 @@ class Slot:
 
     def generation(self):
         return self._generation.value
+
+    def report_replicas(self, agreed_step, checks, verdicts, verdict, verdict_step, self_, every, text):
+        """What the last comparison of the replicas found, for the agent
+        (heartbeat_layout.h's ReplicaReport): the sequence word odd while
+        written, even after; the agent copies it only between two equal even
+        values (this process is its one writer)."""
+        seq = self._replica_seq.value
+        self._replica_seq.value = seq + 1
+        for field, value in zip(self._replica_fields, (agreed_step, checks, verdicts, verdict, verdict_step, self_,
+                                                       every)):
+            field.value = value
+        encoded = text.encode(errors="replace")[:_REPLICA_TEXT_BYTES - 1]
+        ctypes.memset(ctypes.addressof(self._replica_text), 0, _REPLICA_TEXT_BYTES)
+        ctypes.memmove(ctypes.addressof(self._replica_text), encoded, len(encoded))
+        self._replica_seq.value = seq + 2
 
     def no_heal_coming(self):
         return self._no_heal.value == 1

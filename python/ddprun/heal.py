@@ -71,8 +71,10 @@ from torch.nn.parallel import DistributedDataParallel
 from ._generation import _process, joining  # noqa: F401 (joining: the package's API)
 from ._replacement import _forget_failed_init, _init_generation
 from ._loop import _LoopPosition, _PlainLoop, _done
+from ._replicas import _ReplicaChecks
 from ._state import (_first_line, _model_mismatch, _rng_state, _set_rng_state, _tensors_in,
                      _with_empty_tensors, _without_tensors)
+from ._verify import ReplicasDiffer  # noqa: F401 (the package's API)
 
 
 def _collective_failed(error, healer):
@@ -179,9 +181,13 @@ class HealReport:
         self.transfer_seconds = 0.0  # agreeing on the newest state and sending it
         self.generation = 0
         self.world_size = 0
+        # The comparisons of the replicas (--verify-every).
+        self.checks = 0  # comparisons this process took part in
+        self.repairs = 0  # the times ranks apart took a majority's state
+        self.verified_step = -1  # the newest step at which every rank agreed
 
 
-class Healer(_PlainLoop):
+class Healer(_PlainLoop, _ReplicaChecks):
     """Heals a PyTorch DDP training loop around a failed peer (see the top
     of this file).
 
@@ -194,9 +200,11 @@ class Healer(_PlainLoop):
         scheduler, a sampler), treated as `state`.
     wait_timeout: seconds a survivor waits for the agent's replacement
         before the step's error is raised after all.
+    verify_every: compare the ranks' parameters every this many optimizer
+        steps (0: never); None: ddprun's --verify-every. See _replicas.py.
     """
 
-    def __init__(self, model, optimizer, *, state=None, extra=(), wait_timeout=300.0):
+    def __init__(self, model, optimizer, *, state=None, extra=(), wait_timeout=300.0, verify_every=None):
         if not isinstance(model, torch.nn.Module):
             raise TypeError("ddprun.Healer: model must be a torch.nn.Module (or DistributedDataParallel)")
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -224,6 +232,7 @@ class Healer(_PlainLoop):
         self._hook_failed = False
         self._reports_heal = False
         self._count_optimizer_steps()
+        self._init_replicas(verify_every)
         self._slot = _process.slot if dist.is_initialized() else None
         self.heals = self._slot is not None
         if not self.heals:
@@ -256,6 +265,13 @@ class Healer(_PlainLoop):
                 self._drop_group()
                 _init_generation(self._backend, self.generation, self._slot)
         self._adopt_group()
+        if not self.joined and self.verify_every > 0:
+            # The start: every rank holds the same parameters and optimizer
+            # state (DDP's broadcast, the script's restore); the comparison
+            # makes that the first point they agreed at. (Not the buffers: a
+            # forward before the Healer moved each rank's statistics its way.)
+            with self._slot.waiting():
+                self._verify(whole_state=True, with_buffers=False)
         self._slot.set_heal_ready(True)
         atexit.register(_release_at_exit, weakref.ref(self))
 
@@ -389,7 +405,7 @@ class Healer(_PlainLoop):
             return fn(*args, **kwargs)
         self._slot.set_in_step(True)
         try:
-            self._catch_up()
+            self._start_step()
             start = self.steps
             while True:
                 before = self._snapshot()
@@ -414,6 +430,9 @@ class Healer(_PlainLoop):
             self._heal(f"the world changed in generation {self._slot.generation()} while this rank "
                        "was outside a step")
 
+    def _failed_collective(self, error):
+        return _collective_failed(error, self)
+
     def _no_heal_coming(self):
         return self._slot.no_heal_coming() and self._slot.generation() <= self.generation
 
@@ -436,6 +455,7 @@ class Healer(_PlainLoop):
         self._heal(why)
         if self.steps > start:
             return True
+        self._rng_next_step = None  # the step runs again now, from the generators the heal set
         self.report.steps_redone += 1
         return False
 
@@ -469,7 +489,7 @@ class Healer(_PlainLoop):
                 self._next_generation(cause)
                 began = time.monotonic()
                 try:
-                    self._sync_state(have_state=True)
+                    self._verify_after_heal(self._sync_state(have_state=True))
                     r.transfer_seconds += time.monotonic() - began
                     break
                 except Exception as e:
@@ -521,7 +541,7 @@ class Healer(_PlainLoop):
             with self._slot.waiting():
                 while True:
                     try:
-                        self._sync_state(have_state=False)
+                        self._verify_after_heal(self._sync_state(have_state=False))
                         break
                     except Exception as e:
                         if not _collective_failed(e, self):
@@ -541,9 +561,8 @@ class Healer(_PlainLoop):
 
     def _sync_state(self, have_state):
         """Every rank tells its steps (a replacement: -1); the lowest rank with
-        the most sends its state to every rank behind it. Small things go
-        pickled; each tensor goes by its own broadcast, straight into the
-        receiver's memory."""
+        the most sends its state to every rank behind it. True when state
+        went across."""
         device = next(self.module.parameters()).device
         mine = self.steps if have_state else -1
         world = dist.get_world_size()
@@ -554,28 +573,43 @@ class Healer(_PlainLoop):
         if newest < 0:
             raise ValueError("ddprun: heal: no rank holds the training state (every rank is new)")
         source = steps.index(newest)
-        sending = dist.get_rank() == source
-        self._reports_heal = sending  # one rank says how the heal went
+        self._reports_heal = dist.get_rank() == source  # one rank says how the heal went
         if all(s == newest for s in steps):
             self.report.bytes = 0
-            return
+            return False
+        self._send_state(source, receiving=mine != newest, keep_own=False, whole=True)
+        return True
+
+    def _send_state(self, source, receiving, keep_own, whole):
+        """Rank `source` sends its module's tensors and optimizer state (and,
+        `whole`, its steps, `state`, `extra` and generators) to every rank;
+        those `receiving` take them. Small things go pickled; each tensor
+        goes by its own broadcast, straight into the receiver's memory. The
+        others take part in the broadcasts: into their own tensors (in a
+        heal they hold the same bytes), or with `keep_own` (a repair) into
+        memory they let go."""
+        device = next(self.module.parameters()).device
+        sending = dist.get_rank() == source
         live = self.optimizer.state_dict()  # the live tensors, not copies
         skeleton = None
         if sending:
             skeleton = {
-                "steps": self.steps,
-                "state": self.state,
-                "extra": [o.state_dict() for o in self.extra],
-                "rng": _rng_state(),
-                # DDP's forward syncs the buffers only if the forward before it
-                # ran with gradients: a flag of the survivors' history that a
-                # replacement's own start (an evaluation forward before its
-                # Healer) may have left otherwise, and a broadcast that one
-                # rank skips deadlocks the others in it.
-                "forward_sync": getattr(self.ddp, "require_forward_param_sync", None),
                 "model": [(tuple(t.shape), str(t.dtype)) for t in self._tensors()],
                 "optimizer": _without_tensors(live),
             }
+            if whole:
+                skeleton.update({
+                    "steps": self.steps,
+                    "state": self.state,
+                    "extra": [o.state_dict() for o in self.extra],
+                    "rng": _rng_state(),
+                    # DDP's forward syncs the buffers only if the forward
+                    # before it ran with gradients: a flag of the survivors'
+                    # history that a replacement's own start (an evaluation
+                    # forward before its Healer) may have left otherwise, and
+                    # a broadcast that one rank skips deadlocks the others in it.
+                    "forward_sync": getattr(self.ddp, "require_forward_param_sync", None),
+                })
         box = [skeleton]
         dist.broadcast_object_list(box, src=source)
         skeleton = box[0]
@@ -583,15 +617,16 @@ class Healer(_PlainLoop):
         if mismatch:
             raise ValueError(f"ddprun: heal: this rank's model does not match the state rank {source} sends: "
                              f"{mismatch} (is every rank running the same script, with the same model?)")
+        discard = keep_own and not receiving and not sending
         nbytes = 0
         with torch.no_grad():
             for t in self._tensors():
-                dist.broadcast(t.data, src=source)
+                dist.broadcast(torch.empty_like(t.data) if discard else t.data, src=source)
                 nbytes += t.numel() * t.element_size()
             # The optimizer's tensors: a rank with the newest state receives
             # into its own (the same bytes); the others into new memory.
-            receiving = mine != newest
-            target = _with_empty_tensors(skeleton["optimizer"], device) if receiving else live
+            fresh = receiving or discard
+            target = _with_empty_tensors(skeleton["optimizer"], device) if fresh else live
             for t in _tensors_in(target):
                 dist.broadcast(t, src=source)
                 nbytes += t.numel() * t.element_size()
@@ -599,11 +634,17 @@ class Healer(_PlainLoop):
         if not receiving:
             return
         self.optimizer.load_state_dict(target)
+        if not whole:
+            return
         self.steps = skeleton["steps"]
         self.state.clear()
         self.state.update(skeleton["state"])
         for o, sd in zip(self.extra, skeleton["extra"]):
             o.load_state_dict(sd)
         _set_rng_state(skeleton["rng"])
+        # The generators as the sender had them at its step's start: set
+        # again when this rank's next step starts (a framework may draw from
+        # them meanwhile: a replacement's loaders, which its peers made long ago).
+        self._rng_next_step = skeleton["rng"]
         if skeleton.get("forward_sync") is not None and self.ddp is not None:
             self.ddp.require_forward_param_sync = skeleton["forward_sync"]

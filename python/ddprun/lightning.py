@@ -30,8 +30,15 @@ What it does (Healer in heal.py does the heal itself):
      ranks died together and the survivors' last all-reduce ended on one
      and failed on the other: the one behind then waited in the next
      batch's broadcast for peers inside their step.)
-A rank that dies outside a training step (validation, a checkpoint's
-save) is not healed: ddprun restarts the group, as without this strategy.
+A rank that dies outside a training step: in a validation without
+collectives (Lightning's default self.log) the others finish it and heal at
+their next training step (the replacement starts that step with the
+generators its peers had there, whatever its own start drew); where a
+survivor meets a collective outside a step first (a sync_dist=True log, a
+checkpoint's save, which waits in a barrier), it fails, and ddprun
+restarts the group, as without this strategy. Gradient accumulation
+(accumulate_grad_batches > 1) is refused: the batches accumulated before a
+failure live in each rank's gradients alone.
 Tested with the versions scripts/frameworks-requirements.txt pins
 (lightning 2.6.6); `lightning.pytorch` only, not the older
 `pytorch_lightning` namespace.
@@ -39,10 +46,11 @@ Tested with the versions scripts/frameworks-requirements.txt pins
 import os
 
 from lightning.fabric.utilities.data import _set_sampler_epoch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import GradientAccumulationScheduler, ModelCheckpoint
 from lightning.pytorch.strategies import DDPStrategy as _LightningDDPStrategy
 from lightning.pytorch.trainer import call as _call
 
+from ._generation import _process
 from ._loop import _batches_from
 from .heal import Healer, joining
 
@@ -133,6 +141,7 @@ class HealingDDPStrategy(_LightningDDPStrategy):
         if len(self.optimizers) != 1:
             raise ValueError(f"ddprun.lightning: HealingDDPStrategy heals one optimizer; configure_optimizers "
                              f"gave {len(self.optimizers)}")
+        self._check_healable(trainer)
         self._schedulers = [c.scheduler for c in self.lr_scheduler_configs]
         self.healer = Healer(self.model, self.optimizers[0],
                              extra=self._schedulers + [_FitPosition(trainer)])
@@ -147,6 +156,22 @@ class HealingDDPStrategy(_LightningDDPStrategy):
                 broadcast_sigterm()
 
         epoch_loop._broadcast_sigterm_tensor = sigterm_flag
+
+    def _check_healable(self, trainer):
+        """What the heal cannot carry, refused at once (under ddprun's heals
+        only: elsewhere the strategy is Lightning's)."""
+        if not (_process.heals and _process.slot is not None):
+            return
+        # The batches accumulated before a failure live in each rank's
+        # gradients alone: a replacement has none of them (and the heal
+        # runs only the stepping batch again), so the step would differ.
+        accumulating = [trainer.accumulate_grad_batches] + [
+            factor for c in trainer.callbacks if isinstance(c, GradientAccumulationScheduler)
+            for factor in c.scheduling.values()]
+        if any(factor != 1 for factor in accumulating):
+            raise ValueError("ddprun.lightning: HealingDDPStrategy heals steps of one batch; set "
+                             f"Trainer(accumulate_grad_batches=1) (it is {max(accumulating)}), and no "
+                             "GradientAccumulationScheduler; a larger batch takes the place of accumulation")
 
     def teardown(self):
         if self.healer is not None:

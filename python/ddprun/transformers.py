@@ -31,7 +31,6 @@ import functools
 
 from transformers import Trainer as _HuggingFaceTrainer
 
-from ._state import _rng_state, _set_rng_state
 from .heal import Healer, joining
 
 __all__ = ["Trainer", "HealingTrainer"]
@@ -66,7 +65,6 @@ class HealingTrainer(_HuggingFaceTrainer):
 
     healer = None
     _from_peers = False  # a replacement, until its first step begins where its peers are
-    _rng_from_peers = None
     _resumed_loader = None
     _loader_rng_types = None
     _step_brought = False  # the heal brought this step done: no optimizer or scheduler step of its own
@@ -89,7 +87,6 @@ class HealingTrainer(_HuggingFaceTrainer):
         self.healer = Healer(model, optimizer, extra=[self.lr_scheduler, _TrainingPosition(self)])
         if self.healer.joined:
             self._from_peers = True
-            self._rng_from_peers = _rng_state()
         self._skip_when_brought(self.optimizer)
         return model, train_dataloader
 
@@ -175,10 +172,10 @@ class HealingTrainer(_HuggingFaceTrainer):
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         batches = super().get_batch_samples(epoch_iterator, num_batches, device)
         if self._from_peers:
-            # The first batch is fetched: the generators as the peers had
-            # them there (making the iterator and skipping drew from them).
+            # The first batch is fetched (making the iterator and skipping
+            # drew from the generators: the Healer sets them as the peers had
+            # them when the step begins).
             self._from_peers = False
-            _set_rng_state(self._rng_from_peers)
             if self._loader_rng_types is not None:
                 self._resumed_loader.rng_types = self._loader_rng_types
         return batches

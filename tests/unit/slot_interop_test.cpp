@@ -53,6 +53,7 @@ for _ in range(3):
     s.beat()
 s.set_heal_ready(True)
 s.set_in_step(True)
+s.report_replicas(40, 3, 2, 1, 40, 2, 20, "rank 1's parameters differ from ranks 0, 2 at step 40 \u00e9")
 )";
   const std::string out = run_python(script, file, 1);
   EXPECT_NE(out.find("generation 7 no_heal 1 placement 9 5 8 2 4"), std::string::npos) << out;
@@ -60,7 +61,20 @@ s.set_in_step(True)
   EXPECT_EQ(table.read(1), 3u) << out;
   EXPECT_TRUE(table.heal_ready(1));
   EXPECT_TRUE(table.in_step(1));
+  // What its comparison of the replicas found, as the agent reads it.
+  ddprun::channel::ReplicaReport r;
+  ASSERT_TRUE(table.replicas(1, &r));
+  EXPECT_EQ(r.agreed_step, 40);
+  EXPECT_EQ(r.checks, 3u);
+  EXPECT_EQ(r.verdicts, 2u);
+  EXPECT_EQ(r.verdict, static_cast<uint32_t>(ddprun::channel::ReplicaVerdict::kRepaired));
+  EXPECT_EQ(r.verdict_step, 40);
+  EXPECT_EQ(r.self, static_cast<uint32_t>(ddprun::channel::ReplicaSelf::kReplace));
+  EXPECT_EQ(r.every, 20u);
+  EXPECT_EQ(std::string(r.text), "rank 1's parameters differ from ranks 0, 2 at step 40 \xc3\xa9");
   for (int other : {0, 2}) {
+    ASSERT_TRUE(table.replicas(other, &r));
+    EXPECT_EQ(r.verdicts, 0u) << "slot " << other;
     EXPECT_EQ(table.read(other), 0u) << "slot " << other;
     EXPECT_FALSE(table.heal_ready(other)) << "slot " << other;
     EXPECT_FALSE(table.in_step(other)) << "slot " << other;

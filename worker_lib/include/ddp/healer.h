@@ -190,6 +190,8 @@ class Healer {
   int apart_ = 0;              // the times this process was found apart
   bool told_by_design_ = false;
   std::string hardware_kind_;
+  // The generator a heal brought, set again when the next step starts.
+  at::Tensor rng_next_step_;
   uint32_t verdicts_ = 0, verdict_ = 0, self_ = 0;
   int64_t verdict_step_ = -1;
   std::string verdict_text_;

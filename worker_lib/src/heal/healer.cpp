@@ -147,6 +147,12 @@ void Healer::step(const std::function<void()>& body) {
     heal("the world changed in generation " + std::to_string(world_.heartbeat_handle()->heal_generation()) +
          " while this rank was outside a step");
   }
+  if (rng_next_step_.defined()) {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(rng_next_step_);
+    rng_next_step_ = at::Tensor();
+  }
   Snapshot before;
   take_snapshot(before);
   const int64_t start = *state_.step;
@@ -172,6 +178,7 @@ void Healer::step(const std::function<void()>& body) {
       if (!committed) put_back(before);
       heal(e.what());
       if (*state_.step > start) return;  // done here, or by the peers (the heal brought it)
+      rng_next_step_ = at::Tensor();    // the step runs again now, from the generator the heal set
       ++report_.steps_redone;
     }
   }
@@ -523,6 +530,10 @@ void Healer::send_state(int source, bool behind, bool fresh_process, bool keep_o
   apply_state(state, *state_.module, *state_.optimizer, StateTensors::kShare);
   *state_.step = state.step;
   unpack_counters(counters, state_);
+  // The generator as the sender had it at its step's start: set again when
+  // this rank's next step starts (the program may draw from it meanwhile:
+  // a replacement's start, which its peers made long ago).
+  rng_next_step_ = state.rng;
 }
 
 // ----- the replicas compared -----
@@ -636,11 +647,23 @@ void Healer::repair(const ReplicaComparison& found, const std::string& what) {
     // A repair may write this rank's tensors: a checkpoint still copying
     // them in the background finishes first.
     world_.state_fence().wait();
+    // The ranks apart take the majority's tensors; where their loop stands
+    // and their generator are their own (the same as the majority's in a
+    // loop that draws alike on every rank; a rank's own stream otherwise).
     const int64_t heal_bytes = report_.bytes;
+    const at::Tensor own_counters = pack_counters(state_);
+    const at::Tensor own_rng = at::detail::getDefaultCPUGenerator().get_state();
     for (const auto& r : found.repairs) {
       const bool behind = std::find(r.apart.begin(), r.apart.end(), me) != r.apart.end();
       send_state(r.source, behind, /*fresh=*/false, /*keep_own=*/true, nullptr);
     }
+    unpack_counters(own_counters, state_);
+    {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(own_rng);
+    }
+    rng_next_step_ = at::Tensor();
     report_.bytes = heal_bytes;
     ++report_.repairs;
   }
