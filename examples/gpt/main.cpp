@@ -498,6 +498,9 @@ int run(Options opt) {
                           {"checkpoint_stall_s", saved.stall_seconds},
                           {"checkpoint_copy_s", saved.copy_seconds},
                           {"step_s", timed_steps ? timed_seconds / timed_steps : 0.0},
+                          // The comparisons of the replicas (ddprun --verify-every): how many, and what they cost.
+                          {"replica_checks", healer.report().checks},
+                          {"replica_check_s", healer.report().verify_seconds},
                           {"optimizer", ddp::to_string(optimizer->impl())},
                           {"step", step_kind},
                           {"breakdown_ms", phases.milliseconds()}};

@@ -162,6 +162,9 @@ def main():
     if healer is not None:
         healer.close()
     if dist.get_rank() == 0:
+        if healer is not None and healer.report.checks:
+            print(f"replicas compared {healer.report.checks} times, {1000 * healer.report.verify_seconds:.3f} ms in "
+                  "all", flush=True)
         print(f"{world} ranks, {steps} steps in {time.time() - began:.1f} s; final loss {loss:.6f}; "
               f"checksum {checksum(model.module)}", flush=True)
     # Let the process group go while Python still runs (see ddp_hello.py).

@@ -404,7 +404,9 @@ int run(const Options& opt) {
       nlohmann::json j = {{"test_accuracy", accuracy}, {"steps", steps},        {"final_loss", last_loss},
                           {"wall_time_s", wall},       {"world_size", ws},      {"epochs", opt.epochs},
                           {"sync", opt.sync},          {"model", opt.model},    {"param_checksum", sum},
-                          {"checkpoints_written", saved.written}, {"checkpoints_failed", saved.failed}};
+                          {"checkpoints_written", saved.written}, {"checkpoints_failed", saved.failed},
+                          // The comparisons of the replicas (ddprun --verify-every): how many, and what they cost.
+                          {"replica_checks", healer.report().checks}, {"replica_check_s", healer.report().verify_seconds}};
       std::ofstream out(opt.summary_json);
       out << j.dump(2) << "\n";
       if (!out) throw std::runtime_error("cannot write --summary-json " + opt.summary_json);

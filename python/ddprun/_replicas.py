@@ -12,6 +12,7 @@ A mixin of the Healer (heal.py), which has the heal and the state transfer.
 """
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -113,6 +114,13 @@ class _ReplicaChecks:
         return torch.device("cpu")
 
     def _verify(self, whole_state, with_buffers):
+        began = time.monotonic()
+        try:
+            self._compare_and_act(whole_state, with_buffers)
+        finally:
+            self.report.verify_seconds += time.monotonic() - began
+
+    def _compare_and_act(self, whole_state, with_buffers):
         if self._kind is None:
             first = next(self.module.parameters(), None)
             self._kind = hardware_kind(first.device if first is not None else torch.device("cpu"))

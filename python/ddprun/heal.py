@@ -185,6 +185,7 @@ class HealReport:
         self.checks = 0  # comparisons this process took part in
         self.repairs = 0  # the times ranks apart took a majority's state
         self.verified_step = -1  # the newest step at which every rank agreed
+        self.verify_seconds = 0.0  # spent comparing (and repairing), all of them
 
 
 class Healer(_PlainLoop, _ReplicaChecks):

@@ -117,6 +117,7 @@ struct HealReport {
   int64_t checks = 0;          // comparisons this process took part in
   int64_t repairs = 0;         // the times ranks apart took a majority's state
   int64_t verified_step = -1;  // the newest step at which every rank agreed
+  double verify_seconds = 0;   // spent comparing (and repairing), all of them
 };
 
 struct HealOptions {

@@ -597,6 +597,12 @@ std::vector<NamedTensor> Healer::replica_tensors(bool whole_state, bool with_buf
 }
 
 void Healer::verify(bool whole_state, bool with_buffers) {
+  const auto begin = Clock::now();
+  struct Timed {
+    Clock::time_point begin;
+    double& total;
+    ~Timed() { total += seconds_since(begin); }
+  } timed{begin, report_.verify_seconds};
   ReplicaCheckInput in;
   in.tensors = replica_tensors(whole_state, with_buffers);
   in.what = !whole_state ? "parameters" : with_buffers ? "state" : "parameters and optimizer state";

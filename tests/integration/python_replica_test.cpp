@@ -1,0 +1,125 @@
+// Replicas compared for PyTorch scripts (ddprun --verify-every with
+// ddprun.Healer), end to end with this lane's PyTorch:
+// examples/python/ddp_heal.py with one rank's parameter corrupted by a
+// flipped bit (the script's --flip-bit, on the tensor's integer view). The
+// ranks find it, name it and repair it, replace a rank found apart twice,
+// and stop when no majority says which replica is right; every run ends
+// with the parameters of one nothing corrupted. And the set-up orders a
+// script may use heal bitwise: a Healer made after a warm-up iteration.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "support/healed_scripts.h"
+#include "support/job_helpers.h"
+#include "support/process.h"
+#include "support/shared_result.h"
+
+namespace {
+
+using ddptest::checksum_of;
+using ddptest::contains;
+using ddptest::Finished;
+using ddptest::occurrences;
+using ddptest::Process;
+using ddptest::reach_step;
+using ddptest::workers_of;
+
+const ddptest::EnvChanges kEnv{std::string("PYTHON_EXEC=") + PYTHON_BIN};
+
+// python_heal_test.cpp's job (16,000 samples, one epoch: 125 steps on 4
+// ranks), so that both share the reference runs.
+std::vector<std::string> heal_job(int nproc, const std::vector<std::string>& launcher_flags = {},
+                                  const std::vector<std::string>& script_flags = {}) {
+  std::vector<std::string> argv{DDPRUN_BIN, "--nproc", std::to_string(nproc)};
+  argv.insert(argv.end(), launcher_flags.begin(), launcher_flags.end());
+  for (const char* a : {HEAL_SCRIPT, "--samples", "16000", "--epochs", "1", "--print-steps"}) argv.push_back(a);
+  argv.insert(argv.end(), script_flags.begin(), script_flags.end());
+  return argv;
+}
+
+std::string reference(int nproc, const std::vector<std::string>& script_flags = {}) {
+  std::string key = "python_heal reference " + std::to_string(nproc);
+  for (const auto& f : script_flags) key += " " + f;
+  return ddptest::shared_result(key, [&] {
+    Finished f = ddptest::run(heal_job(nproc, {}, script_flags), kEnv);
+    EXPECT_EQ(f.exit_code, 0) << f.err;
+    return checksum_of(f.out);
+  });
+}
+
+TEST(PythonReplicas, ABitFlippedOnOneRankIsFoundNamedAndRepairedAndTheRunEndsBitwiseEqual) {
+  const std::string want = reference(4);
+  ASSERT_FALSE(want.empty());
+  // The flip comes right after step 40; the ranks compare at the start of
+  // step 41, before any gradient saw it.
+  Finished f = ddptest::run(heal_job(4, {"--verify-every", "20"}, {"--flip-bit", "2:40"}), kEnv);
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(occurrences(f.err, "replicas: rank 2's parameters differ from ranks 0, 1, 3 at step 40 (first differing "
+                               "tensor: 0.weight); repaired: rank 2 takes rank 0's state"),
+            1)
+      << f.err;
+  EXPECT_FALSE(contains(f.err, "replacing it")) << f.err;
+  EXPECT_EQ(checksum_of(f.out), want) << "the repaired run's parameters or loss differ from an uninterrupted run's";
+  // With the comparison off the same flip goes unseen, and the run ends
+  // silently elsewhere: rank 2's gradients took everyone with it.
+  Finished off = ddptest::run(heal_job(4, {"--verify-every", "0"}, {"--flip-bit", "2:40"}), kEnv);
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_FALSE(contains(off.err, "replicas:")) << off.err;
+  EXPECT_NE(checksum_of(off.out), want) << "a flipped bit left no trace: the test cannot tell a repair from nothing";
+}
+
+TEST(PythonReplicas, ARankApartTwiceIsReplacedAndTheRunEndsBitwiseEqual) {
+  const std::string want = reference(4);
+  ASSERT_FALSE(want.empty());
+  Finished f = ddptest::run(
+      heal_job(4, {"--verify-every", "20"}, {"--flip-bit", "2:20", "--flip-bit", "2:40:0"}), kEnv);
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 2's parameters differ from ranks 0, 1, 3 at step 20")) << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 2's parameters differ from ranks 0, 1, 3 at step 40")) << f.err;
+  EXPECT_TRUE(contains(f.err, "is apart from the other replicas a second time")) << f.err;
+  EXPECT_EQ(occurrences(f.err, "replacing it while the other workers go on"), 1) << f.err;
+  EXPECT_TRUE(contains(f.out, "rank 2 joined at step")) << f.out;
+  EXPECT_EQ(checksum_of(f.out), want);
+}
+
+TEST(PythonReplicas, TwoOfFourApartStopTheJobAndItsRestartEndsBitwiseEqual) {
+  const std::string want = reference(4);
+  ASSERT_FALSE(want.empty());
+  // Found at the start of step 41: the script keeps no checkpoint, so the
+  // restart runs from the start (a fault strikes once: not again).
+  Finished f = ddptest::run(heal_job(4, {"--verify-every", "20", "--max-restarts", "1"},
+                                     {"--flip-bit", "1:35", "--flip-bit", "2:35"}),
+                            kEnv);
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "ReplicasDiffer: ddprun: the ranks' parameters differ with no majority at step 40: "
+                              "ranks 0, 3 | ranks 1, 2 (first differing tensor: 0.weight)"))
+      << f.err;
+  EXPECT_TRUE(contains(f.err, "the replicas last agreed at step 20")) << f.err;
+  EXPECT_TRUE(contains(f.err, "restarting the workers (restart 1 of 1")) << f.err;
+  EXPECT_FALSE(contains(f.err, "replacing it while the other workers go on"))
+      << "no majority is no failure to heal around\n" << f.err;
+  EXPECT_EQ(checksum_of(f.out), want);
+}
+
+// A Healer made after one forward, backward and zero_grad (build, warm up,
+// then wrap: DDP has recorded its gradients' order, its buckets not yet
+// rebuilt) heals bit for bit: a replacement warms up as its peers did.
+TEST(PythonHeal, AHealerMadeAfterAWarmUpIterationHealsBitwiseEqual) {
+  const std::string want = reference(4, {"--warm-up"});
+  ASSERT_FALSE(want.empty());
+  Process p(heal_job(4, {}, {"--warm-up"}), kEnv);
+  ASSERT_TRUE(reach_step(p, 10)) << p.out() << p.err();
+  const std::vector<pid_t> workers = workers_of(p.pid());
+  ASSERT_EQ(workers.size(), 4u);
+  kill(workers[1], SIGKILL);
+  Finished f = p.finish();
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(occurrences(f.err, "replacing it while the other workers go on"), 1) << f.err;
+  EXPECT_TRUE(contains(f.out, "with the state of its peers")) << f.out;
+  EXPECT_EQ(checksum_of(f.out), want);
+}
+
+}  // namespace
