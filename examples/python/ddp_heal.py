@@ -34,10 +34,10 @@ def make_data(samples, features, seed):
     return x, torch.sin(x @ w) + 0.1 * torch.randn(samples, 1, generator=g)
 
 
-def make_model(features, hidden):
+def make_model(features, hidden, dropout=0.0):
     return torch.nn.Sequential(
         torch.nn.Linear(features, hidden), torch.nn.BatchNorm1d(hidden), torch.nn.ReLU(),
-        torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
+        torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Dropout(dropout), torch.nn.Linear(hidden, 1))
 
 
 def batch_at(progress, x, y, batch, rank, world):
@@ -96,6 +96,11 @@ def main():
                     help="for tests: flips bit BIT (default 16) of the first parameter's first element on that rank "
                          "after that step, in the job's first attempt (a faulty chip's silent corruption; ddprun "
                          "--verify-every finds and repairs it); repeatable")
+    ap.add_argument("--dropout", type=float, default=0.0, help="dropout before the last layer (it draws from the "
+                    "global generator every step)")
+    ap.add_argument("--draw-at-start", action="store_true",
+                    help="draw from the global generator once the Healer is made, as a framework's start does "
+                         "(a replacement draws at its own start, long after its peers)")
     ap.add_argument("--warm-up", action="store_true",
                     help="one forward, backward and zero_grad before the Healer (a common order: build, warm up, "
                          "then wrap)")
@@ -107,7 +112,7 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)  # every rank starts from the same model
     x, y = make_data(args.samples, 32, seed=1)
-    model = DDP(make_model(32, args.hidden))
+    model = DDP(make_model(32, args.hidden, args.dropout))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     progress = {"epoch": 0, "sample": 0}  # where the loop stands: the global sample position
 
@@ -136,6 +141,8 @@ def main():
         torch.nn.functional.mse_loss(model(x[:args.batch]), y[:args.batch]).backward()
         optimizer.zero_grad()
     healer = None if args.no_heal else ddprun.Healer(model, optimizer, state=progress)
+    if args.draw_at_start:
+        torch.rand(1)
     step = healer.step if healer else (lambda fn, *a: fn(*a))
     if healer is not None and healer.joined:
         print(f"rank {rank} joined at step {healer.steps} (epoch {progress['epoch'] + 1}, sample "

@@ -160,6 +160,59 @@ TEST(LightningHeal, AnyRankKilledInTheSecondEpochHealsBitwiseEqual) {
   fs::remove_all(out);
 }
 
+// A rank killed as validation begins (every 40 steps, 64 batches): its
+// peers finish their validation and heal at their next step, and the
+// replacement, which built its loaders meanwhile (drawing from the global
+// generator), starts that step with the generators its peers had there.
+// (Issue 59: it ended 683071280de3399e where this ends fad9bf552fa4254b.)
+TEST(LightningHeal, ARankKilledAsValidationBeginsHealsBitwiseEqual) {
+  expect_importable("lightning");
+  const std::vector<std::string> flags{"--val-every", "40", "--val-batches", "64"};
+  const std::string want = ddptest::shared_result("lightning reference validating", [&] {
+    const fs::path out = ddptest::temp_path("framework-heal", "lightning-val-ref");
+    std::vector<std::string> argv = lightning_job(out);
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    Finished ref = ddptest::run(argv, kEnv);
+    EXPECT_EQ(ref.exit_code, 0) << ref.err;
+    fs::remove_all(out);
+    return checksum_of(ref.out);
+  });
+  ASSERT_FALSE(want.empty());
+  const fs::path out = ddptest::temp_path("framework-heal", "lightning-val");
+  std::vector<std::string> argv = lightning_job(out);
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  Process p(argv, kEnv);
+  // Rank 0 says so from its on_validation_start: it is inside it.
+  ASSERT_TRUE(p.wait_for_line([](const std::string& l) { return contains(l, "validation after step 40 began"); },
+                              std::chrono::seconds(240)))
+      << p.err();
+  const std::vector<pid_t> workers = workers_of(p.pid());
+  ASSERT_EQ(workers.size(), 4u);
+  kill(workers[0], SIGKILL);
+  Finished f = p.finish();
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(occurrences(f.err, "replacing it while the other workers go on"), 1) << f.err;
+  EXPECT_FALSE(contains(f.err, "restarting the workers")) << f.err;
+  EXPECT_EQ(checksum_of(f.out), want) << f.out;
+  fs::remove_all(out);
+}
+
+// Gradient accumulation cannot heal (the batches accumulated before a
+// failure live in each rank's gradients alone): refused at the start,
+// naming the setting, rather than healed into other parameters.
+TEST(LightningHeal, GradientAccumulationIsRefusedNamingTheSetting) {
+  expect_importable("lightning");
+  const fs::path out = ddptest::temp_path("framework-heal", "lightning-accumulate");
+  std::vector<std::string> argv = lightning_job(out);
+  argv.insert(argv.end(), {"--accumulate", "2"});
+  Finished f = ddptest::run(argv, kEnv);
+  EXPECT_EQ(f.exit_code, 1) << f.err;
+  EXPECT_TRUE(contains(f.err, "ValueError: ddprun.lightning: HealingDDPStrategy heals steps of one batch; set "
+                              "Trainer(accumulate_grad_batches=1) (it is 2)"))
+      << f.err;
+  fs::remove_all(out);
+}
+
 // The Hugging Face Trainer: one changed line (the import the Trainer comes
 // from) heals rank 0 and another rank killed at once. The kill falls inside
 // a training step: the Trainer's logging (every 10 steps) and saving

@@ -104,6 +104,25 @@ TEST(PythonReplicas, TwoOfFourApartStopTheJobAndItsRestartEndsBitwiseEqual) {
   EXPECT_EQ(checksum_of(f.out), want);
 }
 
+// A replacement starts the step its peers run again with the generators
+// they had at its start, whatever its own start drew from them since the
+// heal (here a draw of the script's own; a framework's loaders in
+// Lightning): dropout then masks alike.
+TEST(PythonHeal, AReplacementThatDrawsBeforeItsFirstStepStartsItWithItsPeersGenerators) {
+  const std::vector<std::string> flags{"--dropout", "0.1", "--draw-at-start"};
+  const std::string want = reference(2, flags);
+  ASSERT_FALSE(want.empty());
+  Process p(heal_job(2, {}, flags), kEnv);
+  ASSERT_TRUE(reach_step(p, 30)) << p.out() << p.err();
+  const std::vector<pid_t> workers = workers_of(p.pid());
+  ASSERT_EQ(workers.size(), 2u);
+  kill(workers[1], SIGKILL);
+  Finished f = p.finish();
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.out, "with the state of its peers")) << f.out;
+  EXPECT_EQ(checksum_of(f.out), want);
+}
+
 // A Healer made after one forward, backward and zero_grad (build, warm up,
 // then wrap: DDP has recorded its gradients' order, its buckets not yet
 // rebuilt) heals bit for bit: a replacement warms up as its peers did.
