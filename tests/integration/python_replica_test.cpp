@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,42 @@ TEST(PythonReplicas, TwoOfFourApartStopTheJobAndItsRestartEndsBitwiseEqual) {
   EXPECT_FALSE(contains(f.err, "replacing it while the other workers go on"))
       << "no majority is no failure to heal around\n" << f.err;
   EXPECT_EQ(checksum_of(f.out), want);
+}
+
+// Two nodes of different hardware kinds (DDPRUN_HARDWARE_KIND) whose
+// kernels round differently (node 1's three ranks flip the same bit at
+// step 40): told once, naming the nodes and their kinds, never repaired
+// between them; a rank apart within its kind later (rank 4, step 60) is
+// repaired from its own kind's majority.
+TEST(PythonReplicas, NodesOfDifferentKindsAreToldOnceAndRepairedOnlyWithinTheirKind) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ddptest::free_port());
+  auto node = [&](int rank, const std::string& kind) {
+    std::vector<std::string> argv{DDPRUN_BIN, "--nnodes", "2", "--node-rank", std::to_string(rank),
+                                  "--rdzv-endpoint", endpoint, "--rdzv-id", "kinds-" + std::to_string(getpid()),
+                                  "--nproc", "3", "--verify-every", "20", HEAL_SCRIPT, "--samples", "16000",
+                                  "--epochs", "1"};
+    for (const char* f : {"3:40", "4:40", "5:40", "4:60:0"}) argv.insert(argv.end(), {"--flip-bit", f});
+    ddptest::EnvChanges env = kEnv;
+    env.push_back("DDPRUN_HARDWARE_KIND=" + kind);
+    return std::make_unique<Process>(argv, env);
+  };
+  auto first = node(0, "Intel Xeon (a test's name)");
+  auto second = node(1, "AMD EPYC (a test's name)");
+  Finished f0 = first->finish(), f1 = second->finish();
+  ASSERT_EQ(f0.exit_code, 0) << f0.err;
+  ASSERT_EQ(f1.exit_code, 0) << f1.err;
+  for (const Finished* f : {&f0, &f1}) {
+    EXPECT_EQ(occurrences(f->err, "replicas: ranks 0-2 (node 0: Intel Xeon (a test's name)) and ranks 3-5 (node 1: "
+                                  "AMD EPYC (a test's name)) hold different parameters at step 40 while each kind "
+                                  "agrees within itself (first differing tensor: 0.weight)"),
+              1)
+        << f->err;
+    EXPECT_EQ(occurrences(f->err, "hold different parameters"), 1) << "told more than once\n" << f->err;
+    EXPECT_TRUE(contains(f->err, "replicas: rank 4's parameters differ from ranks 3, 5 at step 60 (first differing "
+                                 "tensor: 0.weight); repaired: rank 4 takes rank 3's state"))
+        << f->err;
+    EXPECT_EQ(occurrences(f->err, "repaired:"), 1) << "a repair between the kinds\n" << f->err;
+  }
 }
 
 // A replacement starts the step its peers run again with the generators
