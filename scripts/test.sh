@@ -46,7 +46,7 @@ lane2_start=$(date +%s)
 # lane 1 only: a C++ worker linked against 2.x makes them no different.
 # Every test whose name says Python, PyTorch or Script stays in both.
 lane2_skip=$(cd build/torch2 && ctest -N | sed -n 's/^ *Test *#[0-9]*: //p' |
-  grep -E '^(NetNodes|Heal|FaultTolerance|MultiNode|NetLab|Storage|ControlPlane|Launcher|Hang)\.' |
+  grep -E '^(NetNodes|Heal|Replicas|FaultTolerance|MultiNode|NetLab|Storage|ControlPlane|Launcher|Hang)\.' |
   grep -vE 'Python|Pytorch|PyTorch|Script' | paste -sd '|' || true)
 echo "test.sh: lane 2 leaves $(tr '|' '\n' <<<"$lane2_skip" | grep -c . || true) tests of the agent with the C++ worker to lane 1"
 (cd build/torch2 && ctest -j2 --output-on-failure --timeout 600 ${lane2_skip:+-E "^($lane2_skip)\$"}) || status=1

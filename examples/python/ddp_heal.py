@@ -101,6 +101,8 @@ def main():
     ap.add_argument("--draw-at-start", action="store_true",
                     help="draw from the global generator once the Healer is made, as a framework's start does "
                          "(a replacement draws at its own start, long after its peers)")
+    ap.add_argument("--static-graph", action="store_true", help="DDP(static_graph=True)")
+    ap.add_argument("--bucket-view", action="store_true", help="DDP(gradient_as_bucket_view=True)")
     ap.add_argument("--warm-up", action="store_true",
                     help="one forward, backward and zero_grad before the Healer (a common order: build, warm up, "
                          "then wrap)")
@@ -112,7 +114,8 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)  # every rank starts from the same model
     x, y = make_data(args.samples, 32, seed=1)
-    model = DDP(make_model(32, args.hidden, args.dropout))
+    model = DDP(make_model(32, args.hidden, args.dropout), static_graph=args.static_graph,
+                gradient_as_bucket_view=args.bucket_view)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     progress = {"epoch": 0, "sample": 0}  # where the loop stands: the global sample position
 

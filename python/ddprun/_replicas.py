@@ -127,7 +127,7 @@ class _ReplicaChecks:
         what = "parameters" if not whole_state else "state" if with_buffers else "parameters and optimizer state"
         node = int(os.environ.get("GROUP_RANK", "0") or 0)
         found = compare(self._replica_tensors(whole_state, with_buffers), self.steps, what, self._kind, node,
-                        self._collective_device())
+                        self._collective_device(), self._wait_for)
         self.report.checks += 1
         if found.by_design and not self._told_by_design:
             self._told_by_design = True
@@ -159,12 +159,14 @@ class _ReplicaChecks:
             self._send_state(source, receiving=me in apart, keep_own=True, whole=False)
         self.report.bytes = heal_bytes
         self.report.repairs += 1
-        self._record_verdict(_REPAIRED, _REPLACE if replace else _APART if found.self_apart else _AGREES, text)
         confirmed = compare(self._replica_tensors(True, False), self.steps, "parameters and optimizer state",
-                            self._kind, node, self._collective_device())
+                            self._kind, node, self._collective_device(), self._wait_for)
         self.report.checks += 1
         if confirmed.outcome != "agree":
             self._stop_apart(confirmed.text + " right after a repair (the state a rank received does not hold there)")
+        # Told once the ranks agree again: a rank to be replaced is killed
+        # after the comparison, not in the middle of it.
+        self._record_verdict(_REPAIRED, _REPLACE if replace else _APART if found.self_apart else _AGREES, text)
 
     def _stop_apart(self, found):
         agreed = self.report.verified_step

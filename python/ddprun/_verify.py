@@ -154,24 +154,26 @@ class Comparison:
         self.self_apart = False
 
 
-def _gather(values, device):
+def _gather(values, device, wait):
     t = torch.tensor([_signed(v) for v in values], dtype=torch.int64, device=device)
     out = [torch.empty_like(t) for _ in range(dist.get_world_size())]
-    dist.all_gather(out, t)
+    wait(dist.all_gather(out, t, async_op=True))
     return [[v & _MASK for v in row.tolist()] for row in out]
 
 
-def compare(named, step, what, kind, node, device):
+def compare(named, step, what, kind, node, device, wait):
     """Collective over the default group: named is [(name, tensor)] in an
     order every rank derives alike; device: where the group's collectives
-    take tensors (NCCL: the GPU)."""
+    take tensors (NCCL: the GPU); wait(work): how to wait for one started
+    asynchronously (the Healer's: a wait a newer heal generation left for
+    nothing stops beating, and ddprun finds it hung)."""
     c = Comparison()
     fps = fingerprints([t for _, t in named])
     world = dist.get_world_size()
     if world == 1:
         return c
     kind_hash = int.from_bytes(hashlib.blake2b(kind.encode(), digest_size=8).digest(), "little")
-    rows = _gather([fingerprint_of_all(fps), kind_hash, step, len(fps), node], device)
+    rows = _gather([fingerprint_of_all(fps), kind_hash, step, len(fps), node], device, wait)
     at_step = f" at step {step}"
     for q in range(1, world):
         if rows[q][3] != rows[0][3]:
@@ -195,7 +197,7 @@ def compare(named, step, what, kind, node, device):
         return c
     # Someone differs: each rank's fingerprint of each tensor, to name the
     # first that differs.
-    per_tensor = _gather(fps, device) if fps else [[] for _ in range(world)]
+    per_tensor = _gather(fps, device, wait) if fps else [[] for _ in range(world)]
     def first_difference(a, b):
         for i, (x, y) in enumerate(zip(per_tensor[a], per_tensor[b])):
             if x != y:
@@ -232,7 +234,7 @@ def compare(named, step, what, kind, node, device):
         encoded = kind.encode()[:_KIND_NAME_BYTES - 1]
         name[:len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
         names = [torch.empty_like(name, device=device) for _ in range(world)]
-        dist.all_gather(names, name.to(device))
+        wait(dist.all_gather(names, name.to(device), async_op=True))
         sides = []
         firsts = []
         for groups in kinds.values():

@@ -58,6 +58,7 @@ import copy
 import functools
 import gc
 import os
+import pickle
 import sys
 import threading
 import time
@@ -372,6 +373,33 @@ class Healer(_PlainLoop, _ReplicaChecks):
     def _stale_wait(self):
         return self._under_way > 0 and self._slot.generation() > self.generation
 
+    def _wait_for(self, work):
+        """A collective of the Healer's own (a comparison of the replicas,
+        a state going across), started asynchronously, waited for as DDP's
+        are: beating while the peers are coming, silent once ddprun names a
+        newer generation (the peers dropped this one: a wait that goes on
+        is for a group that outlived its drop, and ddprun finds this rank
+        hung and replaces it, instead of the job waiting for ever)."""
+        self._collectives_begin()
+        try:
+            work.wait()
+        finally:
+            self._collectives_end()
+
+    def _broadcast_object(self, obj, source, device):
+        """broadcast_object_list's work, with collectives this Healer waits
+        for (_wait_for): its size, then its pickled bytes."""
+        sending = dist.get_rank() == source
+        data = pickle.dumps(obj) if sending else b""
+        size = torch.tensor([len(data)], dtype=torch.int64, device=device)
+        self._wait_for(dist.broadcast(size, src=source, async_op=True))
+        if sending:
+            buf = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device)
+        else:
+            buf = torch.empty(int(size.item()), dtype=torch.uint8, device=device)
+        self._wait_for(dist.broadcast(buf, src=source, async_op=True))
+        return obj if sending else pickle.loads(buf.cpu().numpy().tobytes())
+
     def _adopt_group(self):
         if self.ddp is not None:
             self.ddp.process_group = dist.distributed_c10d._get_default_group()  # its buffers' broadcasts
@@ -568,7 +596,7 @@ class Healer(_PlainLoop, _ReplicaChecks):
         mine = self.steps if have_state else -1
         world = dist.get_world_size()
         steps = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
-        dist.all_gather(steps, torch.tensor([mine], dtype=torch.int64, device=device))
+        self._wait_for(dist.all_gather(steps, torch.tensor([mine], dtype=torch.int64, device=device), async_op=True))
         steps = [int(s.item()) for s in steps]
         newest = max(steps)
         if newest < 0:
@@ -611,9 +639,7 @@ class Healer(_PlainLoop, _ReplicaChecks):
                     # a broadcast that one rank skips deadlocks the others in it.
                     "forward_sync": getattr(self.ddp, "require_forward_param_sync", None),
                 })
-        box = [skeleton]
-        dist.broadcast_object_list(box, src=source)
-        skeleton = box[0]
+        skeleton = self._broadcast_object(skeleton, source, self._collective_device())
         mismatch = _model_mismatch(skeleton["model"], self._tensors())
         if mismatch:
             raise ValueError(f"ddprun: heal: this rank's model does not match the state rank {source} sends: "
@@ -622,14 +648,15 @@ class Healer(_PlainLoop, _ReplicaChecks):
         nbytes = 0
         with torch.no_grad():
             for t in self._tensors():
-                dist.broadcast(torch.empty_like(t.data) if discard else t.data, src=source)
+                self._wait_for(dist.broadcast(torch.empty_like(t.data) if discard else t.data, src=source,
+                                              async_op=True))
                 nbytes += t.numel() * t.element_size()
             # The optimizer's tensors: a rank with the newest state receives
             # into its own (the same bytes); the others into new memory.
             fresh = receiving or discard
             target = _with_empty_tensors(skeleton["optimizer"], device) if fresh else live
             for t in _tensors_in(target):
-                dist.broadcast(t, src=source)
+                self._wait_for(dist.broadcast(t, src=source, async_op=True))
                 nbytes += t.numel() * t.element_size()
         self.report.bytes = nbytes
         if not receiving:

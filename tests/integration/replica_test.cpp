@@ -6,8 +6,11 @@
 // Every run ends with the parameters of the run nothing corrupted.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <regex>
 
 #include "support/job_helpers.h"
@@ -62,62 +65,60 @@ std::string events_of(const std::string& err) {
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
-TEST(Replicas, ABitFlippedOnOneRankIsFoundNamedAndRepairedAndTheJobEndsBitwiseEqual) {
-  const std::string want = reference();
-  ASSERT_FALSE(want.empty());
-  const fs::path summary = temp("flipped.json"), logs = temp("flipped-logs");
-  // Rank 2's bit flips right after step 40, where the ranks compare: the
-  // majority's state is the one nothing corrupted.
-  Process p(train_job({"--verify-every", "20", "--log-dir", logs.string()},
-                      {"--summary-json", summary.string(), "--flip-bit", "2:40"}),
-            {"DDPRUN_CPU_COMM=shm"});
-  Finished f = p.finish();
-  ASSERT_EQ(f.exit_code, 0) << f.err;
-  EXPECT_EQ(occurrences(f.err, "replicas: rank 2's parameters differ from ranks 0, 1, 3 at step 40 (first differing "
-                               "tensor: conv1.weight); repaired: rank 2 takes rank 0's state"),
-            1)
-      << f.err;
-  EXPECT_FALSE(contains(f.err, "replacing it")) << "found apart once: repaired, not replaced\n" << f.err;
-  EXPECT_EQ(outcome_in(summary), want) << "the repaired run's parameters or loss differ from an uninterrupted run's";
-  const std::string events = events_of(f.err);
-  EXPECT_TRUE(contains(events, R"("event":"replicas")") && contains(events, R"("verdict":"repaired")") &&
-              contains(events, R"("step":40)"))
-      << events;
-  fs::remove_all(logs);
-
-  // The same flip with the comparison off: nothing finds it, and the ranks
-  // end apart (train's own last check says so).
-  Process off(train_job({"--verify-every", "0"}, {"--flip-bit", "2:40"}), {"DDPRUN_CPU_COMM=shm"});
-  Finished g = off.finish();
-  EXPECT_EQ(g.exit_code, 1) << g.err;
-  EXPECT_TRUE(contains(g.err, "parameters differ between rank 0 and rank 2")) << g.err;
-  EXPECT_FALSE(contains(g.err, "replicas:")) << g.err;
-  // A flip of the lowest bit is found as surely (a float sum would not see it).
-  Process low(train_job({"--verify-every", "20"}, {"--flip-bit", "2:40:0"}), {"DDPRUN_CPU_COMM=shm"});
-  Finished h = low.finish();
-  EXPECT_EQ(h.exit_code, 0) << h.err;
-  EXPECT_TRUE(contains(h.err, "replicas: rank 2's parameters differ from ranks 0, 1, 3 at step 40")) << h.err;
-}
-
-TEST(Replicas, ARankApartTwiceIsReplacedAndTheJobEndsBitwiseEqual) {
+// Rank 2's lowest bit flips right after step 20, where the ranks compare:
+// named, repaired from the majority, whose state is the one nothing
+// corrupted. Bit 16 flips after step 40: apart a second time, the process
+// is replaced. (Seen failing with the comparison off: the ranks end apart,
+// train's own last check says so; with the replacement off: no heal.)
+TEST(Replicas, ARankApartIsRepairedThenReplacedWhenApartAgainAndTheJobEndsBitwiseEqual) {
   const std::string want = reference();
   ASSERT_FALSE(want.empty());
   const fs::path summary = temp("twice.json"), logs = temp("twice-logs");
   Process p(train_job({"--verify-every", "20", "--log-dir", logs.string()},
-                      {"--summary-json", summary.string(), "--flip-bit", "2:20", "--flip-bit", "2:40"}),
+                      {"--summary-json", summary.string(), "--flip-bit", "2:20:0", "--flip-bit", "2:40"}),
             {"DDPRUN_CPU_COMM=shm"});
   Finished f = p.finish();
   ASSERT_EQ(f.exit_code, 0) << f.err;
-  EXPECT_TRUE(contains(f.err, "rank 2's parameters differ from ranks 0, 1, 3 at step 20")) << f.err;
+  EXPECT_EQ(occurrences(f.err, "replicas: rank 2's parameters differ from ranks 0, 1, 3 at step 20 (first differing "
+                               "tensor: conv1.weight); repaired: rank 2 takes rank 0's state"),
+            1)
+      << f.err;
   EXPECT_TRUE(contains(f.err, "rank 2's parameters differ from ranks 0, 1, 3 at step 40")) << f.err;
   EXPECT_TRUE(std::regex_search(f.err, std::regex(R"(rank 2 \(pid \d+\) is apart from the other replicas a second time[^\n]*killing it and replacing it)")))
       << f.err;
+  EXPECT_EQ(occurrences(f.err, "replacing it while the other workers go on"), 1) << f.err;
   EXPECT_TRUE(contains(f.out, "rank 2 joined at step")) << f.out;
   EXPECT_EQ(outcome_in(summary), want) << "the run's parameters or loss differ from an uninterrupted run's";
   const std::string events = events_of(f.err);
+  EXPECT_TRUE(contains(events, R"("event":"replicas")") && contains(events, R"("verdict":"repaired")") &&
+              contains(events, R"("step":20)"))
+      << events;
   EXPECT_TRUE(std::regex_search(events, std::regex(R"re(\{[^\n]*"event":"replicas"[^\n]*"rank":2,[^\n]*"verdict":"replace")re")))
       << events;
   fs::remove_all(logs);
+}
+
+// A worker killed while the ranks compare (with --verify-every 1 a
+// comparison ends every step, so a kill at a random moment often lands in
+// one) is healed around as one killed in the step's own collectives is.
+TEST(Replicas, AWorkerKilledWhileTheRanksCompareIsHealedBitwiseEqual) {
+  const std::string want = reference();
+  ASSERT_FALSE(want.empty());
+  std::mt19937 gen(std::random_device{}());
+  const int victim = std::uniform_int_distribution<>(0, 3)(gen);
+  const int step = std::uniform_int_distribution<>(15, 50)(gen);
+  SCOPED_TRACE("local rank " + std::to_string(victim) + " killed at step " + std::to_string(step));
+  const fs::path summary = temp("killed.json");
+  Process p(train_job({"--verify-every", "1"}, {"--summary-json", summary.string()}), {"DDPRUN_CPU_COMM=shm"});
+  ASSERT_TRUE(ddptest::reach_step(p, step)) << p.out();
+  const std::vector<pid_t> workers = ddptest::workers_of(p.pid());
+  ASSERT_EQ(workers.size(), 4u);
+  kill(workers[static_cast<size_t>(victim)], SIGKILL);
+  Finished f = p.finish();
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(occurrences(f.err, "replacing it while the other workers go on"), 1) << f.err;
+  EXPECT_FALSE(contains(f.err, "replicas:")) << "a heal left the replicas apart\n" << f.err;
+  EXPECT_EQ(outcome_in(summary), want);
 }
 
 TEST(Replicas, TwoOfFourApartStopTheJobAndItResumesFromACheckpointTheyAgreedOn) {

@@ -9,7 +9,8 @@
 // the fingerprint: that lane differs from there on, and the lanes' merge
 // and the final mix are bijections in each lane. Larger changes collide
 // with probability about 2^-64. The tail (under 8 bytes) and the length go
-// in last. About 8 bytes a cycle: a 100 MB model in about 15 ms.
+// in last. 14 GB/s from the cache and 4.2 from memory on the 2-core
+// machine (a 100 MB model in 25 ms: as fast as its memory reads).
 #pragma once
 
 #include <cstddef>

@@ -673,11 +673,6 @@ void Healer::repair(const ReplicaComparison& found, const std::string& what) {
     report_.bytes = heal_bytes;
     ++report_.repairs;
   }
-  using ddprun::channel::ReplicaSelf;
-  record_verdict(static_cast<uint32_t>(ddprun::channel::ReplicaVerdict::kRepaired),
-                 static_cast<uint32_t>(replace ? ReplicaSelf::kReplace
-                                               : found.self_apart ? ReplicaSelf::kApart : ReplicaSelf::kAgrees),
-                 text);
   ReplicaCheckInput again;
   again.tensors = replica_tensors(/*whole_state=*/true, /*with_buffers=*/false);
   again.what = "parameters and optimizer state";
@@ -689,6 +684,13 @@ void Healer::repair(const ReplicaComparison& found, const std::string& what) {
   if (confirmed.outcome != ReplicaComparison::Outcome::kAgree) {
     stop_apart(confirmed.text + " right after a repair (the state a rank received does not hold there)");
   }
+  // Told once the ranks agree again: a rank to be replaced is killed after
+  // the comparison, not in the middle of it.
+  using ddprun::channel::ReplicaSelf;
+  record_verdict(static_cast<uint32_t>(ddprun::channel::ReplicaVerdict::kRepaired),
+                 static_cast<uint32_t>(replace ? ReplicaSelf::kReplace
+                                               : found.self_apart ? ReplicaSelf::kApart : ReplicaSelf::kAgrees),
+                 text);
 }
 
 // No majority to repair from: every rank stops alike. The checkpoints
