@@ -30,29 +30,12 @@ using ddptest::contains;
 using ddptest::occurrences;
 using ddptest::reach_step;
 using ddptest::workers_of;
+using ddptest::heal_job;
 
-// 16,000 samples, one epoch: 125 steps on 4 ranks, 250 on 2.
-std::vector<std::string> heal_job(int nproc, const std::vector<std::string>& launcher_flags = {},
-                                  const std::vector<std::string>& script_flags = {}) {
-  std::vector<std::string> argv{DDPRUN_BIN, "--nproc", std::to_string(nproc)};
-  argv.insert(argv.end(), launcher_flags.begin(), launcher_flags.end());
-  for (const char* a : {HEAL_SCRIPT, "--samples", "16000", "--epochs", "1", "--print-steps"}) argv.push_back(a);
-  argv.insert(argv.end(), script_flags.begin(), script_flags.end());
-  return argv;
-}
+const ddptest::EnvChanges& kEnv = ddptest::heal_script_env();
 
-const ddptest::EnvChanges kEnv{std::string("PYTHON_EXEC=") + PYTHON_BIN};
-
-// The final loss and checksum of an uninterrupted run (once per world size
-// and script flags in a ctest run: shared_result.h).
 std::string reference(int nproc, const std::vector<std::string>& script_flags = {}) {
-  std::string key = "python_heal reference " + std::to_string(nproc);
-  for (const auto& f : script_flags) key += " " + f;
-  return ddptest::shared_result(key, [&] {
-    Finished f = ddptest::run(heal_job(nproc, {}, script_flags), kEnv);
-    EXPECT_EQ(f.exit_code, 0) << f.err;
-    return checksum_of(f.out);
-  });
+  return ddptest::heal_reference(nproc, script_flags);
 }
 
 struct Outcome {
@@ -118,7 +101,7 @@ TEST(PythonHeal, RankZeroOfTwoKilledIsReplacedAndTheRunEndsBitwiseEqual) {
   // Rank 0 prints the steps and would send the state: its peer sends it.
   const std::string want = reference(2);
   ASSERT_FALSE(want.empty());
-  expect_healed(kill_at(2, {0}, 120), 1, want);
+  expect_healed(kill_at(2, {0}, 60), 1, want);
 }
 
 // A script that evaluates before it trains (a forward without gradients

@@ -28,30 +28,12 @@ using ddptest::occurrences;
 using ddptest::Process;
 using ddptest::reach_step;
 using ddptest::workers_of;
+using ddptest::heal_job;
 
-const ddptest::EnvChanges kEnv{std::string("PYTHON_EXEC=") + PYTHON_BIN};
-
-// python_heal_test.cpp's job (16,000 samples, one epoch: 125 steps on 4
-// ranks), so that both share the reference runs; the 2-rank tests here
-// read 6,400 (100 steps).
-std::vector<std::string> heal_job(int nproc, const std::vector<std::string>& launcher_flags = {},
-                                  const std::vector<std::string>& script_flags = {}) {
-  std::vector<std::string> argv{DDPRUN_BIN, "--nproc", std::to_string(nproc)};
-  argv.insert(argv.end(), launcher_flags.begin(), launcher_flags.end());
-  for (const char* a : {HEAL_SCRIPT, "--epochs", "1", "--print-steps"}) argv.push_back(a);
-  argv.insert(argv.end(), {"--samples", nproc == 2 ? "6400" : "16000"});
-  argv.insert(argv.end(), script_flags.begin(), script_flags.end());
-  return argv;
-}
+const ddptest::EnvChanges& kEnv = ddptest::heal_script_env();
 
 std::string reference(int nproc, const std::vector<std::string>& script_flags = {}) {
-  std::string key = "python_heal reference " + std::to_string(nproc) + (nproc == 2 ? " 6400" : "");
-  for (const auto& f : script_flags) key += " " + f;
-  return ddptest::shared_result(key, [&] {
-    Finished f = ddptest::run(heal_job(nproc, {}, script_flags), kEnv);
-    EXPECT_EQ(f.exit_code, 0) << f.err;
-    return checksum_of(f.out);
-  });
+  return ddptest::heal_reference(nproc, script_flags);
 }
 
 // Rank 2's lowest bit flips right after step 20; the ranks compare at the
@@ -88,7 +70,9 @@ TEST(PythonReplicas, AWorkerKilledWhileTheRanksCompareIsHealedBitwiseEqual) {
   const int victim = std::uniform_int_distribution<>(0, 3)(gen);
   const int step = std::uniform_int_distribution<>(15, 60)(gen);
   SCOPED_TRACE("local rank " + std::to_string(victim) + " killed at step " + std::to_string(step));
-  Process p(heal_job(4, {"--verify-every", "1"}), kEnv);
+  // A rank left waiting on such a group is idle and silent: found in 5 s
+  // (--hang-timeout), not the learned limit's 15.
+  Process p(heal_job(4, {"--verify-every", "1", "--hang-timeout", "5"}), kEnv);
   ASSERT_TRUE(reach_step(p, step)) << p.out() << p.err();
   const std::vector<pid_t> workers = workers_of(p.pid());
   ASSERT_EQ(workers.size(), 4u);

@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "support/process.h"
+#include "support/shared_result.h"
+
 namespace ddptest {
 
 // "final loss 1.234567; checksum 0123456789abcdef" as rank 0 printed it at
@@ -59,5 +62,36 @@ inline std::vector<std::string> missing_from_guide(const std::vector<std::string
   }
   return missing;
 }
+
+#if defined(DDPRUN_BIN) && defined(HEAL_SCRIPT) && defined(PYTHON_BIN)
+// examples/python/ddp_heal.py under this lane's Python, one epoch: 16,000
+// samples (125 steps on 4 ranks), 6,400 on 2 (100 steps).
+inline const EnvChanges& heal_script_env() {
+  static const EnvChanges env{std::string("PYTHON_EXEC=") + PYTHON_BIN};
+  return env;
+}
+
+inline std::vector<std::string> heal_job(int nproc, const std::vector<std::string>& launcher_flags = {},
+                                         const std::vector<std::string>& script_flags = {}) {
+  std::vector<std::string> argv{DDPRUN_BIN, "--nproc", std::to_string(nproc)};
+  argv.insert(argv.end(), launcher_flags.begin(), launcher_flags.end());
+  for (const char* a : {HEAL_SCRIPT, "--epochs", "1", "--print-steps"}) argv.push_back(a);
+  argv.insert(argv.end(), {"--samples", nproc == 2 ? "6400" : "16000"});
+  argv.insert(argv.end(), script_flags.begin(), script_flags.end());
+  return argv;
+}
+
+// The final loss and checksum of an uninterrupted run, once per world size
+// and script flags in a ctest run (shared_result.h).
+inline std::string heal_reference(int nproc, const std::vector<std::string>& script_flags = {}) {
+  std::string key = "python_heal reference " + std::to_string(nproc);
+  for (const auto& f : script_flags) key += " " + f;
+  return shared_result(key, [&] {
+    Finished f = run(heal_job(nproc, {}, script_flags), heal_script_env());
+    if (f.exit_code != 0) return std::string();
+    return checksum_of(f.out);
+  });
+}
+#endif
 
 }  // namespace ddptest
