@@ -21,6 +21,7 @@ const char* verdict_name(uint32_t v) {
     case channel::ReplicaVerdict::kRepaired: return "repaired";
     case channel::ReplicaVerdict::kNoMajority: return "no_majority";
     case channel::ReplicaVerdict::kByDesign: return "by_design";
+    case channel::ReplicaVerdict::kStopped: return "stopped";
     case channel::ReplicaVerdict::kNone: break;
   }
   return "none";
@@ -43,7 +44,8 @@ void WorkerGroup::check_replicas() {
     const bool by_design = r.verdict == static_cast<uint32_t>(channel::ReplicaVerdict::kByDesign);
     const std::string key = by_design ? "by design" : std::to_string(r.verdict) + "@" + std::to_string(r.verdict_step);
     if (replica_verdicts_told_.insert(key).second) {
-      if (r.verdict == static_cast<uint32_t>(channel::ReplicaVerdict::kNoMajority)) {
+      if (r.verdict == static_cast<uint32_t>(channel::ReplicaVerdict::kNoMajority) ||
+          r.verdict == static_cast<uint32_t>(channel::ReplicaVerdict::kStopped)) {
         spdlog::error("replicas: {}", text);
       } else {
         spdlog::warn("replicas: {}", text);

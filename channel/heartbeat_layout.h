@@ -247,6 +247,7 @@ enum class ReplicaVerdict : uint32_t {
   kRepaired = 1,    // ranks apart from a majority took its state; the job goes on
   kNoMajority = 2,  // no majority to repair from: the ranks stop (a restart from a checkpoint)
   kByDesign = 3,    // ranks of different hardware differ alike: said once, never repaired
+  kStopped = 4,     // ranks apart and nothing to repair them (a program without a Healer): the ranks stop
 };
 
 // What this rank itself is in the newest verdict.

@@ -146,7 +146,8 @@ std::unique_ptr<CLI::App> make_ddprun_app(CliOptions& o, FlagValues& v) {
                  "Compare the ranks' parameters (a fingerprint of their bytes) every N optimizer steps of a "
                  "program that heals (ddp::Healer, ddprun.Healer), and their whole state after every heal: a "
                  "rank apart from the majority (a flipped bit, a wrong heal) is named and takes its state, one "
-                 "found apart twice is replaced; no majority stops the job. 0: never. The default is the "
+                 "found apart twice is replaced; no majority stops the job (as replicas apart do in a worker_lib "
+                 "program without a Healer, compared every N forward passes). 0: never. The default is the "
                  "fewest steps whose cost stays within 0.5% of a step (measured: docs/fault-tolerance.md) "
                  "[default: " + std::to_string(kDefaultVerifyEvery) + "]")
       ->type_name("N")

@@ -19,9 +19,9 @@ namespace {
 namespace fs = std::filesystem;
 using ddptest::run_ranks;
 
-void flip_low_bit(at::Tensor t, int64_t element) {
+void flip_low_bit(at::Tensor t, int64_t element, int bit = 0) {
   at::NoGradGuard no_grad;
-  t.view(at::kInt).view({-1}).narrow(0, element, 1).bitwise_xor_(1);
+  t.view(at::kInt).view({-1}).narrow(0, element, 1).bitwise_xor_(1 << bit);
 }
 
 TEST(Fingerprint, AnyChangeConfinedToOneWordChangesIt) {
@@ -214,9 +214,9 @@ HealedRun run_healed(ddp::World& w, int steps, const Corrupt& corrupt, ddp::Chec
   return out;
 }
 
-Corrupt flip_on(int rank, int64_t step, size_t param) {
+Corrupt flip_on(int rank, int64_t step, size_t param, int bit = 0) {
   return [=](int r, int64_t s, ddptest::Mlp& net) {
-    if (r == rank && s == step) flip_low_bit(net->parameters()[param], 0);
+    if (r == rank && s == step) flip_low_bit(net->parameters()[param], 0, bit);
   };
 }
 
@@ -243,7 +243,10 @@ TEST(HealerReplicas, ARankApartIsRepairedWithTheMajoritysStateAndTrainingGoesOn)
 
 TEST(HealerReplicas, WithTheComparisonOffTheFlipStays) {
   std::vector<HealedRun> runs(3);
-  run_ranks(3, [&](ddp::World& w) { runs[w.rank()] = run_healed(w, 6, flip_on(1, 4, 2), nullptr, /*verify_every=*/0); });
+  // (Bit 16: a flip of the lowest bit may wash out in two steps' rounding.)
+  run_ranks(3, [&](ddp::World& w) {
+    runs[w.rank()] = run_healed(w, 6, flip_on(1, 4, 2, /*bit=*/16), nullptr, /*verify_every=*/0);
+  });
   EXPECT_EQ(runs[1].report.checks, 0);
   EXPECT_FALSE(at::equal(runs[1].params[2], runs[0].params[2])) << "the corruption stays without the comparison";
 }
@@ -322,6 +325,94 @@ TEST(CheckpointFingerprint, AFileWhoseTensorsAreNotTheOnesItWasWrittenWithIsRefu
     EXPECT_NE(std::string(e.what()).find("not the") , std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("it was written with"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+
+namespace {
+
+// DistributedDataParallel compares for a program without a Healer: every
+// 2nd forward pass with gradients here. Rank 1 flips a bit after the 3rd
+// step: at the 4th forward every rank stops, naming it.
+std::string ddp_run(ddp::World& w, bool with_healer, int flip_rank = 1, ddp::Checkpointer* ckpt = nullptr) {
+  ddptest::Mlp net;
+  auto gen = at::detail::createCPUGenerator(3);
+  ddp::DdpOptions o;
+  o.verify_every = 2;
+  ddp::DistributedDataParallel<ddptest::Mlp> model(net, w, o);
+  torch::optim::SGD opt(model.module()->parameters(), torch::optim::SGDOptions(0.1));
+  int64_t step = 0;
+  ddp::HealOptions ho;
+  ho.verify_every = 2;
+  std::unique_ptr<ddp::Healer> healer;
+  if (with_healer) {
+    healer = std::make_unique<ddp::Healer>(
+        w, ddp::Healable{.module = model.module().ptr().get(), .optimizer = &opt, .step = &step, .counters = {}}, ho);
+  }
+  try {
+    for (int i = 0; i < 6; ++i) {
+      auto body = [&] {
+        opt.zero_grad();
+        torch::nn::functional::cross_entropy(model(at::randn({8, 64}, gen)), at::randint(0, 10, {8}, gen, at::kLong))
+            .backward();
+        opt.step();
+        ++step;
+        if (w.rank() == flip_rank && step == 3) flip_low_bit(model.module()->parameters()[0], 5);
+        if (ckpt && ckpt->due(step)) {
+          ckpt->save(*model.module(), opt, step, 0, 0);
+          ckpt->wait();
+        }
+      };
+      if (healer) {
+        healer->step(body);
+      } else {
+        body();
+      }
+    }
+  } catch (const ddp::ReplicasDiffer& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DdpReplicas, WithoutAHealerAReplicaApartStopsEveryRankAtTheNextComparison) {
+  std::vector<std::string> errors(3);
+  run_ranks(3, [&](ddp::World& w) { errors[w.rank()] = ddp_run(w, /*with_healer=*/false); });
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("rank 1's parameters differ from ranks 0, 2 at forward pass 4 (first differing tensor: "
+                     "fc1.weight); without a ddp::Healer nothing repairs a replica here: every rank stops"),
+              std::string::npos)
+        << e;
+  }
+}
+
+// Rank 0's parameters apart (what its checkpoints hold): the checkpoints
+// saved since the replicas last agreed (at the 2nd forward pass, before
+// step 2's update) are set aside, in any unit a program counts its steps.
+TEST(DdpReplicas, RankZeroApartSetsAsideTheCheckpointsSavedSinceTheyLastAgreed) {
+  const fs::path dir = fs::temp_directory_path() / ("ddprun-ddp-replicas-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  std::vector<std::string> errors(3);
+  run_ranks(3, [&](ddp::World& w) {
+    ddp::CheckpointOptions co;
+    co.dir = dir.string();
+    co.every_steps = 1;
+    co.keep = 10;
+    ddp::Checkpointer ckpt(w, co);
+    errors[w.rank()] = ddp_run(w, /*with_healer=*/false, /*flip_rank=*/0, &ckpt);
+    ckpt.finish();
+  });
+  EXPECT_NE(errors[1].find("rank 0's parameters differ from ranks 1, 2 at forward pass 4"), std::string::npos) << errors[1];
+  std::vector<int64_t> kept;
+  for (const auto& f : ddp::list_checkpoints(dir.string())) kept.push_back(f.step);
+  EXPECT_EQ(kept, std::vector<int64_t>{1});
+  fs::remove_all(dir);
+}
+
+TEST(DdpReplicas, WithAHealerTheHealerComparesAndRepairsAndDdpStaysQuiet) {
+  std::vector<std::string> errors(3);
+  run_ranks(3, [&](ddp::World& w) { errors[w.rank()] = ddp_run(w, /*with_healer=*/true); });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
 }
 
 }  // namespace

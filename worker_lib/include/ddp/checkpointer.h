@@ -172,6 +172,7 @@ class Checkpointer {
   // The World's replicas were found apart at `step` (ranks: who; empty: no
   // majority): rank 0 sets aside what it wrote after `agreed_step`.
   void on_replicas_apart(int64_t agreed_step, int64_t step, const std::vector<int>& ranks);
+  bool replicas_agreed_on(int64_t step) const;
 
   Communicator& comm_;
   CheckpointOptions options_;
@@ -197,6 +198,9 @@ class Checkpointer {
   StateFence::Id fence_id_ = 0;
   std::shared_ptr<ReplicaLedger> replicas_;  // the World's, where on_replicas_apart is registered
   ReplicaLedger::Id replicas_id_ = 0;
+  // The ledger's agreements when each step was saved (by this process).
+  // Guarded by path_mu_.
+  std::map<int64_t, uint64_t> saved_at_agreement_;
   std::unique_ptr<SerialWorker> copier_;  // stages copies (normal priority)
   std::unique_ptr<SerialWorker> writer_;  // writes files (nice 10)
 };

@@ -6,12 +6,18 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 
 namespace ddp {
 
+class Communicator;
+class Heartbeat;
+class ReplicaLedger;
 class StateFence;
 class Tracer;
+struct LaunchInfo;
 
 // How gradients are averaged over the ranks (seed 003's four designs):
 //   kNaive    after backward, one all_reduce per parameter
@@ -88,6 +94,21 @@ struct DdpOptions {
   // background: state_fence.h); null: nothing. DistributedDataParallel over
   // a World fills in the World's.
   const StateFence* state_fence = nullptr;
+  // Compare the ranks' parameters (ddp/replicas.h) at every this-many-th
+  // forward pass with gradients: replicas apart stop every rank with
+  // ReplicasDiffer, since nothing here can repair them (a ddp::Healer can:
+  // a program with one compares there instead, and this stays quiet); a
+  // restart resumes from a checkpoint they agreed on. 0: never. -1: ddprun's
+  // --verify-every (DistributedDataParallel over a World; never on a bare
+  // communicator, nor in a heal's replacement).
+  int64_t verify_every = -1;
+  // What the comparisons need, filled in by DistributedDataParallel over a
+  // World: a CPU communicator over every rank, the World's ledger, its
+  // heartbeat (to tell the agent) and its launch info (the node, its kind).
+  Communicator* verify_comm = nullptr;
+  ReplicaLedger* replicas = nullptr;
+  std::shared_ptr<Heartbeat> heartbeat;
+  const LaunchInfo* launch = nullptr;
 };
 
 }  // namespace ddp

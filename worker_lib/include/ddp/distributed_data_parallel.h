@@ -47,7 +47,10 @@ class DistributedDataParallel {
   template <typename... Args>
   decltype(auto) operator()(Args&&... args) {
     TraceSpan span(reducer_.tracer(), TracePhase::kForward);
-    if (at::GradMode::is_enabled()) reducer_.prepare_for_backward();
+    if (at::GradMode::is_enabled()) {
+      reducer_.verify_if_due();  // the replicas compared, when due (DdpOptions::verify_every)
+      reducer_.prepare_for_backward();
+    }
     return module_->forward(std::forward<Args>(args)...);
   }
   template <typename... Args>
@@ -71,6 +74,13 @@ class DistributedDataParallel {
     if (!o.tracer) o.tracer = &world.tracer();
     if (!o.state_fence) o.state_fence = &world.state_fence();
     if (world.replacement()) o.init_sync = InitSync::kNone;  // the heal brings the state
+    // Comparisons: a replacement's forward passes are not its peers' (it
+    // heals through a Healer, which compares instead).
+    if (o.verify_every < 0) o.verify_every = world.replacement() ? 0 : world.info().verify_every;
+    if (!o.verify_comm) o.verify_comm = &world.cpu();
+    if (!o.replicas) o.replicas = &world.replicas();
+    if (!o.heartbeat) o.heartbeat = world.heartbeat_handle();
+    if (!o.launch) o.launch = &world.info();
     return o;
   }
   static Communicator& communicator_for(World& world, const torch::nn::Module& m) {

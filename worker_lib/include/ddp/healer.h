@@ -76,6 +76,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,7 @@ namespace ddp {
 
 class ReceivePool;               // internal
 struct ReplicaComparison;        // internal
+class ReplicaReporter;           // internal
 
 // What a heal carries to a replacement: everything the loop needs to go
 // on exactly as the dead rank would have.
@@ -179,11 +181,9 @@ class Healer {
   void verify_if_due(int64_t start);
   void verify_after_heal(bool sent);
   void verify(bool whole_state, bool with_buffers);
-  void repair(const ReplicaComparison& found, const std::string& what);
+  void repair(const ReplicaComparison& found);
   [[noreturn]] void stop_apart(const std::string& text);
   std::vector<NamedTensor> replica_tensors(bool whole_state, bool with_buffers) const;
-  void record_verdict(uint32_t verdict, uint32_t self, const std::string& text);
-  void publish_replicas();
 
   // Replica comparisons' state (the same on every rank but apart_).
   int64_t verify_every_ = 0;
@@ -191,11 +191,9 @@ class Healer {
   int apart_ = 0;              // the times this process was found apart
   bool told_by_design_ = false;
   std::string hardware_kind_;
+  std::unique_ptr<ReplicaReporter> reporter_;  // what they found, to the agent
   // The generator a heal brought, set again when the next step starts.
   at::Tensor rng_next_step_;
-  uint32_t verdicts_ = 0, verdict_ = 0, self_ = 0;
-  int64_t verdict_step_ = -1;
-  std::string verdict_text_;
 
   World& world_;
   Healable state_;

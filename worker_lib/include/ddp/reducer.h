@@ -58,6 +58,7 @@ struct NamedTensor {
 };
 
 class SerialWorker;
+class ReplicaReporter;
 
 class Reducer {
  public:
@@ -87,6 +88,10 @@ class Reducer {
   // Marks the start of an iteration (DistributedDataParallel's forward calls
   // it): the next finalize() runs even if no gradient hook fires.
   void prepare_for_backward();
+  // At a forward pass with gradients (DistributedDataParallel's calls it):
+  // every DdpOptions::verify_every of them the ranks compare their
+  // parameters; apart, every rank throws ReplicasDiffer. Collective.
+  void verify_if_due();
 
   // Gradient accumulation: while sync is disabled, backward() only adds to
   // .grad and finalize() does nothing; the next synchronised step averages
@@ -148,6 +153,8 @@ class Reducer {
     return options_.strategy == SyncStrategy::kOverlap || options_.strategy == SyncStrategy::kBucketed;
   }
   void check_same_model();
+  // The replicas compared (DdpOptions::verify_every).
+  void compare_replicas_now();
   void broadcast_state(const std::vector<NamedTensor>& tensors);
   void verify_params();
   void build_buckets();
@@ -200,6 +207,12 @@ class Reducer {
   // kFlat: one buffer per dtype and device, kept between steps (a fresh
   // allocation of tens of MB each step is fresh pages, faulted in each step).
   std::map<std::string, at::Tensor> flat_buffers_;
+  // DdpOptions::verify_every: forward passes with gradients so far, and
+  // what the comparisons found, for the agent (verify/replica_report.h).
+  int64_t forwards_ = 0;
+  bool told_by_design_ = false;
+  std::string hardware_kind_;
+  std::shared_ptr<ReplicaReporter> reporter_;
 };
 
 }  // namespace ddp

@@ -49,12 +49,21 @@ class ReplicaLedger {
   // must not throw.
   using Listener = std::function<void(int64_t agreed_step, int64_t apart_step, const std::vector<int>& ranks)>;
 
-  // Every rank's replicas agreed at `step` (or were repaired to agree).
+  // Every rank's replicas agreed at `step` (or were repaired to agree);
+  // -1: at a point not counted in steps (DistributedDataParallel counts its
+  // forward passes).
   void agreed(int64_t step);
-  // The newest step they agreed at (-1: never compared).
+  // The newest step they agreed at (-1: never compared, or not in steps).
   int64_t agreed_step() const;
-  // They were found apart at `step`: `ranks` apart from a majority, or no
-  // majority (empty). Every listener hears it (before a repair's agreed()).
+  // How many comparisons agreed so far: what was saved before the newest of
+  // them was saved from a state the replicas agreed on.
+  uint64_t agreements() const;
+  // A Healer compares (DistributedDataParallel then leaves it to it).
+  void set_compared_by_healer(bool yes);
+  bool compared_by_healer() const;
+  // They were found apart at `step` (-1: not in steps): `ranks` apart from
+  // a majority, or no majority (empty). Every listener hears it (before a
+  // repair's agreed()).
   void found_apart(int64_t step, const std::vector<int>& ranks);
   Id listen(Listener listener);
   void forget(Id id);
@@ -62,6 +71,8 @@ class ReplicaLedger {
  private:
   mutable std::mutex mu_;
   int64_t agreed_step_ = -1;
+  uint64_t agreements_ = 0;
+  bool by_healer_ = false;
   std::vector<std::pair<Id, Listener>> listeners_;
   Id next_ = 1;
 };

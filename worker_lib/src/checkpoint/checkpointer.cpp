@@ -190,6 +190,10 @@ bool Checkpointer::due(int64_t step) const {
 void Checkpointer::submit(int64_t step, std::function<void()> task) {
   last_save_ = Clock::now();
   last_step_ = step;
+  if (replicas_) {
+    std::lock_guard lock(path_mu_);
+    saved_at_agreement_[step] = replicas_->agreements();
+  }
   // Counted now: the write may fail before wait() is called.
   failed_before_in_flight_ = report().failed;
   in_flight_ = writer_->submit([this, step, task = std::move(task)] {
@@ -364,17 +368,17 @@ bool Checkpointer::known_sound(const CheckpointFile& f) {
 // alone: deleting them is not ours to decide, and they must not push our
 // own new files out.
 void Checkpointer::prune(int64_t newest_step) {
-  const int64_t agreed = replicas_ ? replicas_->agreed_step() : -1;
   bool agreed_kept = false;
   int kept = 0;
   for (const auto& f : list_checkpoints(options_.dir)) {
     if (f.step > newest_step || !known_sound(f)) continue;
+    const bool agreed = replicas_ && replicas_agreed_on(f.step);
     if (kept < options_.keep) {
       ++kept;
-      agreed_kept = agreed_kept || f.step <= agreed;
+      agreed_kept = agreed_kept || agreed;
       continue;
     }
-    if (!agreed_kept && f.step <= agreed) {
+    if (!agreed_kept && agreed) {
       agreed_kept = true;
       continue;
     }
@@ -388,25 +392,37 @@ void Checkpointer::prune(int64_t newest_step) {
 // The checkpoints hold rank 0's state: when it was apart (or nobody can
 // say), those written since the replicas last agreed may hold a state apart,
 // and a restart must not resume from them.
+// Whether the checkpoint of `step` holds a state the replicas agreed on: one
+// this process saved, when a comparison agreed after its save; another's
+// (from before this process: the one it resumed from), unless it is newer
+// than the step they last agreed at.
+bool Checkpointer::replicas_agreed_on(int64_t step) const {
+  std::lock_guard lock(path_mu_);
+  auto it = saved_at_agreement_.find(step);
+  if (it != saved_at_agreement_.end()) return it->second < replicas_->agreements();
+  const int64_t agreed = replicas_->agreed_step();
+  return agreed < 0 || step <= agreed;
+}
+
 void Checkpointer::on_replicas_apart(int64_t agreed_step, int64_t step, const std::vector<int>& ranks) {
   if (comm_.rank() != 0) return;
   if (!ranks.empty() && std::find(ranks.begin(), ranks.end(), 0) == ranks.end()) return;
   wait();  // a write in flight lands first, and is judged with the rest
   for (const auto& f : list_checkpoints(options_.dir)) {
-    if (f.step <= agreed_step) continue;
+    if (replicas_agreed_on(f.step)) continue;
     std::string why;
     const std::string moved = set_aside(f, &why, ".unagreed");
     if (!moved.empty()) {
       std::lock_guard lock(path_mu_);
       checked_.erase(f.path);
     }
+    const std::string last = agreed_step >= 0 ? " (step " + std::to_string(agreed_step) + ")" : "";
+    const std::string at = step >= 0 ? " at step " + std::to_string(step) : "";
     std::fprintf(stderr,
-                 "ddp: warning: checkpoint %s %s: written at step %lld, after the replicas last agreed (%s), and "
-                 "they were found apart at step %lld%s%s\n",
-                 f.path.c_str(), moved.empty() ? "cannot be set aside" : "is set aside",
-                 static_cast<long long>(f.step),
-                 agreed_step >= 0 ? ("step " + std::to_string(agreed_step)).c_str() : "never",
-                 static_cast<long long>(step), moved.empty() ? "; " : "; moved to ", moved.empty() ? why.c_str() : moved.c_str());
+                 "ddp: warning: checkpoint %s %s: written at step %lld, after the replicas last agreed%s, and "
+                 "they were found apart%s%s%s\n",
+                 f.path.c_str(), moved.empty() ? "cannot be set aside" : "is set aside", static_cast<long long>(f.step),
+                 last.c_str(), at.c_str(), moved.empty() ? "; " : "; moved to ", moved.empty() ? why.c_str() : moved.c_str());
   }
 }
 

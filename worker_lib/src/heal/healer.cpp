@@ -18,6 +18,7 @@
 #include "heal/receive_pool.h"
 #include "verify/hardware_kind.h"
 #include "verify/replica_check.h"
+#include "verify/replica_report.h"
 
 namespace ddp {
 namespace {
@@ -70,6 +71,8 @@ Healer::Healer(World& world, Healable state, HealOptions options)
   }
   if (options_.wait_timeout.count() == 0) options_.wait_timeout = world_.timeout();
   verify_every_ = options_.verify_every >= 0 ? options_.verify_every : world_.info().verify_every;
+  reporter_ = std::make_unique<ReplicaReporter>(world_.heartbeat_handle().get(), world_.rank(), verify_every_);
+  world_.replicas().set_compared_by_healer(verify_every_ > 0);
   if (verify_every_ > 0) {
     const auto params = state_.module->parameters();
     hardware_kind_ = hardware_kind(world_.info(), params.empty() ? at::Device(at::kCPU) : params.front().device());
@@ -110,7 +113,10 @@ Healer::Healer(World& world, Healable state, HealOptions options)
   if (world_.info().heals) world_.heartbeat_handle()->set_heal_ready(true);
 }
 
-Healer::~Healer() { world_.heartbeat_handle()->set_heal_ready(false); }
+Healer::~Healer() {
+  world_.heartbeat_handle()->set_heal_ready(false);
+  world_.replicas().set_compared_by_healer(false);
+}
 
 void Healer::take_snapshot(Snapshot& s) {
   s.counters = pack_counters(state_);
@@ -613,27 +619,27 @@ void Healer::verify(bool whole_state, bool with_buffers) {
   ++report_.checks;
   if (found.by_design && !told_by_design_) {
     told_by_design_ = true;
-    record_verdict(static_cast<uint32_t>(ddprun::channel::ReplicaVerdict::kByDesign), 0, found.by_design_text);
+    reporter_->verdict(ddprun::channel::ReplicaVerdict::kByDesign, ddprun::channel::ReplicaSelf::kAgrees, in.step,
+                       found.by_design_text);
   }
   switch (found.outcome) {
     case ReplicaComparison::Outcome::kNoMajority:
       stop_apart(found.text);
     case ReplicaComparison::Outcome::kApart:
-      repair(found, in.what);
+      repair(found);
       break;
     case ReplicaComparison::Outcome::kAgree:
       break;
   }
   world_.replicas().agreed(in.step);
   report_.verified_step = in.step;
-  publish_replicas();
+  reporter_->compared(/*agreed=*/true, in.step);
 }
 
 // Each kind's ranks apart take the state of the lowest rank of its
 // majority, as a replacement takes a survivor's; the majority keeps its
 // own. Then the state is compared again: it must agree now.
-void Healer::repair(const ReplicaComparison& found, const std::string& what) {
-  (void)what;
+void Healer::repair(const ReplicaComparison& found) {
   const int me = world_.rank();
   if (found.self_apart) ++apart_;
   const bool replace = found.self_apart && apart_ >= 2;
@@ -687,10 +693,9 @@ void Healer::repair(const ReplicaComparison& found, const std::string& what) {
   // Told once the ranks agree again: a rank to be replaced is killed after
   // the comparison, not in the middle of it.
   using ddprun::channel::ReplicaSelf;
-  record_verdict(static_cast<uint32_t>(ddprun::channel::ReplicaVerdict::kRepaired),
-                 static_cast<uint32_t>(replace ? ReplicaSelf::kReplace
-                                               : found.self_apart ? ReplicaSelf::kApart : ReplicaSelf::kAgrees),
-                 text);
+  reporter_->verdict(ddprun::channel::ReplicaVerdict::kRepaired,
+                     replace ? ReplicaSelf::kReplace : found.self_apart ? ReplicaSelf::kApart : ReplicaSelf::kAgrees,
+                     *state_.step, text);
 }
 
 // No majority to repair from: every rank stops alike. The checkpoints
@@ -702,36 +707,11 @@ void Healer::stop_apart(const std::string& found) {
       found + "; no majority to repair from: every rank stops, and a restart (--max-restarts) resumes from the "
               "newest checkpoint written when the replicas last agreed" +
       (agreed >= 0 ? " (step " + std::to_string(agreed) + " or before)" : "");
-  record_verdict(static_cast<uint32_t>(ddprun::channel::ReplicaVerdict::kNoMajority), 0, text);
+  reporter_->verdict(ddprun::channel::ReplicaVerdict::kNoMajority, ddprun::channel::ReplicaSelf::kAgrees, *state_.step,
+                     text);
   world_.replicas().found_apart(*state_.step, {});
   world_.heartbeat_handle()->set_heal_ready(false);
   throw ReplicasDiffer("ddp: " + text, *state_.step, agreed);
-}
-
-void Healer::record_verdict(uint32_t verdict, uint32_t self, const std::string& text) {
-  ++verdicts_;
-  verdict_ = verdict;
-  self_ = self;
-  verdict_step_ = *state_.step;
-  verdict_text_ = text;
-  publish_replicas();
-  // Under ddprun its agent says it (once for the job); without one, rank 0.
-  if (!world_.heartbeat_handle()->has_slot() && world_.rank() == 0) {
-    std::fprintf(stderr, "ddp: replicas: %s\n", text.c_str());
-  }
-}
-
-void Healer::publish_replicas() {
-  ddprun::channel::ReplicaReport r;
-  r.agreed_step = report_.verified_step;
-  r.checks = static_cast<uint64_t>(report_.checks);
-  r.verdicts = verdicts_;
-  r.verdict = verdict_;
-  r.verdict_step = verdict_step_;
-  r.self = self_;
-  r.every = static_cast<uint32_t>(std::min<int64_t>(verify_every_, UINT32_MAX));
-  std::memcpy(r.text, verdict_text_.data(), std::min(verdict_text_.size(), sizeof(r.text) - 1));
-  world_.heartbeat_handle()->report_replicas(r);
 }
 
 }  // namespace ddp

@@ -122,7 +122,7 @@ ReplicaComparison compare_replicas(Communicator& comm, const ReplicaCheckInput& 
   r[kNode] = input.node_rank;
   const at::Tensor rows = comm.all_gather(row).reshape({world, kColumns}).contiguous();
   const auto* v = rows.data_ptr<int64_t>();
-  const std::string at_step = " at step " + std::to_string(input.step);
+  const std::string at_step = " at " + input.unit + " " + std::to_string(input.step);
 
   // A model of another structure cannot be compared (nor repaired).
   for (int q = 1; q < world; ++q) {

@@ -27,6 +27,7 @@ struct ReplicaCheckInput {
   // In an order every rank derives alike (the model's by name, ...).
   std::vector<NamedTensor> tensors;
   std::string what = "parameters";  // said in the verdict: "parameters", "state"
+  std::string unit = "step";        // what `step` counts: "step", "forward pass"
   int64_t step = 0;
   std::string hardware_kind;  // this rank's
   int node_rank = 0;

@@ -7,6 +7,22 @@ namespace ddp {
 void ReplicaLedger::agreed(int64_t step) {
   std::lock_guard lock(mu_);
   agreed_step_ = std::max(agreed_step_, step);
+  ++agreements_;
+}
+
+uint64_t ReplicaLedger::agreements() const {
+  std::lock_guard lock(mu_);
+  return agreements_;
+}
+
+void ReplicaLedger::set_compared_by_healer(bool yes) {
+  std::lock_guard lock(mu_);
+  by_healer_ = yes;
+}
+
+bool ReplicaLedger::compared_by_healer() const {
+  std::lock_guard lock(mu_);
+  return by_healer_;
 }
 
 int64_t ReplicaLedger::agreed_step() const {
