@@ -87,6 +87,21 @@ void describe_worker(std::ostringstream& os, const WorkerExit& e, const char* in
   }
 }
 
+// What a failed worker said (its error and its stderr's last lines, without
+// PyTorch's rank prefixes): ranks that failed alike (replicas apart with no
+// majority stop every rank with one message) are told once.
+std::string what_it_said(const WorkerExit& e) {
+  std::string said = e.error_message + "\n";
+  for (const auto& l : e.stderr_tail) {
+    std::string line = trimmed(l);
+    for (std::string bare = trimmed(without_rank_prefix(line)); bare != line; bare = trimmed(without_rank_prefix(line))) {
+      line = bare;  // "[rank0]: [rank0]: ..." (the script's and PyTorch's)
+    }
+    said += line + "\n";
+  }
+  return said;
+}
+
 bool lacks_torch(const WorkerExit& e) {
   const std::string what = "No module named 'torch";
   if (e.error_message.find(what) != std::string::npos) return true;
@@ -185,7 +200,16 @@ std::string format_failure_summary(std::vector<WorkerExit> failures, const Summa
     describe_worker(os, failures.front(), "    ");
     for (size_t i = 1; i < failures.size(); ++i) {
       os << "  also failed: ";
-      describe_worker(os, failures[i], "    ");
+      const std::string said = what_it_said(failures[i]);
+      const auto same = std::find_if(failures.begin(), failures.begin() + static_cast<long>(i),
+                                     [&](const WorkerExit& before) { return what_it_said(before) == said; });
+      if (same == failures.begin() + static_cast<long>(i) || said == "\n") {
+        describe_worker(os, failures[i], "    ");
+        continue;
+      }
+      os << "rank " << failures[i].rank << " (local rank " << failures[i].local_rank << ", pid " << failures[i].pid
+         << ", host " << failures[i].host << "): " << describe_exit(failures[i]) << " at "
+         << format_time(failures[i].time) << "\n    the same error as rank " << same->rank << "'s above\n";
     }
   }
   if (!ctx.control_plane.empty()) os << "  control plane: " << ctx.control_plane << "\n";

@@ -306,6 +306,36 @@ TEST(FailureSummary, AWorkerLibErrorIsShownOnce) {
   EXPECT_NE(s.find("ddp: healed in generation 1"), std::string::npos) << s;
 }
 
+// Ranks that failed alike (replicas apart with no majority stop every rank
+// with one message; a Python traceback differs only in its rank prefixes)
+// are told once: the others say whose it was.
+TEST(FailureSummary, RanksThatFailedAlikeAreToldOnce) {
+  const auto t = std::chrono::system_clock::now();
+  auto failed = [&](int rank, const std::string& message, std::vector<std::string> tail) {
+    WorkerExit e;
+    e.rank = e.local_rank = rank;
+    e.pid = 100 + rank;
+    e.host = "hostA";
+    e.exit_code = 1;
+    e.time = t + std::chrono::milliseconds(rank);
+    e.error_message = message;
+    e.stderr_tail = std::move(tail);
+    return e;
+  };
+  const std::string apart = "ddp::ReplicasDiffer: ddp: the ranks' parameters differ with no majority at step 60";
+  std::string s = format_failure_summary({failed(0, apart, {}), failed(1, apart, {}), failed(2, "another", {})},
+                                         SummaryContext{"job1", 0, 0, 0, ""});
+  EXPECT_EQ(ddptest::occurrences(s, "with no majority at step 60"), 1) << s;
+  EXPECT_NE(s.find("also failed: rank 1 (local rank 1, pid 101, host hostA): exit code 1 at "), std::string::npos) << s;
+  EXPECT_NE(s.find("the same error as rank 0's above"), std::string::npos) << s;
+  EXPECT_NE(s.find("error: another"), std::string::npos) << s;
+  s = format_failure_summary({failed(0, "", {"[rank0]: Traceback", "[rank0]: [rank0]: ValueError: x"}),
+                              failed(1, "", {"[rank1]: Traceback", "[rank1]: [rank1]: ValueError: x"})},
+                             SummaryContext{"job1", 0, 0, 0, ""});
+  EXPECT_EQ(ddptest::occurrences(s, "ValueError: x"), 1) << s;
+  EXPECT_NE(s.find("the same error as rank 0's above"), std::string::npos) << s;
+}
+
 TEST(FailureSummary, RootCauseIsTheEarliestFailure) {
   const auto t = std::chrono::system_clock::now();
   auto worker = [&](int rank, pid_t pid, int code, int sig, std::chrono::milliseconds later) {
