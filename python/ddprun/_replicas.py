@@ -67,7 +67,10 @@ class _ReplicaChecks:
             except Exception as e:
                 if isinstance(e, ReplicasDiffer) or not self._failed_collective(e) or self._no_heal_coming():
                     raise
-                self._heal(_first_line(e))  # a peer failed in the comparison: healed around, compared after
+                why = _first_line(e)
+            # A peer failed in the comparison: healed around, compared after
+            # (outside the except block: see Healer.step).
+            self._heal(why)
 
     def _verify_if_due(self):
         if self.verify_every <= 0 or self.steps == self._last_verified:

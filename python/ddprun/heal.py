@@ -357,7 +357,9 @@ class Healer(_PlainLoop, _ReplicaChecks):
     # Collectives of DDP's under way (the hook's all-reduces, the buffers'
     # broadcast): the pulse beats while they wait for peers. Once the agent
     # names a newer generation they wait for nothing: the peers are in the
-    # heal, and their dropped groups fail this one's at once. One that still
+    # heal, and their dropped groups fail this one's at once (a peer heals
+    # outside the except block of its failed collective, whose traceback
+    # would hold the work and the group's sockets open). One that still
     # blocks (a peer's group outlived its drop) stops beating, and ddprun
     # finds it hung and replaces it, instead of everyone waiting for it.
     def _collectives_begin(self):
@@ -447,8 +449,12 @@ class Healer(_PlainLoop, _ReplicaChecks):
                         raise
                     if self._no_heal_coming():
                         raise  # ddprun stops the group: no replacement comes
-                    if self._heal_failed_step(before, start, _first_line(e)):
-                        return None  # done here, or by the peers (the heal brought it)
+                    why = _first_line(e)
+                # Healed outside the except block: the error's traceback
+                # holds the frames of the collective that failed, and with
+                # them its work and the group's sockets (_drop_group).
+                if self._heal_failed_step(before, start, why):
+                    return None  # done here, or by the peers (the heal brought it)
         finally:
             self._slot.set_in_step(False)
 
@@ -575,7 +581,8 @@ class Healer(_PlainLoop, _ReplicaChecks):
                     except Exception as e:
                         if not _collective_failed(e, self):
                             raise
-                        self._next_generation(_first_line(e))  # a peer failed while this process joined
+                        why = _first_line(e)
+                    self._next_generation(why)  # a peer failed while this process joined
         finally:
             _process.taking_state = False
         _process.joining = False
