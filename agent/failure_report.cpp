@@ -111,9 +111,33 @@ bool lacks_torch(const WorkerExit& e) {
   return false;
 }
 
-// The order of failures: root cause first (blamed by a hang's verdict, then earliest).
+// Whether a failure's own account says a peer went first: its error, or
+// the last line of its stderr (a Python exception's), is a collective that
+// failed because another rank's process or link went. Such a rank may be
+// reaped first (the rank that failed on its own can take longer to exit
+// after its sockets closed), but it is a consequence, not the cause.
+bool lost_a_peer(const WorkerExit& e) {
+  if (e.signal != 0 || !e.reason.empty()) return false;
+  std::string account = e.error_message;
+  for (auto l = e.stderr_tail.rbegin(); l != e.stderr_tail.rend(); ++l) {
+    const std::string line = trimmed(without_rank_prefix(*l));
+    if (line.empty()) continue;
+    account += "\n" + line;
+    break;
+  }
+  for (const char* sign : {"Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                           "DistNetworkError", "NCCL communicator was aborted", "remote process exited"}) {
+    if (account.find(sign) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The order of failures: root cause first (blamed by a hang's verdict, then
+// the earliest that did not lose a peer, then earliest).
 bool earlier(const WorkerExit& a, const WorkerExit& b) {
   if (a.blamed != b.blamed) return a.blamed;
+  const bool a_lost = lost_a_peer(a), b_lost = lost_a_peer(b);
+  if (a_lost != b_lost) return b_lost;
   return a.time < b.time;
 }
 
@@ -195,7 +219,11 @@ std::string format_failure_summary(std::vector<WorkerExit> failures, const Summa
   if (failures.empty()) {
     os << "  no worker failed on its own\n";
   } else {
+    // A rank that lost a peer failed before the root cause: say why it follows.
+    const bool before = std::any_of(failures.begin() + 1, failures.end(),
+                                    [&](const WorkerExit& e) { return e.time < failures.front().time; });
     os << (failures.front().blamed ? "  root cause (the rank the hang's verdict names): "
+           : before                ? "  root cause (the earliest failure of its own; the ranks before it lost a peer): "
                                    : "  root cause (earliest failure): ");
     describe_worker(os, failures.front(), "    ");
     for (size_t i = 1; i < failures.size(); ++i) {

@@ -336,6 +336,42 @@ TEST(FailureSummary, RanksThatFailedAlikeAreToldOnce) {
   EXPECT_NE(s.find("the same error as rank 0's above"), std::string::npos) << s;
 }
 
+// Rank 1 raised in its step; rank 2's collective failed because rank 1's
+// sockets closed, and rank 2's interpreter exited first (rank 1's teardown
+// was slower): the root cause is rank 1, with its exception, by its own
+// account, whichever was reaped first. A rank killed by a signal or found
+// hung lost no peer.
+TEST(FailureSummary, ARankThatLostAPeerIsNotTheRootCause) {
+  const auto t = std::chrono::system_clock::now();
+  auto failed = [&](int rank, int after_ms, std::vector<std::string> tail) {
+    WorkerExit e;
+    e.rank = e.local_rank = rank;
+    e.pid = 100 + rank;
+    e.host = "hostA";
+    e.exit_code = 1;
+    e.time = t + std::chrono::milliseconds(after_ms);
+    e.stderr_tail = std::move(tail);
+    return e;
+  };
+  const WorkerExit lost = failed(2, 0, {"[rank2]:    work.wait()",
+                                        "[rank2]:RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed "
+                                        "by peer [127.0.0.1]:4528"});
+  const WorkerExit own = failed(1, 300, {"[rank1]:    raise RuntimeError(\"my own bug at step 5\")",
+                                         "[rank1]:RuntimeError: my own bug at step 5"});
+  const std::string s = format_failure_summary({lost, own}, SummaryContext{"job1", 0, 0, 0, ""});
+  EXPECT_NE(s.find("root cause (the earliest failure of its own; the ranks before it lost a peer): rank 1 "),
+            std::string::npos)
+      << s;
+  EXPECT_LT(s.find("RuntimeError: my own bug at step 5"), s.find("also failed: rank 2")) << s;
+  EXPECT_EQ(root_cause({lost, own}).rank, 1);
+  WorkerExit killed = failed(0, 200, {});
+  killed.exit_code = 0;
+  killed.signal = SIGKILL;
+  EXPECT_EQ(root_cause({lost, killed}).rank, 0);
+  EXPECT_EQ(root_cause({lost, failed(3, 100, {"[rank3]:RuntimeError: Connection reset by peer"})}).rank, 2)
+      << "both lost a peer: the earliest";
+}
+
 TEST(FailureSummary, RootCauseIsTheEarliestFailure) {
   const auto t = std::chrono::system_clock::now();
   auto worker = [&](int rank, pid_t pid, int code, int sig, std::chrono::milliseconds later) {
