@@ -28,8 +28,28 @@ def _rank_in(generation, slot):
     return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 
 
-_original_init = dist.init_process_group
+_torch_init = dist.init_process_group
 _original_ddp_init = DistributedDataParallel.__init__
+
+
+def _without_rank_prefix(hook):
+    """sys.excepthook without the wrappers PyTorch 2.x's init_process_group
+    adds (each prefixes an uncaught exception's lines with "[rankN]: "): a
+    heal makes the default group again, and a second wrapper printed
+    "[rank1]: [rank1]: Traceback"."""
+    while getattr(hook, "__name__", "") == "_distributed_excepthook" and hook.__closure__:
+        cells = dict(zip(hook.__code__.co_freevars, hook.__closure__))
+        if "old_hook" not in cells:
+            break
+        hook = cells["old_hook"].cell_contents
+    return hook
+
+
+def _original_init(*args, **kwargs):
+    """PyTorch's init_process_group, whose exception hook prefixes the rank
+    once (the rank of the newest group)."""
+    sys.excepthook = _without_rank_prefix(sys.excepthook)
+    return _torch_init(*args, **kwargs)
 
 
 def _init_generation(backend, generation, slot):
