@@ -16,7 +16,9 @@
 // however long that takes) as finishing. While it waits inside a torch.distributed call a
 // thread beats for it (a peer's long phase is no hang of its own). A heal's
 // replacement started afresh beats from its start until the ddprun package
-// (python/ddprun) is loaded, which beats while it joins. An interpreter run with -I, -E or -S skips
+// (python/ddprun) is loaded, which beats while it joins. An uncaught
+// exception's last line goes to TORCHELASTIC_ERROR_FILE (error_file.h)
+// unless the script wrote that file. An interpreter run with -I, -E or -S skips
 // it; the agent then sees no handler and says so instead of signalling.
 #pragma once
 
@@ -225,6 +227,36 @@ class _DdprunTorchHooks:
                     setattr(dist, name, wrapped)
 
 
+def _ddprun_record_uncaught():
+    """An uncaught exception's own account, for the agent: its last line in
+    TORCHELASTIC_ERROR_FILE (torchrun's format), unless the script wrote the
+    file itself (torch.distributed.elastic's @record does). Written before
+    the interpreter's teardown, which may outlast the peers that lost this
+    rank and the stop that follows: the rank that failed first still says
+    so, and is counted as failed, not as stopped."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+        if path and not issubclass(kind, KeyboardInterrupt) and not os.path.lexists(path):
+            try:
+                import json
+                import time
+                import traceback
+                message = "".join(traceback.format_exception_only(kind, value)).strip()
+                data = {"message": {"message": message,
+                                    "extraInfo": {"py_callstack": "", "timestamp": str(int(time.time()))}}}
+                part = "%s.%d.part" % (path, os.getpid())
+                with open(part, "w") as f:
+                    json.dump(data, f)
+                os.replace(part, path)
+            except Exception:
+                pass
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
+
+
 def _ddprun_hook_torch():
     if "torch" in sys.modules:
         return
@@ -268,6 +300,7 @@ def _ddprun_replacement_pulse():
 
 _ddprun_stacks_to(os.environ.get("DDPRUN_HEARTBEAT_FILE"), os.environ.get("DDPRUN_HEARTBEAT_SLOT"))
 _ddprun_replacement_pulse()
+_ddprun_record_uncaught()
 _ddprun_hook_torch()
 _ddprun_next_sitecustomize()
 )PY";

@@ -179,6 +179,22 @@ os._exit(0)  # past PyTorch 2.15's abort in interpreter shutdown (see tests/inte
   }
 }
 
+// Rank 1 raises in step 5, lets its group go and lingers in its teardown
+// until the stop (tests/interop/own_error_first.py): its peers lose it,
+// fail first and are reaped first. The root cause is still rank 1, with
+// its error (its start-up wrote the exception to its error file before
+// the teardown), not a peer's "Connection closed by peer", and rank 1 is
+// no worker the stop ended.
+TEST(FaultTolerance, APythonRanksOwnErrorIsTheRootCauseThoughItsPeersWereReapedFirst) {
+  Finished f = ddptest::run({DDPRUN_BIN, "--nproc", "3", OWN_ERROR_SCRIPT}, {"PYTHON_EXEC=" PYTHON_BIN});
+  EXPECT_EQ(f.exit_code, 1) << f.err;
+  EXPECT_TRUE(contains(f.err, "root cause (the earliest failure of its own; the ranks before it lost a peer): rank 1 "
+                              "(local rank 1"))
+      << f.err;
+  EXPECT_TRUE(contains(f.err, "    error: RuntimeError: an error of rank 1's own at step 5\n")) << f.err;
+  EXPECT_TRUE(contains(f.err, "  also failed: rank 0") || contains(f.err, "  also failed: rank 2")) << f.err;
+}
+
 TEST(FaultTolerance, AStoppedWorkerIsFoundHungAndTheJobRecovers) {
   const std::string want = reference_checksum();
   const fs::path dir = temp("stop-ckpt"), summary = temp("stop.json");
