@@ -26,6 +26,7 @@ GroupPolicy::GroupPolicy(int workers, GroupPolicyOptions options, TimePoint star
       busy_now_(workers, std::chrono::milliseconds(0)),
       busy_at_beat_(workers, std::chrono::milliseconds(0)),
       slow_said_(workers, false),
+      slow_told_at_(workers),
       started_(started),
       heal_ready_(workers, false),
       joining_(workers, false),
@@ -213,6 +214,7 @@ std::vector<GroupCommand> GroupPolicy::replace_workers(const std::vector<int>& w
     beat_changed_[w] = now;
     busy_at_beat_[w] = busy_now_[w] = std::chrono::milliseconds(0);  // a new process counts from 0
     slow_said_[w] = false;
+    slow_told_at_[w].reset();
     start_grace_[w] = first_beat_after_;  // until replacement_started says it came from a standby
     ++heals_[w];
     ++heal_count_;
@@ -268,6 +270,7 @@ void GroupPolicy::replacement_started(int w, bool from_standby, TimePoint now) {
   beat_changed_[w] = now;
   busy_at_beat_[w] = busy_now_[w] = std::chrono::milliseconds(0);  // a new process counts from 0
   slow_said_[w] = false;
+  slow_told_at_[w].reset();
   finishing_[w] = in_step_[w] = false;
   start_grace_[w] = from_standby ? std::chrono::milliseconds(0) : first_beat_after_;
   if (learned_) learned_->restart(w);
@@ -393,9 +396,12 @@ std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& cou
     if (why.empty()) continue;
     const auto silent = std::chrono::duration_cast<milliseconds>(now - beat_changed_[w]);
     if (is_busy(w) || someone_busy) {
-      // Slow, not hung: said once a silence.
-      if (!slow_said_[w]) {
+      // Slow, not hung: said once a silence, and at most once every
+      // kSlowNoteEvery a worker.
+      const bool told_lately = slow_told_at_[w] && now - *slow_told_at_[w] < kSlowNoteEvery;
+      if (!slow_said_[w] && !told_lately) {
         slow_said_[w] = true;
+        slow_told_at_[w] = now;
         GroupCommand note;
         note.kind = GroupCommand::kNote;
         note.worker = static_cast<int>(w);

@@ -88,6 +88,9 @@ class GroupPolicy {
   // the worker's own (it failed at nearly the same moment, before our
   // SIGTERM could reach it), given evidence (see on_exit).
   static constexpr std::chrono::milliseconds kTogether{100};
+  // A worker named slow, not hung, is named so again at most this often:
+  // under a short --hang-timeout its silences come every second or two.
+  static constexpr std::chrono::seconds kSlowNoteEvery{60};
 
   // Worker w exited; failed: by a non-zero code or a signal. on_its_own:
   // evidence that a failure was its own even if it had been asked to stop
@@ -291,6 +294,7 @@ class GroupPolicy {
   std::vector<std::chrono::milliseconds> busy_now_;
   std::vector<std::chrono::milliseconds> busy_at_beat_;
   std::vector<bool> slow_said_;
+  std::vector<std::optional<TimePoint>> slow_told_at_;  // the last such note (see kSlowNoteEvery)
   bool stopping_ = false;
   bool killed_ = false;
   bool any_failed_ = false;

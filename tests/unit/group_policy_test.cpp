@@ -460,6 +460,38 @@ TEST(GroupPolicy, ASilentButBusyWorkerIsSlowNotHung) {
   EXPECT_TRUE(signals(cs, SIGTERM));
 }
 
+// Under a short limit a slow worker's silences come every second or two
+// (a beat between each): it is named slow at most once a minute
+// (kSlowNoteEvery), not at every silence.
+TEST(GroupPolicy, ASlowWorkerIsNamedSlowAtMostOnceAMinute) {
+  using ms = std::chrono::milliseconds;
+  GroupPolicy p(2, opts(1s), t0);
+  p.on_beats({1, 1}, t0, {ms(0), ms(0)});
+  int notes = 0;
+  uint64_t beats0 = 1, beats1 = 1;
+  auto tick = [&](ms at) {  // worker 0 beats at every tick; worker 1 is always busy
+    for (const auto& c : p.on_beats({++beats0, beats1}, t0 + at, {ms(0), at})) {
+      EXPECT_EQ(c.kind, GroupCommand::kNote);
+      EXPECT_EQ(c.worker, 1);
+      notes += c.kind == GroupCommand::kNote;
+    }
+  };
+  // Worker 1 silent for 1.5 s of every 2 s (then a beat), for 58 s...
+  for (int k = 0; k < 29; ++k) {
+    tick(ms(2000 * k + 1500));
+    ++beats1;
+    tick(ms(2000 * k + 2000));
+  }
+  EXPECT_EQ(notes, 1) << "named slow at every silence";
+  // ... and for 6 s more.
+  for (int k = 29; k < 32; ++k) {
+    tick(ms(2000 * k + 1500));
+    ++beats1;
+    tick(ms(2000 * k + 2000));
+  }
+  EXPECT_EQ(notes, 2) << "a minute after the first, it is named again";
+}
+
 // A whole node slow at once is the node's load: while a silent worker is
 // busy, the idle silent ones may wait for it (a collective without a
 // pulse) and nobody is judged; without busy readings they are, as before.
