@@ -306,21 +306,27 @@ TEST(FailureSummary, AWorkerLibErrorIsShownOnce) {
   EXPECT_NE(s.find("ddp: healed in generation 1"), std::string::npos) << s;
 }
 
+// Rank `rank` of host "hostA" (pid 100 + rank), exited with code 1 at `at`.
+WorkerExit failed_worker(int rank, std::chrono::system_clock::time_point at, const std::string& message,
+                         std::vector<std::string> tail) {
+  WorkerExit e;
+  e.rank = e.local_rank = rank;
+  e.pid = 100 + rank;
+  e.host = "hostA";
+  e.exit_code = 1;
+  e.time = at;
+  e.error_message = message;
+  e.stderr_tail = std::move(tail);
+  return e;
+}
+
 // Ranks that failed alike (replicas apart with no majority stop every rank
 // with one message; a Python traceback differs only in its rank prefixes)
 // are told once: the others say whose it was.
 TEST(FailureSummary, RanksThatFailedAlikeAreToldOnce) {
   const auto t = std::chrono::system_clock::now();
   auto failed = [&](int rank, const std::string& message, std::vector<std::string> tail) {
-    WorkerExit e;
-    e.rank = e.local_rank = rank;
-    e.pid = 100 + rank;
-    e.host = "hostA";
-    e.exit_code = 1;
-    e.time = t + std::chrono::milliseconds(rank);
-    e.error_message = message;
-    e.stderr_tail = std::move(tail);
-    return e;
+    return failed_worker(rank, t + std::chrono::milliseconds(rank), message, std::move(tail));
   };
   const std::string apart = "ddp::ReplicasDiffer: ddp: the ranks' parameters differ with no majority at step 60";
   std::string s = format_failure_summary({failed(0, apart, {}), failed(1, apart, {}), failed(2, "another", {})},
@@ -344,14 +350,7 @@ TEST(FailureSummary, RanksThatFailedAlikeAreToldOnce) {
 TEST(FailureSummary, ARankThatLostAPeerIsNotTheRootCause) {
   const auto t = std::chrono::system_clock::now();
   auto failed = [&](int rank, int after_ms, std::vector<std::string> tail) {
-    WorkerExit e;
-    e.rank = e.local_rank = rank;
-    e.pid = 100 + rank;
-    e.host = "hostA";
-    e.exit_code = 1;
-    e.time = t + std::chrono::milliseconds(after_ms);
-    e.stderr_tail = std::move(tail);
-    return e;
+    return failed_worker(rank, t + std::chrono::milliseconds(after_ms), "", std::move(tail));
   };
   const WorkerExit lost = failed(2, 0, {"[rank2]:    work.wait()",
                                         "[rank2]:RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed "

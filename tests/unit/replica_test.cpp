@@ -251,16 +251,21 @@ TEST(HealerReplicas, WithTheComparisonOffTheFlipStays) {
   EXPECT_FALSE(at::equal(runs[1].params[2], runs[0].params[2])) << "the corruption stays without the comparison";
 }
 
+// A checkpoint after every step in `dir`, the newest `keep` kept.
+ddp::CheckpointOptions every_step(const fs::path& dir, int keep) {
+  ddp::CheckpointOptions co;
+  co.dir = dir.string();
+  co.every_steps = 1;
+  co.keep = keep;
+  return co;
+}
+
 TEST(HealerReplicas, NoMajorityThrowsOnEveryRankAndSetsAsideCheckpointsSinceTheyAgreed) {
   const fs::path dir = fs::temp_directory_path() / ("ddprun-replicas-" + std::to_string(getpid()));
   fs::remove_all(dir);
   std::vector<HealedRun> runs(2);
   run_ranks(2, [&](ddp::World& w) {
-    ddp::CheckpointOptions co;
-    co.dir = dir.string();
-    co.every_steps = 1;
-    co.keep = 10;
-    ddp::Checkpointer ckpt(w, co);
+    ddp::Checkpointer ckpt(w, every_step(dir, 10));
     runs[w.rank()] = run_healed(w, 6, flip_on(1, 3, 0), &ckpt);  // found at step 4
     ckpt.finish();
   });
@@ -285,11 +290,7 @@ TEST(HealerReplicas, PruningKeepsTheNewestCheckpointTheReplicasAgreedOn) {
   const fs::path dir = fs::temp_directory_path() / ("ddprun-replicas-keep-" + std::to_string(getpid()));
   fs::remove_all(dir);
   run_ranks(2, [&](ddp::World& w) {
-    ddp::CheckpointOptions co;
-    co.dir = dir.string();
-    co.every_steps = 1;
-    co.keep = 1;
-    ddp::Checkpointer ckpt(w, co);
+    ddp::Checkpointer ckpt(w, every_step(dir, 1));
     run_healed(w, 5, no_corruption, &ckpt);
     ckpt.finish();
   });
@@ -394,11 +395,7 @@ TEST(DdpReplicas, RankZeroApartSetsAsideTheCheckpointsSavedSinceTheyLastAgreed) 
   fs::remove_all(dir);
   std::vector<std::string> errors(3);
   run_ranks(3, [&](ddp::World& w) {
-    ddp::CheckpointOptions co;
-    co.dir = dir.string();
-    co.every_steps = 1;
-    co.keep = 10;
-    ddp::Checkpointer ckpt(w, co);
+    ddp::Checkpointer ckpt(w, every_step(dir, 10));
     errors[w.rank()] = ddp_run(w, /*with_healer=*/false, /*flip_rank=*/0, &ckpt);
     ckpt.finish();
   });
