@@ -70,6 +70,19 @@ std::optional<CpuTimes> proc_cpu_times(pid_t pid) {
   return t;
 }
 
+bool process_stopped(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  std::ifstream stat(path);
+  std::string text;
+  if (!stat || !std::getline(stat, text)) return false;
+  // The state is the field after the command name, which may hold ')'.
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) return false;
+  const char state = text[close + 2];
+  return state == 'T' || state == 't';
+}
+
 std::optional<CpuTimes> cpu_times(const std::string& cgroup, pid_t pid) {
   if (auto t = cgroup_cpu_times(cgroup)) return t;
   if (pid > 0) return proc_cpu_times(pid);

@@ -23,6 +23,7 @@ GroupPolicy::GroupPolicy(int workers, GroupPolicyOptions options, TimePoint star
       awaited_(workers, std::chrono::milliseconds(0)),
       in_step_(workers, false),
       finishing_(workers, false),
+      stopped_(workers, false),
       busy_now_(workers, std::chrono::milliseconds(0)),
       busy_at_beat_(workers, std::chrono::milliseconds(0)),
       slow_said_(workers, false),
@@ -33,6 +34,12 @@ GroupPolicy::GroupPolicy(int workers, GroupPolicyOptions options, TimePoint star
       heals_(workers, 0),
       join_failures_(workers, 0) {
   if (options_.learned_hang) learned_.emplace(workers, *options_.learned_hang);
+  if (hang_watching()) {
+    ProgressWatchOptions po;
+    po.explicit_limit = options_.hang_timeout;
+    po.learned = options_.learned_hang;
+    progress_.emplace(workers, po);
+  }
 }
 
 // A failed (or hung) worker is replaced only while the group runs on its
@@ -251,6 +258,9 @@ std::vector<GroupCommand> GroupPolicy::on_signal(int sig, TimePoint now) {
     // However long the pause (and whoever stopped ddprun), the workers had
     // no chance to beat: their silence starts again now.
     std::fill(beat_changed_.begin(), beat_changed_.end(), now);
+    if (paused_at_ && progress_) {
+      progress_->shift(std::chrono::duration_cast<std::chrono::milliseconds>(now - *paused_at_), now);
+    }
     if (paused_at_ && stopping_ && !killed_) kill_at_ += now - *paused_at_;
     paused_at_.reset();
     return {signal_running(SIGCONT)};
@@ -274,6 +284,8 @@ void GroupPolicy::replacement_started(int w, bool from_standby, TimePoint now) {
   finishing_[w] = in_step_[w] = false;
   start_grace_[w] = from_standby ? std::chrono::milliseconds(0) : first_beat_after_;
   if (learned_) learned_->restart(w);
+  if (progress_) progress_->restart(w);
+  stopped_[w] = false;
   in_phase_[w] = phase_seen_[w] = false;
   awaited_[w] = std::chrono::milliseconds(0);
 }
@@ -332,6 +344,7 @@ void GroupPolicy::on_own_stall(std::chrono::milliseconds stalled, TimePoint now)
     beat_changed_[w] = std::min(beat_changed_[w] + stalled, now);
     phase_left_[w] = std::min(phase_left_[w] + stalled, now);
   }
+  if (progress_) progress_->shift(stalled, now);
 }
 
 std::chrono::milliseconds GroupPolicy::busy_since_beat(int w) const {
@@ -395,7 +408,7 @@ std::vector<GroupCommand> GroupPolicy::on_beats(const std::vector<uint64_t>& cou
     const std::string why = hung_because(static_cast<int>(w), counts[w], now);
     if (why.empty()) continue;
     const auto silent = std::chrono::duration_cast<milliseconds>(now - beat_changed_[w]);
-    if (is_busy(w) || someone_busy) {
+    if ((is_busy(w) || someone_busy) && !stopped_[w]) {
       // Slow, not hung: said once a silence, and at most once every
       // kSlowNoteEvery a worker.
       const bool told_lately = slow_told_at_[w] && now - *slow_told_at_[w] < kSlowNoteEvery;
@@ -518,6 +531,46 @@ GroupPolicy::Outcome GroupPolicy::outcome() const {
   if (any_failed_ || std::find(hung_.begin(), hung_.end(), true) != hung_.end()) return kWorkerFailed;
   if (!round_stop_.empty()) return kStoppedForRound;
   return kSucceeded;
+}
+
+
+std::vector<GroupCommand> GroupPolicy::on_progress(std::vector<ProgressReading> readings, TimePoint now) {
+  std::vector<GroupCommand> out;
+  if (!options_.heartbeats || stopping_ || !progress_) return out;
+  for (size_t w = 0; w < readings.size() && w < alive_.size(); ++w) {
+    ProgressReading& r = readings[w];
+    // Killed to be replaced, or judged already: no longer watched.
+    const bool replacing = std::find(to_replace_.begin(), to_replace_.end(), static_cast<int>(w)) != to_replace_.end();
+    r.alive = alive_[w] && !replacing && !hung_[w];
+    r.joining = joining_[w];
+    r.in_phase = in_phase_[w];
+    r.finishing = finishing_[w];
+    r.stopped = r.stopped || stopped_[w];
+  }
+  const ProgressVerdict v = progress_->observe(readings, now);
+  if (v.kind == ProgressVerdict::kNone) return out;
+  bool stop = false;
+  for (int w : v.workers) {
+    GroupCommand kill;
+    kill.kind = GroupCommand::kKillWorker;
+    kill.worker = w;
+    kill.why = v.why;
+    kill.silent = v.still;
+    // A rank that spins is replaced as a hung one is; a job in which every
+    // rank waits has nobody to replace.
+    kill.heal = v.kind == ProgressVerdict::kSpins && heal_allowed(w) && peers_in_step(w);
+    if (kill.heal) {
+      to_replace_.push_back(w);
+    } else {
+      hung_[w] = true;
+      stop = true;
+    }
+    out.push_back(kill);
+  }
+  if (stop) {
+    for (auto& c : begin_stop(SIGTERM, now)) out.push_back(c);
+  }
+  return out;
 }
 
 }  // namespace ddprun

@@ -15,6 +15,7 @@
 
 #include "agent/group_outcome.h"
 #include "agent/learned_timeout.h"
+#include "agent/progress_watch.h"
 
 namespace ddprun {
 
@@ -196,6 +197,22 @@ class GroupPolicy {
   static constexpr std::chrono::milliseconds kLongSilence{1000};
   std::vector<GroupCommand> on_beats(const std::vector<uint64_t>& counts, TimePoint now,
                                      const std::vector<std::chrono::milliseconds>& busy = {});
+  // Whether worker w's process is stopped now (SIGSTOP, a debugger; not
+  // the agent's own pause): read before on_beats. A stopped worker computes
+  // nothing and waits for nobody: no busy peer excuses its silence.
+  void set_stopped(int w, bool stopped) { stopped_[w] = stopped; }
+  // Hang detection by progress (progress_watch.h), after on_beats in the
+  // same tick: each worker's progress counter and CPU times (`readings`;
+  // alive, joining and the phase are filled in here). A rank that spins
+  // while the others wait is killed as a hung one is (replaced when it can
+  // heal); a job in which every rank waits and none advances stops (a
+  // restart, from the newest checkpoint).
+  std::vector<GroupCommand> on_progress(std::vector<ProgressReading> readings, TimePoint now);
+  // Whether every rank of the job runs on this node (the progress watch
+  // judges a job in which every rank waits only then).
+  void set_whole_job(bool whole) {
+    if (progress_) progress_->set_whole_job(whole);
+  }
   // The agent itself did not run for `stalled` (its loop woke that much
   // later than it asked: a loaded machine, a paused ddprun). Whatever the
   // workers did meanwhile it could not see: that stretch is nobody's
@@ -289,6 +306,8 @@ class GroupPolicy {
   std::vector<std::chrono::milliseconds> awaited_;  // see set_awaited
   std::vector<bool> in_step_;                        // see set_in_step
   std::vector<bool> finishing_;                      // see set_finishing
+  std::vector<bool> stopped_;                        // see set_stopped
+  std::optional<ProgressWatch> progress_;            // see on_progress
   // Busy time (see on_beats): the latest reading, and the one when the
   // counter last moved; whether this silence was said to be slowness.
   std::vector<std::chrono::milliseconds> busy_now_;

@@ -56,6 +56,10 @@ std::vector<channel::FlightEntry> HeartbeatTable::flight(int slot) const {
   return channel::read_flight(channel::flight_ring(channel::heartbeat_slot(map_, slot)));
 }
 
+uint64_t HeartbeatTable::advanced(int slot) const {
+  return channel::flight_advanced(channel::flight_ring(channel::heartbeat_slot(map_, slot)));
+}
+
 uint64_t HeartbeatTable::read(int slot) const {
   auto* counter = channel::heartbeat_counter(map_, slot);
   return __atomic_load_n(counter, __ATOMIC_RELAXED);

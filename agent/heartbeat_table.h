@@ -28,6 +28,8 @@ class HeartbeatTable {
   // The last collectives the worker in `slot` ran (its flight record),
   // oldest first.
   std::vector<channel::FlightEntry> flight(int slot) const;
+  // The worker's progress counter (flight_record.h's `advanced`).
+  uint64_t advanced(int slot) const;
   uint64_t read(int slot) const;
   // What the worker in `slot` last reported; false when it was mid-write
   // (try again on the next tick). Nothing reported: flags == 0.

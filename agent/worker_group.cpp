@@ -184,6 +184,7 @@ void WorkerGroup::renumber(int first_global_rank, int world_size, int node_rank,
     id.group_world_size = num_nodes;
     if (i < workers_.size() && workers_[i]->output) workers_[i]->output->set_rank(id.rank);
   }
+  if (policy_) policy_->set_whole_job(num_nodes == 1);
 }
 
 void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
@@ -428,6 +429,9 @@ void WorkerGroup::check_heartbeats() {
   // How busy each worker was (cgroup or /proc): read for all or none.
   std::vector<std::chrono::milliseconds> busy(workers_.size(), std::chrono::milliseconds(0));
   bool busy_known = true;
+  // Their progress counters, CPU times and whether they are stopped, for
+  // the progress watch (GroupPolicy::on_progress).
+  std::vector<ProgressReading> readings(workers_.size());
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (!policy_->alive(static_cast<int>(i))) continue;
     const int lr = workers_[i]->launch->id.local_rank;
@@ -437,8 +441,17 @@ void WorkerGroup::check_heartbeats() {
     policy_->set_silence_expected(static_cast<int>(i), phases[i] != channel::Phase::kNone && !finishing, now);
     policy_->set_in_step(static_cast<int>(i), options_.heartbeats->in_step(lr));
     counts[i] = options_.heartbeats->read(lr);
+    ProgressReading& r = readings[i];
+    r.advanced = options_.heartbeats->advanced(lr);
+    r.checkpoint = phases[i] == channel::Phase::kCheckpoint;
+    // The agent's own pause (Ctrl-Z) stops them too, but then it does not run.
+    r.stopped = process_stopped(workers_[i]->pid);
+    policy_->set_stopped(static_cast<int>(i), r.stopped);
     if (const auto t = cpu_times(workers_[i]->cgroup, workers_[i]->pid)) {
       busy[i] = t->busy();
+      r.busy = t->busy();
+      r.used = std::chrono::duration_cast<std::chrono::milliseconds>(t->used);
+      r.cpu_known = true;
     } else {
       busy_known = false;
     }
@@ -456,6 +469,7 @@ void WorkerGroup::check_heartbeats() {
     }
   }
   execute(policy_->on_beats(counts, now, busy_known ? busy : std::vector<std::chrono::milliseconds>{}));
+  execute(policy_->on_progress(std::move(readings), now));
 }
 
 // News from the rendezvous (only while the workers run on their own: once
@@ -562,6 +576,7 @@ GroupResult WorkerGroup::run() {
   po.generations_from_rendezvous = options_.heals_named_by_rendezvous && options_.host;
   policy_ = std::make_unique<GroupPolicy>(static_cast<int>(launches_.size()), po,
                                           std::chrono::steady_clock::now());
+  policy_->set_whole_job(launches_.empty() || launches_[0].id.group_world_size == 1);
   start_all();  // on a failure to start, the destructor kills those started
 
   std::vector<pollfd> fds;

@@ -5,6 +5,12 @@
 // same number on every rank), its size, and when it started and finished.
 // worker_lib writes it on every collective (ddp::SwappableCommunicator);
 // the agent reads it when a worker hangs, to say who waits for whom.
+// Beside the ring, `advanced` counts the worker's progress: every
+// collective that returned (worker_lib), or every optimizer step (a Python
+// script, through its start-up's hooks). Beats say a worker lives (a pulse
+// beats while it waits); `advanced` says its training moves: a job whose
+// ranks all stop advancing is hung whatever their processes do
+// (agent/progress_watch.h).
 //
 // Writers never lock and never wait: a record is claimed with one atomic
 // add, its fields are written as relaxed atomics, and its id (the claim's
@@ -57,8 +63,9 @@ inline constexpr size_t kFlightOffset = 128;  // in the slot, after the heartbea
 inline constexpr size_t kFlightEntries = 16;
 
 struct FlightRing {
-  uint64_t next;  // records claimed so far
-  uint64_t reserved[7];
+  uint64_t next;      // records claimed so far
+  uint64_t advanced;  // the worker's progress (see the top of this file)
+  uint64_t reserved[6];
   FlightEntry entries[kFlightEntries];
 };
 static_assert(sizeof(FlightRing) == 64 + 64 * kFlightEntries);
@@ -101,6 +108,12 @@ inline void flight_end(FlightRing* ring, uint64_t id, bool failed, int64_t now_n
   flight_detail::store64(reinterpret_cast<uint64_t*>(&e.finished_ns), static_cast<uint64_t>(now_ns));
   const FlightState state = failed ? FlightState::kFailed : FlightState::kFinished;
   __atomic_store_n(&e.state, static_cast<uint32_t>(state), __ATOMIC_RELEASE);
+  if (!failed) __atomic_fetch_add(&ring->advanced, 1, __ATOMIC_RELAXED);
+}
+
+// The agent: the worker's progress counter (0 without a ring).
+inline uint64_t flight_advanced(const FlightRing* ring) {
+  return ring ? __atomic_load_n(&ring->advanced, __ATOMIC_RELAXED) : 0;
 }
 
 // Whether the newest record is a collective under way (started, not yet

@@ -44,7 +44,10 @@
 //                 (worker_lib's StopFlag): whether the stop is the agent's own
 //                 decision (a peer failed, a new round, a hang) or a signal
 //                 the user sent ddprun (preemption, Ctrl-C).
-//   bytes 128..1215 the flight record (flight_record.h);
+//   bytes 128..1215 the flight record (flight_record.h), with the worker's
+//                 progress counter at 136 (collectives that returned, or a
+//                 Python script's optimizer steps): hang detection's
+//                 measure of a job that moves (agent/progress_watch.h);
 //   bytes 1216..1663 replicas: written by the worker after each comparison
 //                 of the ranks' parameter fingerprints (--verify-every):
 //                 the newest step they agreed at, and the newest verdict
@@ -234,6 +237,11 @@ static_assert(kInStepOffset + 4 <= kStopReasonOffset);
 static_assert(kStopReasonOffset + 4 <= kHeartbeatWordsBytes);
 static_assert(kFlightOffset >= kHeartbeatWordsBytes && kFlightOffset + sizeof(FlightRing) <= kHeartbeatSlotBytes);
 
+// The progress counter (flight_record.h's FlightRing::advanced), for
+// Python, which reads no struct.
+inline constexpr size_t kAdvancedOffset = 136;
+static_assert(kAdvancedOffset == kFlightOffset + offsetof(FlightRing, advanced));
+
 inline uint32_t* stop_reason_word(void* map, int slot) {
   return reinterpret_cast<uint32_t*>(heartbeat_slot(map, slot) + kStopReasonOffset);
 }
@@ -309,7 +317,7 @@ inline bool read_replicas(const ReplicaBlock* block, ReplicaReport* out) { retur
 // reads, as Python assignments taken from the constants above.
 inline std::string python_slot_words() {
   return "_DDPRUN_SLOT_BYTES = " + std::to_string(kHeartbeatSlotBytes) + "\n_DDPRUN_PHASE_OFFSET = " +
-         std::to_string(kPhaseOffset) + "\n";
+         std::to_string(kPhaseOffset) + "\n_DDPRUN_ADVANCED_OFFSET = " + std::to_string(kAdvancedOffset) + "\n";
 }
 
 }  // namespace ddprun::channel

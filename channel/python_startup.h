@@ -9,7 +9,8 @@
 //
 // It also gives an unmodified PyTorch script a heartbeat (heartbeat_layout.h)
 // for hang detection: once torch is imported, every optimizer step beats
-// (torch 2.x's global step hook; on 1.x, Optimizer.zero_grad), and the
+// and counts as progress (torch 2.x's global step hook; on 1.x,
+// Optimizer.zero_grad), and the
 // script's own phases are announced in the slot's phase word: an
 // evaluation from module.eval() until module.train(), a checkpoint inside
 // torch.save/torch.load, and the end of the script (its interpreter's exit,
@@ -50,8 +51,10 @@ def _ddprun_heartbeat():
         with open(hb, "r+b") as f:
             m = mmap.mmap(f.fileno(), 0)
         base = int(slot) * _DDPRUN_SLOT_BYTES
-        # The counter (the slot's first 8 bytes) and the phase word.
-        return ctypes.c_uint64.from_buffer(m, base), ctypes.c_uint32.from_buffer(m, base + _DDPRUN_PHASE_OFFSET)
+        # The counter (the slot's first 8 bytes), the phase word and the
+        # progress counter (flight_record.h: the steps that moved).
+        return (ctypes.c_uint64.from_buffer(m, base), ctypes.c_uint32.from_buffer(m, base + _DDPRUN_PHASE_OFFSET),
+                ctypes.c_uint64.from_buffer(m, base + _DDPRUN_ADVANCED_OFFSET))
     except (OSError, ValueError):
         return None
 
@@ -98,6 +101,13 @@ class _DdprunTorchHooks:
     def beat(cls, *args, **kwargs):
         if cls.slot():
             cls.words[0].value += 1
+
+    @classmethod
+    def step(cls, *args, **kwargs):
+        # An optimizer step: the script's training moved (and it lives).
+        if cls.slot():
+            cls.words[0].value += 1
+            cls.words[2].value += 1
 
     @classmethod
     def say(cls, phase):
@@ -184,15 +194,15 @@ class _DdprunTorchHooks:
             atexit.register(cls.finish)
         optimizer = importlib.import_module("torch.optim.optimizer")
         if hasattr(optimizer, "register_optimizer_step_post_hook"):
-            optimizer.register_optimizer_step_post_hook(cls.beat)
+            optimizer.register_optimizer_step_post_hook(cls.step)
         else:
             zero_grad = torch.optim.Optimizer.zero_grad
 
-            def beat_then_zero_grad(*args, **kwargs):
-                cls.beat()
+            def step_then_zero_grad(*args, **kwargs):
+                cls.step()
                 return zero_grad(*args, **kwargs)
 
-            torch.optim.Optimizer.zero_grad = beat_then_zero_grad
+            torch.optim.Optimizer.zero_grad = step_then_zero_grad
         # module.eval() / module.train(): the outermost call says which.
         train = torch.nn.Module.train
 

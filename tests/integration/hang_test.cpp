@@ -61,6 +61,60 @@ TEST(Hang, ARankThatComputesWithoutBeatingIsSlowNotHung) {
   EXPECT_FALSE(contains(f.err, "hung: no heartbeat")) << f.err;
 }
 
+// A hang is no progress, whatever the process does: a rank that computes
+// for ever at step 300 (its CPU time grows, it never beats) while the
+// other waits for it is hung once it ran the spin bound without a step
+// (twice auto's floor here, 4 s), not excused as slow; the one waiting is
+// not blamed.
+TEST(Hang, ARankThatSpinsWhileTheOthersWaitIsHungByItsCpuTime) {
+  ddptest::Finished f = ddptest::run(ddprun({"--nproc", "2", "--hang-timeout", "auto:2", "--monitor-interval", "0.02",
+                                             HANG_CHECK_BIN, "--work-ms", "5", "--stuck", "1", "--at", "300",
+                                             "--busy-ms", "1e12"}));
+  EXPECT_NE(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(std::regex_search(f.err, std::regex(R"(rank 1 \(pid \d+\) hung: it spins: no step for [\d.]+ s, and it ran on a CPU for )")))
+      << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 1 never entered it")) << f.err;
+  EXPECT_FALSE(std::regex_search(f.err, std::regex(R"(rank 0 \(pid \d+\) hung)"))) << f.err;
+}
+
+// The same for a Python script: a rank that spins in Python, or stays in
+// one C call that holds the GIL (its interpreter's other threads stop too).
+TEST(Hang, APythonRankThatSpinsOrHoldsTheGilIsHung) {
+  for (const std::string how : {"--spin", "--hold-gil"}) {
+    ddptest::Finished f = ddptest::run(ddprun({"--nproc", "2", "--hang-timeout", "auto:2", "--monitor-interval",
+                                               "0.02", HANG_SCRIPT, "--train-steps", "150", how}),
+                                       {"DDPRUN_PYTHON=" PYTHON_BIN});
+    EXPECT_NE(f.exit_code, 0) << how << "\n" << f.err;
+    EXPECT_TRUE(std::regex_search(f.err, std::regex(R"(rank 1 \(pid \d+\) hung: it spins: no step for )")))
+        << how << "\n" << f.err;
+    EXPECT_TRUE(contains(f.err, how == "--spin" ? " in spin_in_python" : " in hold_the_gil")) << f.err;
+  }
+}
+
+// A deadlock in which every rank beats (each waits inside torch.distributed,
+// rank 0 in a barrier, rank 1 in another group's all_reduce): no rank
+// advances and none computes, so the job is hung, with both stacks.
+TEST(Hang, RanksThatAllWaitInsideTorchDistributedAreHung) {
+  ddptest::Finished f = ddptest::run(ddprun({"--nproc", "2", "--hang-timeout", "auto:2", "--monitor-interval", "0.02",
+                                             HANG_SCRIPT, "--train-steps", "150", "--deadlock"}),
+                                     {"DDPRUN_PYTHON=" PYTHON_BIN});
+  EXPECT_NE(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "hung: no rank of the job has advanced a step for ")) << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 0 is in: File ")) << f.err;
+  EXPECT_TRUE(contains(f.err, " in barrier")) << f.err;
+  stacks_file(f.err);
+}
+
+// A stopped rank waits for nobody: a busy peer (rank 1 spinning) does not
+// excuse its silence.
+TEST(Hang, AStoppedRankBesideABusyOneIsHung) {
+  ddptest::Finished f = ddptest::run(ddprun({"--nproc", "3", "--hang-timeout", "3", HANG_CHECK_BIN, "--work-ms", "20",
+                                             "--stuck", "1", "--at", "5", "--busy-ms", "1e12", "--also-stopped", "2"}));
+  EXPECT_NE(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(std::regex_search(f.err, std::regex(R"(rank 2 \(pid \d+\) hung: no heartbeat for )"))) << f.err;
+  EXPECT_TRUE(contains(f.err, "rank 2 stopped (SIGSTOP, or a debugger holds it)")) << f.err;
+}
+
 // Finished is finished: a script whose interpreter takes 6 s to exit after
 // its last line (a thread it left running), under --hang-timeout 2, is not
 // hung: its start-up said "finishing" when the script ended.

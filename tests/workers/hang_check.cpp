@@ -9,7 +9,9 @@
 // --evaluate-ms in it without collectives; with --stuck-in-evaluation rank
 // --stuck gets stuck there, inside the announced phase. With --busy-ms B
 // rank --stuck is not stuck at step --at but computes for B ms without a
-// beat (a long step: slow, not hung) and goes on.
+// beat (a long step: slow, not hung) and goes on; --busy-ms 1e12 spins
+// for ever. With --also-stopped R rank R stops itself with SIGSTOP at step
+// --at too (a stopped rank beside a busy one).
 #include <signal.h>
 #include <unistd.h>
 
@@ -33,7 +35,7 @@ __attribute__((noinline)) void stuck_outside_any_collective() {
 }
 
 int main(int argc, char** argv) {
-  int stuck = 1, at = 5, slow = -1, evaluate_at = -1;
+  int stuck = 1, at = 5, slow = -1, evaluate_at = -1, also_stopped = -1;
   double evaluate_ms = 0;
   long steps = -1;
   double work_ms = 0, slow_factor = 1.5, busy_ms = 0;
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
     else if (a == "--evaluate-at" && i + 1 < argc) evaluate_at = std::atoi(argv[++i]);
     else if (a == "--evaluate-ms" && i + 1 < argc) evaluate_ms = std::atof(argv[++i]);
     else if (a == "--busy-ms" && i + 1 < argc) busy_ms = std::atof(argv[++i]);
+    else if (a == "--also-stopped" && i + 1 < argc) also_stopped = std::atoi(argv[++i]);
   }
   auto world = ddp::init();
   at::Tensor t = at::ones({1024});
@@ -58,6 +61,11 @@ int main(int argc, char** argv) {
       1000 * work_ms * (world->rank() == slow ? slow_factor : 1.0)));
   for (long step = 0; step != steps; ++step) {
     if (work.count() > 0) std::this_thread::sleep_for(work);
+    if (step == at && world->rank() == also_stopped) {
+      std::printf("rank %d stops itself at step %ld\n", world->rank(), step);
+      std::fflush(stdout);
+      raise(SIGSTOP);
+    }
     if (step == at && world->rank() == stuck && busy_ms > 0) {
       std::printf("rank %d computes for %.0f ms at step %ld\n", world->rank(), busy_ms, step);
       std::fflush(stdout);

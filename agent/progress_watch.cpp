@@ -1,0 +1,188 @@
+#include "agent/progress_watch.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace ddprun {
+
+namespace {
+double s(std::chrono::milliseconds t) { return t.count() / 1000.0; }
+}  // namespace
+
+ProgressWatch::ProgressWatch(int workers, ProgressWatchOptions options)
+    : options_(options), w_(workers), busy_at_any_(workers, std::chrono::milliseconds(0)) {}
+
+void ProgressWatch::restart(int w) {
+  w_[w] = Worker{};
+  w_[w].rebase = true;
+}
+
+void ProgressWatch::shift(std::chrono::milliseconds stalled, TimePoint now) {
+  if (stalled.count() <= 0) return;
+  for (auto& w : w_) {
+    if (w.advanced_at) w.advanced_at = std::min(*w.advanced_at + stalled, now);
+  }
+  if (any_at_) any_at_ = std::min(*any_at_ + stalled, now);
+}
+
+bool ProgressWatch::watching_any() const {
+  if (!options_.learned) return false;
+  const int needed = options_.learned->startup_gaps + options_.learned->learn_gaps;
+  return std::any_of(w_.begin(), w_.end(), [&](const Worker& w) { return w.gaps >= needed; });
+}
+
+std::chrono::milliseconds ProgressWatch::wall_limit(bool joining) const {
+  std::chrono::milliseconds limit = options_.explicit_limit;
+  if (options_.learned) {
+    // Learned once some worker showed its rhythm; the first-steps bound until then.
+    const auto learned = std::max(options_.learned->floor, options_.learned->multiple * longest_gap_);
+    const auto automatic = watching_any() ? learned : std::max(options_.first_steps_bound, learned);
+    limit = limit.count() > 0 ? std::min(limit, automatic) : automatic;
+  }
+  if (joining) limit = std::max(limit, options_.first_steps_bound);
+  return limit;
+}
+
+std::chrono::milliseconds ProgressWatch::spin_floor() const {
+  return options_.learned ? 2 * options_.learned->floor : std::chrono::milliseconds(kSpinFloor);
+}
+
+std::chrono::milliseconds ProgressWatch::spin_bound() const {
+  const int multiple = options_.learned ? options_.learned->multiple : LearnedTimeoutOptions{}.multiple;
+  return std::max({spin_floor(), wall_limit(), multiple * longest_used_});
+}
+
+std::string ProgressWatch::limit_text() const {
+  char text[200];
+  if (options_.explicit_limit.count() > 0 && wall_limit() == options_.explicit_limit) {
+    std::snprintf(text, sizeof(text), "--hang-timeout %.1f s", s(options_.explicit_limit));
+  } else if (watching_any()) {
+    std::snprintf(text, sizeof(text), "--hang-timeout auto: %.1f s, %dx the longest gap between steps, %.2f s",
+                  s(wall_limit()), options_.learned->multiple, s(longest_gap_));
+  } else {
+    std::snprintf(text, sizeof(text), "the first steps' bound, %.1f s, before --hang-timeout auto has learned",
+                  s(wall_limit()));
+  }
+  return text;
+}
+
+ProgressVerdict ProgressWatch::observe(const std::vector<ProgressReading>& now_read, TimePoint now) {
+  using std::chrono::milliseconds;
+  const auto since = [&](TimePoint t) { return std::chrono::duration_cast<milliseconds>(now - t); };
+  const size_t n = std::min(now_read.size(), w_.size());
+  const int startup_gaps = options_.learned ? options_.learned->startup_gaps : LearnedTimeoutOptions{}.startup_gaps;
+
+  // 1. The advances: each closes a gap, learned (after the worker's first
+  //    ones, and not when it spanned an announced phase).
+  bool any_advanced = false;
+  for (size_t i = 0; i < n; ++i) {
+    const ProgressReading& r = now_read[i];
+    Worker& w = w_[i];
+    if (!r.alive) continue;
+    if (w.rebase) {
+      // A fresh process: its counters start again.
+      w.rebase = false;
+      w.started_at = now;
+      w.advanced = r.advanced;
+      w.used_at = r.used;
+      busy_at_any_[i] = r.busy;
+      continue;
+    }
+    if (r.advanced == w.advanced) {
+      w.phase_seen = w.phase_seen || r.in_phase;
+      continue;
+    }
+    if (w.advanced_at) {
+      ++w.gaps;
+      if (w.gaps > startup_gaps && !w.phase_seen) {
+        longest_gap_ = std::max(longest_gap_, since(*w.advanced_at));
+        if (r.cpu_known) longest_used_ = std::max(longest_used_, r.used - w.used_at);
+      }
+    }
+    w.advanced = r.advanced;
+    w.advanced_at = now;
+    w.used_at = r.used;
+    w.phase_seen = r.in_phase;
+    any_advanced = true;
+  }
+  if (any_advanced) {
+    any_at_ = now;
+    for (size_t i = 0; i < n; ++i) busy_at_any_[i] = now_read[i].busy;
+  }
+
+  ProgressVerdict none;
+  if (!any_at_) return none;  // no rank has advanced yet: a start-up takes what it takes
+  for (size_t i = 0; i < n; ++i) {
+    if (now_read[i].alive && now_read[i].finishing) return none;  // the job ends
+  }
+  const milliseconds still = since(*any_at_);
+  // Idle since the node's newest advance (or its own start, if later): ran
+  // or waited to run for less than kBusyShare of it (a stopped process
+  // runs nothing).
+  const auto idle = [&](size_t i) {
+    const ProgressReading& r = now_read[i];
+    const TimePoint from = w_[i].started_at ? std::max(*any_at_, *w_[i].started_at) : *any_at_;
+    return r.cpu_known && (r.stopped || (r.busy - busy_at_any_[i]).count() < kBusyShare * since(from).count());
+  };
+
+  // 2. A rank that spins: its CPU time without a step, while a peer idles.
+  const milliseconds bound = spin_bound();
+  if (still >= bound) {
+    for (size_t i = 0; i < n; ++i) {
+      const ProgressReading& r = now_read[i];
+      const Worker& w = w_[i];
+      if (!r.alive || !r.cpu_known || r.stopped || r.in_phase || r.joining || !w.advanced_at) continue;
+      const milliseconds ran = r.used - w.used_at;
+      const milliseconds own_still = since(*w.advanced_at);
+      if (own_still < bound || ran < bound) continue;
+      bool peer_waits = false;
+      for (size_t p = 0; p < n; ++p) peer_waits = peer_waits || (p != i && now_read[p].alive && idle(p));
+      if (!peer_waits) continue;
+      ProgressVerdict v;
+      v.kind = ProgressVerdict::kSpins;
+      v.workers = {static_cast<int>(i)};
+      v.still = own_still;
+      char why[400];
+      std::snprintf(why, sizeof(why),
+                    "hung: it spins: no step for %.1f s, and it ran on a CPU for %.1f s of it (%.0f%%) while the "
+                    "others of this node wait (the spin bound: %.1f s of CPU without a step, at least %.0f s and "
+                    "%dx the most one step took, %.2f s; %s)",
+                    s(own_still), s(ran), 100.0 * ran.count() / std::max<int64_t>(1, own_still.count()), s(bound),
+                    s(spin_floor()), options_.learned ? options_.learned->multiple : LearnedTimeoutOptions{}.multiple,
+                    s(longest_used_), limit_text().c_str());
+      v.why = why;
+      return v;
+    }
+  }
+
+  // 3. Every rank waits: nobody advanced for the wall limit, nobody busy.
+  if (!options_.whole_job) return none;
+  bool joining = false, in_phase = false;
+  for (size_t i = 0; i < n; ++i) {
+    const ProgressReading& r = now_read[i];
+    if (!r.alive) continue;
+    if (r.checkpoint) return none;  // writing one takes what the disk takes
+    if (!idle(i)) return none;
+    joining = joining || r.joining;
+    in_phase = in_phase || r.in_phase;
+  }
+  // An announced phase or a heal under way: the first-steps bound at least.
+  const milliseconds limit = wall_limit(joining || in_phase);
+  if (still < limit) return none;
+  ProgressVerdict v;
+  v.kind = ProgressVerdict::kAllWait;
+  v.still = still;
+  for (size_t i = 0; i < n; ++i) {
+    if (now_read[i].alive) v.workers.push_back(static_cast<int>(i));
+  }
+  if (v.workers.empty()) return none;
+  char why[400];
+  std::snprintf(why, sizeof(why),
+                "hung: no rank of the job has advanced a step for %.1f s, and none of them computes (each waits%s; "
+                "%s)",
+                s(still), joining ? ", a heal under way" : "", limit_text().c_str());
+  v.why = why;
+  return v;
+}
+
+}  // namespace ddprun

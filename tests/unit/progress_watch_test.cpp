@@ -1,0 +1,203 @@
+// Hang detection by progress (agent/progress_watch.h), with a fake clock:
+// a rank that spins while the others wait, a job in which every rank waits,
+// and the slowness that is neither.
+#include <gtest/gtest.h>
+
+#include "agent/group_policy.h"
+#include "agent/progress_watch.h"
+
+namespace ddprun {
+namespace {
+
+using namespace std::chrono_literals;
+using ms = std::chrono::milliseconds;
+using TP = ProgressWatch::TimePoint;
+const TP t0{};
+
+ProgressWatchOptions fixed(ms limit) {
+  ProgressWatchOptions o;
+  o.explicit_limit = limit;
+  return o;
+}
+
+ProgressWatchOptions automatic() {
+  ProgressWatchOptions o;
+  o.learned = LearnedTimeoutOptions{};
+  return o;
+}
+
+// n live workers that have each advanced `advanced` steps, idle.
+std::vector<ProgressReading> idle_workers(int n, uint64_t advanced) {
+  std::vector<ProgressReading> r(n);
+  for (auto& w : r) {
+    w.alive = true;
+    w.cpu_known = true;
+    w.advanced = advanced;
+  }
+  return r;
+}
+
+// Every worker advances once a second for `steps` seconds, using 100 ms of
+// CPU a step; returns the readings at the last step.
+std::vector<ProgressReading> train(ProgressWatch& p, int n, int steps) {
+  auto r = idle_workers(n, 0);
+  for (int s = 0; s <= steps; ++s) {
+    for (auto& w : r) {
+      w.advanced = static_cast<uint64_t>(s + 1);
+      w.used = w.busy = ms(100 * s);
+    }
+    EXPECT_EQ(p.observe(r, t0 + std::chrono::seconds(s)).kind, ProgressVerdict::kNone) << "step " << s;
+  }
+  return r;
+}
+
+// Rank 1 computes for ever at step 10 (its CPU time grows with the clock)
+// while ranks 0 and 2 wait for it: hung once it ran the spin bound (30 s,
+// above --hang-timeout 2) of CPU without a step, not before.
+TEST(ProgressWatch, ARankThatSpinsWhileTheOthersWaitIsHungAtTheSpinBound) {
+  ProgressWatch p(3, fixed(2s));
+  auto r = train(p, 3, 10);
+  const ms used0 = r[1].used;
+  ASSERT_EQ(p.spin_bound(), ms(ProgressWatch::kSpinFloor));
+  for (int s = 11; s <= 39; ++s) {
+    r[1].used = r[1].busy = used0 + std::chrono::seconds(s - 10);
+    const auto v = p.observe(r, t0 + std::chrono::seconds(s));
+    ASSERT_EQ(v.kind, ProgressVerdict::kNone) << "at " << s << " s: " << v.why;
+  }
+  r[1].used = r[1].busy = used0 + 31s;
+  const auto v = p.observe(r, t0 + 41s);
+  ASSERT_EQ(v.kind, ProgressVerdict::kSpins) << v.why;
+  EXPECT_EQ(v.workers, std::vector<int>{1});
+  EXPECT_NE(v.why.find("hung: it spins: no step for 31.0 s, and it ran on a CPU for 31.0 s of it (100%)"),
+            std::string::npos)
+      << v.why;
+}
+
+// The same rank on a loaded machine: without a step for two minutes, but
+// it ran 5 s of them and waited for a CPU the rest. Slow, not hung; and
+// the waiting ranks are not hung either while it is busy.
+TEST(ProgressWatch, ASlowRankOnALoadedMachineIsNeitherSpinningNorAwaited) {
+  ProgressWatch p(3, fixed(2s));
+  auto r = train(p, 3, 10);
+  for (int s = 11; s <= 130; ++s) {
+    r[1].used += ms(40);
+    r[1].busy += 1s;
+    const auto v = p.observe(r, t0 + std::chrono::seconds(s));
+    ASSERT_EQ(v.kind, ProgressVerdict::kNone) << "at " << s << " s: " << v.why;
+  }
+}
+
+// Every rank computing without a step (a recompilation, a long step of
+// all of them) waits for nobody: no spinner is named.
+TEST(ProgressWatch, RanksThatAllComputeAreNotSpinners) {
+  ProgressWatch p(2, fixed(2s));
+  auto r = train(p, 2, 10);
+  for (int s = 11; s <= 100; ++s) {
+    for (auto& w : r) w.used = w.busy = w.used + 1s;
+    ASSERT_EQ(p.observe(r, t0 + std::chrono::seconds(s)).kind, ProgressVerdict::kNone) << s;
+  }
+}
+
+// Every rank waits (a deadlock inside torch.distributed: each one beats):
+// hung at the wall limit; not where another node may hold the slow rank,
+// not while one writes a checkpoint, not before any rank advanced.
+TEST(ProgressWatch, EveryRankWaitingIsHungAtTheLimit) {
+  {
+    ProgressWatch p(2, fixed(5s));
+    auto r = train(p, 2, 10);
+    EXPECT_EQ(p.observe(r, t0 + 14s).kind, ProgressVerdict::kNone);
+    const auto v = p.observe(r, t0 + 15s);
+    ASSERT_EQ(v.kind, ProgressVerdict::kAllWait) << v.why;
+    EXPECT_EQ(v.workers, (std::vector<int>{0, 1}));
+    EXPECT_NE(v.why.find("no rank of the job has advanced a step for 5.0 s, and none of them computes"),
+              std::string::npos)
+        << v.why;
+    EXPECT_NE(v.why.find("--hang-timeout 5.0 s"), std::string::npos) << v.why;
+  }
+  {
+    ProgressWatch p(2, fixed(5s));
+    p.set_whole_job(false);
+    auto r = train(p, 2, 10);
+    EXPECT_EQ(p.observe(r, t0 + 100s).kind, ProgressVerdict::kNone);
+  }
+  {
+    ProgressWatch p(2, fixed(5s));
+    auto r = train(p, 2, 10);
+    r[0].in_phase = r[0].checkpoint = true;
+    EXPECT_EQ(p.observe(r, t0 + 100s).kind, ProgressVerdict::kNone);
+  }
+  {
+    ProgressWatch p(2, fixed(5s));
+    EXPECT_EQ(p.observe(idle_workers(2, 0), t0).kind, ProgressVerdict::kNone);
+    EXPECT_EQ(p.observe(idle_workers(2, 0), t0 + 100s).kind, ProgressVerdict::kNone);
+  }
+}
+
+// --hang-timeout auto: the first-steps bound (60 s) until a worker showed
+// its rhythm, then 10x the longest gap at least the floor (15 s).
+TEST(ProgressWatch, TheFirstStepsBoundHoldsUntilTheRhythmIsLearned) {
+  ProgressWatch p(2, automatic());
+  auto r = train(p, 2, 5);
+  EXPECT_EQ(p.wall_limit(), 60s);
+  EXPECT_EQ(p.observe(r, t0 + 64s).kind, ProgressVerdict::kNone);
+  EXPECT_EQ(p.observe(r, t0 + 65s).kind, ProgressVerdict::kAllWait);
+
+  ProgressWatch q(2, automatic());
+  r = train(q, 2, 30);
+  EXPECT_EQ(q.wall_limit(), 15s);
+  EXPECT_EQ(q.observe(r, t0 + 44s).kind, ProgressVerdict::kNone);
+  EXPECT_EQ(q.observe(r, t0 + 45s).kind, ProgressVerdict::kAllWait);
+}
+
+// An announced phase in which every rank waits, or a heal under way, is
+// judged at the first-steps bound at least; a replacement busy with its
+// start excuses everyone.
+TEST(ProgressWatch, APhaseOrAHealIsGivenTheFirstStepsBound) {
+  ProgressWatch p(2, fixed(5s));
+  auto r = train(p, 2, 10);
+  r[1].in_phase = true;
+  EXPECT_EQ(p.observe(r, t0 + 60s).kind, ProgressVerdict::kNone);
+  EXPECT_EQ(p.observe(r, t0 + 71s).kind, ProgressVerdict::kAllWait);
+
+  ProgressWatch q(2, fixed(5s));
+  r = train(q, 2, 10);
+  q.restart(1);
+  r[1].joining = true;
+  r[1].advanced = 0;
+  r[1].used = r[1].busy = 0ms;
+  EXPECT_EQ(q.observe(r, t0 + 11s).kind, ProgressVerdict::kNone);  // its baseline
+  for (int s = 12; s <= 100; ++s) {
+    r[1].used = r[1].busy = r[1].used + 800ms;  // imports, connects
+    ASSERT_EQ(q.observe(r, t0 + std::chrono::seconds(s)).kind, ProgressVerdict::kNone) << s;
+  }
+  // Its join never ends, and it waits too: the heal is hung.
+  EXPECT_EQ(q.observe(r, t0 + 250s).kind, ProgressVerdict::kAllWait);
+}
+
+// A stretch when nobody could run (the agent paused the workers, or was
+// stopped itself) is nobody's stillness.
+TEST(ProgressWatch, APauseIsNobodysStillness) {
+  ProgressWatch p(2, fixed(5s));
+  auto r = train(p, 2, 10);
+  p.shift(100s, t0 + 110s);
+  EXPECT_EQ(p.observe(r, t0 + 110s).kind, ProgressVerdict::kNone);
+  EXPECT_EQ(p.observe(r, t0 + 116s).kind, ProgressVerdict::kAllWait);
+}
+
+// The policy: a stopped worker is never excused by a busy peer (it waits
+// for nobody); a spinning one is killed to be replaced when it can heal.
+TEST(ProgressWatch, AStoppedWorkerIsNotExcusedByABusyPeer) {
+  GroupPolicyOptions o;
+  o.hang_timeout = 3s;
+  o.heartbeats = true;
+  GroupPolicy p(3, o, t0);
+  p.on_beats({1, 1, 1}, t0, {ms(0), ms(0), ms(0)});
+  p.set_stopped(2, true);
+  const auto cs = p.on_beats({2, 1, 1}, t0 + 4s, {ms(0), ms(3900), ms(0)});
+  bool killed2 = false;
+  for (const auto& c : cs) killed2 = killed2 || (c.kind == GroupCommand::kKillWorker && c.worker == 2);
+  EXPECT_TRUE(killed2) << "a stopped rank excused by a busy one";
+}
+
+}  // namespace
+}  // namespace ddprun
