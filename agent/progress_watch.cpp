@@ -25,22 +25,16 @@ void ProgressWatch::shift(std::chrono::milliseconds stalled, TimePoint now) {
   if (any_at_) any_at_ = std::min(*any_at_ + stalled, now);
 }
 
-bool ProgressWatch::watching_any() const {
-  if (!options_.learned) return false;
-  const int needed = options_.learned->startup_gaps + options_.learned->learn_gaps;
-  return std::any_of(w_.begin(), w_.end(), [&](const Worker& w) { return w.gaps >= needed; });
+std::chrono::milliseconds ProgressWatch::stuck_floor() const {
+  return options_.learned ? 4 * options_.learned->floor : std::chrono::milliseconds(kStuckFloor);
 }
 
-std::chrono::milliseconds ProgressWatch::wall_limit(bool joining) const {
-  std::chrono::milliseconds limit = options_.explicit_limit;
-  if (options_.learned) {
-    // Learned once some worker showed its rhythm; the first-steps bound until then.
-    const auto learned = std::max(options_.learned->floor, options_.learned->multiple * longest_gap_);
-    const auto automatic = watching_any() ? learned : std::max(options_.first_steps_bound, learned);
-    limit = limit.count() > 0 ? std::min(limit, automatic) : automatic;
-  }
-  if (joining) limit = std::max(limit, options_.first_steps_bound);
-  return limit;
+int ProgressWatch::multiple() const {
+  return options_.learned ? options_.learned->multiple : LearnedTimeoutOptions{}.multiple;
+}
+
+std::chrono::milliseconds ProgressWatch::stuck_limit() const {
+  return std::max({stuck_floor(), options_.explicit_limit, multiple() * longest_gap_});
 }
 
 std::chrono::milliseconds ProgressWatch::spin_floor() const {
@@ -48,22 +42,7 @@ std::chrono::milliseconds ProgressWatch::spin_floor() const {
 }
 
 std::chrono::milliseconds ProgressWatch::spin_bound() const {
-  const int multiple = options_.learned ? options_.learned->multiple : LearnedTimeoutOptions{}.multiple;
-  return std::max({spin_floor(), wall_limit(), multiple * longest_used_});
-}
-
-std::string ProgressWatch::limit_text() const {
-  char text[200];
-  if (options_.explicit_limit.count() > 0 && wall_limit() == options_.explicit_limit) {
-    std::snprintf(text, sizeof(text), "--hang-timeout %.1f s", s(options_.explicit_limit));
-  } else if (watching_any()) {
-    std::snprintf(text, sizeof(text), "--hang-timeout auto: %.1f s, %dx the longest gap between steps, %.2f s",
-                  s(wall_limit()), options_.learned->multiple, s(longest_gap_));
-  } else {
-    std::snprintf(text, sizeof(text), "the first steps' bound, %.1f s, before --hang-timeout auto has learned",
-                  s(wall_limit()));
-  }
-  return text;
+  return std::max({spin_floor(), options_.explicit_limit, multiple() * longest_used_});
 }
 
 ProgressVerdict ProgressWatch::observe(const std::vector<ProgressReading>& now_read, TimePoint now) {
@@ -145,29 +124,27 @@ ProgressVerdict ProgressWatch::observe(const std::vector<ProgressReading>& now_r
       char why[400];
       std::snprintf(why, sizeof(why),
                     "hung: it spins: no step for %.1f s, and it ran on a CPU for %.1f s of it (%.0f%%) while the "
-                    "others of this node wait (the spin bound: %.1f s of CPU without a step, at least %.0f s and "
-                    "%dx the most one step took, %.2f s; %s)",
+                    "others of this node wait (the spin bound: %.1f s of CPU without a step, at least %.0f s%s and "
+                    "%dx the most one step took, %.2f s)",
                     s(own_still), s(ran), 100.0 * ran.count() / std::max<int64_t>(1, own_still.count()), s(bound),
-                    s(spin_floor()), options_.learned ? options_.learned->multiple : LearnedTimeoutOptions{}.multiple,
-                    s(longest_used_), limit_text().c_str());
+                    s(spin_floor()), options_.explicit_limit.count() > 0 ? " and --hang-timeout" : "", multiple(),
+                    s(longest_used_));
       v.why = why;
       return v;
     }
   }
 
-  // 3. Every rank waits: nobody advanced for the wall limit, nobody busy.
+  // 3. Every rank waits: nobody advanced for the limit, nobody busy.
   if (!options_.whole_job) return none;
-  bool joining = false, in_phase = false;
+  bool joining = false;
   for (size_t i = 0; i < n; ++i) {
     const ProgressReading& r = now_read[i];
     if (!r.alive) continue;
     if (r.checkpoint) return none;  // writing one takes what the disk takes
     if (!idle(i)) return none;
     joining = joining || r.joining;
-    in_phase = in_phase || r.in_phase;
   }
-  // An announced phase or a heal under way: the first-steps bound at least.
-  const milliseconds limit = wall_limit(joining || in_phase);
+  const milliseconds limit = stuck_limit();
   if (still < limit) return none;
   ProgressVerdict v;
   v.kind = ProgressVerdict::kAllWait;
@@ -179,8 +156,9 @@ ProgressVerdict ProgressWatch::observe(const std::vector<ProgressReading>& now_r
   char why[400];
   std::snprintf(why, sizeof(why),
                 "hung: no rank of the job has advanced a step for %.1f s, and none of them computes (each waits%s; "
-                "%s)",
-                s(still), joining ? ", a heal under way" : "", limit_text().c_str());
+                "the limit: %.1f s, at least %.0f s%s and %dx the longest gap between steps, %.2f s)",
+                s(still), joining ? ", a heal under way" : "", s(limit), s(stuck_floor()),
+                options_.explicit_limit.count() > 0 ? " and --hang-timeout" : "", multiple(), s(longest_gap_));
   v.why = why;
   return v;
 }

@@ -12,21 +12,25 @@
 //    while a peer of this node idles (waits for it). Its CPU time, not
 //    the clock, is what counts: a loaded machine makes a slow rank's step
 //    take longer, not its CPU time, so slowness is never judged.
-//  - Every rank waits: no rank of the job advanced for the wall limit and
+//  - Every rank waits: no rank of the job advanced for the stuck limit and
 //    none of them was busy meanwhile (each ran or waited to run for less
 //    than kBusyShare of that time) and none writes a checkpoint it
 //    announced. Only where the whole job runs on this node (another
 //    node's rank may be the slow one the others wait for) and once some
 //    rank has advanced (a start-up takes what it takes).
 //
-// The limits: --hang-timeout N gives the wall limit N; --hang-timeout auto
-// learns it from the gaps between a worker's advances as LearnedTimeout
-// does (10x the longest, at least its floor), and until a worker is watched
-// the first-steps bound (60 s) holds. While a replacement joins, the wall
-// limit is at least the first-steps bound (a heal that never completes is
-// found the same way). The spin bound is the largest of the spin floor
-// (kSpinFloor, or twice --hang-timeout auto's floor: 30 s by default), the
-// wall limit and `multiple` times the most CPU time any gap took.
+// The limits. A job in which every rank waits is hung after the stuck
+// limit: the largest of the stuck floor (kStuckFloor, or four times
+// --hang-timeout auto's floor: 60 s by default), --hang-timeout N, and
+// `multiple` times the longest gap between a worker's advances (its first
+// gaps, and those that spanned an announced phase, left out). A rank
+// spins past the spin bound: the largest of the spin floor (kSpinFloor, or
+// twice auto's floor: 30 s), --hang-timeout N and `multiple` times the
+// most CPU time one gap took. Both are far above the heartbeats' limit on
+// purpose: a stopped or sleeping rank is found by its silence in seconds;
+// these hangs are found in a minute instead of a collective's 30-minute
+// timeout, and a short --hang-timeout never makes a pause or a slow step
+// of a healthy job look like one.
 // Pure: fed readings and the clock, asked for a verdict; unit-tested.
 #pragma once
 
@@ -45,7 +49,6 @@ struct ProgressWatchOptions {
   // --hang-timeout auto's learning (floor, multiple, gaps); absent with an
   // explicit limit only.
   std::optional<LearnedTimeoutOptions> learned;
-  std::chrono::milliseconds first_steps_bound{std::chrono::seconds(60)};
   bool whole_job = true;  // every rank of the job runs on this node
 };
 
@@ -76,6 +79,7 @@ class ProgressWatch {
   using TimePoint = std::chrono::steady_clock::time_point;
 
   static constexpr std::chrono::seconds kSpinFloor{30};
+  static constexpr std::chrono::seconds kStuckFloor{60};
   static constexpr double kBusyShare = 0.5;
 
   ProgressWatch(int workers, ProgressWatchOptions options);
@@ -91,10 +95,10 @@ class ProgressWatch {
   // workers): that stretch is nobody's stillness.
   void shift(std::chrono::milliseconds stalled, TimePoint now);
 
-  // The limits as things stand (for messages and tests).
-  std::chrono::milliseconds wall_limit(bool joining = false) const;
+  // The limits as things stand (see the top of this file).
+  std::chrono::milliseconds stuck_limit() const;
   std::chrono::milliseconds spin_bound() const;
-  // kSpinFloor, or twice --hang-timeout auto's floor.
+  std::chrono::milliseconds stuck_floor() const;
   std::chrono::milliseconds spin_floor() const;
 
  private:
@@ -107,8 +111,7 @@ class ProgressWatch {
     bool rebase = false;                   // a fresh process: its next reading is its baseline
     std::optional<TimePoint> started_at;   // a fresh process: when it was first read
   };
-  bool watching_any() const;
-  std::string limit_text() const;
+  int multiple() const;
 
   ProgressWatchOptions options_;
   std::vector<Worker> w_;
