@@ -24,6 +24,7 @@ GroupPolicy::GroupPolicy(int workers, GroupPolicyOptions options, TimePoint star
       in_step_(workers, false),
       finishing_(workers, false),
       stopped_(workers, false),
+      stopped_before_pause_(workers, false),
       busy_now_(workers, std::chrono::milliseconds(0)),
       busy_at_beat_(workers, std::chrono::milliseconds(0)),
       slow_said_(workers, false),
@@ -249,7 +250,10 @@ std::vector<GroupCommand> GroupPolicy::on_generation(uint32_t generation, TimePo
 std::vector<GroupCommand> GroupPolicy::on_signal(int sig, TimePoint now) {
   if (sig == SIGTSTP) {
     // SIGSTOP: a worker may catch or ignore SIGTSTP, and Ctrl-Z must pause it.
-    if (!paused_at_) paused_at_ = now;
+    if (!paused_at_) {
+      paused_at_ = now;
+      stopped_before_pause_ = stopped_;
+    }
     GroupCommand self;
     self.kind = GroupCommand::kSuspendSelf;
     return {signal_running(SIGSTOP), self};
@@ -262,8 +266,13 @@ std::vector<GroupCommand> GroupPolicy::on_signal(int sig, TimePoint now) {
       progress_->shift(std::chrono::duration_cast<std::chrono::milliseconds>(now - *paused_at_), now);
     }
     if (paused_at_ && stopping_ && !killed_) kill_at_ += now - *paused_at_;
+    if (!paused_at_) return {};  // ddprun alone was stopped: the workers' stops are not its own
     paused_at_.reset();
-    return {signal_running(SIGCONT)};
+    GroupCommand cont = signal_running(SIGCONT);
+    for (size_t w = 0; w < stopped_before_pause_.size(); ++w) {
+      if (stopped_before_pause_[w]) cont.except.push_back(static_cast<int>(w));
+    }
+    return {cont};
   }
   if (!is_stop_signal(sig)) return {signal_running(sig)};  // SIGUSR1/2: pass on
   if (stop_signal_ != 0 || (stopping_ && sig == SIGINT)) {

@@ -41,6 +41,7 @@ struct GroupCommand {
   // workers are told so first (channel::StopReason).
   bool agent_decided = false;
   int worker = -1;  // kKillWorker (always SIGKILL, the worker's whole process group), kReplaceWorker
+  std::vector<int> except;  // kSignalRunning: workers not to signal
   uint32_t generation = 0;  // kReplaceWorker
   bool heal = false;        // kKillWorker: the hung worker will be replaced, the others go on
   bool straggler = false;   // kKillWorker: a straggler replaced (--straggler-action replace), not hung
@@ -158,8 +159,11 @@ class GroupPolicy {
   void set_other_nodes(bool others) { other_nodes_ = others; }
   // SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the workers (twice: kill them);
   // SIGUSR1/2 are passed on. SIGTSTP (Ctrl-Z) stops the workers with
-  // SIGSTOP, then ddprun; SIGCONT continues them, and the pause counts
-  // neither as silence (hang detection) nor towards the stop timeout.
+  // SIGSTOP, then ddprun; SIGCONT continues them (not one that a debugger or
+  // an operator had stopped before: that stop is theirs), and the pause
+  // counts neither as silence (hang detection) nor towards the stop
+  // timeout. A SIGCONT after ddprun alone was stopped (SIGSTOP) continues
+  // no worker: it stopped none.
   std::vector<GroupCommand> on_signal(int sig, TimePoint now);
   // Whether worker w is inside a ddp::Healer step now (its slot's word). A
   // hung worker is replaced only while the others are inside one (or join
@@ -307,6 +311,7 @@ class GroupPolicy {
   std::vector<bool> in_step_;                        // see set_in_step
   std::vector<bool> finishing_;                      // see set_finishing
   std::vector<bool> stopped_;                        // see set_stopped
+  std::vector<bool> stopped_before_pause_;           // stopped by someone else before a Ctrl-Z
   std::optional<ProgressWatch> progress_;            // see on_progress
   // Busy time (see on_beats): the latest reading, and the one when the
   // counter last moved; whether this silence was said to be slowness.

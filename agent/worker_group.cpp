@@ -225,7 +225,8 @@ void WorkerGroup::run_command(const GroupCommand& c) {
       }
       for (size_t i = 0; i < workers_.size(); ++i) {
         // The whole process group: the worker and whatever it started.
-        if (policy_->alive(static_cast<int>(i))) kill(-workers_[i]->pid, c.sig);
+        const bool skip = std::find(c.except.begin(), c.except.end(), static_cast<int>(i)) != c.except.end();
+        if (policy_->alive(static_cast<int>(i)) && !skip) kill(-workers_[i]->pid, c.sig);
       }
       break;
     case GroupCommand::kKillWorker:

@@ -341,6 +341,20 @@ TEST(GroupPolicy, CtrlZStopsTheWorkersThenDdprunAndThePauseIsNotAHang) {
   EXPECT_EQ(hung.front().worker, 0);
 }
 
+// A stop that is not ddprun's own is left alone: after Ctrl-Z and fg, a
+// worker that a debugger (or an operator) had stopped before stays
+// stopped; ddprun continued after a SIGSTOP of its own continues nobody.
+TEST(GroupPolicy, ContinuedDdprunContinuesOnlyTheWorkersItStopped) {
+  GroupPolicy p(3, opts(1s), t0);
+  p.set_stopped(1, true);
+  p.on_signal(SIGTSTP, t0 + 1s);
+  const auto cont = p.on_signal(SIGCONT, t0 + 5s);
+  ASSERT_EQ(cont.size(), 1u);
+  EXPECT_EQ(cont[0].sig, SIGCONT);
+  EXPECT_EQ(cont[0].except, std::vector<int>{1});
+  EXPECT_TRUE(p.on_signal(SIGCONT, t0 + 9s).empty());  // not paused by ddprun: nothing to continue
+}
+
 TEST(GroupPolicy, APauseDuringAStopDoesNotShortenTheStopTimeout) {
   GroupPolicy p(2, opts(), t0);
   EXPECT_EQ(p.on_exit(0, true), WorkerEnd::kFailed);
