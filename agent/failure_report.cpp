@@ -188,6 +188,14 @@ std::string read_error_file(const std::string& path) {
              std::to_string(kMaxErrorFile / 1024) + " KiB ddprun reads; its start: " +
              printable(text.substr(0, 200), false) + "...)";
     }
+    // JSON that ends early (an object never closed): the writer was
+    // stopped (or killed) while it wrote, not a file of another format.
+    const size_t first = text.find_first_not_of(" \t\r\n");
+    const size_t last = text.find_last_not_of(" \t\r\n");
+    if (first != std::string::npos && text[first] == '{' && text[last] != '}') {
+      return "(error file " + path + " was cut short, most likely by the stop while it was written; its start: " +
+             printable(text.substr(first, 200), false) + (text.size() - first > 200 ? "..." : "") + ")";
+    }
     return "(error file " + path + " is not torchrun's JSON format: " + e.what() + ")";
   }
 }

@@ -180,6 +180,14 @@ TEST(ErrorFile, ReadsTorchrunsFormatsAndOurOwn) {
   EXPECT_EQ(read_error_file(plain), "it broke");
   auto junk = temp_file("err-junk", "not json");
   EXPECT_NE(read_error_file(junk).find("not torchrun's JSON format"), std::string::npos);
+  // Cut by the stop while it was written: said so, with what it holds.
+  auto cut = temp_file("err-cut", R"({"message": {"message": "RuntimeError: boom", "extraInfo": {"py_callst)");
+  const std::string cut_text = read_error_file(cut);
+  EXPECT_NE(cut_text.find("was cut short, most likely by the stop while it was written; its start: "
+                          "{\"message\": {\"message\": \"RuntimeError: boom\""),
+            std::string::npos)
+      << cut_text;
+  std::filesystem::remove(cut);
   EXPECT_EQ(read_error_file("/nonexistent/error.json"), "");
 
   auto ours = std::filesystem::temp_directory_path() / ("err-ours" + std::to_string(getpid()));
