@@ -155,10 +155,16 @@ std::string WorkerGroup::finish_stack_collection() {
         std::remove(tmp.c_str());
       }
       if (!copy_err.empty()) {
-        // `ddprun status --stacks` waits for this copy: say why it will not come.
-        spdlog::warn("cannot write the copy of the stacks that `ddprun status --stacks` reads ({}); the stacks "
-                     "are on this console{}",
-                     copy_err, stacks_file_.empty() ? "" : " and in " + stacks_file_);
+        // `ddprun status --stacks` waits for this copy: say why it will not
+        // come, here and (a line is smaller than the stacks) to it.
+        const std::string why = "cannot write the copy of the stacks that `ddprun status --stacks` reads (" +
+                                copy_err + "); the stacks are on the job's console" +
+                                (stacks_file_.empty() ? "" : " and in " + stacks_file_);
+        spdlog::warn("{}", why);
+        const std::string err_path = options_.asked_stacks_copy + ".err";
+        if (channel::write_output_file(err_path + ".tmp", why + "\n").empty()) {
+          std::rename((err_path + ".tmp").c_str(), err_path.c_str());
+        }
       }
     }
   }

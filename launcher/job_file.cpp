@@ -247,6 +247,7 @@ JobFile::~JobFile() {
   unlinkat(dir_fd_, name_.c_str(), 0);
   const std::string stacks = "stacks-" + std::to_string(getpid()) + ".txt";
   unlinkat(dir_fd_, stacks.c_str(), 0);
+  unlinkat(dir_fd_, (stacks + ".err").c_str(), 0);
   close(dir_fd_);
 }
 

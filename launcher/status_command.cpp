@@ -338,8 +338,10 @@ int print_asked_stacks(const std::vector<JobFileEntry>& jobs, const std::string&
     }
     // The workers answer within 3 s (or are named as unable to).
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-    bool got = false;
-    while (!got) {
+    // Or its line saying why it could not write them (the copy's name + ".err").
+    const std::string err_name = name + ".err";
+    bool got = false, failed = false;
+    while (!got && !failed) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
       pollfd p{in, POLLIN, 0};
@@ -349,8 +351,19 @@ int print_asked_stacks(const std::vector<JobFileEntry>& jobs, const std::string&
       for (ssize_t at = 0; at < n;) {
         const auto* e = reinterpret_cast<const inotify_event*>(buf + at);
         if (e->len && name == e->name) got = true;
+        if (e->len && err_name == e->name) failed = true;
         at += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
       }
+    }
+    if (failed && !got) {
+      std::ifstream f(path + ".err");
+      std::string why;
+      std::getline(f, why);
+      std::fprintf(stderr, "ddprun: error: status: --stacks: job '%s' (ddprun pid %ld): %s\n", j.run_id.c_str(), j.pid,
+                   why.c_str());
+      std::remove((path + ".err").c_str());
+      exit_code = kExitWorkerFailed;
+      continue;
     }
     if (!got) {
       std::fprintf(stderr, "ddprun: error: status: --stacks: job '%s' (ddprun pid %ld) gave no stacks within %g s "

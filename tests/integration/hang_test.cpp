@@ -277,6 +277,22 @@ TEST(Hang, StatusStacksPrintsEveryRanksStacksOfALiveJob) {
     EXPECT_EQ(ddptest::lines(u.err).size(), 1u) << u.err;
     EXPECT_TRUE(contains(u.err, "--stacks: ")) << u.err;
   }
+  // A copy ddprun cannot write (its temporary name taken by a folder): the
+  // command says why at once, not "no stacks within 10 s".
+  const char* xdg = getenv("XDG_RUNTIME_DIR");
+  std::vector<std::filesystem::path> blocks;
+  for (const std::string& dir : {std::string(xdg ? xdg : "/nonexistent") + "/ddprun", "/tmp/ddprun-" + std::to_string(geteuid())}) {
+    const std::filesystem::path b = dir + "/stacks-" + std::to_string(p.pid()) + ".txt.tmp";
+    std::error_code ec;
+    if (std::filesystem::is_directory(dir) && std::filesystem::create_directory(b, ec)) blocks.push_back(b);
+  }
+  ASSERT_FALSE(blocks.empty());
+  ddptest::Finished blocked = ddptest::run(ddprun({"status", "--stacks", "--rdzv-id", id}));
+  for (const auto& b : blocks) std::filesystem::remove(b);
+  EXPECT_NE(blocked.exit_code, 0) << blocked.err;
+  EXPECT_TRUE(contains(blocked.err, "cannot write the copy of the stacks that `ddprun status --stacks` reads")) << blocked.err;
+  EXPECT_TRUE(contains(blocked.err, "the stacks are on the job's console")) << blocked.err;
+  EXPECT_FALSE(contains(blocked.err, "within")) << blocked.err;
   // The job went on all along.
   EXPECT_EQ(kill(p.pid(), 0), 0);
   p.signal(SIGTERM);
