@@ -250,7 +250,8 @@ std::optional<std::string> Attempt::on_control() {
   g.note_control_plane(attempt_, view);
   if (view.refusals > g.refusals_told_) {
     spdlog::warn("the rendezvous {}", view.refusal);  // it runs on; the late node exits
-    g.events_.write(ev::kRefused, {{"attempt", attempt_}, {"detail", view.refusal}});
+    const bool refused = view.refusal.rfind("refused", 0) == 0;
+    g.events_.write(refused ? ev::kRefused : ev::kAdmitted, {{"attempt", attempt_}, {"detail", view.refusal}});
     g.refusals_told_ = view.refusals;
   }
   const ViewNews news = news_of(view, a_.round, g.heal_generation_, a_.placement());

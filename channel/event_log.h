@@ -34,6 +34,7 @@ inline constexpr const char* kShrink = "shrink";          // attempt, generation
 inline constexpr const char* kGrow = "grow";              // attempt, generation, node_rank, num_nodes, world_size, first_rank, detail
 inline constexpr const char* kPeerHeal = "peer_heal";     // attempt, generation, detail (another node replaced a failed worker)
 inline constexpr const char* kRefused = "refused";        // attempt, detail (a late node that runs another program)
+inline constexpr const char* kAdmitted = "admitted";      // attempt, detail (a late node whose arguments differ)
 inline constexpr const char* kRestart = "restart";        // attempt, restart_count, max_restarts, reason
 inline constexpr const char* kNodeLost = "node_lost";     // nodes
 inline constexpr const char* kControlPlane = "control_plane";  // node, term, previous_node, previous_term, takeovers

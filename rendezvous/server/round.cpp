@@ -172,13 +172,43 @@ void RoundState::check_program(const NodeSpec& node, bool waiting) {
   if (!closed_ || members_.empty() || is_member(node.node_id) || waiting) return;
   const NodeSpec& member = nodes_.at(members_.front()).spec;
   if (node.program.empty() || member.program.empty() || node.program == member.program) return;
+  // The program's name, then its arguments, as program_identity() wrote them.
+  const auto words = [](const std::string& line) {
+    std::vector<std::string> out;
+    size_t at = 0;
+    while (at < line.size()) {
+      const size_t end = line.find(' ', at);
+      out.push_back(line.substr(at, end == std::string::npos ? std::string::npos : end - at));
+      if (end == std::string::npos) break;
+      at = end + 1;
+    }
+    return out;
+  };
+  const std::vector<std::string> theirs = words(node.program), ours = words(member.program);
   ++refusals_;
   ++generation_;
+  if (theirs.front() == ours.front()) {
+    // The same program with other arguments: a per-node output or log path
+    // is how multi-node scripts are written (torchrun compares nothing).
+    // Admitted; the members say which argument differs, since one that
+    // must agree (the model, the data, the steps) would train another job.
+    size_t i = 1;
+    while (i < theirs.size() && i < ours.size() && theirs[i] == ours[i]) ++i;
+    const auto at = [](const std::vector<std::string>& w, size_t k) {
+      return k < w.size() ? "`" + w[k] + "`" : std::string("nothing");
+    };
+    refusal_ = "admitted node " + quote_id(node.node_id) + " (" + node.host + "), whose arguments differ from the "
+               "running round's nodes': its argument " + std::to_string(i) + " is " + at(theirs, i) + ", theirs " +
+               at(ours, i) + " (`" + node.program + "` against `" + member.program + "`). A per-node argument (an "
+               "output or log path) is fine; one that must agree (the model, the data, the steps, the seed) must "
+               "be the same on every node";
+    return;
+  }
   refusal_ = "refused node " + quote_id(node.node_id) + " (" + node.host + "): it runs `" + node.program +
              "`, but the running round's nodes run `" + member.program + "`";
   throw ProgramMismatch("rendezvous: " + refusal_ +
-                        "; a node joins a running job only with the same program and arguments (give it the "
-                        "others' command line, or another --rdzv-id for another job)");
+                        "; a node joins a running job only with the same program (give it the others' command "
+                        "line, or another --rdzv-id for another job)");
 }
 
 void RoundState::add_member(const std::string& id, TimePoint now) {

@@ -174,8 +174,9 @@ struct NodeView {
   // This node is the job's straggler (rendezvous/server/node_scores.h): its
   // job-wide score, 0 when it is not one.
   double straggler_score = 0;
-  // Nodes refused for running another program than the running round's
-  // (so far), and the newest refusal in words: members say so once each.
+  // Nodes refused for running another program than the running round's,
+  // or admitted with other arguments (so far), and the newest in words
+  // ("refused node ...", "admitted node ..."): members say so once each.
   uint32_t refusals = 0;
   std::string refusal;
   // The embedded control plane's voters' services (KeepAliveResponse).

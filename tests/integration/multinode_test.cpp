@@ -1431,8 +1431,10 @@ TEST(NetNodes, ALateNodeJoinsTheRunningRoundAndTheJobEndsAsAResumeAtTwoRanksWoul
   if (!lab) GTEST_SKIP() << why;
   const ddptest::EnvChanges env{"DDPRUN_CPU_COMM=gloo", "OMP_NUM_THREADS=1"};
   const fs::path summary = temp("grow.json");
+  // Node 1 names a summary of its own: a per-node argument, admitted.
+  const fs::path summary1 = temp("grow-node1.json");
   auto node = [&](int i) {
-    return lab->wrap(i, node_cmd(lab_flags(*lab, i, "1:2", "grow"), heal_job(summary)));
+    return lab->wrap(i, node_cmd(lab_flags(*lab, i, "1:2", "grow"), heal_job(i == 0 ? summary : summary1)));
   };
   Process n0(node(0), env);
   ASSERT_TRUE(reach_step(n0, 30)) << n0.out() << n0.err();
@@ -1456,6 +1458,8 @@ TEST(NetNodes, ALateNodeJoinsTheRunningRoundAndTheJobEndsAsAResumeAtTwoRanksWoul
   EXPECT_TRUE(contains(f1.err, "joining the running round as node rank 1")) << f1.err;
   EXPECT_FALSE(contains(f0.err, "restarting the workers")) << f0.err;
   EXPECT_FALSE(contains(f0.err, "admitting node")) << f0.err;
+  EXPECT_TRUE(contains(f0.err, "the rendezvous admitted node ")) << f0.err;
+  EXPECT_TRUE(contains(f0.err, "is `" + summary1.string() + "`, theirs `" + summary.string() + "`")) << f0.err;
   EXPECT_NE(before, 0);
   EXPECT_EQ(after, before) << "node 0's worker was restarted";
   EXPECT_TRUE(contains(f0.out, "]:parameters identical on all 2 ranks")) << f0.out;
@@ -1468,10 +1472,11 @@ TEST(NetNodes, ALateNodeJoinsTheRunningRoundAndTheJobEndsAsAResumeAtTwoRanksWoul
       << "the grown run's parameters differ from a resume at 2 ranks from step " << grew_at;
 }
 
-// A late node must run the job's program: one started with another model
-// (the same program, other arguments) is refused by the running round, with
-// a message on both sides; the job goes on as if it had never come.
-TEST(NetNodes, ALateNodeRunningAnotherModelIsRefusedAndTheJobGoesOn) {
+// A late node must run the job's program: one started with another program
+// (here the same binary under another name) is refused by the running
+// round, with a message on both sides; the job goes on as if it had never
+// come. (The same program with other arguments is admitted: the test above.)
+TEST(NetNodes, ALateNodeRunningAnotherProgramIsRefusedAndTheJobGoesOn) {
   std::string why;
   auto lab = lab_or_skip(2, &why);
   if (!lab) GTEST_SKIP() << why;
@@ -1480,11 +1485,16 @@ TEST(NetNodes, ALateNodeRunningAnotherModelIsRefusedAndTheJobGoesOn) {
   Process n0(lab->wrap(0, node_cmd(lab_flags(*lab, 0, "1:2", "mismatch"), heal_job(summary))), env);
   ASSERT_TRUE(reach_step(n0, 20)) << n0.out() << n0.err();
   std::vector<std::string> other = heal_job(summary);
-  other.insert(other.end(), {"--model", "mlp"});
+  const fs::path renamed = temp("mismatch-train-other");
+  fs::remove(renamed);
+  fs::create_symlink(other[0], renamed);
+  other[0] = renamed.string();
   Finished f1 = ddptest::run(lab->wrap(1, node_cmd(lab_flags(*lab, 1, "1:2", "mismatch"), other)), env, 2min);
+  fs::remove(renamed);
   EXPECT_EQ(f1.exit_code, 1) << f1.err;
-  EXPECT_TRUE(contains(f1.err, "--model mlp`, but the running round's nodes run `train --limit 8000")) << f1.err;
-  EXPECT_TRUE(contains(f1.err, "same program and arguments")) << f1.err;
+  EXPECT_TRUE(contains(f1.err, "it runs `ddprun-multi-mismatch-train-other")) << f1.err;
+  EXPECT_TRUE(contains(f1.err, "but the running round's nodes run `train --limit 8000")) << f1.err;
+  EXPECT_TRUE(contains(f1.err, "joins a running job only with the same program")) << f1.err;
   ASSERT_TRUE(n0.wait_for_err_line([](const std::string& l) { return contains(l, "the rendezvous refused node"); }, 60s))
       << n0.err();
   Finished f0 = n0.finish(4min);

@@ -733,11 +733,13 @@ TEST(Round, HealRequestsAreBoundedPerNodeAndOneOverTheBoundIsAnsweredLater) {
   EXPECT_EQ(r.keep_alive("a", t0 + 8000ms, 0, HealRequest{1, "rank 0 failed"}).heal_request_generation, now + 1);
 }
 
-// A node that arrives while a round runs must run the members' program
-// with their arguments: its workers would take their state. Another is
-// refused, whatever it would have done (grow the round, wait as a spare, be
-// admitted), nothing changes, and the members' view says so. A forming
-// round takes what comes, as torchrun does.
+// A node that arrives while a round runs must run the members' program:
+// its workers would take their state. Another program is refused, whatever
+// it would have done (grow the round, wait as a spare, be admitted),
+// nothing changes, and the members' view says so. The same program with
+// other arguments (a per-node output path) is admitted, and the members'
+// view names the argument that differs. A forming round takes what comes,
+// as torchrun does.
 TEST(Round, ANodeRunningAnotherProgramIsRefusedByARunningRound) {
   RoundSettings s{1, 4, 0ms, 5};
   auto runs = [](NodeSpec n, const std::string& program) {
@@ -745,33 +747,38 @@ TEST(Round, ANodeRunningAnotherProgramIsRefusedByARunningRound) {
     return n;
   };
   RoundState r(s);
-  r.join(runs(healing("a"), "train --limit 8000"), s, kFirst, 0ms, t0);
+  r.join(runs(healing("a"), "train --limit 8000 --summary-json s0.json"), s, kFirst, 0ms, t0);
   ASSERT_TRUE(r.closed());
   r.keep_alive("a", t0, 0);
   const uint64_t g0 = r.generation();
-  EXPECT_THROW(r.join(runs(healing("b"), "hello"), s, kFirst, 0ms, t0 + 1s), ProgramMismatch);
   try {
-    r.join(runs(healing("c"), "train --limit 8000 --model mlp"), s, kFirst, 0ms, t0 + 2s);
-    FAIL() << "a node running another model joined";
+    r.join(runs(healing("b"), "hello --limit 8000"), s, kFirst, 0ms, t0 + 1s);
+    FAIL() << "a node running another program joined";
   } catch (const ProgramMismatch& e) {
-    EXPECT_NE(std::string(e.what()).find("runs `train --limit 8000 --model mlp`, but the running round's nodes run "
-                                         "`train --limit 8000`"),
+    EXPECT_NE(std::string(e.what()).find("runs `hello --limit 8000`, but the running round's nodes run "
+                                         "`train --limit 8000 --summary-json s0.json`"),
               std::string::npos)
         << e.what();
   }
   EXPECT_FALSE(r.knows("b"));
-  EXPECT_FALSE(r.knows("c"));
   EXPECT_EQ(r.num_members(), 1u);
   EXPECT_EQ(r.current_round(), 0);
   EXPECT_EQ(r.heal_generation(), 0u);
   EXPECT_GT(r.generation(), g0);  // news for the members
-  const NodeView a = r.keep_alive("a", t0 + 2s, 0);
-  EXPECT_EQ(a.refusals, 2u);
-  EXPECT_NE(a.refusal.find("refused node 'c'"), std::string::npos) << a.refusal;
-  // The same program grows the round.
-  r.join(runs(healing("d"), "train --limit 8000"), s, kFirst, 0ms, t0 + 3s);
+  NodeView a = r.keep_alive("a", t0 + 2s, 0);
+  EXPECT_EQ(a.refusals, 1u);
+  EXPECT_NE(a.refusal.find("refused node 'b'"), std::string::npos) << a.refusal;
+  // The same program with a per-node argument grows the round, named.
+  r.join(runs(healing("c"), "train --limit 8000 --summary-json s1.json"), s, kFirst, 0ms, t0 + 3s);
   EXPECT_EQ(r.num_members(), 2u);
   EXPECT_EQ(r.heal_generation(), 1u);
+  a = r.keep_alive("a", t0 + 4s, 0);
+  EXPECT_EQ(a.refusals, 2u);
+  EXPECT_NE(a.refusal.find("admitted node 'c'"), std::string::npos) << a.refusal;
+  EXPECT_NE(a.refusal.find("its argument 4 is `s1.json`, theirs `s0.json`"), std::string::npos) << a.refusal;
+  // The same program and arguments: nothing to say.
+  EXPECT_NO_THROW(r.join(runs(healing("d"), "train --limit 8000 --summary-json s0.json"), s, kFirst, 0ms, t0 + 5s));
+  EXPECT_EQ(r.keep_alive("a", t0 + 6s, 0).refusals, 2u);
   // While a round forms, nothing is compared.
   RoundSettings two{2, 2, 0ms, 5};
   RoundState forming(two);
