@@ -43,13 +43,15 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--samples", type=int, default=4096)
     ap.add_argument("--print-steps", action="store_true", help="rank 0 prints a line after every step")
+    ap.add_argument("--num-workers", type=int, default=0, help="the DataLoader's worker processes (persistent)")
     args = ap.parse_args()
 
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     data = make_data(args.samples)
     sampler = DistributedSampler(data, shuffle=True, seed=0)
-    loader = DataLoader(data, batch_size=16, sampler=sampler)
+    loader = DataLoader(data, batch_size=16, sampler=sampler, num_workers=args.num_workers,
+                        persistent_workers=args.num_workers > 0)
     model = DDP(Net())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 20))

@@ -66,12 +66,16 @@ class _PlainLoop:
         """The epochs still to run: `for epoch in healer.epochs(10):` instead
         of `for epoch in range(10):`. Where the loop stands travels with a
         heal: a replacement starts in its peers' epoch."""
-        while self._loop.epoch < epochs:
-            yield self._loop.epoch
-            self._loop.epoch += 1
-            self._loop.batch = 0
+        self._in_epochs = True
+        try:
+            while self._loop.epoch < epochs:
+                yield self._loop.epoch
+                self._loop.epoch += 1
+                self._loop.batch = 0
+        finally:
+            self._in_epochs = False
 
-    def batches(self, loader):
+    def batches(self, loader, until=None):
         """The loader's batches from where the loop stands: `for x, y in
         healer.batches(loader):` instead of `for x, y in loader:`. What the
         loop's body does with one batch is a step. A collective that fails
@@ -86,8 +90,17 @@ class _PlainLoop:
         generator (for its workers); here the generator is put back after,
         so that a replacement, which makes its iterator mid-epoch, draws the
         same random numbers as its peers (dropout). Give the DataLoader a
-        generator of its own when its workers' randomness matters."""
+        generator of its own when its workers' randomness matters.
+
+        A loop bounded by steps: `until=N` yields no batch once the Healer
+        counts N optimizer steps (healer.steps: a failed body's skipped
+        step is not counted, a step a heal brought done is), and a loader
+        run through begins the next pass at its first batch, so that
+        `while healer.steps < N: for x, y in healer.batches(loader,
+        until=N):` runs exactly N steps, a replacement included."""
         for batch in _batches_from(loader, self._loop.batch):
+            if until is not None and self.steps >= until:
+                return
             self._body_steps = self.steps  # the optimizer steps before this batch's body
             try:
                 if not self.heals:
@@ -99,6 +112,10 @@ class _PlainLoop:
                 self._body_steps = None
             if not brought:
                 self._loop.batch += 1
+        if not getattr(self, "_in_epochs", False):
+            # Run through outside epochs(): the next call is the next pass.
+            self._loop.epoch += 1
+            self._loop.batch = 0
 
     def _healed_call(self, fn, stepped_after=()):
         """fn() (a framework's step: forward and backward, its optimizer

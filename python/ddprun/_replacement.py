@@ -16,6 +16,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ._generation import _GenerationStore, _process, _timeout
+from ._sockets import GroupSockets
 
 
 def _rank_in(generation, slot):
@@ -29,6 +30,7 @@ def _rank_in(generation, slot):
 
 
 _torch_init = dist.init_process_group
+group_sockets = GroupSockets()  # the newest heal generation's group's
 _original_ddp_init = DistributedDataParallel.__init__
 
 
@@ -67,8 +69,10 @@ def _init_generation(backend, generation, slot):
     # 2. Gloo connects the ranks in C++. A rank that waits there for a peer
     #    that died meanwhile waits out the group's timeout: nothing in
     #    Python can end that wait (see _Overtaken).
+    #    The group's sockets are noted: a heal shuts them down (_sockets.py).
     with _Overtaken(generation, slot):
-        _original_init(backend, store=store, rank=rank, world_size=world, timeout=_timeout())
+        group_sockets.around(
+            lambda: _original_init(backend, store=store, rank=rank, world_size=world, timeout=_timeout()))
 
 
 class _Overtaken:

@@ -70,7 +70,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ._generation import _process, joining  # noqa: F401 (joining: the package's API)
-from ._replacement import _forget_failed_init, _init_generation
+from ._replacement import _forget_failed_init, _init_generation, group_sockets
 from ._loop import _LoopPosition, _PlainLoop, _done
 from ._replicas import _ReplicaChecks
 from ._state import (_first_line, _model_mismatch, _rng_state, _set_rng_state, _tensors_in,
@@ -415,6 +415,9 @@ class Healer(_PlainLoop, _ReplicaChecks):
             self.ddp.process_group = None
         if not dist.is_initialized():
             return
+        # Its connections end now, though forked children (DataLoader
+        # workers) hold copies of their sockets (_sockets.py).
+        group_sockets.shut_down()
         group = dist.distributed_c10d._get_default_group()
         abort = getattr(group, "abort", None)  # PyTorch 2.x: in-flight work ends now
         if abort is not None:

@@ -245,6 +245,43 @@ TEST(PythonHeal, APlainDataLoaderLoopHealsWithFourChangedLinesBitwiseEqual) {
   EXPECT_EQ(checksum_of(f.out), want) << "killed ranks 0 and " << other << "; " << f.out;
 }
 
+// A plain loop bounded by steps with a counter of its own, and a DataLoader
+// with persistent worker processes (examples/python/plain_steps.py), heals
+// with the 5 lines plain_steps_healed.py changes: rank 2 of 4 killed at step 20,
+// the survivors keep their processes (none blocked on the dropped group's
+// connections, which the loader's forked workers hold copies of: none
+// judged hung and replaced), and the run ends after exactly its 120 steps
+// with an uninterrupted run's parameters.
+TEST(PythonHeal, AStepBoundedLoopWithLoaderWorkersHealsWithFiveChangedLinesBitwiseEqual) {
+  const auto changed = ddptest::changed_lines(PLAIN_STEPS_SCRIPT, PLAIN_STEPS_HEALED_SCRIPT);
+  EXPECT_EQ(ddptest::added_lines(changed), 5);
+  EXPECT_EQ(ddptest::missing_from_guide(changed, PLAIN_STEPS_SCRIPT), std::vector<std::string>{})
+      << "the guide's diff lacks these lines";
+  auto job = [] { return std::vector<std::string>{DDPRUN_BIN, "--nproc", "4", PLAIN_STEPS_HEALED_SCRIPT, "--print-steps"}; };
+  Finished ref = ddptest::run(job(), kEnv);
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const std::string want = checksum_of(ref.out);
+  ASSERT_FALSE(want.empty()) << ref.out;
+
+  Process p(job(), kEnv);
+  ASSERT_TRUE(reach_step(p, 20)) << p.out() << p.err();
+  const std::vector<pid_t> workers = workers_of(p.pid());
+  ASSERT_EQ(workers.size(), 4u);
+  kill(workers[2], SIGKILL);
+  EXPECT_TRUE(reach_step(p, 40)) << p.out() << p.err();
+  const std::vector<pid_t> now = ddptest::children_of(p.pid());
+  for (size_t r : {0u, 1u, 3u}) {
+    EXPECT_NE(std::find(now.begin(), now.end(), workers[r]), now.end()) << "survivor rank " << r << " was replaced";
+  }
+  Finished f = p.finish();
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(occurrences(f.err, "replacing it while the other workers go on"), 1) << f.err;
+  EXPECT_FALSE(contains(f.err, "hung")) << f.err;
+  EXPECT_TRUE(contains(f.out, "step 120 done")) << f.out;
+  EXPECT_FALSE(contains(f.out, "step 121 done")) << f.out;
+  EXPECT_EQ(checksum_of(f.out), want) << f.out;
+}
+
 // The plain loop's position in a checkpoint of the script's own
 // (Healer.state_dict(), tests/interop/plain_loop_resume.py): stopped after a
 // random step, mid-epoch or at an epoch's end, and resumed, it ends with an
