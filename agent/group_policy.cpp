@@ -327,7 +327,17 @@ std::string GroupPolicy::hung_because(int w, uint64_t count, TimePoint now) cons
   // A fresh replacement is judged once the job has learned its rhythm from
   // the others; any other worker once it showed its own.
   const bool judged = count == 0 ? learned_->longest().count() > 0 : learned_->watching(w);
-  if (!judged) return "";
+  if (!judged) {
+    // Not learned yet, but stopped (SIGSTOP, a debugger): it computes
+    // nothing, so the first steps' bound holds (four times the floor: 60 s).
+    const auto bound = 4 * learned_->options().floor;
+    if (!stopped_[w] || silent < bound + grace) return "";
+    std::snprintf(why, sizeof(why),
+                  "%s, stopped (--hang-timeout auto has not learned the job's rhythm yet: the first steps' bound, "
+                  "%.1f s)",
+                  head, s(bound));
+    return why;
+  }
   if (in_phase_[w]) {
     // Announced: only the others' wait for it tells a hang.
     if (awaited_[w] < learned_->limit() || silent < learned_->limit()) return "";

@@ -12,6 +12,7 @@ ddprun may have judged anything hung, lost, partitioned or restarted.
     bench/soak.py --jobs 2 --load 40   # fewer jobs, more load
     bench/soak.py --faults             # then real faults, each found and healed: detection quiet and loaded
     bench/soak.py --short              # what ctest runs: 2 kinds, one loaded job each, 8 busy processes
+    bench/soak.py --only-hangs         # hangs in which the processes live: found quiet and loaded
 
 The kinds (the launcher's defaults otherwise; the default job, examples/train,
 with its Healer; --hang-timeout 2 wherever a job has one node):
@@ -33,6 +34,15 @@ SIGKILLed; a host SIGKILLed, the serving one for the embedded plane; a link
 cut for longer than a lease and an allowance), quiet and loaded: each job
 must still end 0, and the table gives the seconds from the fault to the
 line of ddprun's that found it, quiet beside loaded.
+
+With --hangs (or --only-hangs), hangs that beats alone never find, under
+the default --hang-timeout (auto), quiet and loaded: a C++ rank that spins
+at step 20 while the others wait (hang_check --busy-ms 1e12), one beside a
+rank that stops itself (at step 200: the stopped one is named), a Python
+rank that spins, and a Python
+deadlock in which every rank waits inside torch.distributed (each beats).
+Each must be found with the right rank named; the table gives the seconds
+from the worker's line that begins it to ddprun's verdict.
 
 Needs root and iproute2 for the namespace hosts, stress-ng for the load
 (scripts/install-deps.sh installs it), etcd-server for the etcd kind. A kind
@@ -407,6 +417,8 @@ def main():
     p.add_argument("--faults", action="store_true", help="then real faults, quiet and loaded")
     p.add_argument("--fault-repeats", type=int, default=3, help="jobs of each fault, quiet and loaded")
     p.add_argument("--only-faults", action="store_true", help="the real faults alone (no soak)")
+    p.add_argument("--hangs", action="store_true", help="then hangs in which the processes live, quiet and loaded")
+    p.add_argument("--only-hangs", action="store_true", help="those hangs alone")
     p.add_argument("--short", action="store_true", help="ctest's: one-node and embedded, one loaded job each")
     p.add_argument("--kinds", default="", help="comma list of kinds (default: all)")
     p.add_argument("--shakes", default="agent,link,worker", help="which disturbances (comma list)")
@@ -432,7 +444,7 @@ def main():
     print("soak: seed %d, %d loaded job(s) of each of %s; load: stress-ng --cpu %d --vm 1 (%d MB); logs in %s"
           % (args.seed, args.jobs, ", ".join(k.name for k in kinds), args.load, args.hog_mb, logs), flush=True)
     rows, failed = [], False
-    for kind in [] if args.only_faults else kinds:
+    for kind in [] if args.only_faults or args.only_hangs else kinds:
         why = kind.missing(args)
         if why:
             rows.append((kind.name, "NOT RUN: " + why))
@@ -475,6 +487,8 @@ def main():
         print("  %-12s %s" % (name, text))
     if args.faults or args.only_faults:
         failed = faults(args, kinds, rng, logs) or failed
+    if args.hangs or args.only_hangs:
+        failed = hangs(args, logs) or failed
     if not args.keep_logs and not failed:
         shutil.rmtree(logs, ignore_errors=True)
     return 1 if failed else 0
@@ -510,6 +524,74 @@ def faults(args, kinds, rng, logs):
                                         "%.2f s (median of %d)" % (statistics.median(ok), len(ok)) if ok
                                         else "never found"))
             print("  %-12s %-7s %s" % (kind.name, fault, ", ".join(text)), flush=True)
+    return missed
+
+
+# Hangs in which every process lives (issue 60): how each is begun, the
+# worker's line that says it began, and ddprun's verdict that must follow.
+HANGS = [
+    ("C++ spin", ["--nproc", "3"], ["hang_check", "--work-ms", "20", "--stuck", "1", "--at", "20", "--busy-ms", "1e12"],
+     None, r"rank 1 computes for", r"rank 1 \(pid \d+\) hung: it spins"),
+    ("C++ stop+spin", ["--nproc", "3"], ["hang_check", "--work-ms", "20", "--stuck", "1", "--at", "200", "--busy-ms",
+                                          "1e12", "--also-stopped", "2"],
+     None, r"rank 2 stops itself", r"rank 2 \(pid \d+\) hung: no heartbeat"),
+    ("Python spin", ["--nproc", "2"], ["hang_script.py", "--train-steps", "150", "--spin"], "venv",
+     r"rank 1 spins", r"rank 1 \(pid \d+\) hung: it spins"),
+    ("Python deadlock", ["--nproc", "2"], ["hang_script.py", "--train-steps", "150", "--deadlock"], "venv",
+     r"rank 1 waits for ever", r"hung: no rank of the job has advanced a step"),
+]
+
+
+def hangs(args, logs):
+    """Each hang of HANGS, quiet and loaded; True when one was missed or
+    named the wrong rank."""
+    venv = os.path.join(ROOT, "build", "torch2-venv", "bin", "python")
+    print("\nhangs in which the processes live (found: seconds from the worker's line to ddprun's verdict; "
+          "the default --hang-timeout)")
+    missed = False
+    for name, flags, program, python, began, verdict in HANGS:
+        if python == "venv" and not os.path.exists(venv):
+            print("  %-16s NOT RUN: no %s" % (name, venv))
+            missed = True
+            continue
+        if program[0].endswith(".py"):
+            argv = [os.path.join(ROOT, "tests", "interop", program[0])] + program[1:]
+        else:
+            argv = [os.path.join(args.build, program[0])] + program[1:]
+        seen = {}
+        for loaded in (False, True):
+            times = []
+            for n in range(args.fault_repeats):
+                env = dict(os.environ, PYTHONUNBUFFERED="1")
+                if python == "venv":
+                    env["DDPRUN_PYTHON"] = venv
+                job = Job("hang-%s-%s%d" % (name.replace(" ", "-").replace("+", "-"), loaded, n), logs)
+                with Load(args.load if loaded else 0, args.hog_mb):
+                    job.start(0, subprocess.Popen([os.path.join(args.build, "ddprun")] + flags + argv,
+                                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                                  start_new_session=True))
+                    codes = job.finish(time.time() + args.budget)
+                t = None
+                start = None
+                for when, line in job.out.get(0, []):
+                    if start is None and re.search(began, line):
+                        start = when
+                    if start is not None and DDPRUN_LINE.search(line) and re.search(verdict, line):
+                        t = when - start
+                        break
+                times.append(t)
+                if t is None:
+                    missed = True
+                    print("soak: MISSED hang %s (loaded %s): exit %s; logs in %s" % (name, loaded, codes, logs),
+                          flush=True)
+            seen[loaded] = times
+        text = []
+        for loaded in (False, True):
+            ok = [t for t in seen[loaded] if t is not None]
+            text.append("%s %s" % ("loaded" if loaded else "quiet",
+                                    "%.1f s (median of %d)" % (statistics.median(ok), len(ok)) if ok
+                                    else "never found"))
+        print("  %-16s %s" % (name, ", ".join(text)), flush=True)
     return missed
 
 

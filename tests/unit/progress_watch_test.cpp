@@ -204,5 +204,29 @@ TEST(ProgressWatch, AStoppedWorkerIsNotExcusedByABusyPeer) {
   EXPECT_TRUE(killed2) << "a stopped rank excused by a busy one";
 }
 
+// Before --hang-timeout auto has learned the rhythm, a stopped worker is
+// hung at the first steps' bound (four times the floor); an idle one that
+// is not stopped is left to the learned limit.
+TEST(ProgressWatch, AStoppedWorkerIsHungAtTheFirstStepsBoundBeforeTheRhythmIsLearned) {
+  GroupPolicyOptions o;
+  o.heartbeats = true;
+  o.learned_hang = LearnedTimeoutOptions{};
+  GroupPolicy p(2, o, t0);
+  p.on_beats({1, 1}, t0, {ms(0), ms(0)});
+  p.set_stopped(1, true);
+  uint64_t b0 = 1;
+  for (int s = 1; s < 60; ++s) {
+    for (const auto& c : p.on_beats({++b0, 1}, t0 + std::chrono::seconds(s), {ms(0), ms(0)})) {
+      ASSERT_NE(c.kind, GroupCommand::kKillWorker) << "at " << s << " s: " << c.why;
+    }
+  }
+  const auto cs = p.on_beats({++b0, 1}, t0 + 61s, {ms(0), ms(0)});
+  ASSERT_FALSE(cs.empty());
+  EXPECT_EQ(cs.front().kind, GroupCommand::kKillWorker);
+  EXPECT_EQ(cs.front().worker, 1);
+  EXPECT_NE(cs.front().why.find("stopped (--hang-timeout auto has not learned the job's rhythm yet"), std::string::npos)
+      << cs.front().why;
+}
+
 }  // namespace
 }  // namespace ddprun
