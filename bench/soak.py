@@ -494,6 +494,17 @@ def main():
     return 1 if failed else 0
 
 
+def found_text(seen, number):
+    """"quiet 1.23 s (median of 3), loaded ..." from {loaded: [seconds or None]}."""
+    text = []
+    for loaded in (False, True):
+        ok = [t for t in seen[loaded] if t is not None]
+        text.append("%s %s" % ("loaded" if loaded else "quiet",
+                                (number + " s (median of %d)") % (statistics.median(ok), len(ok)) if ok
+                                else "never found"))
+    return ", ".join(text)
+
+
 def faults(args, kinds, rng, logs):
     """Each kind's real fault, quiet and loaded; True when one was missed."""
     plan = {"one-node": ["worker"], "python": ["worker"], "python-1.13": ["worker"], "two-hosts": ["host", "cut"],
@@ -517,13 +528,7 @@ def faults(args, kinds, rng, logs):
                         print("soak: MISSED %s %s (loaded %s): exit %s; logs in %s" % (kind.name, fault, loaded,
                                                                                        codes, logs), flush=True)
                 seen[loaded] = times
-            text = []
-            for loaded in (False, True):
-                ok = [t for t in seen[loaded] if t is not None]
-                text.append("%s %s" % ("loaded" if loaded else "quiet",
-                                        "%.2f s (median of %d)" % (statistics.median(ok), len(ok)) if ok
-                                        else "never found"))
-            print("  %-12s %-7s %s" % (kind.name, fault, ", ".join(text)), flush=True)
+            print("  %-12s %-7s %s" % (kind.name, fault, found_text(seen, "%.2f")), flush=True)
     return missed
 
 
@@ -585,13 +590,7 @@ def hangs(args, logs):
                     print("soak: MISSED hang %s (loaded %s): exit %s; logs in %s" % (name, loaded, codes, logs),
                           flush=True)
             seen[loaded] = times
-        text = []
-        for loaded in (False, True):
-            ok = [t for t in seen[loaded] if t is not None]
-            text.append("%s %s" % ("loaded" if loaded else "quiet",
-                                    "%.1f s (median of %d)" % (statistics.median(ok), len(ok)) if ok
-                                    else "never found"))
-        print("  %-16s %s" % (name, ", ".join(text)), flush=True)
+        print("  %-16s %s" % (name, found_text(seen, "%.1f")), flush=True)
     return missed
 
 

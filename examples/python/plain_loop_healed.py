@@ -39,6 +39,17 @@ def make_data(samples, length=16, vocab=64, seed=1):
     return TensorDataset(tokens, tokens[:, :4].sum(dim=1) % 4)
 
 
+def finish(model, loss):
+    """Rank 0 prints the last loss and a checksum of the parameters; the
+    group ends."""
+    if dist.get_rank() == 0:
+        h = hashlib.sha256()
+        for p in model.parameters():
+            h.update(p.detach().contiguous().numpy().tobytes())
+        print(f"final loss {loss.item():.6f}; checksum {h.hexdigest()[:16]}", flush=True)
+    dist.destroy_process_group()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--epochs", type=int, default=2)
@@ -69,12 +80,7 @@ def main():
             if args.print_steps and dist.get_rank() == 0:
                 print(f"step {scheduler.last_epoch} done", flush=True)
 
-    if dist.get_rank() == 0:
-        h = hashlib.sha256()
-        for p in model.parameters():
-            h.update(p.detach().contiguous().numpy().tobytes())
-        print(f"final loss {loss.item():.6f}; checksum {h.hexdigest()[:16]}", flush=True)
-    dist.destroy_process_group()
+    finish(model, loss)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ plain_steps_healed.py`).
 Each prints the final loss and a checksum of the parameters.
 """
 import argparse
-import hashlib
 
 import torch
 import torch.distributed as dist
@@ -18,7 +17,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from plain_loop import Net, make_data
+from plain_loop import Net, finish, make_data
 
 
 def main():
@@ -50,12 +49,7 @@ def main():
             if step == args.steps:
                 break
 
-    if dist.get_rank() == 0:
-        h = hashlib.sha256()
-        for p in model.parameters():
-            h.update(p.detach().contiguous().numpy().tobytes())
-        print(f"final loss {loss.item():.6f}; checksum {h.hexdigest()[:16]}", flush=True)
-    dist.destroy_process_group()
+    finish(model, loss)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,11 @@ with this rank waits on, until found hung. shutdown() acts on the
 connection itself, whoever else holds it: the peer's wait fails at once, as
 it does when a rank dies (what ddprun does in C++ to Gloo's pairs too).
 
-Which sockets: those that appeared while init_process_group ran (Gloo's
-listener and its pairs), less the connection to the job's store (the
-MASTER_ADDR:MASTER_PORT endpoint: the next generation uses it). Linux's
+Which sockets: the TCP connections that appeared while init_process_group
+ran (Gloo's pairs), less the one to the job's store (the
+MASTER_ADDR:MASTER_PORT endpoint: the next generation uses it), and never
+a listening socket (PyTorch 2.x's Gloo aborts the process when its
+listener's accept fails). Linux's
 /proc/self/fd names each socket by its inode, so a descriptor number used
 again since is never touched."""
 import os
@@ -69,7 +71,9 @@ class GroupSockets:
                     port = _peer_port(fd)
                 except OSError:
                     continue
-                if port is not None and port != store_port:
+                # Connections only: Gloo's listener thread takes a shut-down
+                # listening socket for a fatal error (it aborts the process).
+                if port is not None and port > 0 and port != store_port:
                     made.append((fd, name))
             self._made = made
 

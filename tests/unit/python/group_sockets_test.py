@@ -7,7 +7,8 @@ A "group" connects to a peer inside GroupSockets.around(), beside a
 connection to the job's store (MASTER_PORT); a forked child keeps both
 open. Closing the group's descriptor then ends nothing (the first check,
 which shows what the fix is for); shut_down() ends the group's connection
-at once and leaves the store's open. Exit 0 when so.
+at once and leaves the store's open, and the group's listener listening.
+Exit 0 when so.
 """
 import importlib.util
 import os
@@ -47,10 +48,11 @@ def main():
     os.environ["MASTER_PORT"] = str(store.getsockname()[1])
     made = []
 
-    def connect():  # what init_process_group does: the store, then the peers
+    def connect():  # what init_process_group does: the store, its listener, then the peers
         for port in (store.getsockname()[1], peer_listener.getsockname()[1], peer_listener.getsockname()[1]):
             c = socket.create_connection(("127.0.0.1", port))
             made.append(c)
+        made.append(listener())
 
     group = sockets.GroupSockets()
     group.around(connect)
@@ -75,6 +77,15 @@ def main():
             return 1
         if ended(store_peer, 0.5):
             print("FAIL: the store's connection ended too")
+            return 1
+        # A listener is left alone: PyTorch 2.x's Gloo aborts the process
+        # when its listener's accept fails.
+        try:
+            socket.create_connection(made[3].getsockname(), timeout=2).close()
+            made[3].settimeout(2)
+            made[3].accept()[0].close()
+        except OSError as e:
+            print(f"FAIL: the group's listener was shut down too ({e})")
             return 1
         print(f"ok: the group's connection ended {time.monotonic() - started:.3f} s after shut_down; "
               "the store's stays open")
