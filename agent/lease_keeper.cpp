@@ -154,6 +154,12 @@ LeaseStatus LeaseKeeper::peek() const {
   return status_;
 }
 
+std::chrono::steady_clock::duration call_stall(std::chrono::steady_clock::duration took,
+                                               std::chrono::steady_clock::duration timeout) {
+  const auto past = took - timeout - kLateWake;
+  return past > std::chrono::steady_clock::duration::zero() ? past : std::chrono::steady_clock::duration::zero();
+}
+
 void LeaseKeeper::loop() {
   using Clock = std::chrono::steady_clock;
   auto last_answer = Clock::now();
@@ -174,6 +180,7 @@ void LeaseKeeper::loop() {
     std::optional<NodeView> view;
     std::string error;
     const int64_t send_ns = monotonic_ns();
+    const auto sent = Clock::now();
     try {
       view = client_.keep_alive(options_.job_id, options_.node_id, call_timeout, workers_heal_round_.load(), heal);
     } catch (const std::exception& e) {
@@ -204,6 +211,9 @@ void LeaseKeeper::loop() {
       status_.error.clear();
     } else {
       status_.error = error;
+      // A call that came back long past its deadline: this process was
+      // stopped meanwhile (a whole job suspended), not the rendezvous silent.
+      stalled += call_stall(now - sent, call_timeout);
       if (!status_.contact_lost && now - last_answer - stalled >= options_.lease + options_.takeover_allowance) {
         status_.contact_lost = true;
         changed = true;

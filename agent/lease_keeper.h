@@ -58,6 +58,15 @@ struct ClockEstimate {
 ClockEstimate better_clock_estimate(const std::optional<ClockEstimate>& best, int64_t send_ns, int64_t recv_ns,
                                     int64_t server_ns);
 
+// The part of a keep-alive call's time that was this process's own stall,
+// not the rendezvous' silence: a call cannot outlive its deadline by more
+// than a moment while its process runs, so what it took past its timeout
+// (and a wake-up's slack) is time the process was stopped or starved (a
+// whole job suspended and resumed: the call in flight when it stopped
+// returns, past its deadline, long after). Zero otherwise.
+std::chrono::steady_clock::duration call_stall(std::chrono::steady_clock::duration took,
+                                               std::chrono::steady_clock::duration timeout);
+
 class LeaseKeeper {
  public:
   LeaseKeeper(RendezvousClient& client, LeaseOptions options);

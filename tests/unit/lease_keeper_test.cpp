@@ -69,6 +69,18 @@ TEST(LeaseKeeper, WorkersThatHealAreToldAtOnceNotAtTheNextInterval) {
   EXPECT_FALSE(heals_at_rendezvous(client)) << "nor that they stopped healing";
 }
 
+// A whole job suspended 30 s and resumed: the keep-alive in flight when the
+// agent stopped comes back 30 s after it was sent, past its 1 s deadline.
+// That is the agent's own stall, not the rendezvous' silence (the lease is
+// not lost); a call that failed at its deadline, or soon after, is silence.
+TEST(LeaseKeeper, ACallThatReturnsLongPastItsDeadlineIsTheProcesssOwnStall) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(call_stall(30s, 1s), 30s - 1s - milliseconds(50));
+  EXPECT_EQ(call_stall(1s, 1s), milliseconds(0));
+  EXPECT_EQ(call_stall(milliseconds(1030), 1s), milliseconds(0));  // a wake-up's slack
+  EXPECT_EQ(call_stall(milliseconds(200), 1s), milliseconds(0));
+}
+
 TEST(ClockOffset, MidpointOfTheRoundTripAndTheShortestWins) {
   // Sent at 1000, answered at 1400, the service said 10200: offset 9000.
   ClockEstimate e = better_clock_estimate(std::nullopt, 1000, 1400, 10200);
