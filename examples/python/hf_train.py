@@ -36,9 +36,14 @@ class Net(torch.nn.Module):
                                                       batch_first=True)
         self.head = torch.nn.Linear(width, classes)
 
-    def forward(self, tokens, labels=None):
+    # As transformers' own models: the loss's keyword arguments taken, the
+    # loss divided by the Trainer's count of the batch's labels over every
+    # rank (average_tokens_across_devices, its default).
+    def forward(self, tokens, labels=None, num_items_in_batch=None, **kwargs):
         logits = self.head(self.block(self.embed(tokens)).mean(dim=1))
-        return {"loss": F.cross_entropy(logits, labels), "logits": logits}
+        if num_items_in_batch is None:
+            return {"loss": F.cross_entropy(logits, labels), "logits": logits}
+        return {"loss": F.cross_entropy(logits, labels, reduction="sum") / num_items_in_batch, "logits": logits}
 
 
 class Tokens(torch.utils.data.Dataset):

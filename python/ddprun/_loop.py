@@ -117,6 +117,19 @@ class _PlainLoop:
             self._loop.epoch += 1
             self._loop.batch = 0
 
+    def _summed_in_step(self, tensor):
+        """tensor summed over the ranks, inside a healed body (_healed_call):
+        a failed collective is flagged as DDP's are (the body runs again
+        after the heal) and None returned."""
+        import torch.distributed as dist
+        total = tensor.clone() if torch.is_tensor(tensor) else torch.tensor(tensor)
+        try:
+            dist.all_reduce(total)
+        except Exception as e:  # a peer failed: the heal follows the body
+            self._flag_failure(e)
+            return None
+        return total
+
     def _healed_call(self, fn, stepped_after=()):
         """fn() (a framework's step: forward and backward, its optimizer
         step after) as a plain loop's body: run again after a heal when one

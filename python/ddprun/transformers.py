@@ -22,6 +22,10 @@ What it does (Healer in heal.py does the heal itself):
   3. a replacement starts in its peers' epoch, skips the batches of it they
      did (the Trainer's own resume path), and takes their random generators
      after its first batch, as a resume from a checkpoint does.
+  4. the count of a batch's tokens over the ranks
+     (average_tokens_across_devices, transformers' default for a model
+     whose forward takes the loss's keyword arguments) is summed inside the
+     healed step, not gathered before it.
 A rank that dies outside a training step (logging's gather, evaluation, a
 checkpoint's save) is not healed: ddprun restarts the group. Tested with
 the versions scripts/frameworks-requirements.txt pins (transformers 5.24,
@@ -29,6 +33,7 @@ accelerate 1.15).
 """
 import functools
 
+import torch
 from transformers import Trainer as _HuggingFaceTrainer
 
 from .heal import Healer, joining
@@ -57,6 +62,14 @@ class _TrainingPosition:
         if joining():
             for name, value in sd.items():
                 setattr(self._trainer.state, name, value)
+
+
+class _LocalCount:
+    """A batch's token count on this rank only, to be summed over the ranks
+    inside the healed step (HealingTrainer._get_num_items_in_batch)."""
+
+    def __init__(self, local):
+        self.local = local
 
 
 class HealingTrainer(_HuggingFaceTrainer):
@@ -101,11 +114,6 @@ class HealingTrainer(_HuggingFaceTrainer):
         if not getattr(self.args.accelerator_config, "use_seedable_sampler", True):
             raise ValueError("ddprun.transformers: a replacement draws its epoch's order from the sampler's seed and "
                              "epoch; set TrainingArguments(accelerator_config={'use_seedable_sampler': True})")
-        if self.args.average_tokens_across_devices and (self.model_accepts_loss_kwargs or
-                                                        self.compute_loss_func is not None):
-            raise ValueError("ddprun.transformers: counting the tokens across devices is a collective outside the "
-                             "training step, which cannot heal; set "
-                             "TrainingArguments(average_tokens_across_devices=False)")
 
     def _skip_when_brought(self, optimizer):
         step = optimizer.step
@@ -118,17 +126,42 @@ class HealingTrainer(_HuggingFaceTrainer):
 
         optimizer.step = step_unless_brought
 
+    def _heals(self):
+        return self.healer is not None and self.healer.heals
+
+    def _get_num_items_in_batch(self, batch_samples, device):
+        # average_tokens_across_devices (transformers' default) sums the
+        # batch's token count over the ranks with a gather before the step,
+        # where a failed peer cannot heal: here the count stays this rank's,
+        # and training_step sums it inside the healed step.
+        if not (self._heals() and self.args.average_tokens_across_devices and self.args.world_size > 1):
+            return super()._get_num_items_in_batch(batch_samples, device)
+        self.args.average_tokens_across_devices = False
+        try:
+            local = super()._get_num_items_in_batch(batch_samples, device)
+        finally:
+            self.args.average_tokens_across_devices = True
+        return None if local is None else _LocalCount(local)
+
     def training_step(self, model, inputs, num_items_in_batch=None):
         healer = self.healer
         self._step_brought = False
-        if healer is None or not healer.heals:
+        if not self._heals():
             return super().training_step(model, inputs, num_items_in_batch)
 
         def attempt():
             # The Trainer zeroes the gradients after its optimizer step: a
             # step run again after a heal starts from none, as the first did.
             model.zero_grad()
-            return super(HealingTrainer, self).training_step(model, inputs, num_items_in_batch)
+            count = num_items_in_batch
+            if isinstance(count, _LocalCount):
+                count = healer._summed_in_step(count.local)
+                if count is None:
+                    # A peer failed: the step runs again after the heal, or
+                    # the heal brings it done (then this is the loss logged:
+                    # none, which the Trainer's logging_nan_inf_filter skips).
+                    return torch.tensor(float("nan"))
+            return super(HealingTrainer, self).training_step(model, inputs, count)
 
         # The Trainer steps the scheduler after this returns (the optimizer
         # it skips when the heal brought the step done).
