@@ -20,12 +20,13 @@ scripts/frameworks-requirements.txt).
 """
 import argparse
 import hashlib
+import json
 import os
+import re
 
 import torch
 import torch.nn.functional as F
 from ddprun.transformers import Trainer, TrainerCallback, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
 
 
 class Net(torch.nn.Module):
@@ -59,6 +60,23 @@ class Tokens(torch.utils.data.Dataset):
         return {"tokens": self.tokens[i], "labels": self.labels[i]}
 
 
+def newest_whole_checkpoint(out):
+    """The newest checkpoint in `out` that was written whole: the Trainer
+    writes trainer_state.json last, so one whose file is missing or does
+    not parse was cut short (a kill during the save) and the one before it
+    is taken."""
+    steps = [int(m.group(1)) for m in map(re.compile(r"checkpoint-(\d+)$").match, os.listdir(out)) if m]
+    for step in sorted(steps, reverse=True):
+        folder = os.path.join(out, f"checkpoint-{step}")
+        try:
+            with open(os.path.join(folder, "trainer_state.json")) as f:
+                json.load(f)
+            return folder
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 class PrintSteps(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
@@ -82,7 +100,7 @@ def main():
         save_steps=25, logging_steps=10, report_to="none", use_cpu=True, disable_tqdm=True)
     trainer = Trainer(model=model, args=training, train_dataset=Tokens(args.samples),
                       callbacks=[PrintSteps()] if args.print_steps else [])
-    last = get_last_checkpoint(args.out) if args.resume and os.path.isdir(args.out) else None
+    last = newest_whole_checkpoint(args.out) if args.resume and os.path.isdir(args.out) else None
     trainer.train(resume_from_checkpoint=last)
 
     if trainer.is_world_process_zero():
