@@ -141,9 +141,9 @@ std::unique_ptr<RendezvousServer> place_rendezvous(LaunchPlan& plan) {
   }
   if (plan.rdzv_host_mode == "off" || (plan.rdzv_host_mode == "auto" && !local)) return nullptr;
   try {
-    auto server = std::make_unique<RendezvousServer>(
-        ServerOptions{address, plan.rdzv_listen_port, a.rdzv_auth, plan.rdzv_limits},
-        make_nccl_unique_id);
+    ServerOptions options{address, plan.rdzv_listen_port, a.rdzv_auth, plan.rdzv_limits};
+    options.own_job = a.run_id;  // this job's alone
+    auto server = std::make_unique<RendezvousServer>(options, make_nccl_unique_id);
     // Port 0 asked for a free port: join the one the server got.
     a.rdzv_address = with_port(address, server->port());
     a.hosts_rendezvous = true;

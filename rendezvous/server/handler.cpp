@@ -355,6 +355,17 @@ grpc::ServerUnaryReactor* RendezvousHandler::Join(grpc::CallbackServerContext* c
                                                   v1::JoinResponse* resp) {
   if (auto bad = check_token(*ctx, options_.token)) return refuse(ctx, *bad);
   if (auto bad = served(*ctx, req->job_id())) return refuse(ctx, *bad);
+  if (!options_.own_job.empty() && req->job_id() != options_.own_job) {
+    // Another job's ddprun found this port taken and joined here: it would
+    // run as this job's tenant, with none of its own rendezvous' settings,
+    // and this job's ddprun would wait for it before it exits.
+    return refuse(ctx, grpc::Status(StatusCode::FAILED_PRECONDITION,
+                                    "rendezvous: this endpoint is the rendezvous of job '" + options_.own_job +
+                                        "', hosted by that job's ddprun, not a service for other jobs: job '" +
+                                        printable(req->job_id(), false) +
+                                        "' needs an endpoint of its own (another --rdzv-endpoint port), or run "
+                                        "`ddprun rendezvous` as a service both jobs use"));
+  }
   if (auto bad = check_timeout(req->timeout_ms())) return refuse(ctx, *bad);
   if (!req->has_node() || req->node().node_id().empty()) {
     return refuse(ctx, invalid_argument("node.node_id is empty"));

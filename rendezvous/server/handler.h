@@ -22,6 +22,9 @@ struct HandlerOptions {
   // Set when the jobs have a control plane (serving_gate.h): only its
   // leader serves a job; the others say where it is.
   ServingGate* gate = nullptr;
+  // A job's own rendezvous (ServerOptions::own_job): joins of another job
+  // are refused, naming both.
+  std::string own_job{};
 };
 
 class RendezvousHandler final

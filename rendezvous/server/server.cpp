@@ -18,7 +18,7 @@ RendezvousServer::RendezvousServer(ServerOptions options, JobRegistry::IdSource 
   const ServiceLimits& limits = options.limits;
   auto credentials = server_credentials(options.auth.tls);
   handler_ = std::make_unique<RendezvousHandler>(registry_,
-                                                 HandlerOptions{options.auth.token, limits, options.gate});
+                                                 HandlerOptions{options.auth.token, limits, options.gate, options.own_job});
   const bool ipv6 = host_.find(':') != std::string::npos;
   const std::string listen =
       (ipv6 ? "[" + host_ + "]" : host_) + ":" + std::to_string(options.port);

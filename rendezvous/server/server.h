@@ -36,6 +36,9 @@ struct ServerOptions {
   // The embedded control plane's Raft messages (rendezvous/control_plane/raft/raft_peer.h),
   // served on the same port (outlives the server); null: none.
   grpc::Service* peer_service = nullptr;
+  // A job's own rendezvous, hosted by its ddprun (not `ddprun rendezvous`,
+  // a service for many jobs): this job's id; any other job is refused.
+  std::string own_job{};
 };
 
 class RendezvousServer {

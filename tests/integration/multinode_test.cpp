@@ -1589,6 +1589,28 @@ long rss_kb(pid_t pid) {
   return 0;
 }
 
+// A job's own rendezvous (hosted by its ddprun) serves that job alone:
+// another job whose ddprun finds the port taken is refused at once, naming
+// both, instead of running as the first job's tenant (which would then wait
+// for it before exiting).
+TEST(ControlPlane, AnotherJobOnAJobsOwnRendezvousIsRefusedNamingBoth) {
+  const int port = free_port();
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
+  Process host(node_cmd({"--nnodes", "2", "--nproc", "1", "--rdzv-endpoint", endpoint, "--rdzv-id", "first"},
+                        {PROBE_BIN, "exit", "0"}));
+  ASSERT_TRUE(host.wait_for_err_line([](const std::string& l) { return contains(l, "joining job first"); }, 20s));
+  Finished other = ddptest::run(
+      node_cmd({"--nnodes", "1", "--nproc", "1", "--rdzv-endpoint", endpoint, "--rdzv-id", "second"},
+               {PROBE_BIN, "exit", "0"}),
+      {}, 60s);
+  EXPECT_NE(other.exit_code, 0) << other.err;
+  EXPECT_TRUE(contains(other.err, "this endpoint is the rendezvous of job 'first', hosted by that job's ddprun")) << other.err;
+  EXPECT_TRUE(contains(other.err, "job 'second' needs an endpoint of its own")) << other.err;
+  host.signal(SIGTERM);
+  Finished f = host.finish(20s);
+  EXPECT_FALSE(contains(f.err, "second")) << f.err;
+}
+
 // Anyone may connect to the rendezvous port (the token is checked per
 // call): 2,000 connections that come, send a little and go leave the host
 // holding gRPC's freed buffers, 27 MiB here, unless it gives them back.
