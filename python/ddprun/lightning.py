@@ -15,7 +15,8 @@ What it does (Healer in heal.py does the heal itself):
   1. setup(): a Healer over the DDP module, the optimizer, the LR
      schedulers and where the fit loop stands (Lightning's loop counters
      and the callbacks' state: a replacement takes them, survivors keep
-     their own);
+     their own; a replacement of a script that resumes from its newest
+     checkpoint keeps them, not the checkpoint's);
   2. optimizer_step(): the closure (forward, backward, DDP's all-reduce)
      runs as a plain loop's body does under healer.batches(): a failed
      all-reduce is flagged, the group heals, the closure runs again; then
@@ -147,6 +148,16 @@ class HealingDDPStrategy(_LightningDDPStrategy):
                              extra=self._schedulers + [_FitPosition(trainer)])
         self._peers_in_step = self.healer.joined
         self._skip_pending = self.healer.joined
+        if self.healer.joined:
+            # A script that resumes (fit(ckpt_path=...)) had Lightning load
+            # its newest checkpoint before this setup, and Lightning
+            # restores that checkpoint's loops, optimizer and schedulers
+            # after it: the peers' state just taken would go back to the
+            # checkpoint's (the fit loop's position behind theirs: at the
+            # next checkpoint's save they waited in its barrier for ever,
+            # the replacement in the next batch's broadcast). A
+            # replacement's training state is its peers'.
+            trainer._checkpoint_connector._loaded_checkpoint = {}
         # Lightning broadcasts a SIGTERM flag from rank 0 before every batch.
         epoch_loop = trainer.fit_loop.epoch_loop
         broadcast_sigterm = epoch_loop._broadcast_sigterm_tensor
