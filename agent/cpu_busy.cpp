@@ -29,6 +29,20 @@ std::optional<int64_t> value_after(const std::string& path, const std::string& l
   return std::nullopt;
 }
 
+// The fields of /proc/PID/stat after the command name (which may hold
+// spaces and parentheses: they start after the last ')'), from field 3, the
+// state; nullopt when it cannot be read.
+std::optional<std::string> stat_fields(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  std::ifstream stat(path);
+  std::string text;
+  if (!stat || !std::getline(stat, text)) return std::nullopt;
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) return std::nullopt;
+  return text.substr(close + 2);
+}
+
 }  // namespace
 
 std::optional<CpuTimes> cgroup_cpu_times(const std::string& cgroup) {
@@ -40,15 +54,9 @@ std::optional<CpuTimes> cgroup_cpu_times(const std::string& cgroup) {
 }
 
 std::optional<CpuTimes> proc_cpu_times(pid_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-  std::ifstream stat(path);
-  std::string text;
-  if (!stat || !std::getline(stat, text)) return std::nullopt;
-  // The command name may hold spaces and parentheses: fields start after the last ')'.
-  const size_t close = text.rfind(')');
-  if (close == std::string::npos || close + 2 > text.size()) return std::nullopt;
-  std::istringstream fields(text.substr(close + 2));
+  const auto text = stat_fields(pid);
+  if (!text) return std::nullopt;
+  std::istringstream fields(*text);
   std::string f;
   // Fields 3.. here; utime, stime, cutime, cstime are fields 14-17.
   long long ticks = 0;
@@ -63,6 +71,7 @@ std::optional<CpuTimes> proc_cpu_times(pid_t pid) {
   const long hz = sysconf(_SC_CLK_TCK);
   CpuTimes t;
   t.used = std::chrono::microseconds(hz > 0 ? ticks * 1000000 / hz : 0);
+  char path[64];
   std::snprintf(path, sizeof(path), "/proc/%d/schedstat", static_cast<int>(pid));
   std::ifstream sched(path);
   long long on_cpu_ns = 0, waited_ns = 0;
@@ -71,16 +80,8 @@ std::optional<CpuTimes> proc_cpu_times(pid_t pid) {
 }
 
 bool process_stopped(pid_t pid) {
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-  std::ifstream stat(path);
-  std::string text;
-  if (!stat || !std::getline(stat, text)) return false;
-  // The state is the field after the command name, which may hold ')'.
-  const size_t close = text.rfind(')');
-  if (close == std::string::npos || close + 2 >= text.size()) return false;
-  const char state = text[close + 2];
-  return state == 'T' || state == 't';
+  const auto text = stat_fields(pid);
+  return text && stopped_state((*text)[0]);
 }
 
 std::optional<CpuTimes> cpu_times(const std::string& cgroup, pid_t pid) {

@@ -34,8 +34,10 @@ struct CpuTimes {
 // is `pid`; nullopt when neither can be read (it is gone).
 std::optional<CpuTimes> cpu_times(const std::string& cgroup, pid_t pid);
 
-// Whether process `pid` is stopped now (its state T or t: SIGSTOP, a
-// debugger). False when it cannot be read.
+// Whether a process state (/proc's State letter) is stopped: T (SIGSTOP)
+// or t (a debugger holds it).
+inline bool stopped_state(char state) { return state == 'T' || state == 't'; }
+// Whether process `pid` is stopped now. False when it cannot be read.
 bool process_stopped(pid_t pid);
 
 // The parts, for tests: from the cgroup's files, and from /proc.

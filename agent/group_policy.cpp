@@ -564,7 +564,7 @@ std::vector<GroupCommand> GroupPolicy::on_progress(std::vector<ProgressReading> 
     r.joining = joining_[w];
     r.in_phase = in_phase_[w];
     r.finishing = finishing_[w];
-    r.stopped = r.stopped || stopped_[w];
+    r.stopped = stopped_[w];
   }
   const ProgressVerdict v = progress_->observe(readings, now);
   if (v.kind == ProgressVerdict::kNone) return out;

@@ -196,7 +196,7 @@ class GroupPolicy {
   // one may be waiting for it (a collective without a pulse) and is not
   // judged either. A worker in the finishing phase (past its last step) is
   // never judged.
-  static constexpr double kBusyShare = 0.5;
+  static constexpr double kBusyShare = ProgressWatch::kBusyShare;
   // A busy worker silent this long excuses the idle silent others.
   static constexpr std::chrono::milliseconds kLongSilence{1000};
   std::vector<GroupCommand> on_beats(const std::vector<uint64_t>& counts, TimePoint now,

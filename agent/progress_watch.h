@@ -59,7 +59,7 @@ struct ProgressReading {
   std::chrono::milliseconds used{0};   // CPU time run, cumulative
   std::chrono::milliseconds busy{0};   // run or waited runnable, cumulative
   bool cpu_known = false;
-  bool stopped = false;     // SIGSTOP or a debugger (it computes nothing)
+  bool stopped = false;     // SIGSTOP or a debugger (it computes nothing); GroupPolicy fills it in
   bool in_phase = false;    // an announced phase (evaluation, checkpoint…)
   bool checkpoint = false;  // that phase is a checkpoint (I/O takes what it takes)
   bool finishing = false;   // past its last step

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "agent/cpu_busy.h"
 #include "agent/symbolizer.h"
 #include "channel/stack_dump.h"
 
@@ -54,7 +55,7 @@ bool is_zombie(char state) { return state == 'Z' || state == 'X'; }
 
 // Stopped (SIGSTOP, a debugger): it would answer only once continued,
 // which may be never. Not waited for.
-bool is_stopped(char state) { return state == 'T' || state == 't'; }
+bool is_stopped(char state) { return stopped_state(state); }
 
 // A dump's native blocks symbolized in place; other text (a Python
 // traceback) stays as it is.

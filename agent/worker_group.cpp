@@ -446,8 +446,7 @@ void WorkerGroup::check_heartbeats() {
     r.advanced = options_.heartbeats->advanced(lr);
     r.checkpoint = phases[i] == channel::Phase::kCheckpoint;
     // The agent's own pause (Ctrl-Z) stops them too, but then it does not run.
-    r.stopped = process_stopped(workers_[i]->pid);
-    policy_->set_stopped(static_cast<int>(i), r.stopped);
+    policy_->set_stopped(static_cast<int>(i), process_stopped(workers_[i]->pid));
     if (const auto t = cpu_times(workers_[i]->cgroup, workers_[i]->pid)) {
       busy[i] = t->busy();
       r.busy = t->busy();
