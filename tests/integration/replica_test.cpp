@@ -74,13 +74,14 @@ std::string events_of(const std::string& err) {
 // Then a worker is killed at a random step: with --verify-every 1 a
 // comparison ends every step, so the kill often lands in one; it is healed
 // around as one killed in the step's own collectives is. One run for the
-// three.
+// three. Not after step 63: the epoch's evaluation follows it, no step (a
+// failure there restarts the group, ddp/healer.h; seen once in CI).
 TEST(Replicas, ARankApartIsRepairedThenReplacedAndOneKilledAsTheyCompareIsHealedBitwiseEqual) {
   const std::string want = reference();
   ASSERT_FALSE(want.empty());
   std::mt19937 gen(std::random_device{}());
   const int victim = std::array{0, 1, 3}[std::uniform_int_distribution<size_t>(0, 2)(gen)];  // not the replaced 2
-  const int step = std::uniform_int_distribution<>(60, 100)(gen);
+  const int step = std::uniform_int_distribution<>(64, 100)(gen);  // past epoch 1's evaluation
   SCOPED_TRACE("local rank " + std::to_string(victim) + " killed at step " + std::to_string(step));
   const fs::path summary = temp("twice.json"), logs = temp("twice-logs");
   Process p(train_job({"--verify-every", "1", "--log-dir", logs.string()},
