@@ -1084,7 +1084,12 @@ TEST(NetNodes, EmbeddedControlPlaneTheServingNodeIsLostAndTheOthersGoOnAsAResume
 // nothing. Three hosts on the embedded control plane; the serving node's
 // link goes down for 1.5 s (round 4 saw a 1.2 s cut end such a job: its
 // connection closed, and a closed connection dropped the node), then node
-// 1's. Nobody is lost, nothing restarts, and one rank 0 of 3 finishes.
+// 1's. Then the whole job is suspended for 8 s, more than two leases (a
+// scheduler's suspend: every process of every node SIGSTOPped, then
+// SIGCONTed) while node 1's keep-alive is in flight: round 5 saw that
+// restart every worker, the call timing out by the clock (seen failing
+// without lease_keeper's call_stall). Nobody is lost, nothing restarts,
+// and one rank 0 of 3 finishes.
 TEST(NetNodes, LinkBlipsShorterThanTheLeaseCostNothingNotEvenOnTheServingNode) {
   std::string why;
   auto lab = lab_or_skip(3, &why);
@@ -1103,6 +1108,22 @@ TEST(NetNodes, LinkBlipsShorterThanTheLeaseCostNothingNotEvenOnTheServingNode) {
     lab->link_up(host);
     ASSERT_TRUE(reach_step(*n[0], 20 + 10 * (host + 1))) << n[0]->err() << n[1]->err() << n[2]->err();
   }
+  // Every process of the job: the agents, their workers and standbys.
+  std::vector<pid_t> job;
+  for (auto& p : n) job.push_back(p->pid());
+  for (size_t i = 0; i < job.size(); ++i) {
+    for (pid_t c : ddptest::children_of(job[i])) job.push_back(c);
+  }
+  // Node 1's keep-alive in flight as it stops (its link down for 0.6 s
+  // first: a call waits for its answer, which comes after the job resumes,
+  // 8 s past its deadline).
+  lab->link_down(1);
+  std::this_thread::sleep_for(600ms);
+  for (pid_t pid : job) kill(pid, SIGSTOP);
+  std::this_thread::sleep_for(8s);  // the suspension's length is the point
+  lab->link_up(1);
+  for (pid_t pid : job) kill(pid, SIGCONT);
+  ASSERT_TRUE(reach_step(*n[0], 60)) << n[0]->err() << n[1]->err() << n[2]->err();
   std::string outs, errs;
   for (auto& p : n) {
     Finished f = p->finish(4min);
