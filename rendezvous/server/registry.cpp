@@ -16,6 +16,8 @@ using Clock = std::chrono::steady_clock;
 // asked by more than kLateWake is taken as a stall of this process.
 constexpr auto kStallProbe = std::chrono::milliseconds(250);
 constexpr auto kLateWake = std::chrono::milliseconds(50);
+// The newest heal generations whose store keys a round keeps.
+constexpr int64_t kKeptHealGenerations = 4;
 
 // "12:00:01.234" (local time) for a steady-clock instant in the past.
 std::string wall_time(Clock::time_point t) {
@@ -323,6 +325,17 @@ void JobRegistry::settle_locked(Job& job, Clock::time_point now, std::vector<Com
       job.store->erase_prefix(round_key_prefix(r) + "/");
     }
     job.store_round = rounds.current_round();
+    job.store_heal_generation = 1;
+  }
+  // So are those of heal generations long past (world.cpp's "heal<G>/"
+  // keys: each generation's vote and Gloo addresses, a few KB): every rank
+  // of a generation has connected or given it up before its peers go
+  // several generations further. Without this the serving node's memory
+  // grew with every heal of a long round.
+  const int64_t keep_from = static_cast<int64_t>(rounds.heal_generation()) - kKeptHealGenerations + 1;
+  for (; job.store_heal_generation < keep_from; ++job.store_heal_generation) {
+    job.store->erase_prefix(round_key_prefix(rounds.current_round()) + "/heal" +
+                            std::to_string(job.store_heal_generation) + "/");
   }
   // A job that is over and that every node has left keeps no keys.
   auto free_if_over = [&] {

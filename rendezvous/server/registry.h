@@ -223,6 +223,7 @@ class JobRegistry {
     std::chrono::steady_clock::time_point next_due = std::chrono::steady_clock::time_point::max();
     uint64_t settled_generation = ~uint64_t{0};
     int64_t store_round = 0;  // keys of earlier rounds are gone
+    int64_t store_heal_generation = 1;  // and of the round's heal generations before this one
     int64_t nccl_round = -1;
     std::shared_ptr<RoundNcclId> nccl;  // null: nobody in the round asked
     std::unordered_map<std::string, uint64_t> holds;  // each node's newest Hold call

@@ -203,6 +203,14 @@ bool has_env(pid_t pid, const std::string& name) {
 
 bool started_as_standby(pid_t pid) { return has_env(pid, "DDPRUN_STANDBY_FD"); }
 
+long resident_kb(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+
 bool exits_within(pid_t pid, std::chrono::milliseconds timeout) {
   int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
   if (fd < 0) return errno == ESRCH;  // already gone

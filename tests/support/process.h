@@ -85,6 +85,10 @@ bool started_as_standby(pid_t pid);
 // Whether the process's environment (as it was at its exec) sets `name`.
 bool has_env(pid_t pid, const std::string& name);
 
+// The process's resident memory in kB (VmRSS in /proc/PID/status), or 0
+// when there is no such process.
+long resident_kb(pid_t pid);
+
 // Whether process pid exits within timeout (works for processes that are not
 // our children, through a pidfd). True if it is already gone.
 bool exits_within(pid_t pid, std::chrono::milliseconds timeout);

@@ -174,6 +174,32 @@ TEST(Registry, EachRoundHasItsOwnKeysAndOldRoundsAreRefused) {
   EXPECT_THROW(now.get(round_key_prefix(0) + "/gloo/addr", 10ms), StoreTimeout);
 }
 
+// A long round's heals leave no keys behind but the newest four
+// generations' (each generation's vote and Gloo addresses): the serving
+// node's memory stays flat over heals.
+TEST(Registry, KeysOfHealGenerationsLongPastAreFreed) {
+  JobRegistry reg(no_nccl);
+  RoundSettings s{2, 2, 0ms};
+  std::thread b([&] { reg.join(call("job", named("b"), s, 5s)); });
+  reg.join(call("job", named("a"), s, 5s));
+  b.join();
+  Store& store = *reg.store("job", 0);
+  auto key = [](int g) { return round_key_prefix(0) + "/heal" + std::to_string(g) + "/0"; };
+  store.set(round_key_prefix(0) + "/heal10/0", "kept");  // "heal1/" is no prefix of it
+  reg.keep_alive("job", "a", "key-a", 0);
+  for (uint64_t heal = 1; heal <= 6; ++heal) {
+    // From either node in turn (each node's heals are rate-bounded).
+    const std::string node = heal % 2 ? "b" : "a", other = heal % 2 ? "a" : "b";
+    reg.keep_alive("job", node, "key-" + node, 0, HealRequest{heal, "a rank failed"});
+    ASSERT_EQ(reg.keep_alive("job", other, "key-" + other, 0).heal_generation, heal);
+    store.set(key(static_cast<int>(heal)), "an address");
+  }
+  reg.keep_alive("job", "a", "key-a", 0);
+  for (int g = 1; g <= 2; ++g) EXPECT_THROW(store.get(key(g), 10ms), StoreTimeout) << "generation " << g;
+  for (int g = 3; g <= 6; ++g) EXPECT_EQ(store.get(key(g), 10ms), "an address") << "generation " << g;
+  EXPECT_EQ(store.get(round_key_prefix(0) + "/heal10/0", 10ms), "kept");
+}
+
 TEST(Registry, AJobThatFinishedTurnsLateJoinersAway) {
   JobRegistry reg(no_nccl);
   RoundSettings s{1, 2, 0ms};
