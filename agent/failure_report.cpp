@@ -115,9 +115,12 @@ bool lacks_torch(const WorkerExit& e) {
 // the last line of its stderr (a Python exception's), is a collective that
 // failed because another rank's process or link went. Such a rank may be
 // reaped first (the rank that failed on its own can take longer to exit
-// after its sockets closed), but it is a consequence, not the cause.
+// after its sockets closed), but it is a consequence, not the cause. A
+// rank killed by a signal lost no peer, unless its error file, written
+// before the signal, says so: a loaded machine's teardown can outlast the
+// group's stop, whose SIGTERM then ends a rank that failed long before.
 bool lost_a_peer(const WorkerExit& e) {
-  if (e.signal != 0 || !e.reason.empty()) return false;
+  if (!e.reason.empty() || (e.signal != 0 && e.error_message.empty())) return false;
   std::string account = e.error_message;
   for (auto l = e.stderr_tail.rbegin(); l != e.stderr_tail.rend(); ++l) {
     const std::string line = trimmed(without_rank_prefix(*l));

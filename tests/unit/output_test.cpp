@@ -377,6 +377,16 @@ TEST(FailureSummary, ARankThatLostAPeerIsNotTheRootCause) {
   EXPECT_EQ(root_cause({lost, killed}).rank, 0);
   EXPECT_EQ(root_cause({lost, failed(3, 100, {"[rank3]:RuntimeError: Connection reset by peer"})}).rank, 2)
       << "both lost a peer: the earliest";
+  // Both still tearing down when the group's stop came (a loaded machine):
+  // each ended by its SIGTERM, each with the error file it wrote before.
+  WorkerExit lost_stopped = lost, own_stopped = own;
+  for (WorkerExit* e : {&lost_stopped, &own_stopped}) {
+    e->exit_code = 0;
+    e->signal = SIGTERM;
+  }
+  lost_stopped.error_message = "RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:4528";
+  own_stopped.error_message = "RuntimeError: my own bug at step 5";
+  EXPECT_EQ(root_cause({lost_stopped, own_stopped}).rank, 1);
 }
 
 TEST(FailureSummary, RootCauseIsTheEarliestFailure) {
