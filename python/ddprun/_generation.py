@@ -50,6 +50,14 @@ def _timeout():
     return datetime.timedelta(seconds=seconds if seconds > 0 else 1800)
 
 
+# How long a rank that voted "connect" still waits for a peer's address
+# once the agent named a newer generation (the peer died after its vote).
+# A live peer's comes within moments: all of them voted already, and what
+# is left is a write to the store (on a machine loaded far past its cores,
+# a second or two).
+GIVE_UP_AFTER_S = 10.0
+
+
 class _GenerationStore(dist.Store):
     """The store of one heal generation: the agent's c10d store, under a
     prefix no other generation or round uses. Its waits give up as soon as
@@ -70,6 +78,7 @@ class _GenerationStore(dist.Store):
         self._slot = slot
         self._timeout = _timeout()
         self._committed = False  # the vote said "connect"
+        self._superseded_at = None  # when a wait past "connect" saw a newer generation
 
     # connect_vote.h's vote, with the same keys' meaning: all the
     # generation's ranks connect, or none does.
@@ -90,8 +99,9 @@ class _GenerationStore(dist.Store):
         "connect"; 2. a rank whose generation is superseded adds _GIVE_UP,
         and the first to do so decides ("connect" if all had arrived before
         it, else "give up"); 3. the others wait for that verdict. Past
-        "connect" the store's waits no longer give up (the peers are all
-        coming); a newer generation then fails the first collective."""
+        "connect" the store's waits give up only on a key still missing
+        GIVE_UP_AFTER_S after a newer generation began (its peer died after
+        its vote); a newer generation otherwise fails the first collective."""
         if self._store.add(self._COUNT, 1) == size:
             return self._decide(True)
         gave_up = False
@@ -117,17 +127,33 @@ class _GenerationStore(dist.Store):
         return connect
 
     def _still_current(self):
-        if self._committed:
-            return  # every rank connects: none gives up half-way
-        if self._superseded():
+        if not self._superseded():
+            return
+        if not self._committed:
             raise RuntimeError(f"ddprun: heal generation {self._slot.generation()} began while generation "
                                f"{self._generation} connected (a peer failed meanwhile)")
+        # Every rank voted "connect", so every rank comes, unless one died
+        # after its vote (the newer generation is for its death): its key
+        # never comes. A live peer's comes within moments; so once the
+        # generation is superseded, a key still missing GIVE_UP_AFTER_S
+        # later is a dead peer's, and every rank waiting for it gives up.
+        now = time.monotonic()
+        if self._superseded_at is None:
+            self._superseded_at = now
+        elif now - self._superseded_at > GIVE_UP_AFTER_S:
+            raise RuntimeError(f"ddprun: heal generation {self._slot.generation()} began while generation "
+                               f"{self._generation} connected, and a peer's address was still missing "
+                               f"{GIVE_UP_AFTER_S:g} s later (it died after its vote)")
 
     def wait(self, keys, timeout=None):
-        # The generation first: keys a peer set before it died are present,
-        # but a generation the agent has gone past never completes.
+        # Before "connect", the generation first: keys a peer set before it
+        # died are present, but a generation the agent has gone past never
+        # completes. Past it, the keys first: every rank connects, and a
+        # present key is a peer that goes on, however late this one reads.
         deadline = time.monotonic() + (timeout or self._timeout).total_seconds()
         while True:
+            if self._committed and self._present(keys):
+                return
             self._still_current()
             if self._present(keys):
                 return

@@ -165,6 +165,39 @@ TEST(PythonHeal, ASurvivorKilledDuringTheHealIsReplacedTooBitwiseEqual) {
   expect_healed(kill_at(4, {1}, 40, /*during_heal=*/3), 2, want);
 }
 
+// Round 5's connect-vote window: a replacement that dies after its
+// generation's vote said "connect", before Gloo connected
+// (tests/interop/dies_after_vote.py). Its survivor waits in that
+// generation's set-up for its address; the agent replaces it again in a
+// newer generation. The survivor gives the address up 10 s later and heals
+// in the newer one: bitwise equal, its process kept. (Seen failing without
+// the give-up: the survivor waited in the store until the timeout, and the
+// progress watch restarted the group after a minute, which --max-restarts 0
+// makes a failure.)
+TEST(PythonHeal, AReplacementThatDiesAfterItsVoteIsReplacedAgainAndTheRunEndsBitwiseEqual) {
+  const std::string want = reference(2);
+  ASSERT_FALSE(want.empty());
+  const std::string marker = ddptest::temp_path("python_heal", "died-after-vote").string();
+  std::filesystem::remove(marker);
+  std::vector<std::string> argv = heal_job(2);
+  argv.insert(argv.begin() + 3, DIES_AFTER_VOTE_SCRIPT);  // ddprun --nproc 2 WRAPPER SCRIPT ...
+  ddptest::EnvChanges env = kEnv;
+  env.push_back("DIE_AFTER_VOTE_MARKER=" + marker);
+  Process p(argv, env);
+  ASSERT_TRUE(reach_step(p, 20)) << p.out() << p.err();
+  const std::vector<pid_t> workers = workers_of(p.pid());
+  ASSERT_EQ(workers.size(), 2u);
+  kill(workers[1], SIGKILL);
+  Finished f = p.finish();
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_TRUE(contains(f.err, "dies_after_vote: replacement of generation 1 ends after its vote")) << f.err;
+  EXPECT_TRUE(contains(f.err, "ddprun: healed in generation 2 (")) << f.err;
+  EXPECT_FALSE(contains(f.err, "restarting the workers")) << f.err;
+  EXPECT_TRUE(std::filesystem::exists(marker));
+  EXPECT_EQ(checksum_of(f.out), want) << "the healed run's parameters or loss differ from an uninterrupted run's";
+  std::filesystem::remove(marker);
+}
+
 // A heal's replacement comes from a warm standby, started for slot 0
 // before anyone failed: asked for stacks, it must answer in its own slot's
 // file (it wrote into rank 0's, and its own was "not open").
