@@ -1,5 +1,6 @@
 #include "comm/shm_group.h"
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
@@ -11,10 +12,10 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <random>
 #include <sstream>
+#include <string_view>
 
 #include "channel/shm_names.h"
 #include "comm/stream_copy.h"
@@ -298,12 +299,22 @@ bool ShmGroup::peer_alive(int peer) const {
   // A pid from another pid namespace, or none yet, tells nothing.
   if (l.pid <= 0 || l.pid_ns == 0 || l.pid_ns != my_pid_ns_ || l.pid == getpid()) return true;
   if (kill(l.pid, 0) != 0 && errno == ESRCH) return false;
-  // Exited but not reaped yet by its parent (the agent): a zombie.
-  std::ifstream stat("/proc/" + std::to_string(l.pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), {});
-  const auto close = text.rfind(')');
-  if (close != std::string::npos && close + 2 < text.size()) {
-    const char state = text[close + 2];
+  // Exited but not reaped yet by its parent (the agent): a zombie. Read
+  // with read(2), not a stream: the peer may be reaped between the open and
+  // the read, which then fails with ESRCH (libstdc++'s filebuf throws on
+  // that whatever the stream's exception mask: a survivor failed on it).
+  const std::string path = "/proc/" + std::to_string(l.pid) + "/stat";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno != ENOENT && errno != ESRCH;
+  char buf[1024];
+  const ssize_t n = read(fd, buf, sizeof(buf));
+  const int read_errno = errno;
+  close(fd);
+  if (n < 0) return read_errno != ESRCH;
+  const std::string_view text(buf, static_cast<size_t>(n));
+  const auto paren = text.rfind(')');
+  if (paren != std::string_view::npos && paren + 2 < text.size()) {
+    const char state = text[paren + 2];
     if (state == 'Z' || state == 'X') return false;
   }
   return true;
