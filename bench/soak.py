@@ -19,9 +19,10 @@ with its Healer; --hang-timeout 2 wherever a job has one node):
   one-node   ddprun --nproc 4 --hang-timeout 2 train          (agent and worker pauses)
   python     ddprun --nproc 2 --hang-timeout 2 examples/python/ddp_heal.py, on
              build/torch2-venv's PyTorch and on Debian's 1.13   (agent pauses)
-  two-hosts  2 namespace hosts, the default backend           (link blips, agent pauses)
+  two-hosts  2 namespace hosts, the default backend           (link blips, agent pauses,
+             the whole job suspended past a lease)
   embedded   3 namespace hosts, the embedded control plane (the default from 3)
-             (blips of the serving node's link among them, agent pauses)
+             (blips of the serving node's link among them, agent pauses, a suspend)
   etcd       3 namespace hosts and an etcd member on a 4th    (link blips, agent pauses)
 
 A false failure is a job that exits non-zero, ends with another checksum,
@@ -215,6 +216,12 @@ class Kind:
     def __init__(self, name, hosts, python=None):
         self.name, self.hosts, self.python = name, hosts, python
         self.shakes, self.longest = ("agent", "link", "worker"), 2.0
+        # A whole job suspended (a scheduler's suspend: every process of
+        # every node stopped, then continued), for longer than a lease: no
+        # clock of the job's ran meanwhile. Not with etcd, which a job's
+        # suspend leaves running (its leases do expire).
+        if hosts and name != "etcd":
+            self.shakes += ("suspend",)
 
     def missing(self, args):
         if self.hosts and os.geteuid() != 0:
@@ -294,13 +301,25 @@ class Kind:
             if time.time() > deadline or any(p.poll() is not None for p in job.procs):
                 return
             node = rng.randrange(len(job.procs))
-            kinds = [k for k in (["agent", "link", "worker"] if lab else ["agent", "worker"]) if k in self.shakes]
+            kinds = [k for k in (["agent", "link", "worker", "suspend"] if lab else ["agent", "worker"])
+                     if k in self.shakes]
             if not kinds:
                 return
             what = rng.choice(kinds)
             if what == "worker" and self.name != "one-node":
                 what = "agent"
             length = rng.uniform(0.5, 1.5 if what == "worker" else self.longest)
+            if what == "suspend":
+                length = rng.uniform(LEASE_S + 1, 2 * LEASE_S + 1)  # past the lease: nobody's clock ran
+                pids = []
+                for p in job.procs:
+                    pids += [p.pid] + children_deep(p.pid)
+                freeze(pids, signal.SIGSTOP)
+                time.sleep(length)  # the suspension's length is the point
+                freeze(pids, signal.SIGCONT)
+                job.done.append("suspend %.1f s" % length)
+                time.sleep(rng.uniform(1.0, 3.0))
+                continue
             if what == "link":
                 # The embedded plane's serving node is node 0: its blips are the ones that matter most.
                 node = 0 if self.name == "embedded" and rng.random() < 0.5 else node
@@ -370,23 +389,23 @@ def children_deep(pid):
     return out
 
 
+def freeze(pids, sig):
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
+
+
 def pause(pid, seconds, whole_node):
     """SIGSTOP for `seconds`, then SIGCONT: the agent (and, for a node, its
     workers too: a frozen host), or one worker."""
     pids = [pid] + (children_deep(pid) if whole_node else [])
-    for p in pids:
-        try:
-            os.kill(p, signal.SIGSTOP)
-        except ProcessLookupError:
-            pass
+    freeze(pids, signal.SIGSTOP)
     stopped = time.monotonic()
     time.sleep(seconds)  # the pause's length is the point
     held = time.monotonic() - stopped
-    for p in pids:
-        try:
-            os.kill(p, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
+    freeze(pids, signal.SIGCONT)
     return held
 
 

@@ -302,7 +302,8 @@ bool ShmGroup::peer_alive(int peer) const {
   // Exited but not reaped yet by its parent (the agent): a zombie. Read
   // with read(2), not a stream: the peer may be reaped between the open and
   // the read, which then fails with ESRCH (libstdc++'s filebuf throws on
-  // that whatever the stream's exception mask: a survivor failed on it).
+  // that, and an istreambuf_iterator lets it through whatever the stream's
+  // exception mask: a survivor failed on it).
   const std::string path = "/proc/" + std::to_string(l.pid) + "/stat";
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno != ENOENT && errno != ESRCH;
