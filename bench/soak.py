@@ -215,13 +215,7 @@ class Kind:
 
     def __init__(self, name, hosts, python=None):
         self.name, self.hosts, self.python = name, hosts, python
-        self.shakes, self.longest = ("agent", "link", "worker"), 2.0
-        # A whole job suspended (a scheduler's suspend: every process of
-        # every node stopped, then continued), for longer than a lease: no
-        # clock of the job's ran meanwhile. Not with etcd, which a job's
-        # suspend leaves running (its leases do expire).
-        if hosts and name != "etcd":
-            self.shakes += ("suspend",)
+        self.shakes, self.longest = ("agent", "link", "worker", "suspend"), 2.0
 
     def missing(self, args):
         if self.hosts and os.geteuid() != 0:
@@ -301,8 +295,13 @@ class Kind:
             if time.time() > deadline or any(p.poll() is not None for p in job.procs):
                 return
             node = rng.randrange(len(job.procs))
-            kinds = [k for k in (["agent", "link", "worker", "suspend"] if lab else ["agent", "worker"])
-                     if k in self.shakes]
+            # A whole job suspended (a scheduler's suspend: every process of
+            # every node stopped, then continued), for longer than a lease:
+            # no clock of the job's ran meanwhile. Not with etcd, which a
+            # job's suspend leaves running (its leases do expire).
+            kinds = [k for k in (["agent", "link", "worker"] if lab else ["agent", "worker"]) if k in self.shakes]
+            if lab and self.name != "etcd" and "suspend" in self.shakes:
+                kinds.append("suspend")
             if not kinds:
                 return
             what = rng.choice(kinds)
@@ -440,7 +439,7 @@ def main():
     p.add_argument("--only-hangs", action="store_true", help="those hangs alone")
     p.add_argument("--short", action="store_true", help="ctest's: one-node and embedded, one loaded job each")
     p.add_argument("--kinds", default="", help="comma list of kinds (default: all)")
-    p.add_argument("--shakes", default="agent,link,worker", help="which disturbances (comma list)")
+    p.add_argument("--shakes", default="agent,link,worker,suspend", help="which disturbances (comma list)")
     p.add_argument("--longest", type=float, default=2.0, help="the longest agent pause or link blip (s)")
     p.add_argument("--seed", type=int, default=int(time.time()))
     p.add_argument("--keep-logs", default="")
