@@ -214,6 +214,13 @@ TEST(StatusCall, ASpareTakesOverALostNodeOverTheWire) {
   const int64_t round = a.get().assignment.round;
   auto spare = std::async(std::launch::async, [&] { return client.join(args("c")); });
   // c waits; once a and b say their workers heal, c hears a takeover is possible.
+  // c's own keep-alives only once the rendezvous has its join (the client
+  // made c's lease key before sending it; a keep-alive sent before that
+  // carries none, and on a loaded machine may arrive after the join: refused).
+  NodeView view;
+  do {
+    for (const char* id : {"a", "b"}) view = client.keep_alive("job", id, 5s, round);
+  } while (view.nodes_waiting == 0);
   NodeView cv;
   do {
     for (const char* id : {"a", "b"}) client.keep_alive("job", id, 5s, round);
