@@ -14,6 +14,7 @@
 #include "launcher/cli_values.h"
 #include "launcher/completion.h"
 #include "launcher/flag_matching.h"
+#include "launcher/version.h"
 #include "rendezvous/control_plane/etcd/etcd_client.h"
 #include "trace/step_window.h"
 
@@ -53,7 +54,7 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   } catch (const CLI::CallForHelp&) {
     return CliResult{CliResult::kHelp, app.help(), {}};
   } catch (const CLI::CallForVersion& e) {
-    return CliResult{CliResult::kVersion, "ddprun 0.1.0", {}};
+    return CliResult{CliResult::kVersion, version_line(), {}};
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     throw UsageError(msg);

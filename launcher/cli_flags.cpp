@@ -2,6 +2,8 @@
 
 #include <memory>
 
+#include "launcher/version.h"
+
 namespace ddprun {
 namespace {
 
@@ -42,7 +44,7 @@ std::unique_ptr<CLI::App> make_ddprun_app(CliOptions& o, FlagValues& v) {
       "       ddprun --nnodes 2:4 --nproc 8 --rdzv-endpoint node0:29400 --rdzv-id job42 train",
       "ddprun");
   app->set_help_flag("-h,--help", "Print this help and exit");
-  app->set_version_flag("--version", "ddprun 0.1.0");
+  app->set_version_flag("--version", version_line());
   app->add_option("--print-completion,--print_completion", v.completion_shell,
                  "Print a completion script for SHELL (bash, zsh or tcsh) and exit")
       ->type_name("SHELL");
