@@ -140,8 +140,10 @@ void Agent::prepare_files() {
   }
   // The ddprun package (ddprun.Healer), so that scripts import it with no
   // install step, whatever runs them (a script, or `python3 script.py` as
-  // the program): an install's share/ddprun/python, or the build tree's.
-  for (const char* rel : {"/../share/ddprun/python", "/../python"}) {
+  // the program): an install's share/ddprun/python, the build tree's, or
+  // a wheel's (site-packages/ddprun.scripts/ddprun beside
+  // site-packages/ddprun: auditwheel moves the program there).
+  for (const char* rel : {"/../share/ddprun/python", "/../python", "/.."}) {
     const std::string candidate = executable_dir() + rel;
     std::error_code ec;
     if (std::filesystem::exists(candidate + "/ddprun/__init__.py", ec)) {
