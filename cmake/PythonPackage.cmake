@@ -10,3 +10,18 @@ endforeach()
 # and Python; the source tree's python/ddprun holds a link to it).
 configure_file("${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h" "${CMAKE_BINARY_DIR}/python/ddprun/heartbeat_layout.h"
                COPYONLY)
+
+# Installs the package into DEST/ddprun (an install's share/ddprun/python,
+# a wheel's site-packages): its .py files, and the heartbeat layout itself
+# where the source tree holds a link to it. COMPONENT: the install
+# component (the wheel's is "wheel").
+function(ddprun_install_python_package dest)
+  cmake_parse_arguments(arg "" "COMPONENT" "" ${ARGN})
+  set(component)
+  if(arg_COMPONENT)
+    set(component COMPONENT ${arg_COMPONENT})
+  endif()
+  install(DIRECTORY "${PROJECT_SOURCE_DIR}/python/ddprun/" DESTINATION "${dest}/ddprun" ${component}
+          FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+  install(FILES "${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h" DESTINATION "${dest}/ddprun" ${component})
+endfunction()

@@ -37,9 +37,7 @@ else()
 endif()
 # gpt is built by `scripts/setup.sh --all` (or `--target gpt`), not by the first command.
 install(TARGETS gpt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} OPTIONAL)
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/ddprun DESTINATION ${CMAKE_INSTALL_DATADIR}/ddprun/python
-        FILES_MATCHING PATTERN "*.py")
-install(FILES ${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h DESTINATION ${CMAKE_INSTALL_DATADIR}/ddprun/python/ddprun)
+ddprun_install_python_package(${CMAKE_INSTALL_DATADIR}/ddprun/python)
 install(TARGETS ddp ddp_base ddprun_store ddprun_channel ddprun_rdzv_client ddprun_rdzv_auth ddprun_proto
                 ddprun_tcpstore
         EXPORT ddprunTargets

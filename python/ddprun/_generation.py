@@ -152,11 +152,14 @@ class _GenerationStore(dist.Store):
         # present key is a peer that goes on, however late this one reads.
         deadline = time.monotonic() + (timeout or self._timeout).total_seconds()
         while True:
-            if self._committed and self._present(keys):
-                return
-            self._still_current()
-            if self._present(keys):
-                return
+            if self._committed:
+                if self._present(keys):
+                    return
+                self._still_current()
+            else:
+                self._still_current()
+                if self._present(keys):
+                    return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"ddprun: heal generation {self._generation}: timed out waiting for {keys}")
             self._pause()
