@@ -4,7 +4,7 @@ the step each batch is, healed around a failed collective (heal.py has the
 heal itself)."""
 import torch
 
-from ._state import _first_line, _rng_state, _set_rng_state
+from ._state import _first_line, _hyper_parameters, _rng_state, _set_hyper_parameters, _set_rng_state
 
 
 def _done(tensor):
@@ -141,7 +141,10 @@ class _PlainLoop:
         before fn, and the framework's own step brings them level."""
         if not self.heals:
             return fn(), False
-        before = [o.state_dict() for o in stepped_after]
+        # The optimizer's settings too: a chainable scheduler (StepLR,
+        # ExponentialLR) steps from the rate in the optimizer, and the peers'
+        # holds their step already.
+        before = [o.state_dict() for o in stepped_after], _hyper_parameters(self.optimizer)
         attempts = self._loop_step(None)
         result = None
         while True:
@@ -152,8 +155,9 @@ class _PlainLoop:
                 break
             result = fn()
         if brought:
-            for o, sd in zip(stepped_after, before):
+            for o, sd in zip(stepped_after, before[0]):
                 o.load_state_dict(sd)
+            _set_hyper_parameters(self.optimizer, before[1])
         return result, brought
 
     def _loop_step(self, batch):

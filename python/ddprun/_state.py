@@ -1,8 +1,11 @@
-"""The training state as heal.py sends it: the random generators' state,
+"""The training state as heal.py sends it and puts back: the random
+generators' state, the optimizer's settings (the learning rate),
 nested containers with their tensors taken out (sent apart, each straight
 into the receiver's memory) and put back empty on the receiving side, the
 order both sides derive for those tensors, and what to say when the models
 differ."""
+import copy
+
 import torch
 
 def _first_line(error):
@@ -21,6 +24,21 @@ def _set_rng_state(s):
     torch.set_rng_state(s["cpu"])
     if s["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def _hyper_parameters(optimizer):
+    """Each parameter group's settings (the learning rate an LR scheduler
+    writes, the momentum, ...), copied: all but its parameters."""
+    return [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+
+
+def _set_hyper_parameters(optimizer, saved):
+    for group, settings in zip(optimizer.param_groups, saved):
+        for k, v in settings.items():
+            if isinstance(group.get(k), torch.Tensor) and isinstance(v, torch.Tensor):
+                group[k].copy_(v)  # a tensor rate (capturable optimizers) stays the one object
+            else:
+                group[k] = v
 
 
 class _TensorSlot:

@@ -73,8 +73,8 @@ from ._generation import _process, joining  # noqa: F401 (joining: the package's
 from ._replacement import _forget_failed_init, _init_generation, group_sockets
 from ._loop import _LoopPosition, _PlainLoop, _done
 from ._replicas import _ReplicaChecks
-from ._state import (_first_line, _model_mismatch, _rng_state, _set_rng_state, _tensors_in,
-                     _with_empty_tensors, _without_tensors)
+from ._state import (_first_line, _hyper_parameters, _model_mismatch, _rng_state, _set_hyper_parameters,
+                     _set_rng_state, _tensors_in, _with_empty_tensors, _without_tensors)
 from ._verify import ReplicasDiffer  # noqa: F401 (the package's API)
 
 
@@ -503,6 +503,7 @@ class Healer(_PlainLoop, _ReplicaChecks):
             "extra": [copy.deepcopy(o.state_dict()) for o in self.extra],
             "rng": _rng_state(),
             "buffers": [b.detach().clone() for b in self.module.buffers()],
+            "hyper": _hyper_parameters(self.optimizer),
         }
 
     def _put_back(self, snap):
@@ -510,6 +511,11 @@ class Healer(_PlainLoop, _ReplicaChecks):
         self.state.update(snap["state"])
         for o, sd in zip(self.extra, snap["extra"]):
             o.load_state_dict(sd)
+        # After the extra objects: an LR scheduler's load_state_dict() sets
+        # its own counters, not the rate it wrote into the optimizer when
+        # the abandoned step's body called scheduler.step() (a loop's body
+        # runs on past a failed collective).
+        _set_hyper_parameters(self.optimizer, snap["hyper"])
         _set_rng_state(snap["rng"])
         with torch.no_grad():
             for b, saved in zip(self.module.buffers(), snap["buffers"]):

@@ -259,7 +259,10 @@ TEST(PythonHeal, APlainDataLoaderLoopHealsWithFourChangedLinesBitwiseEqual) {
   std::mt19937 gen(std::random_device{}());
   const int other = std::uniform_int_distribution<>(1, 3)(gen);
   Process p(job(), kEnv);
-  ASSERT_TRUE(reach_step(p, 20)) << p.out() << p.err();
+  // Inside the warm-up (the learning rate rises until step 20): the step
+  // the kill abandons must run again with the rate it had, though the
+  // loop's scheduler stepped after it (seen: the rate of the step after).
+  ASSERT_TRUE(reach_step(p, 8)) << p.out() << p.err();
   const std::vector<pid_t> workers = workers_of(p.pid());
   ASSERT_EQ(workers.size(), 4u);
   kill(workers[0], SIGKILL);
