@@ -39,6 +39,7 @@ tests=(
   etcd-server etcd-client        # --rdzv-backend etcd, and the tests of a control plane that survives its host
   stress-ng                      # bench/soak.py (and its short run in ctest): jobs under load
   iproute2                       # `ip netns`: the multi-host tests' hosts (a minimal Debian lacks it)
+  debootstrap                    # the wheel's test: a bare Debian 12 root that never built anything
 )
 case "$set_name" in
   launcher) packages=("${launcher[@]}") ;;

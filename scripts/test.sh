@@ -64,16 +64,22 @@ lane2_start=$(date +%s)
 # (nodes lost and cut off, heals and restarts, hangs, the launcher) run in
 # lane 1 only: a C++ worker linked against 2.x makes them no different.
 # Every test whose name says Python, PyTorch or Script stays in both, but
-# for four of ddprun's own logic over a script, which no PyTorch version
+# for nine of ddprun's own logic over a script, which no PyTorch version
 # changes (the agent's restart without a Healer, a replacement's stacks,
-# the replicas' hardware kinds and their no-majority stop): a 2.x
+# the replicas' hardware kinds and their no-majority stop; a random rank
+# of four, two at once and a survivor killed in the heal, whose 2.x process
+# groups the two-at-once kill of the plain DataLoader loop and the
+# replacement that dies after its vote make and drop in lane 2 too; a
+# script's worker replaced on its node and the shrink past its node, whose
+# 2.x Gloo across hosts the spare's takeover keeps in lane 2): a 2.x
 # interpreter takes about 3 s more CPU to start than 1.13's, and a job
 # starts five. The clang check runs beside both lanes.
 lane2_names=$(cd build/torch2 && ctest -N | sed -n 's/^ *Test *#[0-9]*: //p')
 lane2_skip=$({
   grep -E '^(NetNodes|Heal|Replicas|FaultTolerance|MultiNode|NetLab|Storage|ControlPlane|Launcher|Hang)\.' <<<"$lane2_names" |
     grep -vE 'Python|Pytorch|PyTorch|Script'
-  grep -E '^(PythonReplicas\.(NodesOfDifferentKinds|TwoOfFourApart)|PythonHeal\.(AReplacementsStacksAreItsOwn|TheScriptWithoutItsHealer))' <<<"$lane2_names"
+  grep -E '^(PythonReplicas\.(NodesOfDifferentKinds|TwoOfFourApart)|PythonHeal\.(AReplacementsStacksAreItsOwn|TheScriptWithoutItsHealer|ARandomRankOfFour|TwoRanksKilledAtOnce|ASurvivorKilledDuringTheHeal))' <<<"$lane2_names"
+  grep -E '^NetNodes\.(APythonScriptsKilledWorkerIsReplacedOnItsNode|WithNoSpareAPythonScriptShrinks)' <<<"$lane2_names"
   grep -E '^clang\.first_build_sources_are_warning_free$' <<<"$lane2_names"
 } | paste -sd '|' || true)
 echo "test.sh: lane 2 leaves $(tr '|' '\n' <<<"$lane2_skip" | grep -c . || true) tests to lane 1 (the agent with the C++ worker, what no PyTorch version changes, the clang check)"
