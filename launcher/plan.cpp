@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <random>
 #include <stdexcept>
 #include <tuple>
@@ -57,14 +58,35 @@ HostFacts gather_host_facts() {
   if (gethostname(host, sizeof(host) - 1) == 0 && host[0]) f.hostname = host;
   if (const char* p = getenv("PATH")) f.path_env = p;
   f.environment = current_environment();
-  std::tie(f.python, f.python_source) = choose_python(f.environment);
+  std::tie(f.python, f.python_source) = choose_python(f.environment, executable_dir());
   if (const char* t = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) f.line_prefix_template = t;
   if (const char* t = getenv(channel::kRdzvToken)) f.rdzv_token = t;
   f.extra_program_dirs = {executable_dir()};
   return f;
 }
 
-std::pair<std::string, std::string> choose_python(const std::vector<std::string>& environment) {
+namespace {
+
+// PREFIX/bin/pythonX.Y for a program in PREFIX/lib/pythonX.Y/{site,dist}-packages/ddprun.scripts
+// (where a wheel's installer put it), or "" when it is not there or not executable.
+std::string python_installed_for(const std::string& program_dir) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(program_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // "ddprun.scripts/"
+  const fs::path packages = dir.parent_path(), version = packages.parent_path(), lib = version.parent_path();
+  const std::string name = version.filename().string();
+  const bool packages_folder = packages.filename() == "site-packages" || packages.filename() == "dist-packages";
+  if (dir.filename() != "ddprun.scripts" || !packages_folder || lib.filename() != "lib" || name.rfind("python", 0) != 0) {
+    return "";
+  }
+  const fs::path python = lib.parent_path() / "bin" / name;
+  return access(python.c_str(), X_OK) == 0 ? python.string() : "";
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> choose_python(const std::vector<std::string>& environment,
+                                                  const std::string& program_dir) {
   auto get = [&](const std::string& key) -> std::string {
     for (const auto& e : environment) {
       if (e.size() > key.size() && e.compare(0, key.size(), key) == 0 && e[key.size()] == '=') {
@@ -78,6 +100,9 @@ std::pair<std::string, std::string> choose_python(const std::vector<std::string>
   if (std::string venv = get("VIRTUAL_ENV"); !venv.empty()) {
     const std::string p = venv + "/bin/python";
     if (access(p.c_str(), X_OK) == 0) return {p, "the virtualenv in VIRTUAL_ENV"};
+  }
+  if (std::string p = python_installed_for(program_dir); !p.empty()) {
+    return {p, "the Python environment ddprun is installed in"};
   }
   return {"python3", "python3 from PATH"};
 }

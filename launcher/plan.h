@@ -27,9 +27,14 @@ struct HostFacts {
 
 // The interpreter for .py entrypoints, from environment entries (KEY=VALUE):
 // $PYTHON_EXEC (torchrun 2.x), else $DDPRUN_PYTHON, else the active
-// virtualenv's ($VIRTUAL_ENV/bin/python, when executable), else python3
-// from PATH. Returns {interpreter, how it was chosen}.
-std::pair<std::string, std::string> choose_python(const std::vector<std::string>& environment);
+// virtualenv's ($VIRTUAL_ENV/bin/python, when executable), else the Python
+// whose environment a wheel installed ddprun into (`program_dir`, ddprun's
+// folder, is PREFIX/lib/pythonX.Y/site-packages/ddprun.scripts: then
+// PREFIX/bin/pythonX.Y, when executable: a venv's own, as torchrun's is its
+// script's interpreter), else python3 from PATH. Returns {interpreter, how it
+// was chosen}.
+std::pair<std::string, std::string> choose_python(const std::vector<std::string>& environment,
+                                                  const std::string& program_dir = "");
 
 // Reads the facts from this process and machine.
 HostFacts gather_host_facts();

@@ -9,8 +9,10 @@ without root, in a fresh venv:
   1. `pip install` the wheel (no index: it needs nothing else);
   2. `ddprun --version` and `pip show ddprun` name python/ddprun's version;
   3. `ddprun --nproc 2 ddp_hello.py` prints what torchrun prints;
-  4. `plain_loop_healed.py` with rank 1 SIGKILLed at step 10 heals and
-     ends with the checksum of an uninterrupted run.
+  4. `plain_loop_healed.py` with rank 1 SIGKILLed at step 10 (in its
+     learning rate's warm-up) heals and ends with the checksum of an
+     uninterrupted run; both runs by ddprun's path with the venv off PATH
+     (the scripts still get the venv's Python).
 
 The user's PyTorch is PyPI's 2.x from lane 2's venv (TORCH2_VENV), mounted
 read-only into the root and put on the fresh venv's path by a .pth file:
@@ -35,7 +37,6 @@ import time
 
 USER = "trainer"
 HOME = "/home/" + USER
-MIRROR = os.environ.get("DDPRUN_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # What a build of ddprun needs and a user's machine need not have.
 FORBIDDEN = re.compile(r"-dev$|grpc|protobuf|spdlog|raft|gloo|torch|absl|libfmt|cmake|^g\+\+|^gcc(-\d+)?$|^cpp|clang")
 
@@ -81,16 +82,36 @@ class BareRoot:
         return subprocess.Popen(self.argv(cmd), stdout=subprocess.PIPE, stderr=stderr, text=True)
 
 
-def make_base(base):
+def debian_mirror():
+    """$DDPRUN_DEBIAN_MIRROR, else the mirror this machine's apt uses for
+    bookworm, else deb.debian.org."""
+    if os.environ.get("DDPRUN_DEBIAN_MIRROR"):
+        return os.environ["DDPRUN_DEBIAN_MIRROR"]
+    for path in ("/etc/apt/sources.list.d/debian.sources", "/etc/apt/sources.list"):
+        try:
+            text = open(path).read()
+        except OSError:
+            continue
+        for uri, suites in re.findall(r"^URIs:\s*(\S+)\s*\nSuites:\s*([^\n]*)", text, re.M):
+            if "bookworm" in suites.split() and not uri.rstrip("/").endswith("-security"):
+                return uri
+        m = re.search(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+bookworm\s", text, re.M)
+        if m:
+            return m.group(1)
+    return "http://deb.debian.org/debian"
+
+
+def make_base(base, log):
     """debootstrap's minbase with python3 and python3-venv, and the user."""
     if os.path.exists(os.path.join(base, ".complete")):
-        return subprocess.Popen(["true"])
+        return subprocess.Popen(["true"]), None
     shutil.rmtree(base, ignore_errors=True)
     os.makedirs(os.path.dirname(base), exist_ok=True)
-    script = (f'debootstrap --variant=minbase --include=python3,python3-venv bookworm "{base}" "{MIRROR}" && '
+    mirror = debian_mirror()
+    script = (f'debootstrap --variant=minbase --include=python3,python3-venv bookworm "{base}" "{mirror}" && '
               f'chroot "{base}" useradd --create-home --shell /bin/sh {USER} && '
               f'mkdir -p "{base}/opt/torch2" && touch "{base}/.complete"')
-    return subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(["sh", "-c", script], stdout=log, stderr=subprocess.STDOUT), mirror
 
 
 def descendants(root_pid):
@@ -145,9 +166,10 @@ def main():
     # compiles (CPU).
     base = os.path.join(work, "base")
     t0 = time.monotonic()
-    debootstrap = make_base(base)
-    wheel_log = os.path.join(work, "build-wheel.log")
     os.makedirs(work, exist_ok=True)
+    root_log = open(os.path.join(work, "debootstrap.log"), "w+")
+    debootstrap, mirror = make_base(base, root_log)
+    wheel_log = os.path.join(work, "build-wheel.log")
     with open(wheel_log, "w") as log:
         built = subprocess.run([os.path.join(src, "scripts", "build-wheel.sh")], cwd=src, stdout=log,
                                stderr=subprocess.STDOUT, env=dict(os.environ, CMAKE_BUILD_PARALLEL_LEVEL="2"))
@@ -168,10 +190,10 @@ def main():
         fail(f"auditwheel does not find the wheel consistent with its own tag {tag.group(1)}")
     say(f"wheel {os.path.basename(wheel)}: {os.path.getsize(wheel) / 1e6:.1f} MB, built in {t_wheel:.0f} s")
 
-    out, _ = debootstrap.communicate()
-    if debootstrap.returncode != 0:
-        print(out)
-        fail(f"debootstrap of bookworm from {MIRROR} failed (DDPRUN_DEBIAN_MIRROR names another mirror)")
+    if debootstrap.wait() != 0:
+        root_log.seek(0)
+        print(root_log.read())
+        fail(f"debootstrap of bookworm from {mirror} failed (DDPRUN_DEBIAN_MIRROR names another mirror)")
     t_root = time.monotonic() - t0
     root_path = os.path.join(work, "run")
     shutil.rmtree(root_path, ignore_errors=True)
@@ -236,18 +258,25 @@ def in_the_root(root, src, wheel, pyver, t_root):
     t = time.monotonic()
     ours = root.run(["ddprun", "--nproc", "2", "ddp_hello.py"])
     t_first = time.monotonic() - t
+    t = time.monotonic()
     theirs = root.run(["python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                        "ddp_hello.py"])
+    t_torchrun = time.monotonic() - t
     # (Both put "[rank0]:" before a line of rank 0's, torchrun when asked.)
     line = re.compile(r"^(?:\[rank0\]:)?(2 ranks learned y = .*)$", re.M)
     a, b = line.findall(ours.stdout), line.findall(theirs.stdout)
     if ours.returncode != 0 or theirs.returncode != 0 or len(a) != 1 or a != b:
         fail(f"ddp_hello: ddprun ({ours.returncode}) said {a}, torchrun ({theirs.returncode}) said {b}\n"
              f"--- ddprun:\n{ours.stdout}\n--- torchrun:\n{theirs.stdout}")
-    say(f"ddp_hello: ddprun and torchrun both say {a[0]!r} (ddprun's first job: {t_first:.1f} s)")
+    say(f"ddp_hello: ddprun and torchrun both say {a[0]!r} (ddprun's first job: {t_first:.1f} s, "
+        f"torchrun's: {t_torchrun:.1f} s)")
 
     # plain_loop_healed: uninterrupted, then rank 1 SIGKILLed at step 10.
-    job = ["ddprun", "--nproc", "2", "plain_loop_healed.py", "--print-steps"]
+    # ddprun by its path, the venv not on PATH (a job script on a cluster):
+    # the scripts run under the venv's Python, not the system's python3
+    # (which has no PyTorch here).
+    job = ["env", "PATH=/usr/bin:/bin", f"{HOME}/venv/bin/ddprun", "--nproc", "2", "plain_loop_healed.py",
+           "--print-steps"]
     ref = root.run(job)
     want = checksum(ref.stdout)
     if ref.returncode != 0 or not want:

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "launcher/cli.h"
 #include "launcher/env_defaults.h"
@@ -594,6 +595,32 @@ TEST(Plan, PythonInterpreterChoice) {
   }
   EXPECT_EQ(choose_python({"VIRTUAL_ENV=/nonexistent"}), (P{"python3", "python3 from PATH"}));
   EXPECT_EQ(choose_python({"PYTHON_EXEC="}), (P{"python3", "python3 from PATH"}));
+}
+
+// A wheel's ddprun run by its path, its venv not activated: the venv's
+// Python runs the scripts (the one with the user's PyTorch and ddprun's
+// package), as torchrun's own interpreter would, not python3 from PATH.
+TEST(Plan, AWheelsDdprunRunsScriptsWithThePythonItIsInstalledIn) {
+  using P = std::pair<std::string, std::string>;
+  namespace fs = std::filesystem;
+  char made[] = "/tmp/ddprun-plan-venv.XXXXXX";
+  ASSERT_NE(mkdtemp(made), nullptr);
+  const fs::path venv = made;
+  const fs::path scripts = venv / "lib" / "python3.11" / "site-packages" / "ddprun.scripts";
+  fs::create_directories(scripts);
+  fs::create_directories(venv / "bin");
+  const std::string python = (venv / "bin" / "python3.11").string();
+  EXPECT_EQ(choose_python({}, scripts.string()), (P{"python3", "python3 from PATH"})) << "no interpreter there yet";
+  std::ofstream(python) << "#!/bin/sh\n";
+  fs::permissions(python, fs::perms::owner_all);
+  EXPECT_EQ(choose_python({}, scripts.string()), (P{python, "the Python environment ddprun is installed in"}));
+  EXPECT_EQ(choose_python({}, scripts.string() + "/"), (P{python, "the Python environment ddprun is installed in"}));
+  // What the user set still comes first; a build's ddprun has no environment.
+  EXPECT_EQ(choose_python({"DDPRUN_PYTHON=/x/py"}, scripts.string()), (P{"/x/py", "DDPRUN_PYTHON"}));
+  EXPECT_EQ(choose_python({}, (venv / "lib" / "python3.11" / "site-packages").string()),
+            (P{"python3", "python3 from PATH"}));
+  EXPECT_EQ(choose_python({}, "/work/build/bin"), (P{"python3", "python3 from PATH"}));
+  fs::remove_all(venv);
 }
 
 TEST(Plan, TorchrunSettingsReachTheAgent) {
