@@ -10,6 +10,8 @@ It checks, in README.md and docs/*.md:
   bench/node_loss.py, ...) exists;
 - names: every `Class::member` named in docs/architecture.md is defined in
   the sources, so the guide through the code cannot point at code that moved;
+  in its table of where each decision is made, each function is defined in
+  a file its row names;
 - commands: every command in a code block.
   * `ddprun ...` parses with ddprun's own parser (PARSE_CHECK links it); a
     command shown with the error it gets (`ddprun: error: ...` on the next
@@ -138,6 +140,62 @@ def check_names(path, text):
         if not defined:
             line = text.count("\n", 0, m.start()) + 1
             problem("%s:%d" % (rel(path), line), "names `%s::%s`, which the sources do not define" % (cls, member))
+
+
+def defines(file_text, name, python):
+    """Whether a source defines or declares `name`: Class::member,
+    Class.method (Python), a class, or a free function."""
+    if python:
+        parts = name.split(".")
+        return all(re.search(r"^\s*(def|class)\s+%s\b" % re.escape(p), file_text, re.M) for p in parts)
+    if "::" in name:
+        cls, member = name.split("::")
+        if re.search(r"\b%s::%s\s*\(" % (cls, member), file_text):
+            return True  # defined out of line (a .cpp)
+        return bool(re.search(r"\b(class|struct)\s+%s\b" % cls, file_text)
+                    and re.search(r"^[ \t]*[\w:<>,*& \t]*\b%s\s*\(" % member, file_text, re.M))
+    return bool(re.search(r"\b(class|struct|enum class)\s+%s\b" % name, file_text)
+                or re.search(r"^[\w:<>,*& \t]*[\w>*&]\s+%s\s*\(" % name, file_text, re.M))
+
+
+def check_decision_table(path, text):
+    """docs/architecture.md's table of where each decision is made: every
+    row names the files (`agent/x.cpp`) and the functions there; each
+    function must be defined in one of its row's files, so the map cannot
+    send a reader to a file that no longer decides it."""
+    start = text.find("Where each decision is made")
+    if start < 0:
+        problem(rel(path), "has no table of where each decision is made")
+        return
+    table_start = text.index("\n|", start) + 1
+    end = text.find("\n\n", table_start)
+    table = text[table_start:end if end > 0 else len(text)]
+    rows = 0
+    for m in re.finditer(r"^\| (.+?) \| (.+?) \|$", table, re.M):
+        what, where = m.groups()
+        if what == "decision" or set(what) <= set("-|"):
+            continue
+        line = text.count("\n", 0, table_start + m.start()) + 1
+        rows += 1
+        tokens = re.findall(r"`([^`]+)`", where)
+        files = [t for t in tokens if "/" in t and re.search(r"\.(cpp|h|py)$", t)]
+        names = [t for t in tokens if re.fullmatch(r"[A-Za-z_]\w*((::|\.)\w+)?", t)
+                 and not re.search(r"\.(cpp|h|py)$", t)]
+        named_alone = [t for t in tokens if re.fullmatch(r"[\w.]+\.(cpp|h|py)", t)]
+        for t in named_alone:
+            problem("%s:%d" % (rel(path), line), "the decision '%s' names `%s` without its folder" % (what, t))
+        if not files or not names:
+            problem("%s:%d" % (rel(path), line), "the decision '%s' names no file or no function" % what)
+            continue
+        texts = {f: open(os.path.join(ROOT, f), encoding="utf-8").read() for f in files
+                 if os.path.isfile(os.path.join(ROOT, f))}
+        for name in names:
+            CHECKED["names"] += 1
+            if not any(defines(t, name, f.endswith(".py")) for f, t in texts.items()):
+                problem("%s:%d" % (rel(path), line), "the decision '%s': `%s` is not defined in %s"
+                        % (what, name, ", ".join(files)))
+    if rows < 10:
+        problem(rel(path), "the table of where each decision is made has %d rows: the extraction is broken" % rows)
 
 
 # ---- code blocks ---------------------------------------------------------
@@ -417,6 +475,7 @@ def main():
         check_paths(path, text)
         if path.endswith("architecture.md"):
             check_names(path, text)
+            check_decision_table(path, text)
         check_blocks(path, text)
     print("docs: checked %s" % ", ".join("%d %s" % (n, k) for k, n in CHECKED.items()))
     if CHECKED["ddprun commands"] == 0 or CHECKED["runs"] == 0:
