@@ -212,6 +212,10 @@ inline const char* phase_name(Phase p) {
 }
 
 inline constexpr size_t kPhaseOffset = 112;
+// How often a worker that waits for its peers (a collective, a heal) beats,
+// in milliseconds, whoever beats for it (worker_lib's pulse, the Python
+// package's, the agent's own Python): well inside any --hang-timeout.
+inline constexpr size_t kWaitPulseMs = 50;
 static_assert(kPlacementOffset + 4 * kPlacementWords <= kPhaseOffset);
 
 inline uint32_t* phase_word(void* map, int slot) {
@@ -313,11 +317,5 @@ inline ReplicaBlock* replica_block(void* map, int slot) {
 inline void write_replicas(ReplicaBlock* block, const ReplicaReport& r) { seq_write(&block->seq, &block->value, r); }
 inline bool read_replicas(const ReplicaBlock* block, ReplicaReport* out) { return seq_read(&block->seq, &block->value, out); }
 
-// The words the agent's own Python (python_startup.h, python_standby.h)
-// reads, as Python assignments taken from the constants above.
-inline std::string python_slot_words() {
-  return "_DDPRUN_SLOT_BYTES = " + std::to_string(kHeartbeatSlotBytes) + "\n_DDPRUN_PHASE_OFFSET = " +
-         std::to_string(kPhaseOffset) + "\n_DDPRUN_ADVANCED_OFFSET = " + std::to_string(kAdvancedOffset) + "\n";
-}
 
 }  // namespace ddprun::channel

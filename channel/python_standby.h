@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "channel/heartbeat_layout.h"
+#include "channel/python_contract.h"
 #include "channel/stack_dump.h"
 
 namespace ddprun::channel {
@@ -35,7 +35,7 @@ def _ddprun_read_assignment(fd, box, assigned, imported):
     # assigned slot until the imports are done, so that the agent does not
     # take the start for a hang.
     env = dict(e.split(b"=", 1) for e in msg.split(b"\0") if b"=" in e)
-    path, slot = env.get(b"DDPRUN_HEARTBEAT_FILE"), env.get(b"DDPRUN_HEARTBEAT_SLOT")
+    path, slot = env.get(_DDPRUN_ENV_HEARTBEAT_FILE.encode()), env.get(_DDPRUN_ENV_HEARTBEAT_SLOT.encode())
     if not path or slot is None:
         return
     try:
@@ -47,12 +47,12 @@ def _ddprun_read_assignment(fd, box, assigned, imported):
         return
     while not imported.is_set():
         beats.value += 1
-        imported.wait(0.05)
+        imported.wait(_DDPRUN_PULSE_S)
 
 
 def _ddprun_standby():
     import threading
-    fd = int(os.environ.pop("DDPRUN_STANDBY_FD"))
+    fd = int(os.environ.pop(_DDPRUN_ENV_STANDBY_FD))
     box, assigned, imported = [], threading.Event(), threading.Event()
     threading.Thread(target=_ddprun_read_assignment, args=(fd, box, assigned, imported), daemon=True).start()
     # The slow part, done while the workers of this attempt run. A script
@@ -79,11 +79,11 @@ def _ddprun_standby():
             os.environb.pop(key, None)  # set for another assignment
     # Stacks go to the assigned slot's file (the start-up file opened the
     # slot this standby was started for, perhaps another rank's).
-    _ddprun_stacks_to(os.environ.get("DDPRUN_HEARTBEAT_FILE"), os.environ.get("DDPRUN_HEARTBEAT_SLOT"))
+    _ddprun_stacks_to(os.environ.get(_DDPRUN_ENV_HEARTBEAT_FILE), os.environ.get(_DDPRUN_ENV_HEARTBEAT_SLOT))
     # A heal's replacement: the ddprun package (python/ddprun) makes the
     # script's init_process_group join the heal generation; imported here,
     # it does so even for a script that imports it after that call.
-    if os.environ.get("DDPRUN_HEAL_GENERATION"):
+    if os.environ.get(_DDPRUN_ENV_HEAL_GENERATION):
         try:
             import ddprun  # noqa: F401
         except Exception:
@@ -104,6 +104,6 @@ _ddprun_standby()
 
 // The program: the slot's words (heartbeat_layout.h), the stack handler
 // (stack_dump.h), then the standby.
-inline std::string python_standby() { return python_slot_words() + kPythonStackHandler + kPythonStandbyBody; }
+inline std::string python_standby() { return python_contract_words() + kPythonStackHandler + kPythonStandbyBody; }
 
 }  // namespace ddprun::channel

@@ -25,7 +25,7 @@
 
 #include <string>
 
-#include "channel/heartbeat_layout.h"
+#include "channel/python_contract.h"
 #include "channel/stack_dump.h"
 
 namespace ddprun::channel {
@@ -41,8 +41,8 @@ inline constexpr const char* kPythonStartupBody = R"PY(
 
 
 def _ddprun_heartbeat():
-    hb = os.environ.get("DDPRUN_HEARTBEAT_FILE")
-    slot = os.environ.get("DDPRUN_HEARTBEAT_SLOT")
+    hb = os.environ.get(_DDPRUN_ENV_HEARTBEAT_FILE)
+    slot = os.environ.get(_DDPRUN_ENV_HEARTBEAT_SLOT)
     if not hb or slot is None:
         return None
     import ctypes
@@ -121,7 +121,7 @@ class _DdprunTorchHooks:
         # channel::Phase::kFinishing: the interpreter exits, past the last
         # step; however long that takes, it is no hang.
         cls.beat()
-        cls.say(5)
+        cls.say(_DDPRUN_PHASE_FINISHING)
         cls.finished = True
 
     @classmethod
@@ -136,7 +136,7 @@ class _DdprunTorchHooks:
         cls.beat()
         cls.depth -= 1
         if cls.depth == 0:
-            cls.say(3 if cls.evaluating else 0)
+            cls.say(_DDPRUN_PHASE_EVALUATION if cls.evaluating else _DDPRUN_PHASE_NONE)
 
     @classmethod
     def within(cls, phase, fn):
@@ -153,7 +153,7 @@ class _DdprunTorchHooks:
 
     @classmethod
     def waits(cls, fn):
-        """fn, beating every 50 ms while it runs: a rank that waits in a
+        """fn, beating every pulse while it runs: a rank that waits in a
         collective for a peer is alive (the peer's silence names the hang);
         a stopped process stops the pulse too."""
         import functools
@@ -162,7 +162,7 @@ class _DdprunTorchHooks:
         def pulse():
             tick = threading.Event()
             while True:
-                tick.wait(0.05)
+                tick.wait(_DDPRUN_PULSE_S)
                 if cls.waiting > 0:
                     cls.beat()
 
@@ -216,12 +216,12 @@ class _DdprunTorchHooks:
                     cls.in_train = False
                     cls.evaluating = not mode
                     if cls.depth == 0:
-                        cls.say(3 if cls.evaluating else 0)
+                        cls.say(_DDPRUN_PHASE_EVALUATION if cls.evaluating else _DDPRUN_PHASE_NONE)
                     cls.beat()
 
         torch.nn.Module.train = train_then_say
-        torch.save = cls.within(2, torch.save)  # channel::Phase::kCheckpoint
-        torch.load = cls.within(2, torch.load)
+        torch.save = cls.within(_DDPRUN_PHASE_CHECKPOINT, torch.save)
+        torch.load = cls.within(_DDPRUN_PHASE_CHECKPOINT, torch.load)
         import torch.distributed as dist
         if dist.is_available():
             c10d = dist.distributed_c10d
@@ -247,7 +247,7 @@ def _ddprun_record_uncaught():
     previous = sys.excepthook
 
     def hook(kind, value, tb):
-        path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+        path = os.environ.get(_DDPRUN_ENV_ERROR_FILE)
         if path and not issubclass(kind, KeyboardInterrupt) and not os.path.lexists(path):
             try:
                 import json
@@ -270,7 +270,7 @@ def _ddprun_record_uncaught():
 def _ddprun_hook_torch():
     if "torch" in sys.modules:
         return
-    if not (os.environ.get("DDPRUN_HEARTBEAT_FILE") or os.environ.get("DDPRUN_STANDBY_FD")):
+    if not (os.environ.get(_DDPRUN_ENV_HEARTBEAT_FILE) or os.environ.get(_DDPRUN_ENV_STANDBY_FD)):
         return
     sys.meta_path.insert(0, _DdprunTorchHooks)
 
@@ -292,7 +292,7 @@ def _ddprun_replacement_pulse():
     """A heal's replacement started afresh (no warm standby) imports torch
     for seconds before the ddprun package (python/ddprun) beats for it while
     it joins: beat until that package is loaded."""
-    if not os.environ.get("DDPRUN_HEAL_GENERATION"):
+    if not os.environ.get(_DDPRUN_ENV_HEAL_GENERATION):
         return
     words = _ddprun_heartbeat()
     if not words:
@@ -303,12 +303,12 @@ def _ddprun_replacement_pulse():
         tick = threading.Event()  # never set: a timer
         while "ddprun.heal" not in sys.modules:
             words[0].value += 1
-            tick.wait(0.05)
+            tick.wait(_DDPRUN_PULSE_S)
 
     threading.Thread(target=pulse, name="ddprun-replacement-pulse", daemon=True).start()
 
 
-_ddprun_stacks_to(os.environ.get("DDPRUN_HEARTBEAT_FILE"), os.environ.get("DDPRUN_HEARTBEAT_SLOT"))
+_ddprun_stacks_to(os.environ.get(_DDPRUN_ENV_HEARTBEAT_FILE), os.environ.get(_DDPRUN_ENV_HEARTBEAT_SLOT))
 _ddprun_replacement_pulse()
 _ddprun_record_uncaught()
 _ddprun_hook_torch()
@@ -318,7 +318,7 @@ _ddprun_next_sitecustomize()
 // The file's text: the head, the slot's words (heartbeat_layout.h), the
 // stack handler (stack_dump.h), the body.
 inline std::string python_startup() {
-  return std::string(kPythonStartupHead) + python_slot_words() + kPythonStackHandler + kPythonStartupBody;
+  return std::string(kPythonStartupHead) + python_contract_words() + kPythonStackHandler + kPythonStartupBody;
 }
 
 }  // namespace ddprun::channel

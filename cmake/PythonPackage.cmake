@@ -6,14 +6,18 @@ foreach(file ${DDPRUN_PYTHON_FILES})
   get_filename_component(name "${file}" NAME)
   configure_file("${file}" "${CMAKE_BINARY_DIR}/python/ddprun/${name}" COPYONLY)
 endforeach()
-# The heartbeat slot's layout, which _slot.py reads (one definition for C++
-# and Python; the source tree's python/ddprun holds a link to it).
-configure_file("${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h" "${CMAKE_BINARY_DIR}/python/ddprun/heartbeat_layout.h"
-               COPYONLY)
+# The contract with the agent, which _contract.py reads (one definition for
+# C++ and Python; the source tree's python/ddprun holds links to them): the
+# heartbeat slot's layout and the environment variables' names.
+set(DDPRUN_PYTHON_CONTRACT "${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h" "${PROJECT_SOURCE_DIR}/channel/env_names.h")
+foreach(file ${DDPRUN_PYTHON_CONTRACT})
+  get_filename_component(name "${file}" NAME)
+  configure_file("${file}" "${CMAKE_BINARY_DIR}/python/ddprun/${name}" COPYONLY)
+endforeach()
 
 # Installs the package into DEST/ddprun (an install's share/ddprun/python,
-# a wheel's site-packages): its .py files, and the heartbeat layout itself
-# where the source tree holds a link to it. COMPONENT: the install
+# a wheel's site-packages): its .py files, and the contract's headers
+# themselves where the source tree holds links to them. COMPONENT: the install
 # component (the wheel's is "wheel").
 function(ddprun_install_python_package dest)
   cmake_parse_arguments(arg "" "COMPONENT" "" ${ARGN})
@@ -23,5 +27,6 @@ function(ddprun_install_python_package dest)
   endif()
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/python/ddprun/" DESTINATION "${dest}/ddprun" ${component}
           FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
-  install(FILES "${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h" DESTINATION "${dest}/ddprun" ${component})
+  install(FILES "${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h" "${PROJECT_SOURCE_DIR}/channel/env_names.h"
+          DESTINATION "${dest}/ddprun" ${component})
 endfunction()

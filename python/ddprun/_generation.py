@@ -9,10 +9,9 @@ import time
 
 import torch.distributed as dist
 
+from . import _contract
 from ._slot import Slot
 
-_ENV_HEALS = "DDPRUN_HEALS"
-_ENV_GENERATION = "DDPRUN_HEAL_GENERATION"
 
 
 class _Process:
@@ -20,8 +19,8 @@ class _Process:
     generation, or a replacement joining generation `generation`."""
 
     def __init__(self):
-        self.heals = os.environ.get(_ENV_HEALS) == "1"
-        self.generation = int(os.environ.get(_ENV_GENERATION, "0") or 0) if self.heals else 0
+        self.heals = os.environ.get(_contract.HEALS) == "1"
+        self.generation = int(os.environ.get(_contract.HEAL_GENERATION, "0") or 0) if self.heals else 0
         self.joining = self.heals and self.generation > 0
         self.taking_state = False  # a replacement's Healer exchanges the state: its collectives are the heal's
         # The heartbeat slot, mapped once for the process (None: no heals).
@@ -46,7 +45,7 @@ def joining():
 
 
 def _timeout():
-    seconds = float(os.environ.get("DDPRUN_TIMEOUT_S", "0") or 0)
+    seconds = float(os.environ.get(_contract.TIMEOUT_S, "0") or 0)
     return datetime.timedelta(seconds=seconds if seconds > 0 else 1800)
 
 
@@ -70,9 +69,9 @@ class _GenerationStore(dist.Store):
     def __init__(self, generation, slot):
         super().__init__()
         if _process.base_store is None:
-            _process.base_store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+            _process.base_store = dist.TCPStore(os.environ[_contract.MASTER_ADDR], int(os.environ[_contract.MASTER_PORT]),
                                                 is_master=False, timeout=_timeout())
-        prefix = f"/ddprun/heal/round_{os.environ.get('DDPRUN_ROUND', '0')}/generation_{generation}"
+        prefix = f"/ddprun/heal/round_{os.environ.get(_contract.ROUND, '0')}/generation_{generation}"
         self._store = dist.PrefixStore(prefix, _process.base_store)
         self._generation = generation
         self._slot = slot

@@ -17,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ._generation import _GenerationStore, _process, _timeout
 from ._sockets import GroupSockets
+from . import _contract
 
 
 def _rank_in(generation, slot):
@@ -26,7 +27,7 @@ def _rank_in(generation, slot):
         placed, rank, world = slot.placement()
         if 0 < placed <= generation:
             return rank, world
-    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return int(os.environ[_contract.RANK]), int(os.environ[_contract.WORLD_SIZE])
 
 
 _torch_init = dist.init_process_group

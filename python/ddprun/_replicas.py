@@ -19,20 +19,21 @@ import torch.distributed as dist
 
 from ._state import _first_line, _set_rng_state
 from ._verify import ReplicasDiffer, compare, hardware_kind, rank_list
+from . import _contract
 
 # heartbeat_layout.h's ReplicaVerdict and ReplicaSelf.
-_REPAIRED, _NO_MAJORITY, _BY_DESIGN = 1, 2, 3
-_AGREES, _APART, _REPLACE = 0, 1, 2
+_REPAIRED, _NO_MAJORITY, _BY_DESIGN = (_contract.REPLICA_VERDICT[k] for k in ("kRepaired", "kNoMajority", "kByDesign"))
+_AGREES, _APART, _REPLACE = (_contract.REPLICA_SELF[k] for k in ("kAgrees", "kApart", "kReplace"))
 
 
 def _verify_every_from_env():
-    text = os.environ.get("DDPRUN_VERIFY_EVERY", "0") or "0"
+    text = os.environ.get(_contract.VERIFY_EVERY, "0") or "0"
     try:
         every = int(text)
     except ValueError:
         every = -1
     if every < 0:
-        raise ValueError(f"ddprun: DDPRUN_VERIFY_EVERY={text!r} is not a number of steps >= 0 (ddprun --verify-every)")
+        raise ValueError(f"ddprun: {_contract.VERIFY_EVERY}={text!r} is not a number of steps >= 0 (ddprun --verify-every)")
     return every
 
 
@@ -128,7 +129,7 @@ class _ReplicaChecks:
             first = next(self.module.parameters(), None)
             self._kind = hardware_kind(first.device if first is not None else torch.device("cpu"))
         what = "parameters" if not whole_state else "state" if with_buffers else "parameters and optimizer state"
-        node = int(os.environ.get("GROUP_RANK", "0") or 0)
+        node = int(os.environ.get(_contract.GROUP_RANK, "0") or 0)
         found = compare(self._replica_tensors(whole_state, with_buffers), self.steps, what, self._kind, node,
                         self._collective_device(), self._wait_for)
         self.report.checks += 1

@@ -2,7 +2,7 @@
 
 The layout's one definition is C++'s channel/heartbeat_layout.h: this
 package ships a copy of that header (a link to it in the source tree) and
-reads its offsets from it at import, so the two cannot disagree.
+_contract.py reads its offsets from it at import, so the two cannot disagree.
 
 The agent maps the same file. A worker that heals says so in its slot (the
 heal-ready word), says when it is inside a step (the in-step word), and
@@ -17,34 +17,12 @@ import ctypes
 import mmap
 import os
 import platform
-import re
 import threading
 import time
 
-_LAYOUT_HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "heartbeat_layout.h")
+from . import _contract
 
-
-def _layout(path=_LAYOUT_HEADER):
-    """The `inline constexpr size_t kName = N;` constants of heartbeat_layout.h."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ImportError(f"ddprun: cannot read the heartbeat slot's layout ({e}); "
-                          "the package ships heartbeat_layout.h beside _slot.py") from e
-    words = {name: int(value) for name, value in re.findall(r"inline constexpr size_t (k\w+) = (\d+);", text)}
-    needed = ("kHeartbeatSlotBytes", "kBeatsOffset", "kHealReadyOffset", "kHealGenerationOffset",
-              "kNoHealComingOffset", "kPlacementOffset", "kPlacementWordCount", "kInStepOffset", "kReplicaOffset",
-              "kReplicaSeqOffset", "kReplicaAgreedStepOffset", "kReplicaChecksOffset", "kReplicaVerdictsOffset",
-              "kReplicaVerdictOffset", "kReplicaVerdictStepOffset", "kReplicaSelfOffset", "kReplicaEveryOffset",
-              "kReplicaTextOffset", "kReplicaTextBytes")
-    missing = [n for n in needed if n not in words]
-    if missing:
-        raise ImportError(f"ddprun: {path} does not define {', '.join(missing)}")
-    return words
-
-
-_WORDS = _layout()
+_WORDS = _contract.WORDS  # the layout (heartbeat_layout.h, read by _contract.py)
 SLOT_BYTES = _WORDS["kHeartbeatSlotBytes"]
 _BEATS = _WORDS["kBeatsOffset"]
 _HEAL_READY = _WORDS["kHealReadyOffset"]
@@ -58,7 +36,7 @@ _REPLICA_TEXT_BYTES = _WORDS["kReplicaTextBytes"]
 
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAIT = 0  # not FUTEX_PRIVATE: the agent wakes us through its own mapping
-_PULSE_S = 0.05  # how often a waiting worker beats (heartbeat.h's kWaitPulse)
+_PULSE_S = _contract.PULSE_S  # how often a waiting worker beats
 
 
 class _Timespec(ctypes.Structure):
@@ -108,8 +86,8 @@ class Slot:
     @classmethod
     def from_env(cls):
         """The slot ddprun gave this process, or None (not under ddprun)."""
-        path = os.environ.get("DDPRUN_HEARTBEAT_FILE")
-        slot = os.environ.get("DDPRUN_HEARTBEAT_SLOT")
+        path = os.environ.get(_contract.HEARTBEAT_FILE)
+        slot = os.environ.get(_contract.HEARTBEAT_SLOT)
         if not path or slot is None:
             return None
         return cls(path, slot)

@@ -18,6 +18,7 @@ listener's accept fails). Linux's
 again since is never touched."""
 import os
 import socket
+from . import _contract
 
 
 def _open_sockets():
@@ -62,7 +63,7 @@ class GroupSockets:
         try:
             return init()
         finally:
-            store_port = int(os.environ.get("MASTER_PORT", "0") or 0)
+            store_port = int(os.environ.get(_contract.MASTER_PORT, "0") or 0)
             made = []
             for fd, name in _open_sockets().items():
                 if before.get(fd) == name:

@@ -23,6 +23,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from . import _contract
 
 _MASK = (1 << 64) - 1
 _CHUNK = 1 << 22  # words weighed at a time: what a fingerprint allocates, whatever the tensor's size
@@ -104,7 +105,7 @@ def fingerprint_of_all(fps):
 def hardware_kind(device):
     """This node's kind: DDPRUN_HARDWARE_KIND, else the CPU's model name and,
     for a model on a GPU, the GPU's."""
-    named = os.environ.get("DDPRUN_HARDWARE_KIND")
+    named = os.environ.get(_contract.HARDWARE_KIND)
     if named:
         return named
     kind, part = "", ""

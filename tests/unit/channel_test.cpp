@@ -91,8 +91,9 @@ TEST(Channel, PythonSeesTheHeartbeatSlotAsHeartbeatLayoutDefinesIt) {
   }
   // What the package reads, from the source tree and from the build tree's copy.
   for (const std::string dir : {DDPRUN_SOURCE_DIR "/python/ddprun", DDPRUN_BINARY_DIR "/python/ddprun"}) {
-    std::string cmd = "python3 -c 'import importlib.util; s = importlib.util.spec_from_file_location(\"s\", \"" +
-                      dir + "/_slot.py\"); m = importlib.util.module_from_spec(s); s.loader.exec_module(m)";
+    // The package's modules without its __init__ (which imports torch).
+    std::string cmd = "python3 -c 'import sys, types; p = types.ModuleType(\"ddprun\"); p.__path__ = [\"" + dir +
+                      "\"]; sys.modules[\"ddprun\"] = p; import ddprun._slot as m";
     for (const auto& entry : cpp) cmd += "; print(\"" + entry.first + "\", m." + entry.first + ")";
     cmd += "' 2>&1";
     std::map<std::string, size_t> py;

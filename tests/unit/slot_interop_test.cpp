@@ -42,10 +42,12 @@ TEST(SlotInterop, APythonWorkerAndTheAgentReadEachOthersWordsFieldByField) {
   table.set_no_heal_coming(1, true);
   table.set_placement(1, /*generation=*/9, /*rank=*/5, /*world_size=*/8, /*node_rank=*/2, /*num_nodes=*/4);
   // The worker's side, as a Python worker has it (no torch: _slot.py alone).
-  const std::string script = R"(import importlib.util, sys
-spec = importlib.util.spec_from_file_location("slot", ")" DDPRUN_SOURCE_DIR R"(/python/ddprun/_slot.py")
-slot = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(slot)
+  // (The package's modules without its __init__, which imports torch.)
+  const std::string script = R"(import sys, types
+package = types.ModuleType("ddprun")
+package.__path__ = [")" DDPRUN_SOURCE_DIR R"(/python/ddprun"]
+sys.modules["ddprun"] = package
+import ddprun._slot as slot
 s = slot.Slot(sys.argv[1], int(sys.argv[2]))
 print("generation", s.generation(), "no_heal", int(s.no_heal_coming()),
       "placement", " ".join(str(w.value) for w in s._placement))

@@ -15,13 +15,15 @@ import os
 import socket
 import sys
 import time
+import types
 
 
 def load_sockets(package_path):
-    spec = importlib.util.spec_from_file_location("_sockets", os.path.join(package_path, "ddprun", "_sockets.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """ddprun._sockets without the package's __init__ (which imports torch)."""
+    package = types.ModuleType("ddprun")
+    package.__path__ = [os.path.join(package_path, "ddprun")]
+    sys.modules["ddprun"] = package
+    return importlib.import_module("ddprun._sockets")
 
 
 def listener():

@@ -100,8 +100,8 @@ class Heartbeat {
   // Whether the agent gave this worker a slot (a heartbeat file).
   bool has_slot() const { return heal_generation_ != nullptr; }
 
-  // How often the waiting pulse beats: well inside any --hang-timeout.
-  static constexpr std::chrono::milliseconds kWaitPulse{50};
+  // How often the waiting pulse beats (heartbeat_layout.h).
+  static constexpr std::chrono::milliseconds kWaitPulse{ddprun::channel::kWaitPulseMs};
   // While one lives, the worker waits for its peers (the next generation,
   // connecting, the state going across) and the pulse beats for it.
   class WaitScope {

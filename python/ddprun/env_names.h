@@ -1,0 +1,1 @@
+../../channel/env_names.h
