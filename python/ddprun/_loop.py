@@ -1,7 +1,7 @@
 """A plain training loop under a Healer (healer.epochs(), healer.batches()):
 where the loop stands, kept in the Healer so that a heal carries it, and
-the step each batch is, healed around a failed collective (heal.py has the
-heal itself)."""
+the step each batch is, healed around a failed collective (the heal itself:
+_state_exchange.py; the Healer: heal.py)."""
 import torch
 
 from ._state import _first_line, _hyper_parameters, _rng_state, _set_hyper_parameters, _set_rng_state
