@@ -20,6 +20,7 @@ namespace ddprun::channel {
 inline std::string python_contract_words() {
   auto n = [](size_t v) { return std::to_string(v); };
   auto phase = [](Phase p) { return std::to_string(static_cast<uint32_t>(p)); };
+  auto quoted = [](const char* name) { return std::string("\"") + name + "\""; };
   const std::vector<std::pair<const char*, std::string>> words = {
       {"_DDPRUN_SLOT_BYTES", n(kHeartbeatSlotBytes)},
       {"_DDPRUN_PHASE_OFFSET", n(kPhaseOffset)},
@@ -29,11 +30,11 @@ inline std::string python_contract_words() {
       {"_DDPRUN_PHASE_EVALUATION", phase(Phase::kEvaluation)},
       {"_DDPRUN_PHASE_FINISHING", phase(Phase::kFinishing)},
       {"_DDPRUN_PULSE_S", std::to_string(kWaitPulseMs) + " / 1000"},
-      {"_DDPRUN_ENV_HEARTBEAT_FILE", std::string("\"") + kHeartbeatFile + "\""},
-      {"_DDPRUN_ENV_HEARTBEAT_SLOT", std::string("\"") + kHeartbeatSlot + "\""},
-      {"_DDPRUN_ENV_STANDBY_FD", std::string("\"") + kStandbyFd + "\""},
-      {"_DDPRUN_ENV_HEAL_GENERATION", std::string("\"") + kHealGeneration + "\""},
-      {"_DDPRUN_ENV_ERROR_FILE", std::string("\"") + kErrorFile + "\""},
+      {"_DDPRUN_ENV_HEARTBEAT_FILE", quoted(kHeartbeatFile)},
+      {"_DDPRUN_ENV_HEARTBEAT_SLOT", quoted(kHeartbeatSlot)},
+      {"_DDPRUN_ENV_STANDBY_FD", quoted(kStandbyFd)},
+      {"_DDPRUN_ENV_HEAL_GENERATION", quoted(kHealGeneration)},
+      {"_DDPRUN_ENV_ERROR_FILE", quoted(kErrorFile)},
   };
   std::string text;
   for (const auto& [name, value] : words) text += std::string(name) + " = " + value + "\n";

@@ -24,56 +24,58 @@ def _read(name):
                           f"the package ships {name} beside _contract.py") from e
 
 
-def _defined(name, pattern, needed):
-    found = dict(re.findall(pattern, _read(name)))
+def _require(found, needed, where):
+    """found, once it holds every name of `needed` (else ImportError naming where they are missing)."""
     missing = [n for n in needed if n not in found]
     if missing:
-        raise ImportError(f"ddprun: {os.path.join(_HERE, name)} does not define {', '.join(missing)}")
+        raise ImportError(f"ddprun: {where} does not define {', '.join(missing)}")
     return found
 
 
+_LAYOUT = _read("heartbeat_layout.h")
+_LAYOUT_PATH = os.path.join(_HERE, "heartbeat_layout.h")
+
 # The heartbeat slot: its `inline constexpr size_t kName = N;` constants.
-WORDS = {k: int(v) for k, v in _defined(
-    "heartbeat_layout.h", r"inline constexpr size_t (k\w+) = (\d+);",
-    ("kHeartbeatSlotBytes", "kBeatsOffset", "kHealReadyOffset", "kHealGenerationOffset", "kNoHealComingOffset",
-     "kPlacementOffset", "kPlacementWordCount", "kInStepOffset", "kReplicaOffset", "kReplicaSeqOffset",
-     "kReplicaAgreedStepOffset", "kReplicaChecksOffset", "kReplicaVerdictsOffset", "kReplicaVerdictOffset",
-     "kReplicaVerdictStepOffset", "kReplicaSelfOffset", "kReplicaEveryOffset", "kReplicaTextOffset",
-     "kReplicaTextBytes", "kWaitPulseMs")).items()}
+WORDS = _require({k: int(v) for k, v in re.findall(r"inline constexpr size_t (k\w+) = (\d+);", _LAYOUT)},
+                 ("kHeartbeatSlotBytes", "kBeatsOffset", "kHealReadyOffset", "kHealGenerationOffset",
+                  "kNoHealComingOffset", "kPlacementOffset", "kPlacementWordCount", "kInStepOffset", "kReplicaOffset",
+                  "kReplicaSeqOffset", "kReplicaAgreedStepOffset", "kReplicaChecksOffset", "kReplicaVerdictsOffset",
+                  "kReplicaVerdictOffset", "kReplicaVerdictStepOffset", "kReplicaSelfOffset", "kReplicaEveryOffset",
+                  "kReplicaTextOffset", "kReplicaTextBytes", "kWaitPulseMs"), _LAYOUT_PATH)
 
 # How often a worker waiting for its peers beats, in seconds.
 PULSE_S = WORDS["kWaitPulseMs"] / 1000
 
 
-def _enum(header, name, needed):
-    """An `enum class NAME : uint32_t { kA = 0, ... }` of a header: {kA: 0, ...}."""
-    m = re.search(r"enum class %s : uint32_t \{(.*?)\};" % name, _read(header), re.S)
-    values = dict((k, int(v)) for k, v in re.findall(r"\b(k\w+) = (\d+)", m.group(1))) if m else {}
-    missing = [n for n in needed if n not in values]
-    if missing:
-        raise ImportError(f"ddprun: {os.path.join(_HERE, header)}'s {name} does not define {', '.join(missing)}")
-    return values
+def _enum(name, needed):
+    """heartbeat_layout.h's `enum class NAME : uint32_t { kA = 0, ... }`: {kA: 0, ...}."""
+    m = re.search(r"enum class %s : uint32_t \{(.*?)\};" % name, _LAYOUT, re.S)
+    values = {k: int(v) for k, v in re.findall(r"\b(k\w+) = (\d+)", m.group(1))} if m else {}
+    return _require(values, needed, f"{_LAYOUT_PATH}'s {name}")
 
 
 # What the newest comparison of the replicas found (the slot's replicas block).
-REPLICA_VERDICT = _enum("heartbeat_layout.h", "ReplicaVerdict", ("kRepaired", "kNoMajority", "kByDesign"))
-REPLICA_SELF = _enum("heartbeat_layout.h", "ReplicaSelf", ("kAgrees", "kApart", "kReplace"))
+REPLICA_VERDICT = _enum("ReplicaVerdict", ("kRepaired", "kNoMajority", "kByDesign"))
+REPLICA_SELF = _enum("ReplicaSelf", ("kAgrees", "kApart", "kReplace"))
 
 # The environment variables: `inline constexpr const char* kName = "NAME";`.
-_ENV = _defined("env_names.h", r'inline constexpr const char\* (k\w+) = "([^"]+)";',
-                ("kRank", "kWorldSize", "kGroupRank", "kMasterAddr", "kMasterPort", "kHeartbeatFile",
-                 "kHeartbeatSlot", "kHeals", "kHealGeneration", "kTimeoutS", "kRound", "kVerifyEvery",
-                 "kHardwareKind"))
-RANK = _ENV["kRank"]
-WORLD_SIZE = _ENV["kWorldSize"]
-GROUP_RANK = _ENV["kGroupRank"]
-MASTER_ADDR = _ENV["kMasterAddr"]
-MASTER_PORT = _ENV["kMasterPort"]
-HEARTBEAT_FILE = _ENV["kHeartbeatFile"]
-HEARTBEAT_SLOT = _ENV["kHeartbeatSlot"]
-HEALS = _ENV["kHeals"]
-HEAL_GENERATION = _ENV["kHealGeneration"]
-TIMEOUT_S = _ENV["kTimeoutS"]
-ROUND = _ENV["kRound"]
-VERIFY_EVERY = _ENV["kVerifyEvery"]
-HARDWARE_KIND = _ENV["kHardwareKind"]
+_ENV = dict(re.findall(r'inline constexpr const char\* (k\w+) = "([^"]+)";', _read("env_names.h")))
+
+
+def _env(name):
+    return _require(_ENV, (name,), os.path.join(_HERE, "env_names.h"))[name]
+
+
+RANK = _env("kRank")
+WORLD_SIZE = _env("kWorldSize")
+GROUP_RANK = _env("kGroupRank")
+MASTER_ADDR = _env("kMasterAddr")
+MASTER_PORT = _env("kMasterPort")
+HEARTBEAT_FILE = _env("kHeartbeatFile")
+HEARTBEAT_SLOT = _env("kHeartbeatSlot")
+HEALS = _env("kHeals")
+HEAL_GENERATION = _env("kHealGeneration")
+TIMEOUT_S = _env("kTimeoutS")
+ROUND = _env("kRound")
+VERIFY_EVERY = _env("kVerifyEvery")
+HARDWARE_KIND = _env("kHardwareKind")
