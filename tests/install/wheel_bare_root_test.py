@@ -35,6 +35,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from recovery import working_children  # noqa: E402  (ddprun's workers, not its waiting standbys)
+
 USER = "trainer"
 HOME = "/home/" + USER
 # What a build of ddprun needs and a user's machine need not have.
@@ -112,25 +115,6 @@ def make_base(base, log):
               f'chroot "{base}" useradd --create-home --shell /bin/sh {USER} && '
               f'mkdir -p "{base}/opt/torch2" && touch "{base}/.complete"')
     return subprocess.Popen(["sh", "-c", script], stdout=log, stderr=subprocess.STDOUT), mirror
-
-
-def descendants(root_pid):
-    children = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [root_pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
 
 
 def environ(pid):
@@ -287,7 +271,9 @@ def in_the_root(root, src, wheel, pyver, t_root):
     for l in p.stdout:  # rank 0's steps, as they come
         lines.append(l)
         if killed is None and re.fullmatch(r"(\[rank0\]:)?step 10 done", l.strip()):
-            workers = [pid for pid in descendants(p.pid)
+            # ddprun is p.pid itself (each command of the chain execs the
+            # next), its workers its children (bench/recovery.py's).
+            workers = [pid for pid in working_children(p.pid)
                        if b"DDPRUN_STANDBY_FD" not in (e := environ(pid)) and e.get(b"LOCAL_RANK") == b"1"]
             if len(workers) != 1:
                 p.kill()
