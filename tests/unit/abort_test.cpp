@@ -16,17 +16,20 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 
 #include "channel/env_names.h"
 #include "channel/heartbeat_layout.h"
+#include "comm/connect_vote.h"
 #include "ddp/collective_error.h"
 #include "ddp/world.h"
 #include "support/process.h"
@@ -138,6 +141,129 @@ void expect_a_newer_generation_releases(const std::string& comm) {
 TEST(Abort, ANewerHealGenerationInTheSlotReleasesTheBlockedCollective) { expect_a_newer_generation_releases("shm"); }
 TEST(Abort, ANewerHealGenerationInTheSlotReleasesABlockedGlooCollective) {
   expect_a_newer_generation_releases("gloo");
+}
+
+// A store that stops answering, as behind a cut link, at the first write
+// (or read) of a key under `cut_under`: a rank whose heal generation voted
+// "connect", cut off before (or after) it published its Gloo address.
+// cut() tells when it got there; release() lets it go on, failing the call.
+enum class CutAt { kWrite, kRead };
+class CutOffStore final : public ddprun::Store {
+ public:
+  CutOffStore(std::shared_ptr<ddprun::Store> inner, CutAt at, std::string cut_under)
+      : inner_(std::move(inner)), at_(at), cut_under_(std::move(cut_under)),
+        released_(release_.get_future().share()) {}
+  void set(const std::string& key, std::string_view value) override {
+    stop_at(CutAt::kWrite, key);
+    inner_->set(key, value);
+  }
+  std::string get(const std::string& key, std::chrono::milliseconds timeout) override {
+    stop_at(CutAt::kRead, key);
+    return inner_->get(key, timeout);
+  }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    for (const auto& k : keys) stop_at(CutAt::kRead, k);
+    inner_->wait(keys, timeout);
+  }
+  int64_t add(const std::string& key, int64_t delta) override { return inner_->add(key, delta); }
+  std::shared_future<void> cut() { return reached_future_; }
+  void release() { std::call_once(released_once_, [this] { release_.set_value(); }); }
+
+ private:
+  void stop_at(CutAt at, const std::string& key) {
+    if (at != at_ || key.find(cut_under_) == std::string::npos) return;
+    std::call_once(reached_once_, [this] { reached_.set_value(); });
+    released_.wait();
+    throw ddprun::StoreClosed("the test's cut-off store, at " + key);
+  }
+  std::shared_ptr<ddprun::Store> inner_;
+  CutAt at_;
+  std::string cut_under_;
+  std::promise<void> reached_;
+  std::shared_future<void> reached_future_ = reached_.get_future().share();
+  std::once_flag reached_once_;
+  std::promise<void> release_;
+  std::shared_future<void> released_;
+  std::once_flag released_once_;
+};
+
+// The connect window of a heal: rank 1 votes "connect" in generation 1 and
+// is cut off at a write or read of a key under `cut_under`; rank 0 is then inside
+// Gloo's set-up with it, which has no cancel. When the agent names
+// generation 2 (for rank 1's loss), rank 0 leaves generation 1's connect
+// behind at once (GenerationSuperseded), not at the connect's timeout
+// (seen: a heal that took 60 s on a flapping link); and generation 2
+// connects, rank 1 back.
+void expect_a_newer_generation_leaves_the_connect_behind(CutAt at, const std::string& cut_under) {
+  namespace ch = ddprun::channel;
+  AgentSlots slots(2);
+  auto memory = std::make_shared<ddprun::MemoryStore>();
+  auto cut = std::make_shared<CutOffStore>(memory, at, cut_under);
+  std::string rank0_in_1, rank1_in_1;
+  std::atomic<bool> rank1_out{false};
+  std::promise<void> left_behind;
+  auto rank0_out = left_behind.get_future().share();
+  std::vector<float> sums(2, 0);
+  ddptest::run_threads(2, [&](int r) {
+    ddp::InitOptions o;
+    o.env = with_vars(ddptest::env_for(r, 2, "gloo"),
+                      {{ch::kHeals, "1"}, {ch::kHeartbeatFile, slots.path()}, {ch::kHeartbeatSlot, std::to_string(r)}});
+    o.store = r == 1 ? std::static_pointer_cast<ddprun::Store>(cut) : memory;
+    o.timeout = 60s;  // the connect's own end: a test that waits for it has failed
+    auto world = ddp::init(o);
+    world->disconnect();
+    if (r == 0) {
+      // The agent, once rank 1 is cut off (or out of generation 1 some
+      // other way, which fails the test below): generation 2 for rank 0.
+      std::thread agent([&] {
+        while (cut->cut().wait_for(10ms) != std::future_status::ready && !rank1_out.load()) {
+        }
+        slots.name_generation(0, 2);
+      });
+      try {
+        world->reconnect(1);
+        rank0_in_1 = "connected";
+      } catch (const ddp::GenerationSuperseded& e) {
+        rank0_in_1 = "left behind";
+      } catch (const std::exception& e) {
+        rank0_in_1 = e.what();
+      }
+      agent.join();
+      left_behind.set_value();
+    } else {
+      // Its link comes back once rank 0 is out: generation 1's reads fail.
+      std::thread link([&] {
+        rank0_out.wait();
+        cut->release();
+      });
+      try {
+        world->reconnect(1);
+        rank1_in_1 = "connected";
+      } catch (const std::exception& e) {
+        rank1_in_1 = e.what();
+      }
+      rank1_out = true;
+      link.join();
+    }
+    world->reconnect(2);
+    at::Tensor t = at::ones({4});
+    world->cpu().all_reduce(t, ddp::ReduceOp::kSum);
+    sums[size_t(r)] = t[0].item<float>();
+  });
+  EXPECT_EQ(rank0_in_1, "left behind");
+  EXPECT_NE(rank1_in_1.find("the test's cut-off store"), std::string::npos) << rank1_in_1;
+  EXPECT_EQ(sums, (std::vector<float>{2, 2})) << "generation 2 did not connect both ranks";
+}
+
+// Cut at its first write of the generation's Gloo keys: rank 0 waits in
+// the store for an address that never comes.
+TEST(Abort, ANewerGenerationLeavesBehindAConnectWhosePeerWasCutOffBeforeItsAddress) {
+  expect_a_newer_generation_leaves_the_connect_behind(CutAt::kWrite, "/heal1/gloo/");
+}
+// Cut once it has published "1" (at its read of rank 0's "0"): rank 0
+// connects its socket to rank 1's and waits inside Gloo's transport.
+TEST(Abort, ANewerGenerationLeavesBehindAConnectWhosePeerWasCutOffAfterItsAddress) {
+  expect_a_newer_generation_leaves_the_connect_behind(CutAt::kRead, "/heal1/gloo/0");
 }
 
 // A send Gloo had begun writing when its peer died: the peer had stopped

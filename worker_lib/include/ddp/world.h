@@ -214,7 +214,6 @@ class World {
   std::unique_ptr<ddprun::Store> round_store_;
   uint32_t generation_ = 0;
   std::unique_ptr<ddprun::Store> generation_store_;  // round_store_ below heal<g>/ (g > 0)
-  std::unique_ptr<ddprun::Store> gloo_store_;
   std::unique_ptr<ddprun::Store> group_store_;
   std::unique_ptr<ddprun::Store> user_store_;
   std::shared_ptr<ReceivePool> receive_pool_;

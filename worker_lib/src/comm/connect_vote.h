@@ -23,10 +23,10 @@
 // "all arrived" and "someone gave up" came first is the decision, and every
 // rank learns the same one. A rank that died before voting leaves the
 // others waiting for the verdict until a give-up (the agent names a newer
-// generation for its death) or the timeout. One that dies after a
-// "connect" (between its vote and its Gloo address: no wait lies there)
-// leaves the others in the connect until the timeout, and then they go on
-// to the newer generation: the price of never leaving a peer behind.
+// generation for its death) or the timeout. One that dies or is cut off
+// after a "connect" leaves the others in Gloo's set-up until the agent
+// names a newer generation: they leave that connect behind, still serving
+// its side of the set-up to whoever else is in it (superseded_connect.h).
 #pragma once
 
 #include <chrono>

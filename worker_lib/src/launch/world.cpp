@@ -10,6 +10,7 @@
 #include "comm/cpu_comm.h"
 #include "comm/gloo_communicator.h"
 #include "comm/nccl_communicator.h"
+#include "comm/superseded_connect.h"
 #include "comm/swappable_communicator.h"
 #include "ddp/error_file.h"
 #include "ddp/get.h"
@@ -199,26 +200,30 @@ std::unique_ptr<Communicator> World::connect_generation(uint32_t generation) {
     info_.group_rank = p->node_rank;
     info_.group_world_size = p->num_nodes;
   }
-  gloo_store_.reset();
   generation_store_.reset();
-  ddprun::Store* base = round_store_.get();
+  std::string prefix = ddprun::round_key_prefix(info_.round);
   if (generation > 0) {
     generation_store_ = std::make_unique<ddprun::PrefixStore>("heal" + std::to_string(generation), *round_store_);
-    base = generation_store_.get();
+    prefix += "/heal" + std::to_string(generation);
   }
-  if (info_.heals) {
-    // All the generation's ranks connect, or none does: one that gave up
-    // half-way would leave the others in Gloo's set-up until the timeout
-    // (connect_vote.h). Past a "connect", a newer generation waits until
-    // this one has connected (and then fails its first collective).
-    const auto superseded = [hb = heartbeat_, generation] { return hb->heal_generation() > generation; };
-    if (vote_to_connect(*base, info_.world_size, superseded, timeout_) == ConnectVote::kGiveUp) {
-      throw GenerationSuperseded("ddp: a newer heal generation began while connecting (a peer failed meanwhile)");
-    }
+  ddprun::Store& base = generation_store_ ? *generation_store_ : *round_store_;
+  // The connect owns what it uses: with heals it may outlive this call,
+  // even this World (superseded_connect.h).
+  auto connect = [store = store_, gloo = prefix + "/gloo", info = std::make_shared<const LaunchInfo>(info_),
+                  timeout = timeout_, heartbeat = heartbeat_] {
+    ddprun::PrefixStore keys(gloo, *store);
+    return connect_cpu_communicator(keys, info->rank, info->world_size, "the world", {info.get(), timeout, heartbeat});
+  };
+  if (!info_.heals) return connect();
+  // All the generation's ranks connect, or none does: one that gave up
+  // before connecting would leave the others in Gloo's set-up until the
+  // timeout (connect_vote.h). Past a "connect", a newer generation leaves
+  // this connect behind, still serving its peers (superseded_connect.h).
+  const auto superseded = [hb = heartbeat_, generation] { return hb->heal_generation() > generation; };
+  if (vote_to_connect(base, info_.world_size, superseded, timeout_) == ConnectVote::kGiveUp) {
+    throw GenerationSuperseded("ddp: a newer heal generation began while connecting (a peer failed meanwhile)");
   }
-  gloo_store_ = std::make_unique<ddprun::PrefixStore>("gloo", *base);
-  return connect_cpu_communicator(*gloo_store_, info_.rank, info_.world_size, "the world",
-                                  {&info_, timeout_, heartbeat_});
+  return connect_unless_superseded<Communicator>(connect, superseded, Heartbeat::kWaitPulse);
 }
 
 void World::tell_receive_bytes(int64_t bytes) { round_store_->set(kReceiveBytesKey, std::to_string(bytes)); }
