@@ -16,13 +16,32 @@
 
 namespace ddprun::channel {
 
+// The standby message (standby_message.h) as the Python standby reads it:
+// whether a message is whole, and its entries in order, (KEY, VALUE) or
+// (KEY, None) for a variable to remove. Its two bytes come from
+// python_contract_words(); tests/unit/channel_test.cpp decodes what
+// encode_standby_message() writes with it.
+inline constexpr const char* kPythonStandbyMessage = R"PY(
+def _ddprun_standby_complete(msg):
+    return msg == _DDPRUN_STANDBY_END or msg.endswith(_DDPRUN_STANDBY_END * 2)
+
+
+def _ddprun_standby_entries(msg):
+    entries = []
+    for entry in msg.split(_DDPRUN_STANDBY_END):
+        if not entry:
+            break  # the message's closing end
+        key, assign, value = entry.partition(_DDPRUN_STANDBY_ASSIGN)
+        entries.append((key, value if assign else None))
+    return entries
+)PY";
+
 inline constexpr const char* kPythonStandbyBody = R"PY(
 import os, sys
 
 def _ddprun_read_assignment(fd, box, assigned, imported):
-    # "KEY=VALUE\0" entries, then one more "\0" (the empty message is "\0").
     msg = b""
-    while not (msg == b"\0" or msg.endswith(b"\0\0")):
+    while not _ddprun_standby_complete(msg):
         chunk = os.read(fd, 65536)
         if not chunk:
             sys.stderr.write("ddprun standby: the agent closed DDPRUN_STANDBY_FD without an assignment\n")
@@ -34,7 +53,7 @@ def _ddprun_read_assignment(fd, box, assigned, imported):
     # Assigned while torch still loads (a standby not yet warm): beat in the
     # assigned slot until the imports are done, so that the agent does not
     # take the start for a hang.
-    env = dict(e.split(b"=", 1) for e in msg.split(b"\0") if b"=" in e)
+    env = {k: v for k, v in _ddprun_standby_entries(msg) if v is not None}
     path, slot = env.get(_DDPRUN_ENV_HEARTBEAT_FILE.encode()), env.get(_DDPRUN_ENV_HEARTBEAT_SLOT.encode())
     if not path or slot is None:
         return
@@ -70,12 +89,10 @@ def _ddprun_standby():
         pass
     imported.set()
     assigned.wait()
-    msg = box[0]
-    for entry in msg.split(b"\0"):
-        key, eq, value = entry.partition(b"=")
-        if eq:
+    for key, value in _ddprun_standby_entries(box[0]):
+        if value is not None:
             os.environb[key] = value
-        elif key:
+        else:
             os.environb.pop(key, None)  # set for another assignment
     # Stacks go to the assigned slot's file (the start-up file opened the
     # slot this standby was started for, perhaps another rank's).
@@ -104,6 +121,8 @@ _ddprun_standby()
 
 // The program: the slot's words (heartbeat_layout.h), the stack handler
 // (stack_dump.h), then the standby.
-inline std::string python_standby() { return python_contract_words() + kPythonStackHandler + kPythonStandbyBody; }
+inline std::string python_standby() {
+  return python_contract_words() + kPythonStackHandler + kPythonStandbyMessage + kPythonStandbyBody;
+}
 
 }  // namespace ddprun::channel

@@ -15,6 +15,12 @@
 namespace ddprun::channel {
 
 inline constexpr int kStandbyFdNumber = 3;
+// The format's two bytes: each entry ends with kStandbyEntryEnd (and the
+// message with one more); kStandbyAssign parts KEY from VALUE. The Python
+// standby reads them from here (python_contract.h) and decodes with
+// kPythonStandbyMessage (python_standby.h).
+inline constexpr char kStandbyEntryEnd = '\0';
+inline constexpr char kStandbyAssign = '=';
 
 std::string encode_standby_message(const std::map<std::string, std::string>& vars,
                                    const std::vector<std::string>& unset = {});

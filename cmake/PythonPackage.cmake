@@ -8,8 +8,9 @@ foreach(file ${DDPRUN_PYTHON_FILES})
 endforeach()
 # The contract with the agent, which _contract.py reads (one definition for
 # C++ and Python; the source tree's python/ddprun holds links to them): the
-# heartbeat slot's layout and the environment variables' names.
-set(DDPRUN_PYTHON_CONTRACT "${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h" "${PROJECT_SOURCE_DIR}/channel/env_names.h")
+# heartbeat slot's layout, the environment variables' names, the heal vote's words.
+set(DDPRUN_PYTHON_CONTRACT "${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h" "${PROJECT_SOURCE_DIR}/channel/env_names.h"
+    "${PROJECT_SOURCE_DIR}/channel/heal_vote.h")
 foreach(file ${DDPRUN_PYTHON_CONTRACT})
   get_filename_component(name "${file}" NAME)
   configure_file("${file}" "${CMAKE_BINARY_DIR}/python/ddprun/${name}" COPYONLY)
@@ -27,6 +28,5 @@ function(ddprun_install_python_package dest)
   endif()
   install(DIRECTORY "${PROJECT_SOURCE_DIR}/python/ddprun/" DESTINATION "${dest}/ddprun" ${component}
           FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
-  install(FILES "${PROJECT_SOURCE_DIR}/channel/heartbeat_layout.h" "${PROJECT_SOURCE_DIR}/channel/env_names.h"
-          DESTINATION "${dest}/ddprun" ${component})
+  install(FILES ${DDPRUN_PYTHON_CONTRACT} DESTINATION "${dest}/ddprun" ${component})
 endfunction()

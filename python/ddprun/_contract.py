@@ -1,8 +1,8 @@
 """The agent <-> worker contract, read from its one definition.
 
 C++'s channel/ headers define it: heartbeat_layout.h (the heartbeat slot's
-offsets, its pulse) and env_names.h (the environment variables ddprun
-sets). This package ships both (links to them in the source tree) and
+offsets, its pulse), env_names.h (the environment variables ddprun sets)
+and heal_vote.h (the words of a heal generation's connect vote). This package ships both (links to them in the source tree) and
 reads them here at import, so that no offset, period or variable name is
 written twice; tests/unit/python/contract_test.py fails on a contract
 literal written in the package instead.
@@ -79,3 +79,16 @@ TIMEOUT_S = _env("kTimeoutS")
 ROUND = _env("kRound")
 VERIFY_EVERY = _env("kVerifyEvery")
 HARDWARE_KIND = _env("kHardwareKind")
+
+# The heal generation's connect vote (heal_vote.h): its keys, its verdict's
+# words, and what a rank that gives up adds to the count.
+_VOTE_PATH = os.path.join(_HERE, "heal_vote.h")
+_VOTE_TEXT = _read("heal_vote.h")
+_VOTE = _require(dict(re.findall(r'inline constexpr const char\* (k\w+) = "([^"]+)";', _VOTE_TEXT)),
+                 ("kVoteCountKey", "kVoteVerdictKey", "kVoteConnect", "kVoteGiveUp"), _VOTE_PATH)
+VOTE_COUNT_KEY = _VOTE["kVoteCountKey"]
+VOTE_VERDICT_KEY = _VOTE["kVoteVerdictKey"]
+VOTE_CONNECT = _VOTE["kVoteConnect"]
+VOTE_GIVE_UP = _VOTE["kVoteGiveUp"]
+VOTE_GIVE_UP_AMOUNT = int(_require(dict(re.findall(r"inline constexpr int64_t (k\w+) = (\d+);", _VOTE_TEXT)),
+                                   ("kVoteGiveUpAmount",), _VOTE_PATH)["kVoteGiveUpAmount"])

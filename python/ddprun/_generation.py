@@ -79,11 +79,11 @@ class _GenerationStore(dist.Store):
         self._committed = False  # the vote said "connect"
         self._superseded_at = None  # when a wait past "connect" saw a newer generation
 
-    # connect_vote.h's vote, with the same keys' meaning: all the
+    # connect_vote.h's vote, its words from channel/heal_vote.h: all the
     # generation's ranks connect, or none does.
-    _GIVE_UP = 1 << 32
-    _COUNT = "ddprun/vote/count"
-    _VERDICT = "ddprun/vote/verdict"
+    _GIVE_UP = _contract.VOTE_GIVE_UP_AMOUNT
+    _COUNT = _contract.VOTE_COUNT_KEY
+    _VERDICT = _contract.VOTE_VERDICT_KEY
 
     def _superseded(self):
         return self._slot is not None and self._slot.generation() > self._generation
@@ -112,7 +112,7 @@ class _GenerationStore(dist.Store):
                 if after < 2 * self._GIVE_UP:
                     return self._decide(after - self._GIVE_UP >= size)
             if self._present([self._VERDICT]):
-                connect = self._store.get(self._VERDICT) == b"connect"
+                connect = self._store.get(self._VERDICT).decode() == _contract.VOTE_CONNECT
                 self._committed = connect
                 return connect
             if time.monotonic() > deadline:
@@ -121,7 +121,7 @@ class _GenerationStore(dist.Store):
             self._pause()
 
     def _decide(self, connect):
-        self._store.set(self._VERDICT, "connect" if connect else "give up")
+        self._store.set(self._VERDICT, _contract.VOTE_CONNECT if connect else _contract.VOTE_GIVE_UP)
         self._committed = connect
         return connect
 

@@ -8,6 +8,8 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "channel/error_file.h"
 #include "channel/heartbeat_layout.h"
@@ -37,6 +39,48 @@ TEST(Channel, StandbyMessagesRoundTrip) {
   EXPECT_EQ(with_unset[0].first, "DDPRUN_HEAL_GENERATION");
   EXPECT_FALSE(with_unset[0].second.has_value());
   EXPECT_EQ(with_unset[1].second, std::optional<std::string>("1"));
+}
+
+// The Python standby decodes what the agent encodes, with the bytes and
+// the decoder the agent hands it (python_standby.h): a change to either
+// side alone fails here.
+std::string hex(const std::string& s) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) out += {digits[c >> 4], digits[c & 15]};
+  return out;
+}
+
+TEST(Channel, ThePythonStandbyDecodesTheAgentsStandbyMessages) {
+  const std::string dir = ::testing::TempDir();
+  const std::string program = dir + "/standby_decode.py", message = dir + "/standby_message.bin";
+  std::ofstream(program) << python_contract_words() << kPythonStandbyMessage << R"PY(
+import sys
+msg = open(sys.argv[1], "rb").read()
+print(_ddprun_standby_complete(msg), _ddprun_standby_complete(msg[:-1]))
+for key, value in _ddprun_standby_entries(msg):
+    print(key.hex(), "-" if value is None else "=" + value.hex())
+)PY";
+  for (const auto& [vars, unset] : std::vector<std::pair<std::map<std::string, std::string>, std::vector<std::string>>>{
+           {{{"RANK", "3"}, {"EMPTY", ""}, {"EQ", "a=b"}, {"SPACE", "x y"}}, {"DDPRUN_HEAL_GENERATION"}},
+           {{}, {}},
+           {{{"RANK", "0"}}, {}}}) {
+    const std::string msg = encode_standby_message(vars, unset);
+    std::ofstream(message, std::ios::binary) << msg;
+    auto says = [](bool b) { return std::string(b ? "True" : "False"); };
+    std::string want = says(standby_message_complete(msg)) + " " +
+                       says(standby_message_complete(msg.substr(0, msg.size() - 1))) + "\n";
+    for (const auto& [key, value] : decode_standby_message(msg)) {
+      want += hex(key) + " " + (value ? "=" + hex(*value) : "-") + "\n";
+    }
+    std::string got;
+    if (FILE* p = popen(("python3 " + program + " " + message + " 2>&1").c_str(), "r")) {
+      char buf[256];
+      while (fgets(buf, sizeof(buf), p)) got += buf;
+      pclose(p);
+    }
+    EXPECT_EQ(got, want) << "a message of " << vars.size() << " variables and " << unset.size() << " to remove";
+  }
 }
 
 TEST(Channel, ErrorFilesRoundTripAndTorchrunsFormsAreRead) {

@@ -8,6 +8,7 @@ fails when either writes a piece of the contract itself:
   - a string that is the name of an environment variable of env_names.h,
     or looks like one of ddprun's (DDPRUN_*, TORCHELASTIC_*);
   - the pulse as a number (0.05), or a phase as a number (say(5));
+  - a key or word of the heal generation's connect vote (heal_vote.h);
   - in the agent's Python, a _DDPRUN_* name that python_contract.h does
     not give it (it would fail only in a worker, at run time);
 and when _contract.py cannot read what it needs from the headers, or
@@ -37,6 +38,7 @@ def read(*parts):
 
 
 ENV_NAMES = set(re.findall(r'inline constexpr const char\* k\w+ = "([^"]+)";', read("channel", "env_names.h")))
+VOTE_WORDS = set(re.findall(r'inline constexpr const char\* k\w+ = "([^"]+)";', read("channel", "heal_vote.h")))
 OURS = re.compile(r"^(DDPRUN|TORCHELASTIC)_[A-Z0-9_]+=?$")
 
 
@@ -53,6 +55,8 @@ def scan(where, code, first_line=1):
             value = node.value.decode() if isinstance(node.value, bytes) else node.value
             if isinstance(value, str) and (value in ENV_NAMES or OURS.match(value)):
                 problem(f"{where}:{line}", f"spells the environment variable {value!r} (env_names.h names it)")
+            if isinstance(value, str) and value.removeprefix("ddprun/") in VOTE_WORDS:
+                problem(f"{where}:{line}", f"spells the heal vote's {value!r} (heal_vote.h has it)")
             if isinstance(value, float) and value == 0.05:
                 problem(f"{where}:{line}", "spells the pulse, 0.05 s (heartbeat_layout.h's kWaitPulseMs)")
         if isinstance(node, ast.Call):
@@ -97,6 +101,13 @@ else:
     pulse = int(re.search(r"kWaitPulseMs = (\d+);", layout).group(1))
     if contract.PULSE_S != pulse / 1000:
         problem("python/ddprun/_contract.py", f"pulse {contract.PULSE_S} s, heartbeat_layout.h says {pulse} ms")
+    vote = dict(re.findall(r'inline constexpr [^=]*?\b(k\w+) = "?([^";]+)"?;', read("channel", "heal_vote.h")))
+    for name, key in (("VOTE_COUNT_KEY", "kVoteCountKey"), ("VOTE_VERDICT_KEY", "kVoteVerdictKey"),
+                      ("VOTE_CONNECT", "kVoteConnect"), ("VOTE_GIVE_UP", "kVoteGiveUp"),
+                      ("VOTE_GIVE_UP_AMOUNT", "kVoteGiveUpAmount")):
+        if str(getattr(contract, name, None)) != vote.get(key):
+            problem("python/ddprun/_contract.py", f"{name} is {getattr(contract, name, None)!r}, "
+                    f"heal_vote.h's {key} {vote.get(key)!r}")
     for name in ("HEARTBEAT_FILE", "HEALS", "HEAL_GENERATION", "RANK", "MASTER_PORT"):
         if getattr(contract, name) not in ENV_NAMES:
             problem("python/ddprun/_contract.py", f"{name} is {getattr(contract, name)!r}, not a name of env_names.h")

@@ -12,8 +12,8 @@
 //   1. Arriving adds 1 to the counter. The arrival that brings it to `size`
 //      decides CONNECT and writes that verdict.
 //   2. A rank whose generation is superseded while it waits gives up: it
-//      adds kGiveUp. The first to do so (its add returns less than
-//      2 * kGiveUp) decides: CONNECT if every rank had arrived before it
+//      adds kVoteGiveUpAmount. The first to do so (its add returns less
+//      than twice that) decides: CONNECT if every rank had arrived before it
 //      (then the last arrival decided so too), else GIVE UP; it writes the
 //      verdict.
 //   3. Everyone else waits for the verdict (in slices, so that it can still
@@ -46,7 +46,8 @@ class GenerationSuperseded : public CollectiveError {
 
 enum class ConnectVote { kConnect, kGiveUp };
 
-// One rank's vote in a generation's store (keys "vote/..."); `superseded`
+// One rank's vote in a generation's store (its keys and words:
+// channel/heal_vote.h, which the Python package's vote reads too); `superseded`
 // says whether a newer generation began. Throws ddprun::StoreTimeout when
 // no verdict came within `timeout`.
 ConnectVote vote_to_connect(ddprun::Store& store, int size, const std::function<bool()>& superseded,

@@ -1,0 +1,1 @@
+../../channel/heal_vote.h
