@@ -25,7 +25,11 @@ It checks, in README.md and docs/*.md:
 - blocks marked `<!-- doc-test: run -->` (optionally `expect "TEXT"`) run,
   line by line from ROOT with BIN_DIR's programs, and exit 0 (printing TEXT);
 - blocks marked `<!-- doc-test: same-as PATH -->` appear in PATH verbatim;
-- `ddprun --help` names, in each group of flags, guides that exist.
+- `ddprun --help` names, in each group of flags, guides that exist;
+- figures: every measured figure in the README's prose (a number with a
+  unit: s, ms, %, x, minutes, MB, ...) is in bench/RESULTS.md, there to the
+  same or more digits (47.69 gives the README's 47.7), so that each one
+  leads to the run, date and command behind it.
 Exit 0 when all hold; otherwise every problem, one line each, and exit 1.
 """
 import functools
@@ -37,7 +41,8 @@ import sys
 
 ROOT, BIN, PARSE_CHECK = (os.path.abspath(a) for a in sys.argv[1:4])
 PROBLEMS = []
-CHECKED = {"links": 0, "paths": 0, "names": 0, "ddprun commands": 0, "other commands": 0, "runs": 0}
+CHECKED = {"links": 0, "paths": 0, "names": 0, "ddprun commands": 0, "other commands": 0, "runs": 0,
+           "README figures": 0}
 
 # Programs of ours an entrypoint or command may name (built into BIN_DIR).
 OUR_PROGRAMS = {"train", "gpt", "hello", "heal_throughput", "ddp_step_bench", "allreduce_worker",
@@ -467,6 +472,48 @@ def check_help_names_guides():
             problem("ddprun --help", "names %s, which does not exist" % g)
 
 
+# ---- the README's figures ------------------------------------------------
+
+FIGURE = re.compile(r"(?<![\w.,])(\d+(?:,\d{3})*(?:\.\d+)?)\s?(?:ms|s|%|x|minutes?|MB|MiB|GB|GiB|KB|KiB|seconds?)(?!\w)")
+NUMBER = re.compile(r"(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?")
+
+
+def prose_of(text):
+    """The README without its code (fenced, indented, `inline`), comments and link targets."""
+    lines, fenced = [], False
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced or line.startswith("    ") or line.startswith("<!--"):
+            continue
+        lines.append(line)
+    prose = "\n".join(lines)
+    prose = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", prose)
+    return re.sub(r"`[^`]*`", "", prose)
+
+
+def check_readme_figures():
+    results_path = os.path.join(ROOT, "bench", "RESULTS.md")
+    results = open(results_path, encoding="utf-8").read()
+    # Each number RESULTS.md holds, as the digits it was written with.
+    known = {}
+    for n in NUMBER.findall(results):
+        whole, _, decimals = n.replace(",", "").partition(".")
+        known.setdefault(len(decimals), set()).add(float(n.replace(",", "")))
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    for m in FIGURE.finditer(prose_of(readme)):
+        CHECKED["README figures"] += 1
+        figure = m.group(1).replace(",", "")
+        digits = len(figure.partition(".")[2])
+        value = float(figure)
+        # Written there with as many decimals, or more and rounding to it.
+        if any(round(x, digits) == value for d, xs in known.items() if d >= digits for x in xs):
+            continue
+        problem("README.md", "the figure %r is in no row of bench/RESULTS.md (measure it there, with its command)"
+                % m.group(0))
+
+
 def main():
     check_help_names_guides()
     for path in doc_files():
@@ -477,6 +524,7 @@ def main():
             check_names(path, text)
             check_decision_table(path, text)
         check_blocks(path, text)
+    check_readme_figures()
     print("docs: checked %s" % ", ".join("%d %s" % (n, k) for k, n in CHECKED.items()))
     if CHECKED["ddprun commands"] == 0 or CHECKED["runs"] == 0:
         PROBLEMS.append("no ddprun command or no run found: the extraction is broken")
