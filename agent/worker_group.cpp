@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include "agent/cpu_busy.h"
 #include "agent/job_cgroup.h"
 #include "agent/shm_cleanup.h"
 #include "channel/env_names.h"
@@ -33,12 +32,6 @@ constexpr auto kLateWake = std::chrono::milliseconds(100);
 // A failed worker's exit in words: why it was killed (hung), else its
 // exit code or signal.
 std::string failure_of(const WorkerExit& e) { return e.reason.empty() ? describe_exit(e) : e.reason; }
-
-// Whether the policy's commands start a replacement for worker i.
-bool replaces(const std::vector<GroupCommand>& commands, int i) {
-  return std::any_of(commands.begin(), commands.end(),
-                     [i](const GroupCommand& c) { return c.kind == GroupCommand::kReplaceWorker && c.worker == i; });
-}
 
 }  // namespace
 
@@ -113,78 +106,6 @@ bool WorkerGroup::start(size_t i, bool append_logs, const std::map<std::string, 
     options_.events->write(channel::events::kSpawn, std::move(f));
   }
   return from_standby;
-}
-
-bool WorkerGroup::all_heal_in_place() const {
-  if (!policy_) return false;
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    if (!policy_->can_heal(static_cast<int>(i))) return false;
-  }
-  return true;
-}
-
-bool WorkerGroup::any_joining() const {
-  if (!policy_) return false;
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    if (policy_->alive(static_cast<int>(i)) && policy_->joining(static_cast<int>(i))) return true;
-  }
-  return false;
-}
-
-void WorkerGroup::read_heal_ready() {
-  if (!options_.heartbeats || options_.max_heals <= 0) return;
-  if (options_.heals_named_by_rendezvous && options_.host) policy_->set_other_nodes(options_.host->other_nodes());
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    if (policy_->alive(static_cast<int>(i))) {
-      policy_->set_heal_ready(static_cast<int>(i), options_.heartbeats->heal_ready(workers_[i]->launch->id.local_rank));
-    }
-  }
-}
-
-// Checkpointless recovery: the others are told the generation to heal in
-// first (they connect afresh while the replacement starts), then the
-// replacement starts with its slot cleared and the generation in its
-// environment. Its log files continue the failed worker's.
-void WorkerGroup::replace(int i, uint32_t generation) {
-  Worker& w = *workers_[i];
-  for (auto& loss : w.output->log_losses()) result_.log_losses.push_back(std::move(loss));
-  for (int& fd : w.fds) {
-    if (fd >= 0) close(fd);
-    fd = -1;
-  }
-  const int local_rank = w.launch->id.local_rank;
-  options_.heartbeats->reset_slot(local_rank, generation);
-  w.replica_verdicts = 0;  // the new process counts its own
-  w.apart_to_replace = false;
-  for (size_t o = 0; o < workers_.size(); ++o) {
-    if (static_cast<int>(o) != i && policy_->alive(static_cast<int>(o))) {
-      options_.heartbeats->set_heal_generation(workers_[o]->launch->id.local_rank, generation);
-    }
-  }
-  if (options_.host) {
-    if (auto standby = options_.host->take_standby()) launches_[static_cast<size_t>(i)].standby = std::move(*standby);
-  }
-  const bool from_standby = start(static_cast<size_t>(i), /*append_logs=*/true,
-                                  {{channel::kHeals, "1"}, {channel::kHealGeneration, std::to_string(generation)}});
-  policy_->replacement_started(i, from_standby, std::chrono::steady_clock::now());
-  if (options_.events) {
-    options_.events->write(channel::events::kHeal, {{"attempt", options_.attempt}, {"rank", w.launch->id.rank},
-                                                    {"local_rank", local_rank}, {"pid", w.pid},
-                                                    {"generation", generation}, {"heals", policy_->heal_count()}});
-  }
-  result_.heal_generation = generation;
-}
-
-void WorkerGroup::renumber(int first_global_rank, int world_size, int node_rank, int num_nodes) {
-  for (size_t i = 0; i < launches_.size(); ++i) {
-    WorkerIdentity& id = launches_[i].id;
-    id.rank = first_global_rank + id.local_rank;
-    id.world_size = world_size;
-    id.group_rank = node_rank;
-    id.group_world_size = num_nodes;
-    if (i < workers_.size() && workers_[i]->output) workers_[i]->output->set_rank(id.rank);
-  }
-  if (policy_) policy_->set_whole_job(num_nodes == 1);
 }
 
 void WorkerGroup::execute(const std::vector<GroupCommand>& commands) {
@@ -409,71 +330,6 @@ void WorkerGroup::reap() {
   execute(commands);
 }
 
-// Each worker's newest heal only (what a root cause may need), and a
-// count: a job that heals for days keeps no record of every one.
-void WorkerGroup::record_heal(int i, WorkerExit e) {
-  ++result_.heals;
-  if (auto it = latest_heal_.find(i); it != latest_heal_.end()) {
-    result_.healed[it->second] = std::move(e);
-    return;
-  }
-  latest_heal_[i] = result_.healed.size();
-  result_.healed.push_back(std::move(e));
-}
-
-void WorkerGroup::check_heartbeats() {
-  if (!options_.heartbeats) return;
-  read_heal_ready();
-  const auto now = std::chrono::steady_clock::now();
-  std::vector<uint64_t> counts(workers_.size(), 0);
-  std::vector<channel::Phase> phases(workers_.size(), channel::Phase::kNone);
-  // How busy each worker was (cgroup or /proc): read for all or none.
-  std::vector<std::chrono::milliseconds> busy(workers_.size(), std::chrono::milliseconds(0));
-  bool busy_known = true;
-  // Their progress counters, CPU times and whether they are stopped, for
-  // the progress watch (GroupPolicy::on_progress).
-  std::vector<ProgressReading> readings(workers_.size());
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    if (!policy_->alive(static_cast<int>(i))) continue;
-    const int lr = workers_[i]->launch->id.local_rank;
-    phases[i] = options_.heartbeats->phase(lr);
-    const bool finishing = phases[i] == channel::Phase::kFinishing;
-    policy_->set_finishing(static_cast<int>(i), finishing);
-    policy_->set_silence_expected(static_cast<int>(i), phases[i] != channel::Phase::kNone && !finishing, now);
-    policy_->set_in_step(static_cast<int>(i), options_.heartbeats->in_step(lr));
-    counts[i] = options_.heartbeats->read(lr);
-    ProgressReading& r = readings[i];
-    r.advanced = options_.heartbeats->advanced(lr);
-    r.checkpoint = phases[i] == channel::Phase::kCheckpoint;
-    // The agent's own pause (Ctrl-Z) stops them too, but then it does not run.
-    policy_->set_stopped(static_cast<int>(i), process_stopped(workers_[i]->pid));
-    if (const auto t = cpu_times(workers_[i]->cgroup, workers_[i]->pid)) {
-      busy[i] = t->busy();
-      r.busy = t->busy();
-      r.used = std::chrono::duration_cast<std::chrono::milliseconds>(t->used);
-      r.cpu_known = true;
-    } else {
-      busy_known = false;
-    }
-  }
-  // Who the others wait for, for the workers in an announced phase.
-  if (std::any_of(phases.begin(), phases.end(), [](channel::Phase p) { return p != channel::Phase::kNone; })) {
-    std::vector<std::vector<channel::FlightEntry>> flights(workers_.size());
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      if (policy_->alive(static_cast<int>(i))) flights[i] = options_.heartbeats->flight(workers_[i]->launch->id.local_rank);
-    }
-    const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
-    const auto waited = awaited_ns(flights, now_ns);
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      policy_->set_awaited(static_cast<int>(i), std::chrono::milliseconds(waited[i] / 1000000));
-    }
-  }
-  execute(policy_->on_beats(counts, now, busy_known ? busy : std::vector<std::chrono::milliseconds>{}));
-  execute(policy_->on_progress(std::move(readings), now));
-}
-
-// News from the rendezvous (only while the workers run on their own: once
-// they are stopping for any reason, it changes nothing).
 void WorkerGroup::drain_consoles(std::chrono::milliseconds limit) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + limit;
@@ -506,31 +362,8 @@ void WorkerGroup::drain_consoles(std::chrono::milliseconds limit) {
   }
 }
 
-void WorkerGroup::check_heal_answer() {
-  if (awaiting_.empty() || !options_.heals_named_by_rendezvous || !options_.host) return;
-  const auto generation = options_.host->heal_answer();
-  if (!generation) return;
-  const auto commands = policy_->on_generation(*generation, std::chrono::steady_clock::now());
-  for (auto& [i, e] : awaiting_) {
-    const bool replaced = replaces(commands, i);
-    if (!replaced) {
-      if (*generation == 0) {
-        spdlog::warn("rank {} (pid {}) cannot be replaced: the rendezvous named no heal generation (the round "
-                     "is not running, or another node's workers cannot heal now); stopping the other workers",
-                     e.rank, e.pid);
-      }
-      result_.failures.push_back(std::move(e));
-    } else {
-      spdlog::warn("rank {} (pid {}): its replacement heals from the other workers in generation {} (heal {} of "
-                   "the node; --max-heals {} per rank)",
-                   e.rank, e.pid, *generation, policy_->heal_count(), options_.max_heals);
-      record_heal(i, std::move(e));
-    }
-  }
-  awaiting_.clear();
-  execute(commands);
-}
-
+// News from the rendezvous (only while the workers run on their own: once
+// they are stopping for any reason, it changes nothing).
 void WorkerGroup::check_control() {
   if (policy_->stopping() || !options_.host) return;
   if (auto why = options_.host->on_control()) stop_for(*why, std::chrono::steady_clock::now());

@@ -1,13 +1,17 @@
 // WorkerGroup's view of one worker process, shared by the files that
-// carry WorkerGroup out (worker_group.cpp: start, reap, heal;
-// worker_group_hangs.cpp: stacks and hang verdicts;
+// carry WorkerGroup out (worker_group.cpp: start, reap, the loop;
+// worker_group_heals.cpp: replacements and heal generations;
+// worker_group_hangs.cpp: beats, stacks and hang verdicts;
+// worker_group_replicas.cpp: the replicas' verdicts;
 // worker_group_stragglers.cpp: straggler scores). Not for other code.
 #pragma once
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "agent/worker_group.h"
 
@@ -27,5 +31,11 @@ struct WorkerGroup::Worker {
   bool apart_to_replace = false;
   // Whether it runs (started, not reaped) is the policy's to say: alive(i).
 };
+
+// Whether the policy's commands start a replacement for worker i.
+inline bool replaces(const std::vector<GroupCommand>& commands, int i) {
+  return std::any_of(commands.begin(), commands.end(),
+                     [i](const GroupCommand& c) { return c.kind == GroupCommand::kReplaceWorker && c.worker == i; });
+}
 
 }  // namespace ddprun
