@@ -60,13 +60,6 @@ std::string names_of(const std::vector<NamedTensor>& params, const std::vector<s
   return out;
 }
 
-// The small tensors the Reducer's own checks exchange live where its
-// communicator takes tensors: the parameters' device (NCCL refuses CPU
-// tensors). Gathered results come back to the CPU for reading.
-at::Tensor on_params_device(const std::vector<NamedTensor>& params, const at::Tensor& t) {
-  return params.empty() ? t : t.to(params.front().tensor.device());
-}
-
 }  // namespace
 
 Reducer::Reducer(std::vector<NamedTensor> params, std::vector<NamedTensor> buffers,
@@ -110,73 +103,6 @@ Reducer::~Reducer() {
     }
   }
   worker_.reset();
-}
-
-// Every rank must hold the same parameters in the same order, or the
-// collectives below would pair up the wrong tensors (or hang).
-void Reducer::check_same_model() {
-  std::ostringstream sig;
-  for (const auto* list : {&params_, &buffers_}) {
-    for (const auto& t : *list) {
-      sig << t.name << ':' << t.tensor.sizes() << ':' << t.tensor.scalar_type() << ';';
-    }
-  }
-  const int64_t mine = static_cast<int64_t>(std::hash<std::string>{}(sig.str()) >> 1);
-  const at::Tensor all = comm_.all_gather(on_params_device(params_, at::full({1}, mine, at::kLong))).cpu();
-  for (int r = 0; r < comm_.size(); ++r) {
-    if (all[r].item<int64_t>() != all[0].item<int64_t>()) {
-      throw std::runtime_error("ddp: rank " + std::to_string(r) +
-                               " has a model of different structure (parameter and buffer names, "
-                               "shapes or dtypes) than rank 0; every rank must build the same model");
-    }
-  }
-}
-
-void Reducer::broadcast_state(const std::vector<NamedTensor>& tensors) {
-  at::NoGradGuard no_grad;
-  for (const auto& t : tensors) {
-    at::Tensor data = t.tensor.detach();
-    comm_.broadcast(data, 0);
-  }
-}
-
-// Compares every parameter with rank 0's and, if any differs anywhere,
-// throws on every rank with the same message.
-void Reducer::verify_params() {
-  at::NoGradGuard no_grad;
-  int64_t first_bad = -1;
-  double max_diff = 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    at::Tensor mine = params_[i].tensor.detach();
-    at::Tensor rank0 = mine.clone();
-    comm_.broadcast(rank0, 0);
-    if (first_bad < 0 && !at::equal(mine, rank0)) {
-      first_bad = static_cast<int64_t>(i);
-      max_diff = (mine.to(at::kDouble) - rank0.to(at::kDouble)).abs().max().item<double>();
-    }
-  }
-  const at::Tensor report = at::tensor({static_cast<double>(first_bad), max_diff}, at::kDouble);
-  const at::Tensor all = comm_.all_gather(on_params_device(params_, report)).cpu();  // [ranks, 2]
-  int64_t worst = -1;  // the lowest parameter index that differs anywhere
-  for (int r = 0; r < comm_.size(); ++r) {
-    const auto idx = static_cast<int64_t>(all[r][0].item<double>());
-    if (idx >= 0 && (worst < 0 || idx < worst)) worst = idx;
-  }
-  if (worst < 0) return;
-  std::string ranks;
-  double diff = 0;
-  for (int r = 0; r < comm_.size(); ++r) {
-    if (static_cast<int64_t>(all[r][0].item<double>()) == worst) {
-      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-      diff = std::max(diff, all[r][1].item<double>());
-    }
-  }
-  std::ostringstream msg;
-  msg << "ddp: parameter '" << params_[worst].name << "' differs between rank 0 and rank(s) "
-      << ranks << " (max difference " << diff
-      << "); seed every rank the same (torch::manual_seed) before building the model, or "
-         "construct DistributedDataParallel with InitSync::kBroadcast";
-  throw std::runtime_error(msg.str());
 }
 
 void Reducer::build_buckets() {
