@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "tcpstore/peer_text.h"
+#include "tcpstore/server_parts.h"
 
 namespace ddprun::tcpstore {
 
@@ -48,14 +49,6 @@ struct Server::Conn {
 
 namespace {
 
-using SteadyClock = std::chrono::steady_clock;
-
-// "10 s", "300 ms": a timeout as a log line says it.
-std::string duration_text(std::chrono::milliseconds d) {
-  if (d.count() % 1000 == 0) return std::to_string(d.count() / 1000) + " s";
-  return std::to_string(d.count()) + " ms";
-}
-
 // Gives back what a buffer holds allocated once it holds much less (a
 // drained burst must not keep its peak for the connection's life).
 void shrink(std::string& s) {
@@ -65,25 +58,6 @@ void shrink(std::string& s) {
 // accept() errors that mean "no file descriptor or memory for it now": the
 // connection stays queued, and calling again at once fails the same way.
 bool out_of_resources(int err) { return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM; }
-
-// The peer's address and port, and its address alone.
-std::pair<std::string, std::string> peer_of(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {"?", "?"};
-  char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (ss.ss_family == AF_INET) {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
-    port = ntohs(a->sin_port);
-  } else if (ss.ss_family == AF_INET6) {
-    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
-    port = ntohs(a->sin6_port);
-  }
-  return {std::string(host) + ":" + std::to_string(port), host};
-}
 
 // The most bytes one request may take on the wire under the limits: a
 // single-key one, a key and two values; a multi-key one, max_job_bytes of
@@ -180,41 +154,6 @@ Server::~Server() {
   close(wake_fd_);
 }
 
-void Server::emit(const std::string& line) {
-  if (opts_.log) {
-    opts_.log(line);
-  } else {
-    std::fprintf(stderr, "ddprun: tcpstore: %s\n", line.c_str());
-  }
-}
-
-// A new window once the last one is over; what it left out is told then
-// (the loop wakes for it), not with the next line, which may never come.
-void Server::roll_log_window(SteadyClock::time_point now) {
-  if (now - log_window_start_ < opts_.log_window) return;
-  if (log_left_out_ > 0) {
-    emit(std::to_string(log_left_out_) + " more line(s) like these were left out in " +
-         duration_text(opts_.log_window) + " (at most " + std::to_string(opts_.log_burst) + " are shown)");
-  }
-  log_window_start_ = now;
-  log_window_lines_ = 0;
-  log_left_out_ = 0;
-}
-
-void Server::log(const std::string& raw) {
-  // At most log_burst lines per window: a client that breaks the rules on
-  // every connection must not flood the console (or spin a core on it).
-  roll_log_window(SteadyClock::now());
-  if (log_window_lines_ >= opts_.log_burst) {
-    ++log_left_out_;
-    ++stats_.log_lines_left_out;
-    return;
-  }
-  ++log_window_lines_;
-  ++stats_.log_lines;
-  emit(log_safe(raw));
-}
-
 size_t Server::max_buffered() const {
   return opts_.max_buffered_bytes ? opts_.max_buffered_bytes : 2 * opts_.limits.max_job_bytes + (size_t{16} << 20);
 }
@@ -297,40 +236,6 @@ void Server::sweep(SteadyClock::time_point now) {
                  &ServerStats::closed_silent);
     }
   }
-}
-
-void Server::pause_accepting(int err) {
-  // The pending connection stays in the listen queue; accept() would fail
-  // again at once, so stop watching the socket for accept_pause (the loop's
-  // timeout brings it back) instead of spinning. One line per episode.
-  accept_paused_until_ = SteadyClock::now() + opts_.accept_pause;
-  ++stats_.accept_pauses;
-  epoll_event ev{};
-  ev.events = 0;
-  ev.data.u64 = 0;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
-  if (pauses_in_episode_++ == 0) {
-    log(std::string("cannot accept connections: ") + strerror(err) + " (serving " + std::to_string(conns_.size()) +
-        "; raise the file limit, ulimit -n); accepting pauses " + duration_text(opts_.accept_pause) +
-        " at a time until it can");
-  }
-}
-
-void Server::resume_accepting() {
-  if (pauses_in_episode_ == 0) return;
-  log("accepting connections again after " + std::to_string(pauses_in_episode_) + " pause(s)");
-  pauses_in_episode_ = 0;
-}
-
-void Server::turn_away(int fd) {
-  // Taken off the queue and closed: a full queue would keep the rest
-  // waiting. One line per episode (until a connection is admitted again).
-  ++stats_.turned_away;
-  if (turned_away_in_episode_++ == 0) {
-    log("turning away connections (the first from " + peer_of(fd).first + "): the store serves " +
-        std::to_string(conns_.size()) + " connections, its most (max_connections); more are counted, not told");
-  }
-  close(fd);
 }
 
 void Server::post(std::function<void()> fn) {
