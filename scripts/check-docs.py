@@ -479,39 +479,35 @@ NUMBER = re.compile(r"(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?")
 
 
 def prose_of(text):
-    """The README without its code (fenced, indented, `inline`), comments and link targets."""
-    lines, fenced = [], False
-    for line in text.split("\n"):
-        if line.startswith("```"):
-            fenced = not fenced
-            continue
-        if fenced or line.startswith("    ") or line.startswith("<!--"):
-            continue
-        lines.append(line)
-    prose = "\n".join(lines)
+    """The text without its code blocks (code_blocks', fences included), comments, `inline code` and link targets."""
+    lines = text.split("\n")
+    code = set()
+    for first, body, _, _ in code_blocks(text):
+        start = first - 1  # the body's first line, from 0
+        fenced = int(start > 0 and lines[start - 1].lstrip().startswith("```"))
+        code.update(range(start - fenced, start + len(body) + fenced))
+    prose = "\n".join(l for i, l in enumerate(lines) if i not in code and not l.lstrip().startswith("<!--"))
     prose = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", prose)
     return re.sub(r"`[^`]*`", "", prose)
 
 
+def written(number):
+    """A number as text ("2,175", "0.04"): its count of decimals and its value."""
+    plain = number.replace(",", "")
+    return len(plain.partition(".")[2]), float(plain)
+
+
 def check_readme_figures():
-    results_path = os.path.join(ROOT, "bench", "RESULTS.md")
-    results = open(results_path, encoding="utf-8").read()
-    # Each number RESULTS.md holds, as the digits it was written with.
-    known = {}
-    for n in NUMBER.findall(results):
-        whole, _, decimals = n.replace(",", "").partition(".")
-        known.setdefault(len(decimals), set()).add(float(n.replace(",", "")))
+    results = open(os.path.join(ROOT, "bench", "RESULTS.md"), encoding="utf-8").read()
+    known = [written(n) for n in NUMBER.findall(results)]
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     for m in FIGURE.finditer(prose_of(readme)):
         CHECKED["README figures"] += 1
-        figure = m.group(1).replace(",", "")
-        digits = len(figure.partition(".")[2])
-        value = float(figure)
+        digits, value = written(m.group(1))
         # Written there with as many decimals, or more and rounding to it.
-        if any(round(x, digits) == value for d, xs in known.items() if d >= digits for x in xs):
-            continue
-        problem("README.md", "the figure %r is in no row of bench/RESULTS.md (measure it there, with its command)"
-                % m.group(0))
+        if not any(d >= digits and round(x, digits) == value for d, x in known):
+            problem("README.md", "the figure %r is in no row of bench/RESULTS.md (measure it there, with its command)"
+                    % m.group(0))
 
 
 def main():
