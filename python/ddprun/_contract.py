@@ -2,7 +2,8 @@
 
 C++'s channel/ headers define it: heartbeat_layout.h (the heartbeat slot's
 offsets, its pulse), env_names.h (the environment variables ddprun sets)
-and heal_vote.h (the words of a heal generation's connect vote). This package ships both (links to them in the source tree) and
+and heal_vote.h (the words of a heal generation's connect vote). This
+package ships them (links to them in the source tree) and
 reads them here at import, so that no offset, period or variable name is
 written twice; tests/unit/python/contract_test.py fails on a contract
 literal written in the package instead.
@@ -58,8 +59,13 @@ def _enum(name, needed):
 REPLICA_VERDICT = _enum("ReplicaVerdict", ("kRepaired", "kNoMajority", "kByDesign"))
 REPLICA_SELF = _enum("ReplicaSelf", ("kAgrees", "kApart", "kReplace"))
 
-# The environment variables: `inline constexpr const char* kName = "NAME";`.
-_ENV = dict(re.findall(r'inline constexpr const char\* (k\w+) = "([^"]+)";', _read("env_names.h")))
+def _strings(text):
+    """A header's `inline constexpr const char* kName = "TEXT";` constants: {kName: TEXT}."""
+    return dict(re.findall(r'inline constexpr const char\* (k\w+) = "([^"]+)";', text))
+
+
+# The environment variables.
+_ENV = _strings(_read("env_names.h"))
 
 
 def _env(name):
@@ -84,7 +90,7 @@ HARDWARE_KIND = _env("kHardwareKind")
 # words, and what a rank that gives up adds to the count.
 _VOTE_PATH = os.path.join(_HERE, "heal_vote.h")
 _VOTE_TEXT = _read("heal_vote.h")
-_VOTE = _require(dict(re.findall(r'inline constexpr const char\* (k\w+) = "([^"]+)";', _VOTE_TEXT)),
+_VOTE = _require(_strings(_VOTE_TEXT),
                  ("kVoteCountKey", "kVoteVerdictKey", "kVoteConnect", "kVoteGiveUp"), _VOTE_PATH)
 VOTE_COUNT_KEY = _VOTE["kVoteCountKey"]
 VOTE_VERDICT_KEY = _VOTE["kVoteVerdictKey"]

@@ -16,6 +16,7 @@
 #include "channel/python_standby.h"
 #include "channel/python_startup.h"
 #include "channel/standby_message.h"
+#include "rendezvous/store/hex.h"
 
 namespace ddprun::channel {
 namespace {
@@ -44,13 +45,6 @@ TEST(Channel, StandbyMessagesRoundTrip) {
 // The Python standby decodes what the agent encodes, with the bytes and
 // the decoder the agent hands it (python_standby.h): a change to either
 // side alone fails here.
-std::string hex(const std::string& s) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : s) out += {digits[c >> 4], digits[c & 15]};
-  return out;
-}
-
 TEST(Channel, ThePythonStandbyDecodesTheAgentsStandbyMessages) {
   const std::string dir = ::testing::TempDir();
   const std::string program = dir + "/standby_decode.py", message = dir + "/standby_message.bin";
@@ -71,7 +65,7 @@ for key, value in _ddprun_standby_entries(msg):
     std::string want = says(standby_message_complete(msg)) + " " +
                        says(standby_message_complete(msg.substr(0, msg.size() - 1))) + "\n";
     for (const auto& [key, value] : decode_standby_message(msg)) {
-      want += hex(key) + " " + (value ? "=" + hex(*value) : "-") + "\n";
+      want += to_hex(key) + " " + (value ? "=" + to_hex(*value) : "-") + "\n";
     }
     std::string got;
     if (FILE* p = popen(("python3 " + program + " " + message + " 2>&1").c_str(), "r")) {

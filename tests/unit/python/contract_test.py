@@ -37,8 +37,16 @@ def read(*parts):
         return f.read()
 
 
-ENV_NAMES = set(re.findall(r'inline constexpr const char\* k\w+ = "([^"]+)";', read("channel", "env_names.h")))
-VOTE_WORDS = set(re.findall(r'inline constexpr const char\* k\w+ = "([^"]+)";', read("channel", "heal_vote.h")))
+def strings(header):
+    """channel/HEADER's `inline constexpr const char* kName = "TEXT";` constants: {kName: TEXT}."""
+    return dict(re.findall(r'inline constexpr const char\* (k\w+) = "([^"]+)";', read("channel", header)))
+
+
+ENV_NAMES = set(strings("env_names.h").values())
+# The heal vote's words, and its one number.
+VOTE = strings("heal_vote.h")
+VOTE_WORDS = set(VOTE.values())
+VOTE.update(re.findall(r"inline constexpr int64_t (k\w+) = (\d+);", read("channel", "heal_vote.h")))
 OURS = re.compile(r"^(DDPRUN|TORCHELASTIC)_[A-Z0-9_]+=?$")
 
 
@@ -101,13 +109,12 @@ else:
     pulse = int(re.search(r"kWaitPulseMs = (\d+);", layout).group(1))
     if contract.PULSE_S != pulse / 1000:
         problem("python/ddprun/_contract.py", f"pulse {contract.PULSE_S} s, heartbeat_layout.h says {pulse} ms")
-    vote = dict(re.findall(r'inline constexpr [^=]*?\b(k\w+) = "?([^";]+)"?;', read("channel", "heal_vote.h")))
     for name, key in (("VOTE_COUNT_KEY", "kVoteCountKey"), ("VOTE_VERDICT_KEY", "kVoteVerdictKey"),
                       ("VOTE_CONNECT", "kVoteConnect"), ("VOTE_GIVE_UP", "kVoteGiveUp"),
                       ("VOTE_GIVE_UP_AMOUNT", "kVoteGiveUpAmount")):
-        if str(getattr(contract, name, None)) != vote.get(key):
+        if str(getattr(contract, name, None)) != VOTE.get(key):
             problem("python/ddprun/_contract.py", f"{name} is {getattr(contract, name, None)!r}, "
-                    f"heal_vote.h's {key} {vote.get(key)!r}")
+                    f"heal_vote.h's {key} {VOTE.get(key)!r}")
     for name in ("HEARTBEAT_FILE", "HEALS", "HEAL_GENERATION", "RANK", "MASTER_PORT"):
         if getattr(contract, name) not in ENV_NAMES:
             problem("python/ddprun/_contract.py", f"{name} is {getattr(contract, name)!r}, not a name of env_names.h")
