@@ -202,6 +202,9 @@ class World {
   // ranks the agent placed this worker at (its heartbeat slot), if it did.
   std::unique_ptr<Communicator> connect_generation(uint32_t generation);
   std::unique_ptr<Communicator> connect_nccl();
+  // The keys of this World's generation: the round's at the start (g = 0),
+  // heal<g>/ below them after heal g.
+  std::shared_ptr<ddprun::Store> generation_keys() const;
 
   LaunchInfo info_;
   std::chrono::milliseconds timeout_;
@@ -211,9 +214,9 @@ class World {
   std::shared_ptr<StateFence> state_fence_ = std::make_shared<StateFence>();
   std::shared_ptr<ReplicaLedger> replicas_ = std::make_shared<ReplicaLedger>();
   std::shared_ptr<ddprun::Store> store_;
-  std::unique_ptr<ddprun::Store> round_store_;
+  std::shared_ptr<ddprun::Store> round_store_;
   uint32_t generation_ = 0;
-  std::unique_ptr<ddprun::Store> generation_store_;  // round_store_ below heal<g>/ (g > 0)
+  std::shared_ptr<ddprun::Store> generation_store_;  // round_store_ below heal<g>/ (g > 0)
   std::unique_ptr<ddprun::Store> group_store_;
   std::unique_ptr<ddprun::Store> user_store_;
   std::shared_ptr<ReceivePool> receive_pool_;

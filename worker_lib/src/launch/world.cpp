@@ -98,7 +98,7 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
   print.interval_seconds = progress_print_seconds;
   progress_ = std::make_unique<ProgressReporter>(heartbeat_->progress_block(), print);
   // Every round gets fresh keys: a restarted group never reads a dead one's.
-  round_store_ = std::make_unique<ddprun::PrefixStore>(ddprun::round_key_prefix(info_.round), *store_);
+  round_store_ = std::make_shared<ddprun::PrefixStore>(ddprun::round_key_prefix(info_.round), *store_);
   group_store_ = std::make_unique<ddprun::PrefixStore>("group", *round_store_);
   user_store_ = std::make_unique<ddprun::PrefixStore>("user", *round_store_);
   // A replacement connects straight into the generation it was started
@@ -201,18 +201,17 @@ std::unique_ptr<Communicator> World::connect_generation(uint32_t generation) {
     info_.group_world_size = p->num_nodes;
   }
   generation_store_.reset();
-  std::string prefix = ddprun::round_key_prefix(info_.round);
   if (generation > 0) {
-    generation_store_ = std::make_unique<ddprun::PrefixStore>("heal" + std::to_string(generation), *round_store_);
-    prefix += "/heal" + std::to_string(generation);
+    generation_store_ = std::make_shared<ddprun::PrefixStore>("heal" + std::to_string(generation), *round_store_);
   }
-  ddprun::Store& base = generation_store_ ? *generation_store_ : *round_store_;
+  const std::shared_ptr<ddprun::Store> keys = generation_keys();
   // The connect owns what it uses: with heals it may outlive this call,
-  // even this World (superseded_connect.h).
-  auto connect = [store = store_, gloo = prefix + "/gloo", info = std::make_shared<const LaunchInfo>(info_),
+  // even this World (superseded_connect.h); `keys` leans on the round's
+  // store, and that on the job's.
+  auto connect = [store = store_, round = round_store_, keys, info = std::make_shared<const LaunchInfo>(info_),
                   timeout = timeout_, heartbeat = heartbeat_] {
-    ddprun::PrefixStore keys(gloo, *store);
-    return connect_cpu_communicator(keys, info->rank, info->world_size, "the world", {info.get(), timeout, heartbeat});
+    ddprun::PrefixStore gloo("gloo", *keys);
+    return connect_cpu_communicator(gloo, info->rank, info->world_size, "the world", {info.get(), timeout, heartbeat});
   };
   if (!info_.heals) return connect();
   // All the generation's ranks connect, or none does: one that gave up
@@ -220,10 +219,14 @@ std::unique_ptr<Communicator> World::connect_generation(uint32_t generation) {
   // timeout (connect_vote.h). Past a "connect", a newer generation leaves
   // this connect behind, still serving its peers (superseded_connect.h).
   const auto superseded = [hb = heartbeat_, generation] { return hb->heal_generation() > generation; };
-  if (vote_to_connect(base, info_.world_size, superseded, timeout_) == ConnectVote::kGiveUp) {
+  if (vote_to_connect(*keys, info_.world_size, superseded, timeout_) == ConnectVote::kGiveUp) {
     throw GenerationSuperseded("ddp: a newer heal generation began while connecting (a peer failed meanwhile)");
   }
   return connect_unless_superseded<Communicator>(connect, superseded, Heartbeat::kWaitPulse);
+}
+
+std::shared_ptr<ddprun::Store> World::generation_keys() const {
+  return generation_store_ ? generation_store_ : round_store_;
 }
 
 void World::tell_receive_bytes(int64_t bytes) { round_store_->set(kReceiveBytesKey, std::to_string(bytes)); }
@@ -260,8 +263,7 @@ Communicator& World::cuda() {
 // a member of the group that dies with it. A round's id handed out by a
 // rendezvous serves its first generation only.
 std::unique_ptr<Communicator> World::connect_nccl() {
-  ddprun::Store& ids = generation_store_ ? *generation_store_ : *round_store_;
-  return connect_nccl_over(ids, info_.rank, info_.world_size, generation_ == 0 ? info_.nccl_id : "", info_,
+  return connect_nccl_over(*generation_keys(), info_.rank, info_.world_size, generation_ == 0 ? info_.nccl_id : "", info_,
                            timeout_, heartbeat_);
 }
 
