@@ -1,7 +1,7 @@
 // How long a worker has been busy: its processes ran on a CPU, or were
 // runnable and waited for one. Hang detection asks before it calls a
 // silent worker hung: a worker that computes, or would if a loaded machine
-// gave it the CPU, is slow (GroupPolicy::on_beats). A hung one is asleep
+// gave it the CPU, is slow (GroupPolicy, Beats events). A hung one is asleep
 // (a lock, a pipe, a dead peer) or stopped, and is busy for nothing.
 // Straggler detection asks how much of a slow rank's time went waiting for
 // a CPU: a rank slowed by the machine's load is no straggler.

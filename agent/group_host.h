@@ -35,7 +35,7 @@ class GroupHost {
   // Across nodes (GroupOptions::heals_named_by_rendezvous): asks for the
   // next heal generation (why: what failed, in words); its answer, looked
   // at when control_fd is readable (nullopt while none came, 0 refused);
-  // and whether other nodes run now (GroupPolicy::set_other_nodes).
+  // and whether other nodes run now (group_event::HealWords::other_nodes).
   virtual void ask_heal(const std::string& why) { (void)why; }
   virtual std::optional<uint32_t> heal_answer() { return std::nullopt; }
   virtual bool other_nodes() { return false; }

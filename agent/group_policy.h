@@ -1,9 +1,12 @@
-// The supervision of one attempt of a node's workers as a pure policy:
-// events in (a worker exited, heartbeat counters read, a signal, news from
-// the rendezvous, the clock), commands out (signal the running workers,
-// kill one, warm up standbys). WorkerGroup does the I/O (spawning, pipes,
-// reaping, sending signals) and asks this class what to do; every decision
-// is unit-tested with a fake clock and no processes.
+// The supervision of one attempt of a node's workers as a pure state
+// machine, as etcd's raft steps: one event in (group_event.h: exits reaped,
+// heartbeats read, a signal, news from the rendezvous, the clock), the
+// commands to carry out back (signal the running workers, kill one, replace
+// one, warm up standbys), through the one entry point step(). Every event
+// carries what its decision needs, so no order of calls matters.
+// WorkerGroup does the I/O (spawning, pipes, reaping, reading slots,
+// sending signals) and reports what it saw; every decision is unit-tested
+// with a fake clock and no processes.
 #pragma once
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/group_event.h"
 #include "agent/group_outcome.h"
 #include "agent/learned_timeout.h"
 #include "agent/progress_watch.h"
@@ -30,7 +34,7 @@ struct GroupCommand {
   // every running worker to heal in `generation`.
   // kAskGeneration: ask the rendezvous for a heal generation to replace the
   // workers that wait for one in (generations_from_rendezvous); its answer
-  // comes to on_generation.
+  // comes as a GenerationNamed event.
   // kNote: tell the user something about `worker` (`why`), do nothing: a
   // silent worker that is slow, not hung; a replacement that cannot heal.
   enum Kind { kSignalRunning, kKillWorker, kWarmStandbys, kSuspendSelf, kReplaceWorker, kAskGeneration, kNote };
@@ -66,16 +70,23 @@ struct GroupPolicyOptions {
   // wait for the beats.
   std::chrono::milliseconds standby_warmup{0};
   // Checkpointless recovery: a worker that fails while every worker says
-  // it can heal (set_heal_ready) is replaced and the others keep running,
+  // it can heal (HealWords) is replaced and the others keep running,
   // at most this many times per worker (a rank that fails again and again,
   // a bad device, then stops the group as before). 0: never.
   int max_heals = 0;
   // In a multi-node job a heal generation is the rendezvous's to name
   // (every worker of the job heals in it, and the rendezvous checks that
   // the other nodes' workers hold the state): a failed worker to replace
-  // waits for one (kAskGeneration, then on_generation) instead of starting
+  // waits for one (kAskGeneration, then GenerationNamed) instead of starting
   // at once.
   bool generations_from_rendezvous = false;
+};
+
+// What one step decided: the commands to carry out, in order, and for an
+// Exits event how each exit counted (in the event's order).
+struct GroupStep {
+  std::vector<GroupCommand> commands;
+  std::vector<WorkerEnd> ends;
 };
 
 class GroupPolicy {
@@ -86,63 +97,50 @@ class GroupPolicy {
 
   GroupPolicy(int workers, GroupPolicyOptions options, TimePoint started);
 
+  // The one way in: what `event` (seen at `now`) changes, and what to do.
+  //
+  // Exits: each exit counts (WorkerEnd), then the first failure stops the
+  // others (SIGTERM, SIGKILL stop_timeout later on a Tick); a failed worker
+  // that may heal is replaced instead (kReplaceWorker, or kAskGeneration
+  // when the rendezvous names generations, answered by GenerationNamed).
+  // Beats: a worker silent too long is hung and killed (replaced when it
+  // may heal, else the others stop), unless it is slow (busy) or excused;
+  // the progress watch judges ranks that spin while the others wait.
+  // Signal: SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the workers (twice: kill
+  // them); SIGUSR1/2 are passed on; SIGTSTP (Ctrl-Z) stops the workers with
+  // SIGSTOP, then ddprun; SIGCONT continues them (not one that a debugger
+  // or an operator had stopped before: that stop is theirs), and the pause
+  // counts neither as silence nor towards the stop timeout.
+  // RoundStop: the workers stop for the rendezvous. Tick: the stop's
+  // SIGKILL, standbys of programs that never beat (standby_warmup after the
+  // start). Replace: a straggler or a replica apart is killed to be
+  // replaced through a heal (within --max-heals), or nothing when it cannot
+  // heal now (the job goes on at its pace).
+  GroupStep step(const GroupEvent& event, TimePoint now);
+
   // Failures this close to a stop that a worker failure began count as
   // the worker's own (it failed at nearly the same moment, before our
-  // SIGTERM could reach it), given evidence (see on_exit).
+  // SIGTERM could reach it), given evidence (see group_event::Exit).
   static constexpr std::chrono::milliseconds kTogether{100};
   // A worker named slow, not hung, is named so again at most this often:
   // under a short --hang-timeout its silences come every second or two.
   static constexpr std::chrono::seconds kSlowNoteEvery{60};
-
-  // Worker w exited; failed: by a non-zero code or a signal. on_its_own:
-  // evidence that a failure was its own even if it had been asked to stop
-  // (it had exited when the stop signal was sent, a non-zero exit code
-  // within kTogether of the stop, or an error file written before it); it counts only when a worker failure began the
-  // stop (not a signal to ddprun, not the rendezvous).
-  WorkerEnd on_exit(int w, bool failed, bool on_its_own = false);
-  // Whether worker w says it can heal around a failed peer (its heartbeat
-  // slot); read before exits are reported.
-  void set_heal_ready(int w, bool ready) {
-    heal_ready_[w] = ready;
-    if (ready) {
-      joining_[w] = false;  // a replacement that has the state
-      join_failures_[w] = 0;
-    }
-  }
   // Replacements of one worker that fail in a row before they join: at
   // this many the worker is not replaced again (the group stops).
   static constexpr int kJoinFailures = 2;
-  // After the exits seen together: the first failure stops the others (only
-  // now, so that workers that failed together all count as failures).
-  std::vector<GroupCommand> after_exits(TimePoint now);
-  // The rendezvous's answer to kAskGeneration: the generation to replace
-  // the waiting workers in, or 0 when it refused (then they are failures
-  // and the group stops).
-  std::vector<GroupCommand> on_generation(uint32_t generation, TimePoint now);
+  // Slowness is not a hang (Beats). A silent worker that was busy (ran, or
+  // waited runnable to run) for at least kBusyShare of its silence is slow,
+  // not hung: a kNote says so, once a silence. While any silent worker of
+  // the node has been busy for kLongSilence, an idle silent one may be
+  // waiting for it (a collective without a pulse) and is not judged
+  // either. A stopped worker is never excused by a busy peer.
+  static constexpr double kBusyShare = ProgressWatch::kBusyShare;
+  static constexpr std::chrono::milliseconds kLongSilence{1000};
+
   // Whether worker w heals in place as things stand: it said it can, or it
   // is a replacement still joining, or a failed worker that waits for the
   // generation to be replaced in (see heal_allowed).
   bool can_heal(int w) const { return heal_ready_[w] || joining_[w] || awaiting_generation(w); }
-  // Whether worker w is silent for a reason now: it announces a phase
-  // without collectives (a checkpoint, an evaluation: heartbeat_layout.h's
-  // phase word). The learned hang timeout neither learns from nor fires on
-  // that silence, and counts the silence after it from its end; an
-  // explicit --hang-timeout still counts it. (A worker that waits for a
-  // peer inside a collective beats: worker_lib's pulse, or the Python
-  // start-up's.)
-  void set_silence_expected(int w, bool announced, TimePoint now) {
-    in_phase_[w] = announced;
-    if (announced) {
-      phase_seen_[w] = true;
-      phase_left_[w] = now;
-    }
-  }
-  // How long worker w's peers have waited for it inside a collective it
-  // never entered (from the flight records; 0: nobody waits for it). A
-  // worker in an announced phase whose peers have waited for it longer
-  // than the learned limit, and that has been silent as long, is hung: the
-  // phase excuses its silence, not theirs.
-  void set_awaited(int w, std::chrono::milliseconds waited) { awaited_[w] = waited; }
   // The learned hang timeout, when --hang-timeout auto.
   const std::optional<LearnedTimeout>& learned() const { return learned_; }
   // Whether worker w is a replacement that has not said it can heal yet
@@ -153,84 +151,11 @@ class GroupPolicy {
   bool awaiting_generation(int w) const {
     return std::find(awaiting_.begin(), awaiting_.end(), w) != awaiting_.end();
   }
-  // With generations_from_rendezvous: whether other nodes run now (they
-  // hold the state too, so a node may heal even its only worker). A round
-  // that grows or shrinks changes it.
-  void set_other_nodes(bool others) { other_nodes_ = others; }
-  // SIGINT/SIGTERM/SIGHUP/SIGQUIT stop the workers (twice: kill them);
-  // SIGUSR1/2 are passed on. SIGTSTP (Ctrl-Z) stops the workers with
-  // SIGSTOP, then ddprun; SIGCONT continues them (not one that a debugger or
-  // an operator had stopped before: that stop is theirs), and the pause
-  // counts neither as silence (hang detection) nor towards the stop
-  // timeout. A SIGCONT after ddprun alone was stopped (SIGSTOP) continues
-  // no worker: it stopped none.
-  std::vector<GroupCommand> on_signal(int sig, TimePoint now);
-  // Whether worker w is inside a ddp::Healer step now (its slot's word). A
-  // hung worker is replaced only while the others are inside one (or join
-  // as replacements): outside (an evaluation, the end of training) they
-  // may never reach another collective, and a replacement would wait for
-  // them for ever; the group stops instead (a restart, or the failure).
-  void set_in_step(int w, bool in_step) { in_step_[w] = in_step; }
-  // Whether worker w says it is past its last step (the finishing phase:
-  // its final evaluation and saves are over, or its interpreter exits): it
-  // is never judged hung, however long its exit takes.
-  void set_finishing(int w, bool finishing) { finishing_[w] = finishing; }
   // Whether a worker is past its last step, or exited 0: the job ends.
   bool finishing_job() const {
     return any_succeeded_ || std::find(finishing_.begin(), finishing_.end(), true) != finishing_.end();
   }
-  // The workers' heartbeat counters (one per worker; ignored for exited ones).
-  // A worker whose counter stays still for hang_timeout is hung, during a
-  // heal too: worker_lib beats for a worker that waits for its peers (the
-  // next generation, a replacement, the state), so only one that stopped
-  // (SIGSTOP, a stuck syscall) falls silent. A replacement that has not
-  // beaten yet is judged from its start, allowing a fresh process the time
-  // the first workers took to beat (see replacement_started).
-  //
-  // Slowness is not a hang. `busy` (empty: unknown) is, per worker, the CPU
-  // time its processes ran or waited, runnable, to run (cgroup cpu.stat
-  // plus cpu.pressure; cumulative). A silent worker that was busy for at
-  // least kBusyShare of its silence is slow, not hung: it computes, or
-  // would if the machine gave it the CPU (a kNote says so, once a
-  // silence). While any silent worker of the node is busy, an idle silent
-  // one may be waiting for it (a collective without a pulse) and is not
-  // judged either. A worker in the finishing phase (past its last step) is
-  // never judged.
-  static constexpr double kBusyShare = ProgressWatch::kBusyShare;
-  // A busy worker silent this long excuses the idle silent others.
-  static constexpr std::chrono::milliseconds kLongSilence{1000};
-  std::vector<GroupCommand> on_beats(const std::vector<uint64_t>& counts, TimePoint now,
-                                     const std::vector<std::chrono::milliseconds>& busy = {});
-  // Whether worker w's process is stopped now (SIGSTOP, a debugger; not
-  // the agent's own pause): read before on_beats. A stopped worker computes
-  // nothing and waits for nobody: no busy peer excuses its silence.
-  void set_stopped(int w, bool stopped) { stopped_[w] = stopped; }
-  // Hang detection by progress (progress_watch.h), after on_beats in the
-  // same tick: each worker's progress counter and CPU times (`readings`;
-  // alive, joining and the phase are filled in here). A rank that spins
-  // while the others wait is killed as a hung one is (replaced when it can
-  // heal); a job in which every rank waits and none advances stops (a
-  // restart, from the newest checkpoint).
-  std::vector<GroupCommand> on_progress(std::vector<ProgressReading> readings, TimePoint now);
-  // Whether every rank of the job runs on this node (the progress watch
-  // judges a job in which every rank waits only then).
-  void set_whole_job(bool whole) {
-    if (progress_) progress_->set_whole_job(whole);
-  }
-  // The agent itself did not run for `stalled` (its loop woke that much
-  // later than it asked: a loaded machine, a paused ddprun). Whatever the
-  // workers did meanwhile it could not see: that stretch is nobody's
-  // silence (memberlist's Lifeguard: the slow one suspects nobody for it).
-  void on_own_stall(std::chrono::milliseconds stalled, TimePoint now);
-  // --straggler-action replace: worker w is slow; kill it to be replaced
-  // through a heal (within --max-heals), or nothing when it cannot heal
-  // now (see heal_allowed): the job goes on at its pace.
-  std::vector<GroupCommand> replace_straggler(int w, const std::string& why);
-  // --verify-every: worker w's replica was found apart from the majority a
-  // second time (the worker says so; it holds the majority's state again,
-  // but cannot be trusted): replaced as a straggler is, with its timing.
-  std::vector<GroupCommand> replace_apart(int w, const std::string& why);
-  // Whether replace_straggler(w) would replace it as things stand.
+  // Whether a Replace of worker w would replace it as things stand.
   bool may_replace(int w) const { return alive_[w] && heal_allowed(w); }
   // When to act on straggler w, found now: a heal is handled inside a
   // ddp::Healer step, and one named while a worker is outside a step
@@ -242,14 +167,6 @@ class GroupPolicy {
   StragglerTiming straggler_timing(int w, bool replace, bool all_in_step) const {
     return replace && may_replace(w) && !all_in_step ? StragglerTiming::kWait : StragglerTiming::kNow;
   }
-  // Worker w's replacement (kReplaceWorker) started now, from a warm
-  // standby (in ddp::init already: it beats at once) or as a fresh process.
-  void replacement_started(int w, bool from_standby, TimePoint now);
-  // The rendezvous says the workers must stop (a new round, the job failed).
-  std::vector<GroupCommand> on_control(const std::string& why, TimePoint now);
-  // The clock: SIGKILL for workers still running stop_timeout after a stop;
-  // standbys of programs that never beat, standby_warmup after the start.
-  std::vector<GroupCommand> on_tick(TimePoint now);
 
   // How long the I/O loop may wait for events (-1: until one comes).
   int poll_timeout_ms(TimePoint now) const;
@@ -274,6 +191,29 @@ class GroupPolicy {
   uint32_t generation() const { return generation_; }
 
  private:
+  // The events, one handler each (see step()).
+  GroupStep on_exits(const group_event::Exits& e, TimePoint now);
+  std::vector<GroupCommand> on_beats(const group_event::Beats& b, TimePoint now);
+  std::vector<GroupCommand> on_signal(int sig, TimePoint now);
+  std::vector<GroupCommand> on_round_stop(const std::string& why, TimePoint now);
+  std::vector<GroupCommand> on_generation(uint32_t generation, TimePoint now);
+  std::vector<GroupCommand> on_tick(TimePoint now);
+  void on_own_stall(std::chrono::milliseconds stalled, TimePoint now);
+  std::vector<GroupCommand> on_replace(const group_event::Replace& r);
+  void on_replacement_started(int w, bool from_standby, TimePoint now);
+  // The heal words read with an event: a worker that says it can heal has
+  // joined, if it was a replacement.
+  void take(const group_event::HealWords& heal);
+  // One exit, then what the exits seen together mean.
+  WorkerEnd on_exit(const group_event::Exit& x, TimePoint now);
+  // Whether failed exit x is the worker's own failure although it was asked
+  // to stop (see group_event::Exit).
+  bool failed_on_its_own(const group_event::Exit& x, TimePoint now) const;
+  std::vector<GroupCommand> after_exits(TimePoint now);
+  // Hang detection by silence, then by progress (progress_watch.h).
+  std::vector<GroupCommand> judge_silence(const std::vector<uint64_t>& counts, TimePoint now,
+                                          const std::vector<std::chrono::milliseconds>& busy);
+  std::vector<GroupCommand> judge_progress(std::vector<ProgressReading> readings, TimePoint now);
   std::vector<GroupCommand> replace_chosen(int w, const std::string& why);
   std::vector<GroupCommand> begin_stop(int sig, TimePoint now);
   GroupCommand signal_running(int sig);
@@ -283,7 +223,7 @@ class GroupPolicy {
   bool peers_in_step(int w) const;
   // Why worker w, whose counter (`count`) has not moved since
   // beat_changed_[w], has been silent too long by now; empty while it has
-  // not. (Whether that is a hang or slowness is on_beats'.)
+  // not. (Whether that is a hang or slowness is judge_silence's.)
   std::string hung_because(int w, uint64_t count, TimePoint now) const;
   // Worker w's busy time since its counter last moved (0 when unknown).
   std::chrono::milliseconds busy_since_beat(int w) const;
@@ -307,13 +247,13 @@ class GroupPolicy {
   std::vector<bool> in_phase_;
   std::vector<bool> phase_seen_;
   std::vector<TimePoint> phase_left_;
-  std::vector<std::chrono::milliseconds> awaited_;  // see set_awaited
-  std::vector<bool> in_step_;                        // see set_in_step
-  std::vector<bool> finishing_;                      // see set_finishing
-  std::vector<bool> stopped_;                        // see set_stopped
+  std::vector<std::chrono::milliseconds> awaited_;  // see WorkerReading::awaited
+  std::vector<bool> in_step_;                        // see WorkerReading::in_step
+  std::vector<bool> finishing_;                      // see WorkerReading::finishing
+  std::vector<bool> stopped_;                        // see WorkerReading::stopped
   std::vector<bool> stopped_before_pause_;           // stopped by someone else before a Ctrl-Z
-  std::optional<ProgressWatch> progress_;            // see on_progress
-  // Busy time (see on_beats): the latest reading, and the one when the
+  std::optional<ProgressWatch> progress_;            // see judge_progress
+  // Busy time (see judge_silence): the latest reading, and the one when the
   // counter last moved; whether this silence was said to be slowness.
   std::vector<std::chrono::milliseconds> busy_now_;
   std::vector<std::chrono::milliseconds> busy_at_beat_;
@@ -340,7 +280,7 @@ class GroupPolicy {
   int join_failed_ = -1;            // a worker that just ran out of them (for after_exits' note)
   std::vector<int> to_replace_;
   std::vector<int> awaiting_;  // to replace once the rendezvous names a generation
-  bool other_nodes_ = true;    // see set_other_nodes
+  bool other_nodes_ = true;    // see HealWords::other_nodes
   bool any_succeeded_ = false;
   int heal_count_ = 0;
   uint32_t generation_ = 0;

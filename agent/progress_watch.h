@@ -1,5 +1,5 @@
 // Hang detection by progress: a job is hung when its training stops
-// moving, whatever its processes do. Heartbeats (GroupPolicy::on_beats)
+// moving, whatever its processes do. Heartbeats (GroupPolicy, Beats events)
 // prove that a worker lives: a pulse beats while it waits in a collective,
 // so a deadlock in which every rank waits, or a rank that spins while the
 // others wait for it, never falls silent. This watch reads each worker's

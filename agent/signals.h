@@ -26,7 +26,7 @@ class SignalChannel {
 
   // SIGCHLD, and the signals forwarded to workers: SIGINT, SIGTERM, SIGHUP,
   // SIGQUIT, SIGUSR1, SIGUSR2; SIGTSTP and SIGCONT (Ctrl-Z and fg: ddprun
-  // stops its workers before itself, see GroupPolicy::on_signal).
+  // stops its workers before itself, see group_event::Signal).
   static sigset_t handled();
 
  private:

@@ -26,7 +26,7 @@ namespace ddprun {
 namespace {
 
 // A poll that returns later than its timeout by more than this is a stall
-// of the agent (GroupPolicy::on_own_stall).
+// of the agent (group_event::OwnStall).
 constexpr auto kLateWake = std::chrono::milliseconds(100);
 
 // A failed worker's exit in words: why it was killed (hung), else its
@@ -219,30 +219,37 @@ void WorkerGroup::drain(Worker& w, bool until_eof) {
   }
 }
 
-// Whether a worker that was asked to stop had failed by itself first: it
-// had exited already when the stop signal was sent, it wrote its error file
-// before the stop, or it exited with a code of its own (not a signal's, not
-// 128 + SIGTERM) at nearly the same moment (GroupPolicy::kTogether).
-bool WorkerGroup::failed_on_its_own(const Worker& w, const WorkerExit& e) const {
-  if (!policy_->stopping() || !e.failed()) return false;
-  if (w.exited_before_stop) return true;
-  const auto since_stop = std::chrono::steady_clock::now() - policy_->stop_started();
-  const auto stop_wall = std::chrono::system_clock::now() -
-                         std::chrono::duration_cast<std::chrono::system_clock::duration>(since_stop);
+// What the policy needs to judge whose failure an exit was (GroupPolicy's
+// evidence rule, group_event::Exit): the code or signal, whether it had
+// exited before the stop signal was sent, when its error file was written
+// (on the steady clock), and when it was reaped.
+group_event::Exit WorkerGroup::exit_of(int i, const WorkerExit& e) const {
+  const Worker& w = *workers_[i];
+  group_event::Exit x;
+  x.worker = i;
+  x.exit_code = e.exit_code;
+  x.signal = e.signal;
+  x.exited_before_stop = w.exited_before_stop;
+  x.reaped = std::chrono::steady_clock::now();
   struct stat st;
   if (stat(w.launch->error_file.c_str(), &st) == 0) {
     const auto written = std::chrono::system_clock::time_point(
         std::chrono::duration_cast<std::chrono::system_clock::duration>(
             std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
-    if (written <= stop_wall) return true;
+    const auto ago = std::chrono::system_clock::now() - written;  // the file's age, on the steady clock
+    x.error_written = *x.reaped - std::chrono::duration_cast<std::chrono::steady_clock::duration>(ago);
   }
-  return e.signal == 0 && e.exit_code != 128 + SIGTERM && e.exit_code != 128 + SIGKILL &&
-         since_stop <= GroupPolicy::kTogether;
+  return x;
 }
 
 void WorkerGroup::reap() {
-  read_heal_ready();  // as the workers said it last, before any exit counts
-  check_replicas();   // a verdict of replicas apart, before the exits it ends in
+  // The heal words as the workers said them last, before any exit counts
+  // (and before a verdict of replicas apart, which may replace one).
+  group_event::Exits exits;
+  exits.heal = heal_words();
+  policy_->step(group_event::HealRead{exits.heal}, std::chrono::steady_clock::now());
+  check_replicas();  // a verdict of replicas apart, before the exits it ends in
+  std::vector<std::pair<int, WorkerExit>> seen;  // the exits, in the event's order
   for (size_t i = 0; i < workers_.size(); ++i) {
     Worker& w = *workers_[i];
     if (!policy_->alive(static_cast<int>(i))) continue;
@@ -281,34 +288,44 @@ void WorkerGroup::reap() {
       }
       options_.events->write(channel::events::kExit, std::move(f));
     }
-    const bool was_stopping = policy_->stopping();
     if (auto hung = killed_hung_.find(static_cast<int>(i)); hung != killed_hung_.end()) {
       e.reason = hung->second;
       killed_hung_.erase(hung);
     }
-    const WorkerEnd end = policy_->on_exit(static_cast<int>(i), e.failed(), failed_on_its_own(w, e));
+    exits.exits.push_back(exit_of(static_cast<int>(i), e));
+    seen.emplace_back(static_cast<int>(i), std::move(e));
+  }
+  // How each exit counts, then what they mean together (the first failure
+  // stops the others; a worker that may heal is replaced).
+  const bool was_stopping = policy_->stopping();
+  const GroupStep step = policy_->step(exits, std::chrono::steady_clock::now());
+  const auto& commands = step.commands;
+  std::vector<std::pair<int, WorkerExit>> heal_pending;
+  for (size_t k = 0; k < seen.size(); ++k) {
+    auto& [i, e] = seen[k];
+    const Worker& w = *workers_[i];
+    const WorkerEnd end = step.ends[k];
     if (end != WorkerEnd::kFailed && end != WorkerEnd::kHealed) continue;
     e.error_message = read_error_file(w.launch->error_file);
     const auto& tail = w.output->stderr_tail();
     e.stderr_tail.assign(tail.begin(), tail.end());
     if (end == WorkerEnd::kHealed) {
-      heal_pending_.emplace_back(static_cast<int>(i), std::move(e));
+      heal_pending.emplace_back(i, std::move(e));
       continue;
     }
-    if (!was_stopping && policy_->heals_ran_out(static_cast<int>(i))) {
+    if (!was_stopping && policy_->heals_ran_out(i)) {
       spdlog::warn("rank {} (pid {}) failed ({}); its heals ran out: it was replaced {} time(s), all that "
                    "--max-heals {} allows per rank (raise --max-heals to replace it again); stopping the other "
                    "workers",
-                   e.rank, e.pid, describe_exit(e), policy_->heals_of(static_cast<int>(i)), options_.max_heals);
+                   e.rank, e.pid, describe_exit(e), policy_->heals_of(i), options_.max_heals);
     } else if (!was_stopping) {
       spdlog::warn("rank {} (pid {}) failed ({}); stopping the other workers", e.rank, e.pid,
                    describe_exit(e));
     }
     result_.failures.push_back(std::move(e));
   }
-  const auto commands = policy_->after_exits(std::chrono::steady_clock::now());
   // The heals the policy agreed to are told; the others became failures.
-  for (auto& [i, e] : heal_pending_) {
+  for (auto& [i, e] : heal_pending) {
     const bool replaced = replaces(commands, i);
     if (policy_->awaiting_generation(i)) {
       spdlog::warn("rank {} (pid {}) failed ({}); asking the rendezvous for a heal generation to replace it in "
@@ -326,7 +343,6 @@ void WorkerGroup::reap() {
       result_.failures.push_back(std::move(e));
     }
   }
-  heal_pending_.clear();
   execute(commands);
 }
 
@@ -371,7 +387,7 @@ void WorkerGroup::check_control() {
 
 void WorkerGroup::stop_for(const std::string& why, std::chrono::steady_clock::time_point now) {
   spdlog::warn("{}: stopping the workers for the next round", why);
-  execute(policy_->on_control(why, now));
+  execute(policy_->step(group_event::RoundStop{why}, now).commands);
 }
 
 // The agent's look at the workers' progress, on the monitor's beat.
@@ -380,7 +396,8 @@ void WorkerGroup::check_monitor() {
   const auto now = std::chrono::steady_clock::now();
   if (now < next_monitor_) return;
   next_monitor_ = now + options_.monitor_interval;
-  read_heal_ready();  // for all_heal_in_place(), which the agent reports
+  // The heal words, for all_heal_in_place(), which the agent reports.
+  policy_->step(group_event::HealRead{heal_words()}, now);
   check_stragglers();
   check_replicas();
   options_.host->on_monitor();
@@ -409,7 +426,8 @@ GroupResult WorkerGroup::run() {
   po.generations_from_rendezvous = options_.heals_named_by_rendezvous && options_.host;
   policy_ = std::make_unique<GroupPolicy>(static_cast<int>(launches_.size()), po,
                                           std::chrono::steady_clock::now());
-  policy_->set_whole_job(launches_.empty() || launches_[0].id.group_world_size == 1);
+  policy_->step(group_event::WholeJob{launches_.empty() || launches_[0].id.group_world_size == 1},
+                std::chrono::steady_clock::now());
   start_all();  // on a failure to start, the destructor kills those started
 
   std::vector<pollfd> fds;
@@ -447,7 +465,7 @@ GroupResult WorkerGroup::run() {
     if (n < 0 && errno != EINTR) throw std::runtime_error("poll failed");
     // Woke well after it asked to: this agent was not running meanwhile.
     if (const auto woke = std::chrono::steady_clock::now(); timeout_ms >= 0 && woke > asked + kLateWake) {
-      policy_->on_own_stall(std::chrono::duration_cast<std::chrono::milliseconds>(woke - asked), woke);
+      policy_->step(group_event::OwnStall{std::chrono::duration_cast<std::chrono::milliseconds>(woke - asked)}, woke);
     }
 
     for (size_t i = first_worker; i < first_console; ++i) {
@@ -482,7 +500,7 @@ GroupResult WorkerGroup::run() {
                          policy_->alive_count());
           }
         }
-        execute(policy_->on_signal(*sig, std::chrono::steady_clock::now()));
+        execute(policy_->step(group_event::Signal{*sig}, std::chrono::steady_clock::now()).commands);
       }
     }
     // The answer may come with any view: it is looked at each time round
@@ -493,7 +511,7 @@ GroupResult WorkerGroup::run() {
     check_heartbeats();
     check_stack_collection();
     check_monitor();
-    auto ticked = policy_->on_tick(std::chrono::steady_clock::now());
+    auto ticked = policy_->step(group_event::Tick{}, std::chrono::steady_clock::now()).commands;
     if (!ticked.empty() && ticked.front().kind == GroupCommand::kSignalRunning) {
       spdlog::warn("workers still running {} ms after being asked to stop: sending SIGKILL",
                    options_.stop_timeout.count());

@@ -137,7 +137,7 @@ class WorkerGroup {
   struct Worker;
   void start_all();
   void reap();
-  bool failed_on_its_own(const Worker& w, const WorkerExit& e) const;
+  group_event::Exit exit_of(int i, const WorkerExit& e) const;
   void drain(Worker& w, bool until_eof);
   void check_heartbeats();
   void check_control();
@@ -169,8 +169,9 @@ class WorkerGroup {
   // others to heal in it.
   void replace(int i, uint32_t generation);
   // What the policy judges heals by, as it stands now: which workers say
-  // they can heal, and (heal_namer) whether other nodes run.
-  void read_heal_ready();
+  // they can heal, and (heal_namer) whether other nodes run. Empty without
+  // heartbeats or heals.
+  group_event::HealWords heal_words() const;
   // Starts worker i's process (from its standby if it has one); true when
   // it came from a standby.
   bool start(size_t i, bool append_logs, const std::map<std::string, std::string>& extra_vars);
@@ -182,13 +183,10 @@ class WorkerGroup {
   std::unique_ptr<GroupPolicy> policy_;  // made when the workers start
   GroupResult result_;
   std::chrono::steady_clock::time_point next_monitor_{};
-  // Exits the policy called kHealed, until after_exits says whether they
-  // are replaced (else they are failures); why hung workers were killed.
-  std::vector<std::pair<int, WorkerExit>> heal_pending_;
   // Failed workers waiting for the rendezvous to name their replacement's
   // generation (HealNamer).
   std::vector<std::pair<int, WorkerExit>> awaiting_;
-  std::map<int, std::string> killed_hung_;
+  std::map<int, std::string> killed_hung_;  // why hung workers were killed
   // Each worker's latest heal: its index in result_.healed.
   std::map<int, size_t> latest_heal_;
   void record_heal(int i, WorkerExit e);

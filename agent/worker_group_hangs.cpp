@@ -201,55 +201,51 @@ void WorkerGroup::record_hung(const GroupCommand& kill, const std::string& verdi
   result_.failures.push_back(std::move(e));
 }
 
+// One reading of every live worker's slot and process (the policy judges
+// silences and progress from it).
 void WorkerGroup::check_heartbeats() {
   if (!options_.heartbeats) return;
-  read_heal_ready();
   const auto now = std::chrono::steady_clock::now();
-  std::vector<uint64_t> counts(workers_.size(), 0);
+  group_event::Beats beats;
+  beats.heal = heal_words();
+  beats.workers.resize(workers_.size());
+  beats.busy_known = true;  // how busy each worker was (cgroup or /proc): known for all or none
   std::vector<channel::Phase> phases(workers_.size(), channel::Phase::kNone);
-  // How busy each worker was (cgroup or /proc): read for all or none.
-  std::vector<std::chrono::milliseconds> busy(workers_.size(), std::chrono::milliseconds(0));
-  bool busy_known = true;
-  // Their progress counters, CPU times and whether they are stopped, for
-  // the progress watch (GroupPolicy::on_progress).
-  std::vector<ProgressReading> readings(workers_.size());
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (!policy_->alive(static_cast<int>(i))) continue;
     const int lr = workers_[i]->launch->id.local_rank;
+    group_event::WorkerReading& r = beats.workers[i];
     phases[i] = options_.heartbeats->phase(lr);
-    const bool finishing = phases[i] == channel::Phase::kFinishing;
-    policy_->set_finishing(static_cast<int>(i), finishing);
-    policy_->set_silence_expected(static_cast<int>(i), phases[i] != channel::Phase::kNone && !finishing, now);
-    policy_->set_in_step(static_cast<int>(i), options_.heartbeats->in_step(lr));
-    counts[i] = options_.heartbeats->read(lr);
-    ProgressReading& r = readings[i];
-    r.advanced = options_.heartbeats->advanced(lr);
-    r.checkpoint = phases[i] == channel::Phase::kCheckpoint;
+    r.finishing = phases[i] == channel::Phase::kFinishing;
+    r.silence_expected = phases[i] != channel::Phase::kNone && !r.finishing;
+    r.in_step = options_.heartbeats->in_step(lr);
+    r.beats = options_.heartbeats->read(lr);
+    r.progress.advanced = options_.heartbeats->advanced(lr);
+    r.progress.checkpoint = phases[i] == channel::Phase::kCheckpoint;
     // The agent's own pause (Ctrl-Z) stops them too, but then it does not run.
-    policy_->set_stopped(static_cast<int>(i), process_stopped(workers_[i]->pid));
+    r.stopped = process_stopped(workers_[i]->pid);
     if (const auto t = cpu_times(workers_[i]->cgroup, workers_[i]->pid)) {
-      busy[i] = t->busy();
-      r.busy = t->busy();
-      r.used = std::chrono::duration_cast<std::chrono::milliseconds>(t->used);
-      r.cpu_known = true;
+      r.busy = r.progress.busy = t->busy();
+      r.progress.used = std::chrono::duration_cast<std::chrono::milliseconds>(t->used);
+      r.progress.cpu_known = true;
     } else {
-      busy_known = false;
+      beats.busy_known = false;
     }
   }
   // Who the others wait for, for the workers in an announced phase.
   if (std::any_of(phases.begin(), phases.end(), [](channel::Phase p) { return p != channel::Phase::kNone; })) {
     std::vector<std::vector<channel::FlightEntry>> flights(workers_.size());
     for (size_t i = 0; i < workers_.size(); ++i) {
-      if (policy_->alive(static_cast<int>(i))) flights[i] = options_.heartbeats->flight(workers_[i]->launch->id.local_rank);
+      if (!policy_->alive(static_cast<int>(i))) continue;
+      flights[i] = options_.heartbeats->flight(workers_[i]->launch->id.local_rank);
     }
     const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
     const auto waited = awaited_ns(flights, now_ns);
     for (size_t i = 0; i < workers_.size(); ++i) {
-      policy_->set_awaited(static_cast<int>(i), std::chrono::milliseconds(waited[i] / 1000000));
+      beats.workers[i].awaited = std::chrono::milliseconds(waited[i] / 1000000);
     }
   }
-  execute(policy_->on_beats(counts, now, busy_known ? busy : std::vector<std::chrono::milliseconds>{}));
-  execute(policy_->on_progress(std::move(readings), now));
+  execute(policy_->step(beats, now).commands);
 }
 
 }  // namespace ddprun

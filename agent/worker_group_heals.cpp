@@ -30,14 +30,17 @@ bool WorkerGroup::any_joining() const {
   return false;
 }
 
-void WorkerGroup::read_heal_ready() {
-  if (!options_.heartbeats || options_.max_heals <= 0) return;
-  if (options_.heals_named_by_rendezvous && options_.host) policy_->set_other_nodes(options_.host->other_nodes());
+group_event::HealWords WorkerGroup::heal_words() const {
+  group_event::HealWords heal;
+  if (!options_.heartbeats || options_.max_heals <= 0) return heal;
+  if (options_.heals_named_by_rendezvous && options_.host) heal.other_nodes = options_.host->other_nodes();
+  heal.ready.resize(workers_.size());
   for (size_t i = 0; i < workers_.size(); ++i) {
     if (policy_->alive(static_cast<int>(i))) {
-      policy_->set_heal_ready(static_cast<int>(i), options_.heartbeats->heal_ready(workers_[i]->launch->id.local_rank));
+      heal.ready[i] = options_.heartbeats->heal_ready(workers_[i]->launch->id.local_rank);
     }
   }
+  return heal;
 }
 
 // Checkpointless recovery: the others are told the generation to heal in
@@ -65,7 +68,7 @@ void WorkerGroup::replace(int i, uint32_t generation) {
   }
   const bool from_standby = start(static_cast<size_t>(i), /*append_logs=*/true,
                                   {{channel::kHeals, "1"}, {channel::kHealGeneration, std::to_string(generation)}});
-  policy_->replacement_started(i, from_standby, std::chrono::steady_clock::now());
+  policy_->step(group_event::ReplacementStarted{i, from_standby}, std::chrono::steady_clock::now());
   if (options_.events) {
     options_.events->write(channel::events::kHeal, {{"attempt", options_.attempt}, {"rank", w.launch->id.rank},
                                                     {"local_rank", local_rank}, {"pid", w.pid},
@@ -83,7 +86,7 @@ void WorkerGroup::renumber(int first_global_rank, int world_size, int node_rank,
     id.group_world_size = num_nodes;
     if (i < workers_.size() && workers_[i]->output) workers_[i]->output->set_rank(id.rank);
   }
-  if (policy_) policy_->set_whole_job(num_nodes == 1);
+  if (policy_) policy_->step(group_event::WholeJob{num_nodes == 1}, std::chrono::steady_clock::now());
 }
 
 // Each worker's newest heal only (what a root cause may need), and a
@@ -102,7 +105,8 @@ void WorkerGroup::check_heal_answer() {
   if (awaiting_.empty() || !options_.heals_named_by_rendezvous || !options_.host) return;
   const auto generation = options_.host->heal_answer();
   if (!generation) return;
-  const auto commands = policy_->on_generation(*generation, std::chrono::steady_clock::now());
+  const auto commands =
+      policy_->step(group_event::GenerationNamed{*generation}, std::chrono::steady_clock::now()).commands;
   for (auto& [i, e] : awaiting_) {
     const bool replaced = replaces(commands, i);
     if (!replaced) {

@@ -80,7 +80,9 @@ void WorkerGroup::check_replicas() {
     w.apart_to_replace = false;
     const std::string why = "apart from the other replicas a second time (its Healer took the majority's state "
                             "again, but the process cannot be trusted)";
-    auto kill = policy_->replace_apart(wi, why);
+    auto kill = policy_->step(group_event::Replace{wi, group_event::Replace::kApart, why},
+                              std::chrono::steady_clock::now())
+                    .commands;
     if (kill.empty()) {
       spdlog::warn("rank {} is {}; it is not replaced: {}", w.launch->id.rank, why,
                    policy_->heals_ran_out(wi)

@@ -68,7 +68,9 @@ void WorkerGroup::check_stragglers() {
                   100 * s.wait_share, s.late_ms, 100 * s.score, s.score);
     std::string action = "warn";
     if (options_.replace_stragglers) {
-      auto kill = policy_->replace_straggler(w, why);
+      auto kill = policy_->step(group_event::Replace{w, group_event::Replace::kStraggler, why},
+                                std::chrono::steady_clock::now())
+                      .commands;
       action = kill.empty() ? "kept" : "replace";
       if (kill.empty()) {
         spdlog::warn("rank {} is {}; it is not replaced: {}", rank, why,

@@ -5,6 +5,7 @@
 
 #include "agent/group_policy.h"
 #include "agent/progress_watch.h"
+#include "unit/fake_group.h"
 
 namespace ddprun {
 namespace {
@@ -195,10 +196,10 @@ TEST(ProgressWatch, AStoppedWorkerIsNotExcusedByABusyPeer) {
   GroupPolicyOptions o;
   o.hang_timeout = 3s;
   o.heartbeats = true;
-  GroupPolicy p(3, o, t0);
-  p.on_beats({1, 1, 1}, t0, {ms(0), ms(0), ms(0)});
-  p.set_stopped(2, true);
-  const auto cs = p.on_beats({2, 1, 1}, t0 + 4s, {ms(0), ms(3900), ms(0)});
+  fakes::FakeGroup p(3, o, t0);
+  p.beats({1, 1, 1}, t0, {ms(0), ms(0), ms(0)});
+  p.slots[2].stopped = true;
+  const auto cs = p.beats({2, 1, 1}, t0 + 4s, {ms(0), ms(3900), ms(0)});
   bool killed2 = false;
   for (const auto& c : cs) killed2 = killed2 || (c.kind == GroupCommand::kKillWorker && c.worker == 2);
   EXPECT_TRUE(killed2) << "a stopped rank excused by a busy one";
@@ -211,16 +212,16 @@ TEST(ProgressWatch, AStoppedWorkerIsHungAtTheFirstStepsBoundBeforeTheRhythmIsLea
   GroupPolicyOptions o;
   o.heartbeats = true;
   o.learned_hang = LearnedTimeoutOptions{};
-  GroupPolicy p(2, o, t0);
-  p.on_beats({1, 1}, t0, {ms(0), ms(0)});
-  p.set_stopped(1, true);
+  fakes::FakeGroup p(2, o, t0);
+  p.beats({1, 1}, t0, {ms(0), ms(0)});
+  p.slots[1].stopped = true;
   uint64_t b0 = 1;
   for (int s = 1; s < 60; ++s) {
-    for (const auto& c : p.on_beats({++b0, 1}, t0 + std::chrono::seconds(s), {ms(0), ms(0)})) {
+    for (const auto& c : p.beats({++b0, 1}, t0 + std::chrono::seconds(s), {ms(0), ms(0)})) {
       ASSERT_NE(c.kind, GroupCommand::kKillWorker) << "at " << s << " s: " << c.why;
     }
   }
-  const auto cs = p.on_beats({++b0, 1}, t0 + 61s, {ms(0), ms(0)});
+  const auto cs = p.beats({++b0, 1}, t0 + 61s, {ms(0), ms(0)});
   ASSERT_FALSE(cs.empty());
   EXPECT_EQ(cs.front().kind, GroupCommand::kKillWorker);
   EXPECT_EQ(cs.front().worker, 1);
