@@ -1,5 +1,7 @@
 #include "rendezvous/control_plane/raft/raft_membership.h"
 
+#include "rendezvous/control_plane/raft/raft_voters.h"
+
 #include <algorithm>
 #include <vector>
 
@@ -51,7 +53,6 @@ RaftMembership::~RaftMembership() = default;
 std::string RaftMembership::reconcile() {
   const RaftStatus s = node_.status();
   if (s.role != RaftStatus::Role::kLeader) return "";
-  const uint64_t self = s.leader_id;
   JobStatus job;
   try {
     job = registry_.status(job_id_);
@@ -64,61 +65,17 @@ std::string RaftMembership::reconcile() {
   for (const NodeStatus& n : job.nodes) {
     if (!n.control_address.empty()) live.emplace_back(raft_id_of(n.node_id), n.control_address);
   }
-  auto is_live = [&](uint64_t id) {
-    return id == self || std::any_of(live.begin(), live.end(), [id](const auto& c) { return c.first == id; });
-  };
-  auto is_voter = [&](uint64_t id) { return std::find(s.voters.begin(), s.voters.end(), id) != s.voters.end(); };
-  auto is_standby = [&](uint64_t id) { return std::find(s.standbys.begin(), s.standbys.end(), id) != s.standbys.end(); };
+  const MembershipChange c = next_membership_change(s, live);
   const auto deadline = Clock::now() + kChangeTimeout;
-  auto now_voting = [&] { return " (" + tolerance(node_.status().voters.size()) + ")"; };
-  // 1. A voter whose node is gone (left, lost) goes first; then a standby's.
-  for (uint64_t v : s.voters) {
-    if (v != self && !is_live(v)) {
-      return node_.remove(v, deadline)
-                 ? "removed the vote of a node that is gone (Raft id " + std::to_string(v) + ")" + now_voting()
-                 : "";
-    }
+  bool done = false;
+  switch (c.kind) {
+    case MembershipChange::kNone: return "";
+    case MembershipChange::kRemove: done = node_.remove(c.id, deadline); break;
+    case MembershipChange::kAddStandby: done = node_.add_standby(c.id, c.address, deadline); break;
+    case MembershipChange::kAddVoter: done = node_.add_voter(c.id, c.address, deadline); break;
   }
-  for (uint64_t m : s.members) {
-    if (m != self && !is_voter(m) && !is_live(m)) {
-      return node_.remove(m, deadline) ? "removed a node that is gone (Raft id " + std::to_string(m) + ")" : "";
-    }
-  }
-  // All of them up to five, in an odd number; one below three.
-  const size_t target = live.size() >= 5 ? 5 : live.size() >= 3 ? 3 : 1;
-  // 2. More voters than the job's nodes warrant: the newest other one goes.
-  if (s.voters.size() > target) {
-    for (auto it = s.voters.rbegin(); it != s.voters.rend(); ++it) {
-      if (*it != self) {
-        return node_.remove(*it, deadline) ? "fewer than three nodes can vote: Raft id " + std::to_string(*it) +
-                                                 " steps back" + now_voting()
-                                           : "";
-      }
-    }
-  }
-  // 3. Fewer: the first live nodes that do not vote yet. Each becomes a
-  //    standby first (it gets the log and catches up while the voters stay
-  //    as they are); once all of them are, each is made a voter, a quick
-  //    change. So the group spends no catch-up with an even number of
-  //    voters (two need both: losing either stops the control plane).
-  if (s.voters.size() < target) {
-    std::vector<std::pair<uint64_t, std::string>> to_vote;
-    for (const auto& c : live) {
-      if (s.voters.size() + to_vote.size() >= target) break;
-      if (!is_voter(c.first)) to_vote.push_back(c);
-    }
-    for (const auto& [id, address] : to_vote) {
-      if (!is_standby(id)) {
-        return node_.add_standby(id, address, deadline)
-                   ? "the node at " + address + " gets the control plane's log, to vote once caught up"
-                   : "";
-      }
-    }
-    for (const auto& [id, address] : to_vote) {
-      return node_.add_voter(id, address, deadline) ? "the node at " + address + " votes" + now_voting() : "";
-    }
-  }
-  return "";
+  if (!done) return "";
+  return c.voting ? c.what + " (" + tolerance(node_.status().voters.size()) + ")" : c.what;
 }
 
 }  // namespace ddprun

@@ -12,7 +12,9 @@
 //     control plane with its own node - as without a control plane;
 //   - a voter whose node left the job or was lost is removed, and another
 //     live node takes its place.
-// One change at a time (Raft's rule), checked again after each.
+// One change at a time (Raft's rule), checked again after each. Which
+// change is next_membership_change's (raft_voters.h, pure, unit-tested);
+// this class reads the job, carries the change out and waits for it.
 #pragma once
 
 #include <chrono>
