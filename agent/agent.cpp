@@ -267,7 +267,8 @@ JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
 }
 
 GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& life) {
-  return Attempt(*this, attempt, joined, life).run();
+  AttemptHost& node = *this;
+  return Attempt(node, attempt, joined, life).run();
 }
 
 void Agent::note_control_plane(int attempt, const NodeView& view) {

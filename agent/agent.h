@@ -6,11 +6,14 @@
 // ready for the next restart.
 #pragma once
 
+#include <algorithm>
 #include <functional>
+#include <utility>
 #include <memory>
 #include <vector>
 
 #include "agent/agent_config.h"
+#include "agent/attempt_host.h"
 #include "agent/numa.h"
 #include "agent/console.h"
 #include "agent/event_log.h"
@@ -33,15 +36,15 @@ constexpr int kExitWorkerFailed = 1;
 constexpr int kExitUsage = 2;
 // Stopped by signal s: 128 + s, as a shell reports it.
 
-class Agent {
-  friend class Attempt;  // one run of the workers, carried out with the agent's helpers
-
+// The Agent is the AttemptHost of each attempt of its workers (privately:
+// only the attempts it runs call it so).
+class Agent : private AttemptHost {
  public:
   // nodes_in_rendezvous: for the agent that hosts the rendezvous, how many
   // nodes are still in the jobs it serves (it waits for 0 before it exits).
   Agent(AgentConfig config, RendezvousClient& rdzv, SignalChannel& signals,
         std::function<size_t()> nodes_in_rendezvous = nullptr);
-  ~Agent();  // dismisses unused standby workers
+  ~Agent() override;  // dismisses unused standby workers
   // The launcher hosts the workers' c10d store (TCPStore protocol) on
   // MASTER_PORT: workers are told TORCHELASTIC_USE_AGENT_STORE=True, and
   // fresh_key_space runs whenever a group of workers has ended.
@@ -56,6 +59,37 @@ class Agent {
   EventLog& event_log() { return events_; }
 
  private:
+  // AttemptHost (attempt_host.h): what one attempt of the workers asks of
+  // this node (agent_host.cpp).
+  const AgentConfig& config() const override { return cfg_; }
+  EventLog& events() override { return events_; }
+  HeartbeatTable* heartbeats() override { return heartbeats_.get(); }
+  LeaseKeeper* lease() override { return lease_.get(); }
+  SignalChannel& signals() override { return signals_; }
+  std::string stacks_stem(int attempt) const override;
+  bool heals(const Assignment& a) const override { return heals_in(a) || heals_across(a) || names_heals_at_rendezvous(); }
+  std::vector<WorkerLaunch> launches(int attempt, const JoinResult& joined) override {
+    return make_launches(attempt, joined);
+  }
+  std::vector<Standby> take_standbys(size_t n) override;
+  std::optional<Standby> take_standby() override;
+  bool has_standbys() const override { return !standbys_.empty(); }
+  void warm_standbys(int attempt, const JoinResult& guess, int count) override {
+    spawn_standbys(attempt, guess, count);
+  }
+  void begin_watching(int attempt, const Assignment& a) override;
+  void end_watching(int attempt, const Assignment& a) override;
+  void note_view(int attempt, const NodeView& view) override;
+  uint32_t told_generation() const override { return heal_generation_; }
+  void heard_generation(uint32_t generation) override { heal_generation_ = std::max(heal_generation_, generation); }
+  std::string node_name() const override;
+  void heard_round_detail(const std::string& detail) override { heard_round_detail_ = detail; }
+  std::string take_heard_round_detail() override { return std::exchange(heard_round_detail_, std::string()); }
+  std::string control_plane_line() const override;
+  void add_log_losses(const std::vector<LogLoss>& losses) override {
+    log_losses_.insert(log_losses_.end(), losses.begin(), losses.end());
+  }
+
   // A stop signal that arrived while no workers ran (0 if none).
   int pending_stop_signal();
   std::string attempt_dir(int attempt) const;
@@ -82,13 +116,15 @@ class Agent {
   // Whether the rendezvous names this job's heal generations: a job that may
   // run on several nodes (--nnodes MAX above 1), even while it runs on one
   // (the round may grow), that heals across nodes (takes_over).
-  bool names_heals_at_rendezvous() const { return takes_over() && lease_ != nullptr && cfg_.rdzv.max_nodes > 1; }
+  bool names_heals_at_rendezvous() const override {
+    return takes_over() && lease_ != nullptr && cfg_.rdzv.max_nodes > 1;
+  }
   // AgentConfig::control_plane_state, "" without a control plane.
   std::string control_plane_state() const { return cfg_.control_plane_state ? cfg_.control_plane_state() : ""; }
   // On the monitor's beat: tells the rendezvous whether all local workers
   // heal in place in this round (a takeover, a grow or a worker heal needs
   // every other member's).
-  void report_workers_heal(const Assignment& a, const WorkerGroup* group);
+  void report_workers_heal(const Assignment& a, const WorkerGroup* group) override;
   // What this node's workers run, as the rendezvous compares it with a
   // running round's members: the program's name and its arguments.
   std::string program_identity() const;
@@ -96,16 +132,16 @@ class Agent {
   // for a failed peer (every member's workers heal: view). A lost node that
   // no spare takes over and no shrink heals around then costs a round: the
   // agent stops its waiting workers when it sees it.
-  void tell_workers_whether_heals_come(const Assignment& a, const NodeView* view);
+  void tell_workers_whether_heals_come(const Assignment& a, const NodeView* view) override;
   // A view of the running round with a newer heal generation (a waiting
   // node took over a lost one's ranks, or another member replaces a failed
   // worker): the local workers heal in it.
-  void heal_with_others(int attempt, const NodeView& view);
+  void heal_with_others(int attempt, const NodeView& view) override;
   // A view of the running round with a newer heal generation and another
   // placement for this node (the round shrank past a lost node, or grew by
   // a newcomer): `a` takes the new ranks and world size, the local workers
   // are told them and heal in that generation.
-  void move_with(int attempt, Assignment& a, const NodeView& view);
+  void move_with(int attempt, Assignment& a, const NodeView& view) override;
   // Starts the standby set for attempt (their variables come at release).
   // count: how many (-1: one per local worker).
   void spawn_standbys(int attempt, const JoinResult& guess, int count = -1);
@@ -127,21 +163,20 @@ class Agent {
   // rank 0's progress on the console. Never blocks.
   // `group`: the running workers (null between attempts), whose straggler
   // scores the progress line shows.
-  void watch_progress(int attempt, const Assignment& a, const WorkerGroup* group = nullptr);
+  void watch_progress(int attempt, const Assignment& a, const WorkerGroup* group) override;
   // Across nodes, about twice a second: this node's collectives for the
   // rendezvous (StatusReporter::set_collectives).
   void report_collectives(const Assignment& a, const WorkerGroup& group);
   // Another node's ranks as the rendezvous last heard of them, for a hang
   // verdict made here (asks the rendezvous: call off the I/O loop).
-  std::vector<RankView> other_nodes_ranks();
+  std::vector<RankView> other_nodes_ranks() override;
   // A keep-alive named another serving node or term: said once, in the log
   // and the event log.
   void note_control_plane(int attempt, const NodeView& view);
   // Says once that this node is the job's straggler and what it does now
   // (the log line and the straggler_node event).
   void tell_straggler_node(int attempt, const NodeView& view, const std::string& what_now, bool handed_over,
-                           const std::string& detail);
-  static std::string score_text(double score);  // "0.33"
+                           const std::string& detail) override;
   void start_progress_display();
   void stop_progress_display();
   void await_others(LeaveKind how_this_node_left);

@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "agent/agent.h"
+#include "agent/attempt_policy.h"
 #include "channel/event_log.h"
 #include "rendezvous/store/printable.h"
 
@@ -103,12 +104,6 @@ void Agent::move_with(int attempt, Assignment& a, const NodeView& view) {
                                a.num_nodes);
   }
   for (int lr = 0; lr < cfg_.nproc; ++lr) heartbeats_->set_heal_generation(lr, heal_generation_);
-}
-
-std::string Agent::score_text(double score) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "%.2f", score);
-  return buf;
 }
 
 void Agent::tell_straggler_node(int attempt, const NodeView& view, const std::string& what_now, bool handed_over,

@@ -5,235 +5,210 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "agent/agent.h"
 #include "agent/attempt_policy.h"
-#include "agent/temp_dir.h"
 #include "channel/event_log.h"
 
 namespace ddprun {
 namespace ev = channel::events;
 
-Attempt::Attempt(Agent& agent, int attempt, const JoinResult& joined, Lifecycle& life)
-    : agent_(agent), attempt_(attempt), joined_(joined), life_(life), a_(joined.assignment) {}
+Attempt::Attempt(AttemptHost& node, int attempt, const JoinResult& joined, Lifecycle& life)
+    : node_(node), cfg_(node.config()), attempt_(attempt), joined_(joined), life_(life), a_(joined.assignment) {}
 
 void Attempt::announce() {
-  Agent& g = agent_;
-  if (g.cfg_.wants_nccl_id && joined_.nccl_id.empty()) {
+  if (cfg_.wants_nccl_id && joined_.nccl_id.empty()) {
     spdlog::warn("no NCCL id for round {}: {}", a_.round, joined_.nccl_id_error);
   }
   for (const auto& lost : a_.lost_since_last_round) {
     if (a_.heal_generation > 0) {
       spdlog::warn("taking over node rank {} (ranks {}..{}) of lost node {}: the workers start as "
                    "replacements and heal from the others (heal generation {})",
-                   a_.node_rank, a_.first_global_rank, a_.first_global_rank + g.cfg_.nproc - 1, lost,
+                   a_.node_rank, a_.first_global_rank, a_.first_global_rank + cfg_.nproc - 1, lost,
                    a_.heal_generation);
     } else {
       spdlog::warn("lost node {}; the job goes on without it", lost);  // "'id' (host): why"
     }
   }
-  g.events_.write(ev::kRound, {{"round", a_.round}, {"node_rank", a_.node_rank}, {"num_nodes", a_.num_nodes},
+  node_.events().write(ev::kRound, {{"round", a_.round}, {"node_rank", a_.node_rank}, {"num_nodes", a_.num_nodes},
                                {"world_size", a_.world_size}, {"restart_count", a_.restart_count},
                                {"lost_nodes", a_.lost_since_last_round}});
   if (!a_.lost_since_last_round.empty()) {
-    g.events_.write(ev::kNodeLost, {{"nodes", a_.lost_since_last_round}});
+    node_.events().write(ev::kNodeLost, {{"nodes", a_.lost_since_last_round}});
   }
   if (a_.heal_generation > 0 && a_.lost_since_last_round.empty()) {
     // It joined the running round: the world grew by its workers.
     spdlog::warn("joining the running round as node rank {} (ranks {}..{} of {}): the workers start as "
                  "replacements and take the state from the others (heal generation {})",
-                 a_.node_rank, a_.first_global_rank, a_.first_global_rank + g.cfg_.nproc - 1, a_.world_size,
+                 a_.node_rank, a_.first_global_rank, a_.first_global_rank + cfg_.nproc - 1, a_.world_size,
                  a_.heal_generation);
-    g.events_.write(ev::kGrow, {{"attempt", attempt_}, {"generation", a_.heal_generation},
+    node_.events().write(ev::kGrow, {{"attempt", attempt_}, {"generation", a_.heal_generation},
                                 {"node_rank", a_.node_rank}, {"num_nodes", a_.num_nodes},
                                 {"world_size", a_.world_size}, {"first_rank", a_.first_global_rank},
                                 {"detail", "this node joined the running round"}});
   } else if (a_.heal_generation > 0) {
-    g.events_.write(ev::kTakeover, {{"attempt", attempt_}, {"generation", a_.heal_generation},
+    node_.events().write(ev::kTakeover, {{"attempt", attempt_}, {"generation", a_.heal_generation},
                                     {"node_rank", a_.node_rank},
                                     {"detail", "this node took over the ranks of lost node(s)"}});
   }
-  auto log = g.cfg_.rdzv.max_nodes > 1 ? spdlog::level::info : spdlog::level::debug;
+  auto log = cfg_.rdzv.max_nodes > 1 ? spdlog::level::info : spdlog::level::debug;
   spdlog::log(log, "round {}: node rank {} of {}, ranks {}..{} of {}", a_.round, a_.node_rank, a_.num_nodes,
-              a_.first_global_rank, a_.first_global_rank + g.cfg_.nproc - 1, a_.world_size);
+              a_.first_global_rank, a_.first_global_rank + cfg_.nproc - 1, a_.world_size);
   // Why the round opened, unless this node heard it while its workers ran:
   // its own workers may have failed only because another node's did.
-  if (!a_.opened_because.empty() && a_.opened_because != g.heard_round_detail_) {
+  if (!a_.opened_because.empty() && a_.opened_because != node_.take_heard_round_detail()) {
     spdlog::warn("round {} follows the failure of the round before it: {}", a_.round, a_.opened_because);
   }
-  g.heard_round_detail_.clear();
 }
 
 GroupOptions Attempt::group_options() {
-  Agent& g = agent_;
   GroupOptions go;
   go.host = this;
-  go.heartbeats = g.heartbeats_.get();
-  go.hang_timeout = g.cfg_.hang_timeout;
-  if (g.cfg_.hang_auto_floor.count() > 0) {
+  go.heartbeats = node_.heartbeats();
+  go.hang_timeout = cfg_.hang_timeout;
+  if (cfg_.hang_auto_floor.count() > 0) {
     LearnedTimeoutOptions learned;
-    learned.floor = g.cfg_.hang_auto_floor;
+    learned.floor = cfg_.hang_auto_floor;
     go.learned_hang = learned;
   }
-  go.stop_timeout = g.cfg_.stop_timeout;
-  go.monitor_interval = g.cfg_.monitor_interval;
-  go.events = &g.events_;
+  go.stop_timeout = cfg_.stop_timeout;
+  go.monitor_interval = cfg_.monitor_interval;
+  go.events = &node_.events();
   go.attempt = attempt_;
-  go.asked_stacks_copy = g.cfg_.asked_stacks_copy;
-  // A hang's stacks outlive the job: beside the logs, or in TMPDIR.
-  go.stacks_stem = (g.files_dir_is_temp_ ? temp_base() + "/ddprun-" + g.cfg_.run_id + "-" : g.files_dir_ + "/") +
-                   "stacks-attempt_" + std::to_string(attempt_);
-  go.host_name = g.cfg_.host;
-  go.max_heals = heals_ ? g.cfg_.max_heals : 0;
-  go.replace_stragglers = g.cfg_.replace_stragglers;
+  go.asked_stacks_copy = cfg_.asked_stacks_copy;
+  go.stacks_stem = node_.stacks_stem(attempt_);
+  go.host_name = cfg_.host;
+  go.max_heals = heals_ ? cfg_.max_heals : 0;
+  go.replace_stragglers = cfg_.replace_stragglers;
   // Once every worker is past its start (it beats), warm up the next set
   // (for a restart), or one (for a heal's replacement).
   go.warm_standbys = restart_standbys_ || heal_standby_;
-  if (go.warm_standbys) go.standby_warmup = g.cfg_.standby_warmup;
+  if (go.warm_standbys) go.standby_warmup = cfg_.standby_warmup;
   // A failed worker's replacement heals in the generation the rendezvous
   // names for it; every other node's workers heal in it too. (Also while
   // this node runs alone: the round may grow, and its generations must
   // stay one sequence.)
-  go.heals_named_by_rendezvous = g.names_heals_at_rendezvous();
-  if (g.lease_) go.control_fd = g.lease_->fd();
-  go.asks_other_ranks = g.cfg_.rdzv.max_nodes > 1;  // a hang's verdict names the other nodes' ranks too
+  go.heals_named_by_rendezvous = node_.names_heals_at_rendezvous();
+  if (node_.lease()) go.control_fd = node_.lease()->fd();
+  go.asks_other_ranks = cfg_.rdzv.max_nodes > 1;  // a hang's verdict names the other nodes' ranks too
   return go;
 }
 
 GroupEnd Attempt::run() {
-  Agent& g = agent_;
   announce();
-  std::vector<WorkerLaunch> launches = g.make_launches(attempt_, joined_);
+  std::vector<WorkerLaunch> launches = node_.launches(attempt_, joined_);
   // As many workers as there are standbys start from one (a heal may have
-  // used some), the rest fresh.
-  for (size_t i = 0; i < launches.size() && i < g.standbys_.size(); ++i) launches[i].standby = std::move(g.standbys_[i]);
-  g.standbys_.erase(g.standbys_.begin(),
-                    g.standbys_.begin() + static_cast<std::ptrdiff_t>(std::min(launches.size(), g.standbys_.size())));
-  g.dismiss_standbys();  // any beyond this attempt's workers
+  // used some), the rest fresh; any beyond this attempt's workers go.
+  std::vector<Standby> standbys = node_.take_standbys(launches.size());
+  for (size_t i = 0; i < standbys.size(); ++i) launches[i].standby = std::move(standbys[i]);
 
-  g.seen_.assign(g.cfg_.nproc, channel::Progress{});
-  g.meter_.reset();
-  g.logged_step_ = -1;
-  g.last_progress_log_ = std::chrono::steady_clock::now();
-  g.heal_generation_ = a_.heal_generation;
-  heals_ = g.heals_in(a_) || g.heals_across(a_) || g.names_heals_at_rendezvous();
-  restart_standbys_ = g.cfg_.standby && life_.can_restart();
-  heal_standby_ = heals_ && g.cfg_.heal_standby;
+  heals_ = node_.heals(a_);
+  restart_standbys_ = cfg_.standby && life_.can_restart();
+  heal_standby_ = heals_ && cfg_.heal_standby;
   GroupOptions go = group_options();
-  if (g.heartbeats_) {
-    g.heartbeats_->reset();
+  if (HeartbeatTable* beats = node_.heartbeats()) {
+    beats->reset();
     // A takeover's workers are replacements: their slots name the generation
     // they heal in (they wait for a newer one only after a later failure).
-    for (int lr = 0; lr < g.cfg_.nproc && a_.heal_generation > 0; ++lr) {
-      g.heartbeats_->set_heal_generation(lr, a_.heal_generation);
+    for (int lr = 0; lr < cfg_.nproc && a_.heal_generation > 0; ++lr) {
+      beats->set_heal_generation(lr, a_.heal_generation);
     }
-    g.tell_workers_whether_heals_come(a_, nullptr);
+    node_.tell_workers_whether_heals_come(a_, nullptr);
   }
-  if (g.status_) g.status_->watch(a_.round, 0, a_.first_global_rank);  // local rank 0's global rank
-  WorkerGroup group(std::move(launches), g.signals_, go);
+  node_.begin_watching(attempt_, a_);
+  WorkerGroup group(std::move(launches), node_.signals(), go);
   running_ = &group;
   GroupResult result = group.run();
   running_ = nullptr;
-  if (g.lease_) g.lease_->set_workers_heal_round(-1);  // none of them runs any more
+  if (node_.lease()) node_.lease()->set_workers_heal_round(-1);  // none of them runs any more
   if (result.heals > 0 && result.outcome != GroupResult::kWorkerFailed) {
     spdlog::info("{} failed worker(s) were replaced while the others went on (heal generation {}; no restart)",
                  result.heals, result.heal_generation);
   }
-  // A checkpoint saved just before the end, since the last tick.
-  g.watch_progress(attempt_, a_);
-  if (g.console_err_) g.console_err_->clear_status();
-  if (g.status_) g.status_->unwatch();
-  // Every local worker is gone: its keys in the store this node hosts go too.
-  if (g.fresh_key_space_) g.fresh_key_space_();
+  node_.end_watching(attempt_, a_);
   return end_of(result);
 }
 
 void Attempt::on_monitor() {
-  Agent& g = agent_;
-  g.watch_progress(attempt_, a_, running_);
-  g.report_workers_heal(a_, running_);
+  node_.watch_progress(attempt_, a_, running_);
+  node_.report_workers_heal(a_, running_);
   if (refill_standby_ && !(running_ && running_->any_joining())) {
     // After a heal took the warm standby, once the replacement has the
     // state: a standby loading its libraries competes for the cores with
     // the replacement's start and its heal.
     refill_standby_ = false;
-    g.spawn_standbys(attempt_ + 1, joined_, 1);
+    node_.warm_standbys(attempt_ + 1, joined_, 1);
   }
 }
 
 std::optional<std::string> Attempt::stop_now() {
   if (!hand_over_) return std::nullopt;
-  return hand_over_now(*hand_over_);
+  return hand_over(*hand_over_);
 }
 
 void Attempt::hand_over_if_straggler(const NodeView& view) {
   if (!handed_over_.empty()) return;
   hand_over_.reset();
-  const StragglerNews news = straggler_news_of(view, {agent_.cfg_.replace_stragglers, agent_.cfg_.hosts_rendezvous});
+  const StragglerNews news = straggler_news_of(view, {cfg_.replace_stragglers, cfg_.hosts_rendezvous});
   if (news.verdict == StragglerNews::kHandOver) {
     hand_over_ = view;  // at the next moment all its workers are inside a step's collective
     return;
   }
   if (news.verdict == StragglerNews::kNotNamed || straggler_told_) return;
-  agent_.tell_straggler_node(attempt_, view, "it goes on (" + news.kept + ")", false, news.kept);
+  node_.tell_straggler_node(attempt_, view, "it goes on (" + news.kept + ")", false, news.kept);
   straggler_told_ = true;
 }
 
-std::optional<std::string> Attempt::hand_over_now(const NodeView& view) {
-  Agent& g = agent_;
-  if (!handed_over_.empty() || !g.heartbeats_ || !g.heartbeats_->all_in_step(/*in_collective=*/true)) {
+std::optional<std::string> Attempt::hand_over(const NodeView& view) {
+  HeartbeatTable* beats = node_.heartbeats();
+  if (!hand_over_now(!handed_over_.empty(),
+                     beats ? std::optional<bool>(beats->all_in_step(/*in_collective=*/true)) : std::nullopt)) {
     return std::nullopt;
   }
-  handed_over_ = "node '" + g.node_id_ + "' (" + g.cfg_.host + ") was the job's straggler (score " +
-                 Agent::score_text(view.straggler_score) +
+  handed_over_ = node_.node_name() + " was the job's straggler (score " + score_text(view.straggler_score) +
                  ") and handed its place to a waiting node (--straggler-action replace)";
-  g.tell_straggler_node(attempt_, view,
-                        "stopping its workers and handing its place to a waiting node (--straggler-action replace)",
-                        true, handed_over_);
+  node_.tell_straggler_node(attempt_, view,
+                            "stopping its workers and handing its place to a waiting node (--straggler-action replace)",
+                            true, handed_over_);
   return handed_over_;
 }
 
 void Attempt::on_all_beating() {
-  agent_.spawn_standbys(attempt_ + 1, joined_, restart_standbys_ ? agent_.cfg_.nproc : 1);
+  node_.warm_standbys(attempt_ + 1, joined_, restart_standbys_ ? cfg_.nproc : 1);
 }
 
 std::optional<Standby> Attempt::take_standby() {
   // A heal's replacement starts from a warm standby, and another is warmed
   // for the next heal on the monitor's next beat.
-  Agent& g = agent_;
-  if (!heal_standby_ || g.standbys_.empty()) return std::nullopt;
-  Standby s = std::move(g.standbys_.back());
-  g.standbys_.pop_back();
-  refill_standby_ = true;
+  if (!heal_standby_) return std::nullopt;
+  std::optional<Standby> s = node_.take_standby();
+  if (s) refill_standby_ = true;
   return s;
 }
 
-void Attempt::ask_heal(const std::string& why) { heal_request_ = agent_.lease_->request_heal(why); }
+void Attempt::ask_heal(const std::string& why) { heal_request_ = node_.lease()->request_heal(why); }
 
 std::optional<uint32_t> Attempt::heal_answer() {
-  Agent& g = agent_;
-  const LeaseStatus st = g.lease_->peek();
+  const LeaseStatus st = node_.lease()->peek();
   const auto answer = answer_of(st.view ? &*st.view : nullptr, heal_request_, a_.round, a_.placement());
   if (!answer) return std::nullopt;
   // The same generation may also move this node's ranks (a node was lost
   // while this one asked: one generation names both): the replacement
   // starts under the new ranks, as the other workers go on under them.
   if (answer->move) move(*st.view);
-  if (answer->generation > g.heal_generation_) g.heal_generation_ = answer->generation;  // named for this node's heal: not news to tell
+  node_.heard_generation(answer->generation);  // named for this node's heal: not news to tell
   return answer->generation;
 }
 
 bool Attempt::other_nodes() { return a_.num_nodes > 1; }
 
-std::vector<RankView> Attempt::other_ranks() { return agent_.other_nodes_ranks(); }
+std::vector<RankView> Attempt::other_ranks() { return node_.other_nodes_ranks(); }
 
 void Attempt::move(const NodeView& view) {
-  agent_.move_with(attempt_, a_, view);
+  node_.move_with(attempt_, a_, view);
   if (running_) running_->renumber(a_.first_global_rank, a_.world_size, a_.node_rank, a_.num_nodes);
 }
 
 std::optional<std::string> Attempt::on_control() {
-  Agent& g = agent_;
-  LeaseStatus st = g.lease_->take();
+  LeaseStatus st = node_.lease()->take();
   if (st.contact_lost) return life_.on_contact_lost() + " (" + st.error + ")";
   if (!st.view) return std::nullopt;
   const NodeView& view = *st.view;
@@ -242,27 +217,16 @@ std::optional<std::string> Attempt::on_control() {
   // job: its workers must not heal into a generation the others named
   // without them, under the ranks they had.
   if (!view.known) return life_.on_view(view);
-  if (view.nodes_waiting > g.nodes_waiting_) {
-    spdlog::info("{} node(s) wait to join; the job runs at its --nnodes maximum of {}", view.nodes_waiting,
-                 g.cfg_.rdzv.max_nodes);
-  }
-  g.nodes_waiting_ = view.nodes_waiting;
-  g.note_control_plane(attempt_, view);
-  if (view.refusals > g.refusals_told_) {
-    spdlog::warn("the rendezvous {}", view.refusal);  // it runs on; the late node exits
-    const bool refused = view.refusal.rfind("refused", 0) == 0;
-    g.events_.write(refused ? ev::kRefused : ev::kAdmitted, {{"attempt", attempt_}, {"detail", view.refusal}});
-    g.refusals_told_ = view.refusals;
-  }
-  const ViewNews news = news_of(view, a_.round, g.heal_generation_, a_.placement());
+  node_.note_view(attempt_, view);
+  const ViewNews news = news_of(view, a_.round, node_.told_generation(), a_.placement());
   switch (news.heal) {
     case ViewNews::Heal::kMove: move(view); break;  // the round shrank or grew: this node's place moved
-    case ViewNews::Heal::kHealWithOthers: g.heal_with_others(attempt_, view); break;
+    case ViewNews::Heal::kHealWithOthers: node_.heal_with_others(attempt_, view); break;
     case ViewNews::Heal::kNone: break;
   }
-  if (news.tell_heals_come) g.tell_workers_whether_heals_come(a_, &view);
+  if (news.tell_heals_come) node_.tell_workers_whether_heals_come(a_, &view);
   if (auto why = life_.on_view(view)) {
-    g.heard_round_detail_ = view.detail;
+    node_.heard_round_detail(view.detail);
     return why;
   }
   hand_over_if_straggler(view);
@@ -270,7 +234,6 @@ std::optional<std::string> Attempt::on_control() {
 }
 
 GroupEnd Attempt::end_of(const GroupResult& result) {
-  Agent& g = agent_;
   GroupEnd end;
   end.outcome = result.outcome;
   if (end.outcome == GroupOutcome::kStoppedBySignal) end.signal = result.signal;
@@ -280,15 +243,11 @@ GroupEnd Attempt::end_of(const GroupResult& result) {
     end.failure = handed_over_;
   }
   if (end.outcome == GroupEnd::kWorkerFailed || end.outcome == GroupEnd::kStoppedBySignal) {
-    SummaryContext ctx{g.cfg_.run_id, a_.restart_count, g.cfg_.rdzv.max_restarts, result.stopped_count,
+    SummaryContext ctx{cfg_.run_id, a_.restart_count, cfg_.rdzv.max_restarts, result.stopped_count,
                        end.outcome == GroupEnd::kStoppedBySignal ? "stopped by " + signal_name(result.signal) : ""};
-    ctx.python = g.cfg_.python;
-    if (!g.control_node_.empty()) {
-      ctx.control_plane = "node " + g.control_node_ + " serves the rendezvous (term " +
-                          std::to_string(g.control_term_) + ", " + std::to_string(g.control_takeovers_) +
-                          " takeover(s) seen from this node)";
-    }
-    write_all(g.cfg_.console_err_fd, format_failure_summary(result.failures, ctx));
+    ctx.python = cfg_.python;
+    ctx.control_plane = node_.control_plane_line();
+    write_all(cfg_.console_err_fd, format_failure_summary(result.failures, ctx));
   }
   if (end.outcome == GroupEnd::kWorkerFailed && !result.failures.empty()) {
     // The root cause, as the summary names it.
@@ -302,14 +261,14 @@ GroupEnd Attempt::end_of(const GroupResult& result) {
     } else if (root.reason.empty()) {  // a hung worker has neither: its message says why
       f["exit_code"] = root.exit_code;
     }
-    g.events_.write(ev::kFailure, std::move(f));
+    node_.events().write(ev::kFailure, std::move(f));
   }
-  g.log_losses_.insert(g.log_losses_.end(), result.log_losses.begin(), result.log_losses.end());
+  node_.add_log_losses(result.log_losses);
   if (end.outcome == GroupEnd::kWorkerFailed && life_.can_restart()) {
-    spdlog::warn("restarting the workers (restart {} of {}{})", a_.restart_count + 1, g.cfg_.rdzv.max_restarts,
-                 g.standbys_.empty() ? "" : ", from standby");
-    g.events_.write(ev::kRestart, {{"attempt", attempt_ + 1}, {"restart_count", a_.restart_count + 1},
-                                   {"max_restarts", g.cfg_.rdzv.max_restarts}, {"reason", "worker failure"}});
+    spdlog::warn("restarting the workers (restart {} of {}{})", a_.restart_count + 1, cfg_.rdzv.max_restarts,
+                 node_.has_standbys() ? ", from standby" : "");
+    node_.events().write(ev::kRestart, {{"attempt", attempt_ + 1}, {"restart_count", a_.restart_count + 1},
+                                   {"max_restarts", cfg_.rdzv.max_restarts}, {"reason", "worker failure"}});
   }
   return end;
 }

@@ -5,7 +5,8 @@
 // the failure summary and events. What a keep-alive's news means for the
 // workers is AttemptPolicy's (attempt_policy.h); whether to restart,
 // rejoin or stop, the Lifecycle's; a worker's exit, hang or slowness,
-// GroupPolicy's. The Agent's helpers do the I/O.
+// GroupPolicy's. The node's services and the state that outlives the
+// attempt are reached through AttemptHost (attempt_host.h), the Agent.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/attempt_host.h"
 #include "agent/group_host.h"
 #include "agent/lifecycle.h"
 #include "agent/worker_group.h"
@@ -20,11 +22,9 @@
 
 namespace ddprun {
 
-class Agent;
-
 class Attempt final : public GroupHost {
  public:
-  Attempt(Agent& agent, int attempt, const JoinResult& joined, Lifecycle& life);
+  Attempt(AttemptHost& node, int attempt, const JoinResult& joined, Lifecycle& life);
   // Runs the workers until they all exited; throws SpawnError when one
   // cannot start.
   GroupEnd run();
@@ -46,17 +46,18 @@ class Attempt final : public GroupHost {
   // The workers' place moved (a shrink or a grow named in a generation).
   void move(const NodeView& view);
   // A keep-alive's straggler verdict (AttemptPolicy's straggler_news_of):
-  // the node will hand its place over (hand_over_now says when), or is told
+  // the node will hand its place over (hand_over says when), or is told
   // once why it goes on.
   void hand_over_if_straggler(const NodeView& view);
   // On the monitor's beat, once the node is to hand its place over: why
   // its workers stop now, when every one of them is inside a collective of
   // a Healer step (so are the other nodes' then: they wait for it there,
   // and heal; outside a step they would fail and restart). nullopt: not yet.
-  std::optional<std::string> hand_over_now(const NodeView& view);
+  std::optional<std::string> hand_over(const NodeView& view);
   GroupEnd end_of(const GroupResult& result);
 
-  Agent& agent_;
+  AttemptHost& node_;
+  const AgentConfig& cfg_;
   const int attempt_;
   const JoinResult& joined_;
   Lifecycle& life_;

@@ -1,5 +1,7 @@
 #include "agent/attempt_policy.h"
 
+#include <cstdio>
+
 namespace ddprun {
 
 namespace {
@@ -43,6 +45,16 @@ StragglerNews straggler_news_of(const NodeView& view, const StragglerRules& rule
     n.verdict = StragglerNews::kHandOver;
   }
   return n;
+}
+
+bool hand_over_now(bool handed_over, std::optional<bool> all_in_collective) {
+  return !handed_over && all_in_collective.value_or(false);
+}
+
+std::string score_text(double score) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%.2f", score);
+  return buf;
 }
 
 }  // namespace ddprun

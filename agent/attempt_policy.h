@@ -62,5 +62,14 @@ struct StragglerNews {
   std::string kept;  // the setting or fact that keeps it, for kKeep
 };
 StragglerNews straggler_news_of(const NodeView& view, const StragglerRules& rules);
+// Whether a node that is to hand its place over (kHandOver) stops its
+// workers now: once (`handed_over`: it did already), and only when every
+// one of them is inside a collective of a Healer step (`all_in_collective`;
+// absent: no heartbeats tell). The other nodes' workers then wait for them
+// there, and heal; outside a step they would fail and restart.
+bool hand_over_now(bool handed_over, std::optional<bool> all_in_collective);
+
+// A straggler score as the log and the events say it ("0.33").
+std::string score_text(double score);
 
 }  // namespace ddprun

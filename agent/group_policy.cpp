@@ -49,6 +49,8 @@ template <class... F>
 struct Handlers : F... {
   using F::operator()...;
 };
+template <class... F>
+Handlers(F...) -> Handlers<F...>;  // clang 14 deduces no aggregate's arguments
 }  // namespace
 
 GroupStep GroupPolicy::step(const GroupEvent& event, TimePoint now) {

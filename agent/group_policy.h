@@ -157,15 +157,21 @@ class GroupPolicy {
   }
   // Whether a Replace of worker w would replace it as things stand.
   bool may_replace(int w) const { return alive_[w] && heal_allowed(w); }
-  // When to act on straggler w, found now: a heal is handled inside a
-  // ddp::Healer step, and one named while a worker is outside a step
-  // (evaluating, say) fails that worker's next collective; so a straggler
-  // to be replaced waits for a beat when every worker is inside a step
-  // (kWait: look again on the next beat). One only named, or one that
-  // cannot be replaced now, is told at once (kNow).
-  enum class StragglerTiming { kWait, kNow };
-  StragglerTiming straggler_timing(int w, bool replace, bool all_in_step) const {
-    return replace && may_replace(w) && !all_in_step ? StragglerTiming::kWait : StragglerTiming::kNow;
+  // What to do about straggler w, found now (or a replica apart twice, with
+  // replace true): kLoad: this node's load explains its slowness
+  // (`load_explains`: StragglerScores::slowed_by_load), it goes on; kWarn:
+  // it is only named (no --straggler-action replace); kKept: it would be
+  // replaced but cannot heal now (--max-heals spent, a peer that cannot
+  // heal), it goes on; kReplace: kill it to be replaced through a heal (a
+  // Replace event); kWait: to be replaced, but a heal is handled inside a
+  // ddp::Healer step and a worker is outside one (evaluating, say: the heal
+  // would fail its next collective), so look again on the next beat.
+  enum class StragglerAction { kWait, kLoad, kWarn, kKept, kReplace };
+  StragglerAction straggler_action(int w, bool load_explains, bool replace, bool all_in_step) const {
+    if (load_explains) return StragglerAction::kLoad;
+    if (!replace) return StragglerAction::kWarn;
+    if (!may_replace(w)) return StragglerAction::kKept;
+    return all_in_step ? StragglerAction::kReplace : StragglerAction::kWait;
   }
 
   // How long the I/O loop may wait for events (-1: until one comes).

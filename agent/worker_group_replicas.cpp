@@ -73,10 +73,9 @@ void WorkerGroup::check_replicas() {
                    "(it holds the majority's state)", w.launch->id.rank);
       continue;
     }
-    if (policy_->straggler_timing(wi, /*replace=*/true, options_.heartbeats->all_in_step()) ==
-        GroupPolicy::StragglerTiming::kWait) {
-      continue;
-    }
+    const auto action = policy_->straggler_action(wi, /*load_explains=*/false, /*replace=*/true,
+                                                  options_.heartbeats->all_in_step());
+    if (action == GroupPolicy::StragglerAction::kWait) continue;
     w.apart_to_replace = false;
     const std::string why = "apart from the other replicas a second time (its Healer took the majority's state "
                             "again, but the process cannot be trusted)";

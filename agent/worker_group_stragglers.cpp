@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "agent/cpu_busy.h"
@@ -39,26 +40,26 @@ void WorkerGroup::check_stragglers() {
     }
     cpu_window_start_ = now;
   }
+  using Action = GroupPolicy::StragglerAction;
   for (int rank : stragglers_.stragglers()) {
     if (std::find(stragglers_said_.begin(), stragglers_said_.end(), rank) != stragglers_said_.end()) continue;
     const int w = worker_of[rank];
-    if (policy_->straggler_timing(w, options_.replace_stragglers, options_.heartbeats->all_in_step()) ==
-        GroupPolicy::StragglerTiming::kWait) {
-      continue;  // the next beat
-    }
-    stragglers_said_.push_back(rank);
     const StragglerScore& s = stragglers_.scores().at(rank);
-    if (const std::string load = slowed_by_load(w, s.score); !load.empty()) {
+    const std::string load = slowed_by_load(w, s.score);
+    const Action action =
+        policy_->straggler_action(w, !load.empty(), options_.replace_stragglers, options_.heartbeats->all_in_step());
+    if (action == Action::kWait) continue;  // the next beat
+    stragglers_said_.push_back(rank);
+    nlohmann::json event = {{"attempt", options_.attempt}, {"rank", rank},
+                            {"local_rank", workers_[w]->launch->id.local_rank}, {"score", s.score},
+                            {"wait_share", s.wait_share}, {"late_ms", s.late_ms}};
+    if (action == Action::kLoad) {
       excused_by_load_.push_back(rank);
       spdlog::info("rank {} is the slowest here (score {:.2f}), but {}: this node's load, not the rank; it goes on",
                    rank, s.score, load);
-      if (options_.events) {
-        options_.events->write(channel::events::kStraggler,
-                               {{"attempt", options_.attempt}, {"rank", rank},
-                                {"local_rank", workers_[w]->launch->id.local_rank}, {"score", s.score},
-                                {"wait_share", s.wait_share}, {"late_ms", s.late_ms}, {"action", "load"},
-                                {"detail", load}});
-      }
+      event["action"] = "load";
+      event["detail"] = load;
+      if (options_.events) options_.events->write(channel::events::kStraggler, std::move(event));
       continue;
     }
     char why[200];
@@ -66,28 +67,26 @@ void WorkerGroup::check_stragglers() {
                   "a straggler: %.0f%% of the time the others wait is for it, %.1f ms a collective on average; "
                   "it is %.0f%% of their time between collectives (score %.2f)",
                   100 * s.wait_share, s.late_ms, 100 * s.score, s.score);
-    std::string action = "warn";
-    if (options_.replace_stragglers) {
-      auto kill = policy_->step(group_event::Replace{w, group_event::Replace::kStraggler, why},
-                                std::chrono::steady_clock::now())
-                      .commands;
-      action = kill.empty() ? "kept" : "replace";
-      if (kill.empty()) {
-        spdlog::warn("rank {} is {}; it is not replaced: {}", rank, why,
-                     policy_->heals_ran_out(w)
-                         ? "its heals ran out (--max-heals " + std::to_string(options_.max_heals) + ")"
-                         : std::string("not every worker can heal around it now"));
-      }
-      execute(kill);
-    } else {
+    std::vector<GroupCommand> kill;
+    if (action == Action::kReplace) {
+      kill = policy_->step(group_event::Replace{w, group_event::Replace::kStraggler, why},
+                           std::chrono::steady_clock::now())
+                 .commands;
+    }
+    if (action == Action::kWarn) {
       spdlog::warn("rank {} is {} (--straggler-action replace would replace it)", rank, why);
+      event["action"] = "warn";
+    } else if (kill.empty()) {
+      spdlog::warn("rank {} is {}; it is not replaced: {}", rank, why,
+                   policy_->heals_ran_out(w)
+                       ? "its heals ran out (--max-heals " + std::to_string(options_.max_heals) + ")"
+                       : std::string("not every worker can heal around it now"));
+      event["action"] = "kept";
+    } else {
+      event["action"] = "replace";
     }
-    if (options_.events) {
-      options_.events->write(channel::events::kStraggler,
-                             {{"attempt", options_.attempt}, {"rank", rank},
-                              {"local_rank", workers_[w]->launch->id.local_rank}, {"score", s.score},
-                              {"wait_share", s.wait_share}, {"late_ms", s.late_ms}, {"action", action}});
-    }
+    if (options_.events) options_.events->write(channel::events::kStraggler, std::move(event));
+    execute(kill);
   }
 }
 

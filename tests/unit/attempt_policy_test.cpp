@@ -109,4 +109,15 @@ TEST(AttemptPolicy, AStragglerHandsOverOnlyWhenANodeWaitsToTakeItsPlace) {
   }
 }
 
+// A node to hand its place over stops its workers once, and only while
+// every one of them is inside a step's collective (the others then heal
+// around them); without heartbeats nobody can tell, so never.
+TEST(AttemptPolicy, ANodeHandsItsPlaceOverOnceAndOnlyWithEveryWorkerInAStepsCollective) {
+  using ddprun::hand_over_now;
+  EXPECT_TRUE(hand_over_now(false, true));
+  EXPECT_FALSE(hand_over_now(false, false)) << "a worker outside a step's collective";
+  EXPECT_FALSE(hand_over_now(true, true)) << "handed over already";
+  EXPECT_FALSE(hand_over_now(false, std::nullopt)) << "no heartbeats";
+}
+
 }  // namespace

@@ -666,17 +666,21 @@ TEST(GroupPolicy, AStragglerIsReplacedThroughAHealWithinMaxHeals) {
 
 // A straggler to replace waits until every worker is inside a step (a heal
 // named outside one fails that worker's next collective); one only named,
-// or one that cannot heal now, is told at once.
-TEST(GroupPolicy, AStragglerIsReplacedOnlyWhenEveryWorkerIsInsideAStep) {
-  using Timing = GroupPolicy::StragglerTiming;
+// one this node's load explains, or one that cannot heal now, is told at
+// once and goes on.
+TEST(GroupPolicy, AStragglerIsReplacedOnlyWhenEveryWorkerIsInsideAStepAndNotForTheLoad) {
+  using Action = GroupPolicy::StragglerAction;
   Group p(2, healing(3));
-  EXPECT_EQ(p.policy.straggler_timing(1, /*replace=*/true, /*all_in_step=*/false), Timing::kNow)
-      << "it cannot heal yet: nothing to wait for";
+  EXPECT_EQ(p.policy.straggler_action(1, false, /*replace=*/true, /*all_in_step=*/false), Action::kKept)
+      << "it cannot heal yet: kept";
   p.all_ready();
   p.read_heal();
-  EXPECT_EQ(p.policy.straggler_timing(1, true, false), Timing::kWait);
-  EXPECT_EQ(p.policy.straggler_timing(1, true, true), Timing::kNow);
-  EXPECT_EQ(p.policy.straggler_timing(1, /*replace=*/false, false), Timing::kNow) << "only named: at once";
+  EXPECT_EQ(p.policy.straggler_action(1, false, true, false), Action::kWait);
+  EXPECT_EQ(p.policy.straggler_action(1, false, true, true), Action::kReplace);
+  EXPECT_EQ(p.policy.straggler_action(1, false, /*replace=*/false, false), Action::kWarn) << "only named: at once";
+  EXPECT_EQ(p.policy.straggler_action(1, /*load_explains=*/true, true, true), Action::kLoad)
+      << "this node's load: not the rank's";
+  EXPECT_EQ(p.policy.straggler_action(1, true, false, false), Action::kLoad);
 }
 
 TEST(GroupPolicy, AHungWorkerIsKilledAndReplacedWhileTheOthersGoOn) {
