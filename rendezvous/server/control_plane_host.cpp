@@ -3,18 +3,9 @@
 #include <algorithm>
 
 #include "rendezvous/server/job_state.h"
+#include "rendezvous/server/term_lease.h"
 
 namespace ddprun {
-
-namespace {
-
-std::string seconds_text(std::chrono::milliseconds d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(d.count()) / 1000.0);
-  return buf;
-}
-
-}  // namespace
 
 ControlPlaneHost::ControlPlaneHost(ControlPlane& plane, std::string job_id, std::string node_id, OnEvent on_event)
     : plane_(plane), job_id_(std::move(job_id)), node_id_(std::move(node_id)), on_event_(std::move(on_event)) {}
@@ -208,10 +199,11 @@ void ControlPlaneHost::lead(int64_t term) {
     return;
   }
   auto saver = std::make_shared<StateSaver>(*registry_, plane_, job_id_, term, node_id_);
+  TermLease lease(term, ttl, sent);
   {
     std::lock_guard lock(mu_);
     term_ = term;
-    valid_until_ = sent + ttl;
+    valid_until_ = lease.valid_until();
     saver_ = saver;
     committed_revision_ = registry_->revision(job_id_);  // what was restored is saved
   }
@@ -224,27 +216,23 @@ void ControlPlaneHost::lead(int64_t term) {
   //    a renewal (serving_locked checks the clock on every call too).
   bool stopping = false;
   while (why.empty()) {
-    if (wait_stop(ttl / 3)) {
+    if (wait_stop(lease.renew_every())) {
       stopping = true;
       why = "the agent stops";
       break;
     }
     sent = Clock::now();
-    bool renewed = false;
+    auto renewal = TermLease::Renewal::kUnanswered;
     std::string error;
     try {
-      renewed = plane_.renew(term);
-      if (!renewed) why = "the control plane says " + term_text + " is over";
+      renewal = plane_.renew(term) ? TermLease::Renewal::kGranted : TermLease::Renewal::kRefused;
     } catch (const std::exception& e) {
       error = e.what();
     }
+    const bool fenced = saver->fenced();
+    why = lease.after_renewal(renewal, sent, Clock::now(), error, fenced, fenced ? saver->last_error() : "");
     std::lock_guard lock(mu_);
-    if (renewed) {
-      valid_until_ = sent + ttl;
-    } else if (why.empty() && Clock::now() >= valid_until_) {
-      why = "no renewal of " + term_text + " for " + seconds_text(ttl) + " (" + error + ")";
-    }
-    if (why.empty() && saver->fenced()) why = saver->last_error();
+    valid_until_ = lease.valid_until();
   }
   {
     std::lock_guard lock(mu_);

@@ -8,77 +8,12 @@
 
 #include "ddprun/v1/raft.pb.h"
 #include "rendezvous/control_plane/raft/raft_messages.h"
+#include "rendezvous/control_plane/raft/raft_node_impl.h"
 
 namespace ddprun {
-
-// Everything libraft touches, on the Raft thread only.
-struct RaftNode::Impl {
-  RaftNode* node = nullptr;  // libraft keeps io.data for itself: this is how its io finds us
-  struct raft raft {};
-  struct raft_io io {};
-  struct raft_fsm fsm {};
-
-  // What a fresh start loads: nothing, or the bootstrap configuration.
-  bool bootstrapped = false;
-  std::string bootstrap_conf;  // raft_configuration_encode's bytes
-  uint64_t term = 0;           // set_term / set_vote (read back only by load)
-  uint64_t voted_for = 0;
-
-  // The newest snapshot libraft stored, for a follower that needs it.
-  struct Snapshot {
-    uint64_t index = 0, term = 0, conf_index = 0;
-    google::protobuf::RepeatedPtrField<ddprun::v1::RaftServer> conf;
-    std::string data;
-  };
-  std::optional<Snapshot> snapshot;
-
-  // I/O completions not yet delivered: run on the Raft thread after the call
-  // that started them returns (libraft expects its callbacks later), or with
-  // RAFT_CANCELED when it closes.
-  std::deque<std::function<void(int status)>> completions;
-
-  raft_io_tick_cb tick = nullptr;
-  raft_io_recv_cb recv = nullptr;
-  std::chrono::milliseconds tick_every{100};
-  bool started = false;
-  bool closed = false;
-  std::mt19937 rng{std::random_device{}()};
-  std::string state;  // the FSM: the newest applied blob
-  bool has_state = false;
-  uint64_t state_version = 0;  // counts the FSM's changes: publish() copies the blob only after one
-  // When each member was last heard from (any message in any term), in
-  // lived time (below).
-  std::map<uint64_t, std::chrono::steady_clock::time_point> heard;
-
-  // Lived time: the steady clock less the stretches this thread was not
-  // running when it should have (it asked to wake for a tick and woke
-  // much later: a loaded machine, a paused process). libraft's timers run
-  // on it, so a member that was not scheduled does not count that silence
-  // against the others: a follower starts no election, and a leader does
-  // not step down, for its own stall (memberlist's Lifeguard). Never goes
-  // backwards. Raft thread only.
-  std::chrono::steady_clock::duration stalled{0};
-  std::chrono::steady_clock::time_point last_lived{};
-  std::chrono::steady_clock::time_point lived_now() {
-    const auto t = std::chrono::steady_clock::now() - stalled;
-    if (t > last_lived) last_lived = t;
-    return last_lived;
-  }
-  // A lived instant as the steady clock's (for callers on other threads).
-  std::chrono::steady_clock::time_point to_steady(std::chrono::steady_clock::time_point lived) const {
-    if (lived == std::chrono::steady_clock::time_point::max() || lived == std::chrono::steady_clock::time_point::min()) {
-      return lived;
-    }
-    return lived + stalled;
-  }
-};
-
 namespace {
 
 using Pb = ddprun::v1::RaftMessage;
-
-// A wake-up later than asked by more than this is a stall (see lived_now).
-constexpr auto kLateWake = std::chrono::milliseconds(50);
 
 }  // namespace
 
@@ -97,18 +32,10 @@ struct RaftNodeIo {
       if (cb) cb(req, status);
     });
   }
-  // Runs the callbacks of the requests done so far, with `status`.
-  static void complete(RaftNode::Impl& s, int status) {
-    while (!s.completions.empty()) {
-      auto done = std::move(s.completions.front());
-      s.completions.pop_front();
-      done(status);
-    }
-  }
 
   static void close(struct raft_io* io, raft_io_close_cb cb) {
     auto& s = impl(io);
-    complete(s, RAFT_CANCELED);  // what libraft still waits for ends before it frees itself
+    s.complete(RAFT_CANCELED);  // what libraft still waits for ends before it frees itself
     s.closed = true;
     if (cb) cb(io);
   }
@@ -569,129 +496,6 @@ void RaftNode::run(const std::function<void()>& task) {
   });
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return *done || stop_; });
-}
-
-void RaftNode::publish() {
-  RaftStatus s;
-  struct raft& r = impl_->raft;
-  switch (raft_state(&r)) {
-    case RAFT_FOLLOWER: s.role = RaftStatus::Role::kFollower; break;
-    case RAFT_CANDIDATE: s.role = RaftStatus::Role::kCandidate; break;
-    case RAFT_LEADER: s.role = RaftStatus::Role::kLeader; break;
-    default: s.role = RaftStatus::Role::kUnavailable; break;
-  }
-  if (impl_->started && !impl_->closed) {
-    s.term = r.current_term;
-    raft_id leader = 0;
-    const char* address = nullptr;
-    raft_leader(&r, &leader, &address);
-    s.leader_id = leader;
-    if (address) s.leader_address = address;
-    s.applied = raft_last_applied(&r);
-    for (unsigned i = 0; i < r.configuration.n; ++i) {
-      s.members.push_back(r.configuration.servers[i].id);
-      if (r.configuration.servers[i].role == RAFT_VOTER) {
-        s.voters.push_back(r.configuration.servers[i].id);
-        s.voter_addresses.push_back(r.configuration.servers[i].address);
-      } else if (r.configuration.servers[i].role == RAFT_STANDBY) {
-        s.standbys.push_back(r.configuration.servers[i].id);
-      }
-    }
-  }
-  // The time by which a majority of the voters had been heard: this member
-  // (when it votes), and the most recently heard others it takes. A node
-  // not in the configuration (yet) judges nothing: max.
-  const bool member = std::find(s.members.begin(), s.members.end(), options_.id) != s.members.end();
-  Clock::time_point majority = Clock::time_point::max();
-  if (member && s.voters.size() > 1) {
-    std::vector<Clock::time_point> others;
-    bool votes = false;
-    for (uint64_t v : s.voters) {
-      if (v == options_.id) {
-        votes = true;
-        continue;
-      }
-      auto it = impl_->heard.find(v);
-      others.push_back(it == impl_->heard.end() ? Clock::time_point::min() : it->second);
-    }
-    const size_t majority_size = s.voters.size() / 2 + 1;
-    const size_t need = votes ? majority_size - 1 : majority_size;  // others needed
-    if (need > 0 && need <= others.size()) {
-      std::sort(others.begin(), others.end(), std::greater<>());
-      majority = others[need - 1];
-    } else if (need > 0) {
-      majority = Clock::time_point::min();
-    }
-  }
-  // On the majority's side: as leader, its majority; as follower, the last
-  // word from a leader; with no leader known, as it last was.
-  std::optional<Clock::time_point> contact;
-  if (!member || majority == Clock::time_point::max()) {
-    contact = Clock::time_point::max();
-  } else if (s.role == RaftStatus::Role::kLeader) {
-    contact = majority;
-  } else if (s.leader_id != 0) {
-    auto it = impl_->heard.find(s.leader_id);
-    contact = it == impl_->heard.end() ? impl_->lived_now() : it->second;  // a leader named in a snapshot or entry
-  }
-  // Published on the steady clock: a caller's now minus these is lived time.
-  majority = impl_->to_steady(majority);
-  if (contact) contact = impl_->to_steady(*contact);
-  bool changed = false;
-  {
-    std::lock_guard lock(mu_);
-    majority_heard_at_ = majority;
-    if (contact) {
-      majority_contact_at_ = *contact;
-    } else if (majority_contact_at_ == Clock::time_point::max()) {
-      majority_contact_at_ = Clock::now();  // no leader since it became a member: from now
-    }
-    if (!(s == status_)) {
-      status_ = std::move(s);
-      changed = true;
-    }
-    // The blob (megabytes in a big job) is copied only when the FSM changed,
-    // not compared after every message and tick.
-    if (impl_->has_state && impl_->state_version != published_state_version_) {
-      state_ = impl_->state;
-      published_state_version_ = impl_->state_version;
-      changed = true;
-    }
-    if (changed) ++changes_;
-  }
-  if (changed) cv_.notify_all();
-}
-
-void RaftNode::loop() {
-  auto next_tick = Clock::now() + impl_->tick_every;
-  std::unique_lock lock(mu_);
-  while (true) {
-    if (stop_ && tasks_.empty()) break;
-    if (!tasks_.empty()) {
-      auto task = std::move(tasks_.front());
-      tasks_.pop_front();
-      lock.unlock();
-      task();
-      RaftNodeIo::complete(*impl_, 0);  // the I/O the task started, now that it returned
-      publish();
-      cv_.notify_all();  // run()'s waiter
-      lock.lock();
-      continue;
-    }
-    const auto now = Clock::now();
-    if (now >= next_tick) {
-      lock.unlock();
-      if (impl_->started && !impl_->closed) impl_->tick(&impl_->io);
-      RaftNodeIo::complete(*impl_, 0);
-      publish();
-      lock.lock();
-      next_tick = Clock::now() + impl_->tick_every;
-      continue;
-    }
-    cv_.wait_until(lock, next_tick, [&] { return stop_ || !tasks_.empty(); });
-    // Woke well past the tick it waited for: this thread did not run.
-    if (const auto woke = Clock::now(); woke > next_tick + kLateWake) impl_->stalled += woke - next_tick;
-  }
 }
 
 }  // namespace ddprun
