@@ -90,7 +90,7 @@ struct AgentConfig {
   // A worker whose heartbeat (worker_lib) stops for this long counts as
   // failed; 0: no fixed limit.
   std::chrono::milliseconds hang_timeout{0};
-  // --hang-timeout auto: the limit is learned (agent/learned_timeout.h),
+  // --hang-timeout auto: the limit is learned (agent/health/learned_timeout.h),
   // never below this; 0: not learned.
   std::chrono::milliseconds hang_auto_floor{0};
   // Rank 0's progress (heartbeat_layout.h), shown by the agent that runs

@@ -3,7 +3,7 @@
 // heal comes; the generation to heal in; new ranks after a shrink or a
 // grow), and a spare's warm-up. The decisions are the rendezvous's
 // (rendezvous/server/round.cpp: takeover, shrink, grow, worker heal) and the group
-// policy's (agent/group_policy.cpp); these functions carry them to the
+// policy's (agent/supervision/group_policy.cpp); these functions carry them to the
 // heartbeat slots and the event log. The Attempt (attempt.cpp) calls them
 // from the lease keeper's news.
 #include <spdlog/spdlog.h>

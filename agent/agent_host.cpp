@@ -8,7 +8,7 @@
 #include <iterator>
 
 #include "agent/agent.h"
-#include "agent/temp_dir.h"
+#include "agent/base/temp_dir.h"
 #include "channel/event_log.h"
 
 namespace ddprun {

@@ -7,8 +7,8 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
-#include "agent/monotonic_clock.h"
-#include "agent/status_wiping_sink.h"
+#include "agent/base/monotonic_clock.h"
+#include "agent/output/status_wiping_sink.h"
 #include "channel/event_log.h"
 
 namespace ddprun {

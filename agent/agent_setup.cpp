@@ -16,8 +16,8 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
-#include "agent/spawn.h"
-#include "agent/temp_dir.h"
+#include "agent/processes/spawn.h"
+#include "agent/base/temp_dir.h"
 #include "channel/event_log.h"
 #include "channel/output_file.h"
 #include "channel/python_startup.h"

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "agent/attempt_host.h"
-#include "agent/group_host.h"
+#include "agent/supervision/group_host.h"
 #include "agent/lifecycle.h"
-#include "agent/worker_group.h"
+#include "agent/supervision/worker_group.h"
 #include "rendezvous/client/client.h"
 
 namespace ddprun {

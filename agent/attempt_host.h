@@ -14,13 +14,13 @@
 #include <vector>
 
 #include "agent/agent_config.h"
-#include "agent/event_log.h"
-#include "agent/failure_report.h"
-#include "agent/heartbeat_table.h"
+#include "agent/output/event_log.h"
+#include "agent/output/failure_report.h"
+#include "agent/health/heartbeat_table.h"
 #include "agent/lease_keeper.h"
-#include "agent/signals.h"
-#include "agent/standby.h"
-#include "agent/worker_group.h"
+#include "agent/base/signals.h"
+#include "agent/processes/standby.h"
+#include "agent/supervision/worker_group.h"
 #include "rendezvous/client/client.h"
 
 namespace ddprun {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "agent/monotonic_clock.h"
+#include "agent/base/monotonic_clock.h"
 
 namespace ddprun {
 namespace {

@@ -16,7 +16,7 @@
 #include <optional>
 #include <string>
 
-#include "agent/group_outcome.h"
+#include "agent/supervision/group_outcome.h"
 #include "rendezvous/store/types.h"
 
 namespace ddprun {

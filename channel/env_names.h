@@ -1,5 +1,5 @@
 // The agent ↔ worker contract, part 1: the environment variables. The agent
-// (agent/env.cpp) writes them, worker_lib (launch_info.cpp, standby.cpp,
+// (agent/processes/env.cpp) writes them, worker_lib (launch_info.cpp, standby.cpp,
 // world.cpp) reads them; both name them only through these constants.
 // Dependency-free: no gRPC, no LibTorch.
 #pragma once

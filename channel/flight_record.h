@@ -10,7 +10,7 @@
 // script, through its start-up's hooks). Beats say a worker lives (a pulse
 // beats while it waits); `advanced` says its training moves: a job whose
 // ranks all stop advancing is hung whatever their processes do
-// (agent/progress_watch.h).
+// (agent/health/progress_watch.h).
 //
 // Writers never lock and never wait: a record is claimed with one atomic
 // add, its fields are written as relaxed atomics, and its id (the claim's

@@ -47,7 +47,7 @@
 //   bytes 128..1215 the flight record (flight_record.h), with the worker's
 //                 progress counter at 136 (collectives that returned, or a
 //                 Python script's optimizer steps): hang detection's
-//                 measure of a job that moves (agent/progress_watch.h);
+//                 measure of a job that moves (agent/health/progress_watch.h);
 //   bytes 1216..1663 replicas: written by the worker after each comparison
 //                 of the ranks' parameter fingerprints (--verify-every):
 //                 the newest step they agreed at, and the newest verdict

@@ -16,8 +16,8 @@
 #include <memory>
 
 #include "agent/agent.h"
-#include "agent/env.h"
-#include "agent/status_wiping_sink.h"
+#include "agent/processes/env.h"
+#include "agent/output/status_wiping_sink.h"
 #include "launcher/cli.h"
 #include "launcher/control_plane_setup.h"
 #include "launcher/embedded_control_plane.h"

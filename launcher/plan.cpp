@@ -12,11 +12,11 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "agent/env.h"
+#include "agent/processes/env.h"
 #include "channel/env_names.h"
 #include "channel/python_standby.h"
 #include "rendezvous/wire/security.h"
-#include "agent/spawn.h"
+#include "agent/processes/spawn.h"
 
 namespace ddprun {
 namespace {

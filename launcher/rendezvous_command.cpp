@@ -8,7 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/agent.h"
-#include "agent/signals.h"
+#include "agent/base/signals.h"
 #include "channel/env_names.h"
 #include "launcher/auth_options.h"
 #include "launcher/cli.h"

@@ -24,7 +24,7 @@ import sys
 
 # The folders whose README must state a rule (a README that loses its rule
 # would otherwise check nothing).
-FOLDERS = ["agent", "channel", "launcher", "rendezvous", "rendezvous/store", "rendezvous/wire", "rendezvous/client",
+FOLDERS = ["agent", "agent/base", "agent/output", "agent/health", "agent/processes", "agent/supervision", "channel", "launcher", "rendezvous", "rendezvous/store", "rendezvous/wire", "rendezvous/client",
            "rendezvous/control_plane", "rendezvous/server", "tcpstore", "trace", "worker_lib"]
 RULE = re.compile(r"^- Must never include:(.*)$", re.MULTILINE)
 TOKEN = re.compile(r"`([^`]+)`")
@@ -61,7 +61,7 @@ FLOORS = re.compile(r"^- Inside `[^`]+`, floor first[^:]*:(.*)$", re.MULTILINE)
 
 # Libraries whose README orders their folders: (README's folder, the folder
 # the floors are in, the prefix an #include of them starts with).
-FLOORED = [("worker_lib", "worker_lib/src", ""), ("rendezvous", "rendezvous", "rendezvous/")]
+FLOORED = [("worker_lib", "worker_lib/src", ""), ("rendezvous", "rendezvous", "rendezvous/"), ("agent", "agent", "agent/")]
 
 
 def floors_of(folder_readme):
@@ -135,7 +135,7 @@ def main():
         print("layering: %d problem(s); move the code, or change the rule in the folder's README "
               "(and the layering in docs/architecture.md) in the same change" % len(problems))
         return 1
-    print("layering: %d folders and %d floored ones inside worker_lib/src and rendezvous, every include within "
+    print("layering: %d folders and %d floored ones inside worker_lib/src, rendezvous and agent, every include within "
           "its rules" % (len(FOLDERS), floored))
     return 0
 

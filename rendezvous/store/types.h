@@ -228,7 +228,7 @@ struct RankCollective {
   std::chrono::milliseconds age{0};  // since it started (inside) or finished
 };
 
-// How a node's ranks fare at collectives (agent/straggler_scores.h), as its
+// How a node's ranks fare at collectives (agent/health/straggler_scores.h), as its
 // agent reports them about once a second: the job-wide straggler scores of
 // nodes (rendezvous/server/node_scores.h) and other nodes' hang verdicts use them.
 struct NodeCollectives {

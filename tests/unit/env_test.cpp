@@ -4,7 +4,7 @@
 #include <iterator>
 #include <map>
 
-#include "agent/env.h"
+#include "agent/processes/env.h"
 #include "ddp/launch_info.h"
 #include "rendezvous/store/hex.h"
 

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "agent/event_log.h"
+#include "agent/output/event_log.h"
 #include "channel/event_log.h"
 #include "support/job_helpers.h"
 

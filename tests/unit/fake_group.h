@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/group_policy.h"
+#include "agent/supervision/group_policy.h"
 
 namespace ddprun::fakes {
 

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include "agent/group_policy.h"
+#include "agent/supervision/group_policy.h"
 #include "unit/fake_group.h"
 
 namespace ddprun {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "agent/hang_verdict.h"
-#include "agent/stack_collection.h"
+#include "agent/health/hang_verdict.h"
+#include "agent/health/stack_collection.h"
 #include "channel/flight_record.h"
 
 namespace {

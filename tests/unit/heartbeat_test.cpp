@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "agent/heartbeat_table.h"
+#include "agent/health/heartbeat_table.h"
 #include "base/heartbeat.h"
 
 namespace {

@@ -7,7 +7,7 @@
 
 #include <unistd.h>
 
-#include "agent/numa.h"
+#include "agent/processes/numa.h"
 
 namespace ddprun {
 namespace {

@@ -13,9 +13,9 @@
 #include <regex>
 #include <sstream>
 
-#include "agent/failure_report.h"
-#include "agent/line_splitter.h"
-#include "agent/worker_output.h"
+#include "agent/output/failure_report.h"
+#include "agent/output/line_splitter.h"
+#include "agent/output/worker_output.h"
 #include "ddp/error_file.h"
 #include "support/job_helpers.h"
 

@@ -2,7 +2,7 @@
 // the ETA, and the line that shows them (unknown fields left out).
 #include <gtest/gtest.h>
 
-#include "agent/progress.h"
+#include "agent/output/progress.h"
 
 namespace ddprun {
 namespace {

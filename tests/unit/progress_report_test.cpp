@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <string>
 
-#include "agent/heartbeat_table.h"
+#include "agent/health/heartbeat_table.h"
 #include "ddp/progress.h"
 #include "base/heartbeat.h"
 

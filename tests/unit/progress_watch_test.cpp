@@ -1,10 +1,10 @@
-// Hang detection by progress (agent/progress_watch.h), with a fake clock:
+// Hang detection by progress (agent/health/progress_watch.h), with a fake clock:
 // a rank that spins while the others wait, a job in which every rank waits,
 // and the slowness that is neither.
 #include <gtest/gtest.h>
 
-#include "agent/group_policy.h"
-#include "agent/progress_watch.h"
+#include "agent/supervision/group_policy.h"
+#include "agent/health/progress_watch.h"
 #include "unit/fake_group.h"
 
 namespace ddprun {

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "agent/heartbeat_table.h"
+#include "agent/health/heartbeat_table.h"
 
 namespace {
 

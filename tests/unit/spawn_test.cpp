@@ -4,9 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "agent/signals.h"
-#include "agent/spawn.h"
-#include "agent/standby.h"
+#include "agent/base/signals.h"
+#include "agent/processes/spawn.h"
+#include "agent/processes/standby.h"
 #include "channel/standby_message.h"
 
 namespace ddprun {

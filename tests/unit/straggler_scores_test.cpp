@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "agent/straggler_scores.h"
+#include "agent/health/straggler_scores.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // The agent's temporary folders: one whose owner died is removed by the
 // next agent; a live owner's, another pid namespace's, a folder without an
 // owner (the user's log files) and someone else's files are not.
-#include "agent/temp_dir.h"
+#include "agent/base/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
