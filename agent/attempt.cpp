@@ -54,7 +54,8 @@ void Attempt::announce() {
               a_.first_global_rank, a_.first_global_rank + cfg_.nproc - 1, a_.world_size);
   // Why the round opened, unless this node heard it while its workers ran:
   // its own workers may have failed only because another node's did.
-  if (!a_.opened_because.empty() && a_.opened_because != node_.take_heard_round_detail()) {
+  const std::string heard = node_.take_heard_round_detail();  // forgotten whether or not it is said
+  if (!a_.opened_because.empty() && a_.opened_because != heard) {
     spdlog::warn("round {} follows the failure of the round before it: {}", a_.round, a_.opened_because);
   }
 }
