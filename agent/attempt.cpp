@@ -29,8 +29,8 @@ void Attempt::announce() {
     }
   }
   node_.events().write(ev::kRound, {{"round", a_.round}, {"node_rank", a_.node_rank}, {"num_nodes", a_.num_nodes},
-                               {"world_size", a_.world_size}, {"restart_count", a_.restart_count},
-                               {"lost_nodes", a_.lost_since_last_round}});
+                                    {"world_size", a_.world_size}, {"restart_count", a_.restart_count},
+                                    {"lost_nodes", a_.lost_since_last_round}});
   if (!a_.lost_since_last_round.empty()) {
     node_.events().write(ev::kNodeLost, {{"nodes", a_.lost_since_last_round}});
   }
@@ -41,13 +41,13 @@ void Attempt::announce() {
                  a_.node_rank, a_.first_global_rank, a_.first_global_rank + cfg_.nproc - 1, a_.world_size,
                  a_.heal_generation);
     node_.events().write(ev::kGrow, {{"attempt", attempt_}, {"generation", a_.heal_generation},
-                                {"node_rank", a_.node_rank}, {"num_nodes", a_.num_nodes},
-                                {"world_size", a_.world_size}, {"first_rank", a_.first_global_rank},
-                                {"detail", "this node joined the running round"}});
+                                     {"node_rank", a_.node_rank}, {"num_nodes", a_.num_nodes},
+                                     {"world_size", a_.world_size}, {"first_rank", a_.first_global_rank},
+                                     {"detail", "this node joined the running round"}});
   } else if (a_.heal_generation > 0) {
     node_.events().write(ev::kTakeover, {{"attempt", attempt_}, {"generation", a_.heal_generation},
-                                    {"node_rank", a_.node_rank},
-                                    {"detail", "this node took over the ranks of lost node(s)"}});
+                                         {"node_rank", a_.node_rank},
+                                         {"detail", "this node took over the ranks of lost node(s)"}});
   }
   auto log = cfg_.rdzv.max_nodes > 1 ? spdlog::level::info : spdlog::level::debug;
   spdlog::log(log, "round {}: node rank {} of {}, ranks {}..{} of {}", a_.round, a_.node_rank, a_.num_nodes,

@@ -298,7 +298,7 @@ std::vector<GroupCommand> GroupPolicy::replace_workers(const std::vector<int>& w
     busy_at_beat_[w] = busy_now_[w] = std::chrono::milliseconds(0);  // a new process counts from 0
     slow_said_[w] = false;
     slow_told_at_[w].reset();
-    start_grace_[w] = first_beat_after_;  // until replacement_started says it came from a standby
+    start_grace_[w] = first_beat_after_;  // until a ReplacementStarted says it came from a standby
     ++heals_[w];
     ++heal_count_;
     GroupCommand c;

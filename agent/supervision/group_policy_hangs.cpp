@@ -123,9 +123,6 @@ std::vector<GroupCommand> GroupPolicy::judge_silence(const std::vector<uint64_t>
   std::vector<GroupCommand> out;
   for (size_t w = 0; w < busy.size() && w < busy_now_.size(); ++w) busy_now_[w] = busy[w];
   if (!options_.heartbeats || stopping_) return out;
-  for (size_t w = 0; w < alive_.size(); ++w) {
-    if (joining_[w] && heal_ready_[w]) joining_[w] = false;
-  }
   const auto s = [](milliseconds t) { return t.count() / 1000.0; };
   // Silent workers that are busy: slow, and maybe what the idle ones wait for.
   auto is_busy = [&](size_t w) {
