@@ -11,8 +11,16 @@ its src/, floor first, floors separated by "|":
     - Inside `src/`, floor first (...): `base/` | `comm/` | `checkpoint/` `heal/` | `launch/`
 
 and a source under src/F may include "G/..." of another src folder G only
-when G stands on a lower floor; rendezvous/README.md orders its folders
-likewise (nested ones too: the longest folder that holds a file is its).
+when G stands on a lower floor. Its public headers (include/ddp/X.h) stand
+on the floor of the folder that implements them (src/G/X.cpp; a header
+without a source on the floor its README names in the line
+
+    - Public headers without a source, by folder: `comm/` `collective_error.h`; ...
+
+): an include of "ddp/X.h" is read as one of that folder, in src/ and in
+the public headers alike, so no folder reaches up through the API either.
+rendezvous/README.md orders its folders likewise (nested ones too: the
+longest folder that holds a file is its).
 Prints each violation as FILE:LINE and the rule it breaks, and exits 1 if
 there is any (or a folder lost its rule); 0 if none.
 
@@ -60,8 +68,11 @@ def forbidden_by(folder_readme):
 FLOORS = re.compile(r"^- Inside `[^`]+`, floor first[^:]*:(.*)$", re.MULTILINE)
 
 # Libraries whose README orders their folders: (README's folder, the folder
-# the floors are in, the prefix an #include of them starts with).
-FLOORED = [("worker_lib", "worker_lib/src", ""), ("rendezvous", "rendezvous", "rendezvous/"), ("agent", "agent", "agent/")]
+# the floors are in, the prefix an #include of them starts with, and the
+# folder of its public headers with their include prefix, if it has one).
+FLOORED = [("worker_lib", "worker_lib/src", "", ("worker_lib/include/ddp", "ddp/")),
+           ("rendezvous", "rendezvous", "rendezvous/", None), ("agent", "agent", "agent/", None)]
+HEADER_ONLY = re.compile(r"^- Public headers without a source[^:]*:(.*)$", re.MULTILINE)
 
 
 def floors_of(folder_readme):
@@ -82,22 +93,74 @@ def floor_of(path, floors):
     return best
 
 
-def floor_problems(root, lib, base, prefix, floors):
-    """Includes inside `base` that reach a folder on the same or a higher floor."""
+def public_owners(root, lib, base, public, problems):
+    """{public header's name: the floor folder it stands on}: the folder of
+    base whose source implements it (X.cpp for X.h), else the one the
+    README's "Public headers without a source" line names (None there: an
+    umbrella header on no floor)."""
+    directory, _ = public
+    with open(os.path.join(root, lib, "README.md"), encoding="utf-8") as f:
+        m = HEADER_ONLY.search(f.read())
+    named = {}
+    for segment in (m.group(1).split(";") if m else []):
+        folder = None
+        for token in TOKEN.findall(segment):
+            if token.endswith("/"):
+                folder = token.rstrip("/")
+            else:
+                named[token] = folder
+    sources = {}
+    for dirpath, _, filenames in os.walk(os.path.join(root, base)):
+        for name in filenames:
+            if name.endswith((".cpp", ".cc")):
+                sources[os.path.splitext(name)[0] + ".h"] = os.path.relpath(dirpath, os.path.join(root, base))
+    owners = {}
+    for name in sorted(os.listdir(os.path.join(root, directory))):
+        if name in sources:
+            owners[name] = sources[name].replace(os.sep, "/")
+        elif name in named:
+            owners[name] = named[name]
+        else:
+            problems.add("%s/%s: no source of %s implements it and %s/README.md's 'Public headers without a source' "
+                         "line does not name its folder" % (directory, name, base, lib))
+    return owners
+
+
+def floor_problems(root, lib, base, prefix, public, floors):
+    """Includes inside `base` (and its public headers) that reach a folder
+    on the same or a higher floor."""
     top = os.path.join(root, base)
     problems = set()
-    for path, number, include in includes_in(top, every_file=True):
-        rel = os.path.relpath(os.path.dirname(path), top).replace(os.sep, "/")
-        if rel == ".":  # the top holds no floor (worker_lib/src/torch_pch.cpp)
+    owners = public_owners(root, lib, base, public, problems) if public else {}
+    files = list(includes_in(top, every_file=True))
+    if public:
+        files += list(includes_in(os.path.join(root, public[0]), every_file=True))
+    for path, number, include in files:
+        if public and os.path.dirname(path) == os.path.join(root, public[0]):
+            here = owners.get(os.path.basename(path))
+            if here is None:  # an umbrella header, or one reported above
+                continue
+            if here not in floors:
+                problems.add("%s: stands on %s/, which is not on %s/README.md's floors" % (
+                    os.path.relpath(path, root), here, lib))
+                continue
+        else:
+            rel = os.path.relpath(os.path.dirname(path), top).replace(os.sep, "/")
+            if rel == ".":  # the top holds no floor (worker_lib/src/torch_pch.cpp)
+                continue
+            here = floor_of(rel, floors)
+            if here is None:
+                problems.add("%s/%s: sources in a folder not on %s/README.md's floors" % (base, rel, lib))
+                continue
+        if include is None:
             continue
-        here = floor_of(rel, floors)
-        if here is None:
-            problems.add("%s/%s: sources in a folder not on %s/README.md's floors" % (base, rel, lib))
+        if public and include.startswith(public[1]) and include[len(public[1]):] in owners:
+            target = owners[include[len(public[1]):]]
+        elif include.startswith(prefix):
+            target = floor_of(os.path.dirname(include[len(prefix):]), floors)
+        else:
             continue
-        if include is None or not include.startswith(prefix):
-            continue
-        target = floor_of(os.path.dirname(include[len(prefix):]), floors)
-        if target and target != here and floors[target] >= floors[here]:
+        if target and target != here and floors.get(target, -1) >= floors[here]:
             problems.add("%s:%d includes %s: %s/ is not below %s/ on %s/README.md's floors" % (
                 os.path.relpath(path, root), number, include, target, here, lib))
     return sorted(problems)
@@ -122,21 +185,21 @@ def main():
                 problems.append("%s:%d includes %s, which %s/README.md forbids (`%s`)" % (
                     os.path.relpath(path, root), number, include, folder, rule))
     floored = 0
-    for lib, base, prefix in FLOORED:
+    for lib, base, prefix, public in FLOORED:
         floors = floors_of(os.path.join(root, lib, "README.md"))
         if not floors:
             problems.append("%s/README.md: no '- Inside `...`, floor first' line (its folders' order)" % lib)
             continue
         floored += len(floors)
-        problems += floor_problems(root, lib, base, prefix, floors)
+        problems += floor_problems(root, lib, base, prefix, public, floors)
     for p in problems:
         print(p)
     if problems:
         print("layering: %d problem(s); move the code, or change the rule in the folder's README "
               "(and the layering in docs/architecture.md) in the same change" % len(problems))
         return 1
-    print("layering: %d folders and %d floored ones inside worker_lib/src, rendezvous and agent, every include within "
-          "its rules" % (len(FOLDERS), floored))
+    print("layering: %d folders and %d floored ones inside worker_lib/src (its public headers on their folders' "
+          "floors), rendezvous and agent, every include within its rules" % (len(FOLDERS), floored))
     return 0
 
 

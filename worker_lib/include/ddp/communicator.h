@@ -25,6 +25,12 @@
 
 namespace ddp {
 
+// A tensor of a model's state with its name ("fc.weight"): what DDP's
+// reducer, the Healer and the ranks' comparison of their replicas take.
+struct NamedTensor {
+  std::string name;
+  at::Tensor tensor;
+};
 
 // A collective started by Communicator::all_reduce_async. Must not outlive
 // its communicator.

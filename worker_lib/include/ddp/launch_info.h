@@ -86,4 +86,8 @@ std::optional<std::string> process_env(const std::string& name);
 // WORLD_SIZE it describes a single process (rank 0 of 1). Throws ConfigError.
 LaunchInfo read_launch_info(const EnvLookup& env = process_env);
 
+// DDPRUN_TRACE_STEPS' "A:B", "A:", ":B" or ":" into the step window
+// [first, end) of TraceOptions (trace.h); throws ConfigError naming it.
+void parse_trace_steps(const std::string& value, int64_t* first, int64_t* end);
+
 }  // namespace ddp

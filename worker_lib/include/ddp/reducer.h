@@ -52,11 +52,6 @@
 
 namespace ddp {
 
-struct NamedTensor {
-  std::string name;
-  at::Tensor tensor;
-};
-
 class SerialWorker;
 class ReplicaReporter;
 

@@ -38,10 +38,6 @@ struct TraceOptions {
   int attempt = 0;  // the file's folder attempt_<N> wins over this
 };
 
-// "A:B", "A:", ":B" or ":" into [first, end); throws ConfigError naming
-// DDPRUN_TRACE_STEPS.
-void parse_trace_steps(const std::string& value, int64_t* first, int64_t* end);
-
 class Tracer {
  public:
   Tracer() = default;  // off

@@ -14,7 +14,6 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,15 +67,18 @@ class PhaseScope {
  private:
   std::shared_ptr<Heartbeat> heartbeat_;
 };
-class SwappableCommunicator;
-class HealWatcher;
 class ReceivePool;  // memory a replacement prepares for its heal (internal)
 
+// The World's interface, as a training program and worker_lib's parts
+// (DDP, the checkpointer, the Healer, the captured step) use it: who this
+// worker is and the tools its parts share (tracer, progress, state fence,
+// replica ledger, heartbeat) live here; the connections are the job's, and
+// init() returns the World that connects them (worker_lib/src/launch/).
 class World {
  public:
-  World(LaunchInfo info, std::shared_ptr<ddprun::Store> store, std::chrono::milliseconds timeout,
-        double progress_print_seconds = 10);
-  ~World();
+  virtual ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
 
   const LaunchInfo& info() const { return info_; }
   int rank() const { return info_.rank; }
@@ -89,10 +91,10 @@ class World {
   // shared memory when every rank is on this node, Gloo when each node has
   // one rank, both (shared memory inside nodes, Gloo between them) else
   // (DDPRUN_CPU_COMM=auto|shm|gloo).
-  Communicator& cpu();
+  virtual Communicator& cpu() = 0;
   // The NCCL communicator, connected on first use. Throws CollectiveError
   // where NCCL is not built in or no NCCL id was handed out.
-  Communicator& cuda();
+  virtual Communicator& cuda() = 0;
   // cpu() or cuda(), by where the tensor lives.
   Communicator& for_tensor(const at::Tensor& t);
 
@@ -151,11 +153,11 @@ class World {
   // state a replacement would make afresh (its optimizer's), and a
   // replacement's World prepares that memory while the program starts; its
   // Healer takes it (null when none was prepared). See heal/receive_pool.h.
-  void tell_receive_bytes(int64_t bytes);
-  std::shared_ptr<ReceivePool> take_receive_pool();
+  virtual void tell_receive_bytes(int64_t bytes) = 0;
+  virtual std::shared_ptr<ReceivePool> take_receive_pool() = 0;
 
   // A store for the program's own keys, private to this job and round.
-  ddprun::Store& store() { return *user_store_; }
+  virtual ddprun::Store& store() = 0;
 
   // Connects a communicator over a subset of the ranks: `ranks` lists their
   // global ranks (this rank among them) and fixes their order, so rank i of
@@ -163,26 +165,26 @@ class World {
   // ranks and device; the name keeps groups apart. CPU groups get their
   // communicator as cpu() does, by where their members are. Throws std::invalid_argument for bad
   // ranks, CollectiveError when peers fail.
-  std::unique_ptr<Communicator> connect_group(const std::string& name, const std::vector<int>& ranks,
-                                              Device device = Device::kCPU);
+  virtual std::unique_ptr<Communicator> connect_group(const std::string& name, const std::vector<int>& ranks,
+                                                      Device device = Device::kCPU) = 0;
 
   // Checkpointless recovery (ddp::Healer). The heal generation this World's
   // communicators belong to (0: the job's start), and whether this process
   // joined the job as a replacement for a failed rank: its start-up
   // collectives (DDP's parameter broadcast, a Checkpointer's restore) are
   // then skipped, since the heal brings the state.
-  uint32_t generation() const { return generation_; }
+  virtual uint32_t generation() const = 0;
   bool replacement() const { return info_.heal_generation > 0; }
   // Closes cpu() and the NCCL communicator: peers blocked on this rank fail
   // now instead of at their timeout; collectives throw until reconnect().
-  void disconnect();
+  virtual void disconnect() = 0;
   // Collective over the ranks of `generation`: connects cpu() afresh under
   // that generation's store keys (closing it first if it is open); the NCCL
   // communicator connects again on first use, with a fresh id. Groups from
   // connect_group() are not reconnected. When the job shrank (a node was
   // lost and the others went on without it), rank() and size() change here
   // to what the agent placed this worker at. Throws CollectiveError.
-  void reconnect(uint32_t generation);
+  virtual void reconnect(uint32_t generation) = 0;
 
   // Numbers the meshes built on this World (0, 1, ...): every rank builds
   // them in the same order, so the n-th mesh names its groups alike.
@@ -195,17 +197,20 @@ class World {
   // connection: the rank finishes what it does with the old world and
   // heals at its next step (Healer::step), where a heal can put things
   // right. Any other generation aborts the connection at once.
-  void set_in_step(bool in_step);
+  virtual void set_in_step(bool in_step) = 0;
+
+ protected:
+  // This worker's identity and its shared tools: its heartbeat slot (from
+  // info), tracer and progress reporter. The connections are the derived
+  // class's to make.
+  World(LaunchInfo info, std::chrono::milliseconds timeout, double progress_print_seconds);
+  // Where the agent placed this worker after the world shrank or grew.
+  void place(int rank, int world_size, int node_rank, int num_nodes);
+  // Past its last step: whatever the rest of its exit takes is no hang.
+  // The derived class's destructor calls it first (once is enough).
+  void finish();
 
  private:
-  // The world's CPU communicator of heal generation `generation`, with the
-  // ranks the agent placed this worker at (its heartbeat slot), if it did.
-  std::unique_ptr<Communicator> connect_generation(uint32_t generation);
-  std::unique_ptr<Communicator> connect_nccl();
-  // The keys of this World's generation: the round's at the start (g = 0),
-  // heal<g>/ below them after heal g.
-  std::shared_ptr<ddprun::Store> generation_keys() const;
-
   LaunchInfo info_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<Heartbeat> heartbeat_;
@@ -213,21 +218,7 @@ class World {
   std::unique_ptr<ProgressReporter> progress_;
   std::shared_ptr<StateFence> state_fence_ = std::make_shared<StateFence>();
   std::shared_ptr<ReplicaLedger> replicas_ = std::make_shared<ReplicaLedger>();
-  std::shared_ptr<ddprun::Store> store_;
-  std::shared_ptr<ddprun::Store> round_store_;
-  uint32_t generation_ = 0;
-  std::shared_ptr<ddprun::Store> generation_store_;  // round_store_ below heal<g>/ (g > 0)
-  std::unique_ptr<ddprun::Store> group_store_;
-  std::unique_ptr<ddprun::Store> user_store_;
-  std::shared_ptr<ReceivePool> receive_pool_;
-  std::unique_ptr<SwappableCommunicator> cpu_;
-  std::mutex cuda_mu_;
-  std::unique_ptr<SwappableCommunicator> cuda_;
-  // With heals: aborts cpu_'s connection when a newer generation is named
-  // (last: stopped before the communicators go).
-  std::unique_ptr<HealWatcher> heal_watcher_;
   std::atomic<int> mesh_count_{0};
-  std::atomic<bool> in_step_{false};
 };
 
 // Waits for its assignment if it is a standby worker (--standby), reads the

@@ -12,7 +12,6 @@
 #include <stdexcept>
 
 #include "channel/output_file.h"
-#include "ddp/launch_info.h"
 
 namespace ddp {
 namespace {
@@ -30,26 +29,6 @@ int attempt_of_folder(const std::filesystem::path& file) {
 }
 
 }  // namespace
-
-void parse_trace_steps(const std::string& value, int64_t* first, int64_t* end) {
-  const auto bad = [&] {
-    return ConfigError("ddp: DDPRUN_TRACE_STEPS='" + value +
-                       "' is not a step window A:B (steps A..B-1, either side may be empty)");
-  };
-  const size_t colon = value.find(':');
-  if (colon == std::string::npos) throw bad();
-  const auto number = [&](const std::string& s, int64_t fallback) {
-    if (s.empty()) return fallback;
-    char* e = nullptr;
-    errno = 0;
-    const long long n = std::strtoll(s.c_str(), &e, 10);
-    if (*e != '\0' || errno != 0 || n < 0) throw bad();
-    return static_cast<int64_t>(n);
-  };
-  *first = number(value.substr(0, colon), 0);
-  *end = number(value.substr(colon + 1), std::numeric_limits<int64_t>::max());
-  if (*end <= *first) throw bad();
-}
 
 Tracer::Tracer(const TraceOptions& o)
     : file_(o.file), capacity_(o.capacity), first_step_(o.first_step), end_step_(o.end_step) {

@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "ddp/communicator.h"
-#include "ddp/reducer.h"  // NamedTensor
 
 namespace ddp {
 

@@ -1,4 +1,5 @@
-#include "ddp/world.h"
+// ddp::init() and the World it makes (job_world.h).
+#include "launch/job_world.h"
 
 #include <algorithm>
 #include <csignal>
@@ -71,42 +72,21 @@ std::unique_ptr<Communicator> connect_nccl_over(ddprun::Store& ids, int me, int 
   return make_nccl_communicator(o);
 }
 
-TraceOptions trace_options(const LaunchInfo& info) {
-  TraceOptions o;
-  o.file = info.trace_file;
-  o.first_step = info.trace_first_step;
-  o.end_step = info.trace_end_step;
-  o.capacity = info.trace_capacity;
-  o.rank = info.rank;
-  o.local_rank = info.local_rank;
-  o.world_size = info.world_size;
-  o.attempt = info.restart_count;
-  return o;
-}
-
 }  // namespace
 
-World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
-             std::chrono::milliseconds timeout, double progress_print_seconds)
-    : info_(std::move(info)),
-      timeout_(timeout),
-      heartbeat_(std::make_shared<Heartbeat>(info_.heartbeat_file, info_.heartbeat_slot)),
-      tracer_(std::make_unique<Tracer>(trace_options(info_))),
-      store_(std::move(store)) {
-  ProgressPrintOptions print;
-  print.enabled = info_.rank == 0 && !info_.progress_by_agent;
-  print.interval_seconds = progress_print_seconds;
-  progress_ = std::make_unique<ProgressReporter>(heartbeat_->progress_block(), print);
+JobWorld::JobWorld(LaunchInfo launch_info, std::shared_ptr<ddprun::Store> job_store,
+                   std::chrono::milliseconds collective_timeout, double progress_print_seconds)
+    : World(std::move(launch_info), collective_timeout, progress_print_seconds), store_(std::move(job_store)) {
   // Every round gets fresh keys: a restarted group never reads a dead one's.
-  round_store_ = std::make_shared<ddprun::PrefixStore>(ddprun::round_key_prefix(info_.round), *store_);
+  round_store_ = std::make_shared<ddprun::PrefixStore>(ddprun::round_key_prefix(info().round), *store_);
   group_store_ = std::make_unique<ddprun::PrefixStore>("group", *round_store_);
   user_store_ = std::make_unique<ddprun::PrefixStore>("user", *round_store_);
   // A replacement connects straight into the generation it was started
   // for, or a newer one if a peer failed while it connected. Each try takes
   // the placement the agent wrote for it: a node lost meanwhile shrinks the
   // world, and the next generation connects without that node's ranks.
-  uint32_t generation = info_.heal_generation;
-  if (replacement() && info_.heals) {
+  uint32_t generation = info().heal_generation;
+  if (replacement() && info().heals) {
     // The memory the heal will bring state into is made while this
     // process connects and the program builds its model (receive_pool.h).
     try {
@@ -117,31 +97,31 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
   }
   // The others wait for a replacement until its Healer has the state: it
   // beats meanwhile (a stopped one falls silent, see --hang-timeout).
-  if (replacement() && info_.heals) heartbeat_->set_joining(true);
+  if (replacement() && info().heals) heartbeat_handle()->set_joining(true);
   while (true) {
     try {
       cpu_ = std::make_unique<SwappableCommunicator>(connect_generation(generation), generation);
       break;
     } catch (const GenerationSuperseded&) {
       // The agent names the newer generation (its placement may come first).
-      generation = heartbeat_->wait_heal_generation(generation, timeout_);
+      generation = heartbeat_handle()->wait_heal_generation(generation, timeout());
     }
   }
-  cpu_->record_into(heartbeat_->flight_ring(), 0);
-  if (heartbeat_->has_slot()) {
+  cpu_->record_into(heartbeat_handle()->flight_ring(), 0);
+  if (heartbeat_handle()->has_slot()) {
     // A hang shows where this rank stood (ddprun asks for the stacks).
     const std::string err =
-        install_stack_dumper(ddprun::channel::stack_file_path(info_.heartbeat_file, info_.heartbeat_slot));
+        install_stack_dumper(ddprun::channel::stack_file_path(info().heartbeat_file, info().heartbeat_slot));
     if (!err.empty()) std::fprintf(stderr, "ddp: warning: %s; a hang will show no stack of this rank\n", err.c_str());
   }
-  if (info_.heals && heartbeat_->has_slot()) {
+  if (info().heals && heartbeat_handle()->has_slot()) {
     // A collective blocked on a peer that will not answer (cut off, its
     // node gone) fails as soon as the agent names the next generation.
-    heal_watcher_ = std::make_unique<HealWatcher>(heartbeat_, generation_, [this](uint32_t g) {
+    heal_watcher_ = std::make_unique<HealWatcher>(heartbeat_handle(), generation_, [this](uint32_t g) {
       // A grow (this rank keeps its place, the world is bigger) outside a
       // step waits for the next step; see set_in_step.
-      const auto p = heartbeat_->placement();
-      const bool grows = p && p->generation == g && p->world_size > info_.world_size && p->rank == info_.rank;
+      const auto p = heartbeat_handle()->placement();
+      const bool grows = p && p->generation == g && p->world_size > info().world_size && p->rank == info().rank;
       if (grows && !in_step_.load()) return;
       const std::string why =
           "ddp: the group heals in generation " + std::to_string(g) + " (a peer failed, or the world changed)";
@@ -156,49 +136,31 @@ World::World(LaunchInfo info, std::shared_ptr<ddprun::Store> store,
   }
 }
 
-World::~World() {
-  // Past its last step: whatever the rest of its exit takes is no hang.
-  if (heartbeat_) heartbeat_->finish();
-}
+// Finished before its connections close: whatever closing them takes is no hang.
+JobWorld::~JobWorld() { finish(); }
 
-Communicator& World::cpu() { return *cpu_; }
+Communicator& JobWorld::cpu() { return *cpu_; }
 
-void World::heartbeat() { heartbeat_->beat(); }
-
-void World::set_in_step(bool in_step) {
+void JobWorld::set_in_step(bool in_step) {
   in_step_.store(in_step);
-  heartbeat_->set_in_step(in_step);  // the agent replaces a straggler only inside steps
-}
-
-static_assert(static_cast<uint32_t>(Phase::kStartup) == static_cast<uint32_t>(ddprun::channel::Phase::kStartup) &&
-              static_cast<uint32_t>(Phase::kOther) == static_cast<uint32_t>(ddprun::channel::Phase::kOther));
-
-PhaseScope::PhaseScope(std::shared_ptr<Heartbeat> heartbeat, Phase phase) : heartbeat_(std::move(heartbeat)) {
-  if (heartbeat_) heartbeat_->enter_phase(static_cast<uint32_t>(phase));
-}
-
-PhaseScope::~PhaseScope() {
-  if (heartbeat_) heartbeat_->leave_phase();
+  heartbeat_handle()->set_in_step(in_step);  // the agent replaces a straggler only inside steps
 }
 
 // The world's CPU communicator of `generation`: its keys are the round's
 // "gloo/" at the start and "heal<g>/gloo/" after heal g, so that no rank
 // ever meets a key a connection of another generation left.
-std::unique_ptr<Communicator> World::connect_generation(uint32_t generation) {
+std::unique_ptr<Communicator> JobWorld::connect_generation(uint32_t generation) {
   generation_ = generation;
   // A replacement in a round that shrank runs where its predecessor did; a
   // survivor takes the ranks the agent placed it at. A placement of a newer
   // generation means this one's world is gone (a grow right after a
   // shrink): its ranks are unknown now, so go on to the newer one.
-  if (const auto p = heartbeat_->placement()) {
+  if (const auto p = heartbeat_handle()->placement()) {
     if (p->generation > generation) {
       throw GenerationSuperseded("ddp: the world changed again (generation " + std::to_string(p->generation) +
                                  ") before generation " + std::to_string(generation) + " connected");
     }
-    info_.rank = p->rank;
-    info_.world_size = p->world_size;
-    info_.group_rank = p->node_rank;
-    info_.group_world_size = p->num_nodes;
+    place(p->rank, p->world_size, p->node_rank, p->num_nodes);
   }
   generation_store_.reset();
   if (generation > 0) {
@@ -208,32 +170,32 @@ std::unique_ptr<Communicator> World::connect_generation(uint32_t generation) {
   // The connect owns what it uses: with heals it may outlive this call,
   // even this World (superseded_connect.h); `keys` leans on the round's
   // store, and that on the job's.
-  auto connect = [store = store_, round = round_store_, keys, info = std::make_shared<const LaunchInfo>(info_),
-                  timeout = timeout_, heartbeat = heartbeat_] {
+  auto connect = [store = store_, round = round_store_, keys, info = std::make_shared<const LaunchInfo>(info()),
+                  timeout = timeout(), heartbeat = heartbeat_handle()] {
     ddprun::PrefixStore gloo("gloo", *keys);
     return connect_cpu_communicator(gloo, info->rank, info->world_size, "the world", {info.get(), timeout, heartbeat});
   };
-  if (!info_.heals) return connect();
+  if (!info().heals) return connect();
   // All the generation's ranks connect, or none does: one that gave up
   // before connecting would leave the others in Gloo's set-up until the
   // timeout (connect_vote.h). Past a "connect", a newer generation leaves
   // this connect behind, still serving its peers (superseded_connect.h).
-  const auto superseded = [hb = heartbeat_, generation] { return hb->heal_generation() > generation; };
-  if (vote_to_connect(*keys, info_.world_size, superseded, timeout_) == ConnectVote::kGiveUp) {
+  const auto superseded = [hb = heartbeat_handle(), generation] { return hb->heal_generation() > generation; };
+  if (vote_to_connect(*keys, info().world_size, superseded, timeout()) == ConnectVote::kGiveUp) {
     throw GenerationSuperseded("ddp: a newer heal generation began while connecting (a peer failed meanwhile)");
   }
   return connect_unless_superseded<Communicator>(connect, superseded, Heartbeat::kWaitPulse);
 }
 
-std::shared_ptr<ddprun::Store> World::generation_keys() const {
+std::shared_ptr<ddprun::Store> JobWorld::generation_keys() const {
   return generation_store_ ? generation_store_ : round_store_;
 }
 
-void World::tell_receive_bytes(int64_t bytes) { round_store_->set(kReceiveBytesKey, std::to_string(bytes)); }
+void JobWorld::tell_receive_bytes(int64_t bytes) { round_store_->set(kReceiveBytesKey, std::to_string(bytes)); }
 
-std::shared_ptr<ReceivePool> World::take_receive_pool() { return std::move(receive_pool_); }
+std::shared_ptr<ReceivePool> JobWorld::take_receive_pool() { return std::move(receive_pool_); }
 
-void World::disconnect() {
+void JobWorld::disconnect() {
   cpu_->close();
   std::lock_guard lock(cuda_mu_);
   // NCCL: destroyed (aborted) here; its next use connects again, with a
@@ -241,17 +203,17 @@ void World::disconnect() {
   if (cuda_) cuda_->close();
 }
 
-void World::reconnect(uint32_t generation) {
+void JobWorld::reconnect(uint32_t generation) {
   disconnect();  // first: peers blocked on this rank fail now, not at their timeout
   cpu_->replace(connect_generation(generation), generation);
 }
 
-Communicator& World::cuda() {
+Communicator& JobWorld::cuda() {
   std::lock_guard lock(cuda_mu_);
   if (!cuda_) {
     cuda_ = std::make_unique<SwappableCommunicator>(connect_nccl(), generation_, [this] { return connect_nccl(); },
                                                     [this] { return generation_; });
-    cuda_->record_into(heartbeat_->flight_ring(), 1);
+    cuda_->record_into(heartbeat_handle()->flight_ring(), 1);
   }
   return *cuda_;
 }
@@ -262,12 +224,12 @@ Communicator& World::cuda() {
 // the heal generation's) store. NCCL's bootstrap root then lives in rank 0,
 // a member of the group that dies with it. A round's id handed out by a
 // rendezvous serves its first generation only.
-std::unique_ptr<Communicator> World::connect_nccl() {
-  return connect_nccl_over(*generation_keys(), info_.rank, info_.world_size, generation_ == 0 ? info_.nccl_id : "", info_,
-                           timeout_, heartbeat_);
+std::unique_ptr<Communicator> JobWorld::connect_nccl() {
+  return connect_nccl_over(*generation_keys(), info().rank, info().world_size, generation_ == 0 ? info().nccl_id : "", info(),
+                           timeout(), heartbeat_handle());
 }
 
-std::unique_ptr<Communicator> World::connect_group(const std::string& name,
+std::unique_ptr<Communicator> JobWorld::connect_group(const std::string& name,
                                                   const std::vector<int>& ranks, Device device) {
   int me = -1;
   for (size_t i = 0; i < ranks.size(); ++i) {
@@ -290,14 +252,10 @@ std::unique_ptr<Communicator> World::connect_group(const std::string& name,
   ddprun::PrefixStore store(name, *group_store_);
   if (device == Device::kCPU) {
     return connect_cpu_communicator(store, me, static_cast<int>(ranks.size()), "group '" + name + "'",
-                                    {&info_, timeout_, heartbeat_});
+                                    {&info(), timeout(), heartbeat_handle()});
   }
   // NCCL: the group's first rank makes the id and shares it through the store.
-  return connect_nccl_over(store, me, static_cast<int>(ranks.size()), "", info_, timeout_, heartbeat_);
-}
-
-Communicator& World::for_tensor(const at::Tensor& t) {
-  return t.defined() && t.device().is_cuda() ? cuda() : cpu();
+  return connect_nccl_over(store, me, static_cast<int>(ranks.size()), "", info(), timeout(), heartbeat_handle());
 }
 
 std::shared_ptr<World> init(InitOptions options) {
@@ -343,7 +301,7 @@ std::shared_ptr<World> init(InitOptions options) {
       check_local_addr(info.local_addr, ddprun::channel::kLocalAddr);
     }
   }
-  auto world = std::make_shared<World>(std::move(info), std::move(store), timeout, options.progress_print_seconds);
+  auto world = std::make_shared<JobWorld>(std::move(info), std::move(store), timeout, options.progress_print_seconds);
   world->tracer().record(TracePhase::kInit, TraceTrack::kMain, init_begin, Tracer::now_ns(), -1);
   register_world(world);
   return world;

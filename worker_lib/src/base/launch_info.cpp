@@ -1,10 +1,11 @@
 #include "ddp/launch_info.h"
 
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <limits>
 
 #include "channel/env_names.h"
-#include "ddp/trace.h"
 #include "rendezvous/store/hex.h"
 
 namespace ddp {
@@ -52,6 +53,26 @@ void read_observability(const EnvLookup& env, LaunchInfo& info) {
 }
 
 }  // namespace
+
+void parse_trace_steps(const std::string& value, int64_t* first, int64_t* end) {
+  const auto bad = [&] {
+    return ConfigError("ddp: DDPRUN_TRACE_STEPS='" + value +
+                       "' is not a step window A:B (steps A..B-1, either side may be empty)");
+  };
+  const size_t colon = value.find(':');
+  if (colon == std::string::npos) throw bad();
+  const auto number = [&](const std::string& s, int64_t fallback) {
+    if (s.empty()) return fallback;
+    char* e = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(s.c_str(), &e, 10);
+    if (*e != '\0' || errno != 0 || n < 0) throw bad();
+    return static_cast<int64_t>(n);
+  };
+  *first = number(value.substr(0, colon), 0);
+  *end = number(value.substr(colon + 1), std::numeric_limits<int64_t>::max());
+  if (*end <= *first) throw bad();
+}
 
 std::optional<std::string> process_env(const std::string& name) {
   const char* v = std::getenv(name.c_str());
