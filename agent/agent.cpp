@@ -266,7 +266,7 @@ JoinEnd Agent::join_round(const JoinIntent& intent, int attempt) {
   return end;
 }
 
-GroupEnd Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& life) {
+GroupResult Agent::run_workers(int attempt, const JoinResult& joined, Lifecycle& life) {
   AttemptHost& node = *this;
   return Attempt(node, attempt, joined, life).run();
 }
@@ -366,19 +366,19 @@ int Agent::run() {
   std::optional<JoinResult> joined;
   int attempt = 0;
   int exit_code = kExitWorkerFailed;
-  Action act = life.start();
+  NodeCommand act = life.start();
   try {
-    while (act.kind != Action::kExit) {
+    while (act.kind != NodeCommand::kExit) {
       switch (act.kind) {
-        case Action::kJoin: {
+        case NodeCommand::kJoin: {
           JoinEnd end;
           end.fenced = joined && cfg_.fenced ? cfg_.fenced() : "";
           if (end.fenced.empty()) end = join_round(act.intent, attempt);
           if (!end.fenced.empty() && end.signal == 0) {
             spdlog::error("{}: the job goes on without this node, which leaves", end.fenced);
             end_detail = "fenced: " + end.fenced;
-            act = Action{};
-            act.kind = Action::kExit;
+            act = NodeCommand{};
+            act.kind = NodeCommand::kExit;
             act.exit_code = kExitWorkerFailed;
             break;
           }
@@ -387,10 +387,10 @@ int Agent::run() {
           act = life.on_join(end);
           break;
         }
-        case Action::kRunWorkers:
+        case NodeCommand::kRunWorkers:
           act = life.on_group_end(run_workers(attempt++, *joined, life));
           break;
-        case Action::kLeave:
+        case NodeCommand::kLeave:
           end_detail = act.message;
           if (act.leave == LeaveKind::kFailed && cfg_.rdzv.max_nodes > 1) {
             spdlog::error("this node fails the job: {}", act.message);
@@ -402,11 +402,11 @@ int Agent::run() {
           }
           act = life.on_left();
           break;
-        case Action::kAwaitOthers:
+        case NodeCommand::kAwaitOthers:
           await_others(act.leave);
           act = life.on_others_gone();
           break;
-        case Action::kExit:
+        case NodeCommand::kExit:
           break;
       }
     }

@@ -154,7 +154,7 @@ class Agent : private AttemptHost {
   // heal (a takeover would start its workers): warm them up as standbys.
   void warm_up_spare(int attempt, const NodeView& view);
   // One attempt of the workers: attempt.h.
-  GroupEnd run_workers(int attempt, const JoinResult& joined, Lifecycle& life);
+  GroupResult run_workers(int attempt, const JoinResult& joined, Lifecycle& life);
   // Tells the rendezvous this node leaves; a success names the round its
   // workers ran in. Returns why the rendezvous refused a success ("" when
   // it took the leave, or could not be reached).

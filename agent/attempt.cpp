@@ -93,7 +93,7 @@ GroupOptions Attempt::group_options() {
   return go;
 }
 
-GroupEnd Attempt::run() {
+GroupResult Attempt::run() {
   announce();
   std::vector<WorkerLaunch> launches = node_.launches(attempt_, joined_);
   // As many workers as there are standbys start from one (a heal may have
@@ -125,7 +125,7 @@ GroupEnd Attempt::run() {
                  result.heals, result.heal_generation);
   }
   node_.end_watching(attempt_, a_);
-  return end_of(result);
+  return end_of(std::move(result));
 }
 
 void Attempt::on_monitor() {
@@ -234,27 +234,24 @@ std::optional<std::string> Attempt::on_control() {
   return std::nullopt;
 }
 
-GroupEnd Attempt::end_of(const GroupResult& result) {
-  GroupEnd end;
-  end.outcome = result.outcome;
-  if (end.outcome == GroupOutcome::kStoppedBySignal) end.signal = result.signal;
-  if (end.outcome == GroupOutcome::kStoppedForRound) {
+GroupResult Attempt::end_of(GroupResult result) {
+  if (result.outcome == GroupOutcome::kStoppedForRound && !handed_over_.empty()) {
     // This node's own reason to stop: it hands its place over.
-    if (!handed_over_.empty()) end.outcome = GroupOutcome::kHandedOver;
-    end.failure = handed_over_;
+    result.outcome = GroupOutcome::kHandedOver;
+    result.why = handed_over_;
   }
-  if (end.outcome == GroupEnd::kWorkerFailed || end.outcome == GroupEnd::kStoppedBySignal) {
+  if (result.outcome == GroupResult::kWorkerFailed || result.outcome == GroupResult::kStoppedBySignal) {
     SummaryContext ctx{cfg_.run_id, a_.restart_count, cfg_.rdzv.max_restarts, result.stopped_count,
-                       end.outcome == GroupEnd::kStoppedBySignal ? "stopped by " + signal_name(result.signal) : ""};
+                       result.outcome == GroupResult::kStoppedBySignal ? "stopped by " + signal_name(result.signal) : ""};
     ctx.python = cfg_.python;
     ctx.control_plane = node_.control_plane_line();
     write_all(cfg_.console_err_fd, format_failure_summary(result.failures, ctx));
   }
-  if (end.outcome == GroupEnd::kWorkerFailed && !result.failures.empty()) {
+  if (result.outcome == GroupResult::kWorkerFailed && !result.failures.empty()) {
     // The root cause, as the summary names it.
     const WorkerExit& root = root_cause(result.failures);
     const std::string message = root.error_message.empty() ? describe_exit(root) : root.error_message;
-    end.failure = "rank " + std::to_string(root.rank) + " " + message;  // told to the rendezvous with the restart
+    result.why = "rank " + std::to_string(root.rank) + " " + message;  // told to the rendezvous with the restart
     nlohmann::json f = {{"attempt", attempt_}, {"rank", root.rank}, {"local_rank", root.local_rank},
                         {"root_cause", true}, {"message", message}};
     if (root.signal != 0) {
@@ -265,13 +262,13 @@ GroupEnd Attempt::end_of(const GroupResult& result) {
     node_.events().write(ev::kFailure, std::move(f));
   }
   node_.add_log_losses(result.log_losses);
-  if (end.outcome == GroupEnd::kWorkerFailed && life_.can_restart()) {
+  if (result.outcome == GroupResult::kWorkerFailed && life_.can_restart()) {
     spdlog::warn("restarting the workers (restart {} of {}{})", a_.restart_count + 1, cfg_.rdzv.max_restarts,
                  node_.has_standbys() ? ", from standby" : "");
     node_.events().write(ev::kRestart, {{"attempt", attempt_ + 1}, {"restart_count", a_.restart_count + 1},
                                    {"max_restarts", cfg_.rdzv.max_restarts}, {"reason", "worker failure"}});
   }
-  return end;
+  return result;
 }
 
 }  // namespace ddprun

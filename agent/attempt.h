@@ -1,8 +1,8 @@
 // One attempt of this node's workers: a round's, or a restart's. It sets
 // the WorkerGroup up, answers what the group asks of its host (the monitor's
 // beat, news from the rendezvous, standbys, heal generations named across
-// nodes) and turns the group's result into the Lifecycle's GroupEnd, with
-// the failure summary and events. What a keep-alive's news means for the
+// nodes) and completes the group's result for the Lifecycle (its root
+// cause, or the node's hand-over), with the failure summary and events. What a keep-alive's news means for the
 // workers is AttemptPolicy's (attempt_policy.h); whether to restart,
 // rejoin or stop, the Lifecycle's; a worker's exit, hang or slowness,
 // GroupPolicy's. The node's services and the state that outlives the
@@ -27,7 +27,7 @@ class Attempt final : public GroupHost {
   Attempt(AttemptHost& node, int attempt, const JoinResult& joined, Lifecycle& life);
   // Runs the workers until they all exited; throws SpawnError when one
   // cannot start.
-  GroupEnd run();
+  GroupResult run();
 
   void on_monitor() override;
   std::optional<std::string> stop_now() override;
@@ -54,7 +54,10 @@ class Attempt final : public GroupHost {
   // a Healer step (so are the other nodes' then: they wait for it there,
   // and heal; outside a step they would fail and restart). nullopt: not yet.
   std::optional<std::string> hand_over(const NodeView& view);
-  GroupEnd end_of(const GroupResult& result);
+  // The group's result completed: a stop for the round that was this
+  // node's hand-over says so; a failure names its root cause. Writes the
+  // failure summary and the events.
+  GroupResult end_of(GroupResult result);
 
   AttemptHost& node_;
   const AgentConfig& cfg_;

@@ -2,40 +2,40 @@
 
 namespace ddprun {
 
-Action Lifecycle::start() {
+NodeCommand Lifecycle::start() {
   state_ = NodeState::kJoining;
-  Action a;
-  a.kind = Action::kJoin;
+  NodeCommand a;
+  a.kind = NodeCommand::kJoin;
   a.intent = JoinIntent{-1, false};
   return a;
 }
 
-Action Lifecycle::leave_then_exit(LeaveKind kind, std::string message, int exit_code) {
+NodeCommand Lifecycle::leave_then_exit(LeaveKind kind, std::string message, int exit_code) {
   state_ = NodeState::kLeaving;
   pending_exit_ = exit_code;
   leave_kind_ = kind;
-  Action a;
-  a.kind = Action::kLeave;
+  NodeCommand a;
+  a.kind = NodeCommand::kLeave;
   a.leave = kind;
   a.message = std::move(message);
   a.exit_code = exit_code;
   return a;
 }
 
-Action Lifecycle::on_join(const JoinEnd& end) {
+NodeCommand Lifecycle::on_join(const JoinEnd& end) {
   if (end.joined) {
     state_ = NodeState::kRunning;
     assignment_ = end.joined->assignment;
-    Action a;
-    a.kind = Action::kRunWorkers;
+    NodeCommand a;
+    a.kind = NodeCommand::kRunWorkers;
     return a;
   }
   if (end.signal != 0) return leave_then_exit(LeaveKind::kStopped, "", 128 + end.signal);
   // The job is over: nothing to leave; say why and stop.
   if (end.job_ended) {
     state_ = NodeState::kDone;
-    Action a;
-    a.kind = Action::kExit;
+    NodeCommand a;
+    a.kind = NodeCommand::kExit;
     a.message = end.error;
     a.exit_code = 1;
     return a;
@@ -50,16 +50,16 @@ bool Lifecycle::can_restart() const {
   return assignment_ && assignment_->restart_count < options_.max_restarts;
 }
 
-Action Lifecycle::on_group_end(const GroupEnd& end) {
+NodeCommand Lifecycle::on_group_end(const GroupResult& end) {
   const int64_t round = assignment_ ? assignment_->round : -1;
   switch (end.outcome) {
-    case GroupEnd::kSucceeded:
+    case GroupResult::kSucceeded:
       return leave_then_exit(LeaveKind::kSucceeded, "", 0);
-    case GroupEnd::kStoppedBySignal:
+    case GroupResult::kStoppedBySignal:
       return leave_then_exit(LeaveKind::kStopped, "", 128 + end.signal);
-    case GroupEnd::kHandedOver:
-      return leave_then_exit(LeaveKind::kHandedOver, end.failure, 0);
-    case GroupEnd::kWorkerFailed: {
+    case GroupResult::kHandedOver:
+      return leave_then_exit(LeaveKind::kHandedOver, end.why, 0);
+    case GroupResult::kWorkerFailed: {
       if (!can_restart()) {
         return leave_then_exit(LeaveKind::kFailed,
                                "workers failed and the job has used all " +
@@ -70,29 +70,29 @@ Action Lifecycle::on_group_end(const GroupEnd& end) {
       // The rendezvous counts the restart (once, whichever node reports it
       // first) and opens the next round for every node.
       state_ = NodeState::kRestarting;
-      Action a;
-      a.kind = Action::kJoin;
-      a.intent = JoinIntent{round, true, end.failure};
+      NodeCommand a;
+      a.kind = NodeCommand::kJoin;
+      a.intent = JoinIntent{round, true, end.why};
       return a;
     }
-    case GroupEnd::kStoppedForRound: {
+    case GroupResult::kStoppedForRound: {
       state_ = NodeState::kRestarting;
-      Action a;
-      a.kind = Action::kJoin;
+      NodeCommand a;
+      a.kind = NodeCommand::kJoin;
       a.intent = JoinIntent{round, false};
       return a;
     }
   }
-  return Action{};
+  return NodeCommand{};
 }
 
-Action Lifecycle::on_left() {
+NodeCommand Lifecycle::on_left() {
   // The host keeps the rendezvous up for the others after the job ended
   // here (it succeeded, or failed and they must hear it) — not when it was
   // stopped by a signal: then the user wants it gone.
   if (options_.hosts_rendezvous && leave_kind_ != LeaveKind::kStopped) {
-    Action a;
-    a.kind = Action::kAwaitOthers;
+    NodeCommand a;
+    a.kind = NodeCommand::kAwaitOthers;
     a.leave = leave_kind_;
     a.exit_code = pending_exit_;
     return a;
@@ -100,14 +100,14 @@ Action Lifecycle::on_left() {
   return on_others_gone();
 }
 
-Action Lifecycle::on_success_refused(const std::string& why) {
+NodeCommand Lifecycle::on_success_refused(const std::string& why) {
   return leave_then_exit(LeaveKind::kFailed, why, 1);
 }
 
-Action Lifecycle::on_others_gone() {
+NodeCommand Lifecycle::on_others_gone() {
   state_ = NodeState::kDone;
-  Action a;
-  a.kind = Action::kExit;
+  NodeCommand a;
+  a.kind = NodeCommand::kExit;
   a.exit_code = pending_exit_;
   return a;
 }

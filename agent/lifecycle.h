@@ -1,9 +1,15 @@
 // The per-node lifecycle of an agent as data: a pure policy that takes
 // events (a join's outcome, the end of a worker group, what a keep-alive
-// learned, a signal) and answers with the next action (join, run the
+// learned, a signal) and answers with the next command (join, run the
 // workers, stop them, leave, wait for the other nodes, exit). The agent's
-// I/O loop only carries the actions out, so every decision here is
+// I/O loop only carries the commands out, so every decision here is
 // unit-tested without processes or a clock.
+//
+// Each level of supervision speaks one vocabulary: a worker's exit counts
+// as a WorkerEnd and a group of them commands GroupCommands (GroupPolicy,
+// supervision/group_policy.h); the group ends as a GroupResult
+// (supervision/group_result.h); the node is in a NodeState, hears a JoinEnd
+// or a GroupResult and answers a NodeCommand (here).
 //
 //   joining ──joined──▶ running ──workers succeeded──▶ leaving ─▶ (barrier) ─▶ done
 //      ▲                  │  │
@@ -16,25 +22,12 @@
 #include <optional>
 #include <string>
 
-#include "agent/supervision/group_outcome.h"
+#include "agent/supervision/group_result.h"
 #include "rendezvous/store/types.h"
 
 namespace ddprun {
 
 enum class NodeState { kJoining, kRunning, kStopping, kRestarting, kLeaving, kDone };
-
-// How one run of the node's workers ended.
-struct GroupEnd {
-  // kHandedOver: this node stopped its workers to hand its place to a
-  // waiting node (it was the job's straggler); it leaves and exits 0.
-  using Outcome = GroupOutcome;
-  using enum GroupOutcome;
-  Outcome outcome = kSucceeded;
-  int signal = 0;  // kStoppedBySignal
-  // kWorkerFailed: the root cause, told to the rendezvous with the restart;
-  // kHandedOver: why, told with the leave.
-  std::string failure;
-};
 
 // How a join ended.
 struct JoinEnd {
@@ -45,7 +38,8 @@ struct JoinEnd {
   std::string fenced;      // it was given up: this node may not act for the job (AgentConfig::fenced)
 };
 
-struct Action {
+// What the agent carries out next.
+struct NodeCommand {
   enum Kind { kJoin, kRunWorkers, kLeave, kAwaitOthers, kExit };
   Kind kind = kExit;
   JoinIntent intent;                    // kJoin
@@ -63,19 +57,19 @@ class Lifecycle {
  public:
   explicit Lifecycle(LifecycleOptions options) : options_(options) {}
 
-  Action start();
-  Action on_join(const JoinEnd& end);
-  Action on_group_end(const GroupEnd& end);
-  // After a kLeave action was carried out (successfully or not).
-  Action on_left();
+  NodeCommand start();
+  NodeCommand on_join(const JoinEnd& end);
+  NodeCommand on_group_end(const GroupResult& end);
+  // After a kLeave command was carried out (successfully or not).
+  NodeCommand on_left();
   // After the rendezvous refused this node's success (its workers finished
   // in a round that was over, e.g. its node had been paused or cut off past
   // its lease): the job did not finish; this node leaves it failed, so the
   // others hear so at once, and exits non-zero.
-  Action on_success_refused(const std::string& why);
+  NodeCommand on_success_refused(const std::string& why);
   // After kAwaitOthers (the hosting node, after it left: the others may
   // still run, or must hear that the job failed).
-  Action on_others_gone();
+  NodeCommand on_others_gone();
   // While the workers run: what a keep-alive says. Returns why the workers
   // must stop now (the round was superseded, the job failed, this node was
   // dropped), or nullopt to let them run.
@@ -89,7 +83,7 @@ class Lifecycle {
   bool can_restart() const;
 
  private:
-  Action leave_then_exit(LeaveKind kind, std::string message, int exit_code);
+  NodeCommand leave_then_exit(LeaveKind kind, std::string message, int exit_code);
 
   LifecycleOptions options_;
   NodeState state_ = NodeState::kJoining;

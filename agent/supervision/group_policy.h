@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "agent/supervision/group_event.h"
-#include "agent/supervision/group_outcome.h"
+#include "agent/supervision/group_result.h"
 #include "agent/health/learned_timeout.h"
 #include "agent/health/progress_watch.h"
 

@@ -553,7 +553,7 @@ GroupResult WorkerGroup::run() {
 
   result_.outcome = policy_->outcome();
   if (result_.outcome == GroupOutcome::kStoppedBySignal) result_.signal = policy_->stop_signal();
-  if (result_.outcome == GroupOutcome::kStoppedForRound) result_.stop_reason = policy_->stop_reason();
+  if (result_.outcome == GroupOutcome::kStoppedForRound) result_.why = policy_->stop_reason();
   result_.stopped_count = policy_->stopped_count();
   return result_;
 }

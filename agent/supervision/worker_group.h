@@ -42,20 +42,6 @@ struct WorkerLaunch {
   std::optional<Standby> standby;
 };
 
-struct GroupResult {
-  using Outcome = GroupOutcome;  // never kHandedOver here
-  using enum GroupOutcome;
-  Outcome outcome = kSucceeded;
-  int signal = 0;                   // for kStoppedBySignal
-  std::vector<WorkerExit> failures;  // workers that failed on their own
-  std::vector<WorkerExit> healed;    // of each worker replaced while the others went on, its newest failure
-  int heals = 0;                     // replacements in all
-  uint32_t heal_generation = 0;      // the last heal's (0: none)
-  int stopped_count = 0;             // workers the group stopped
-  std::string stop_reason;           // for kStoppedForRound
-  std::vector<LogLoss> log_losses;   // log files that did not get everything
-};
-
 struct GroupOptions {
   std::string host_name;  // this node, as exits name it
   std::chrono::milliseconds stop_timeout{std::chrono::seconds(10)};  // SIGTERM → SIGKILL

@@ -15,6 +15,16 @@ JoinEnd joined(int64_t round, int restarts = 0) {
   return e;
 }
 
+// A group's end as the Attempt reports it (the rest of GroupResult, the
+// exits and heals, the Lifecycle does not read).
+GroupResult ended(GroupOutcome outcome, int signal, const std::string& why) {
+  GroupResult r;
+  r.outcome = outcome;
+  r.signal = signal;
+  r.why = why;
+  return r;
+}
+
 NodeView view(int64_t round, JobPhase phase = JobPhase::kActive) {
   NodeView v;
   v.round = round;
@@ -25,16 +35,16 @@ NodeView view(int64_t round, JobPhase phase = JobPhase::kActive) {
 
 TEST(Lifecycle, JoinsRunsAndLeavesWhenTheWorkersSucceed) {
   Lifecycle life({/*max_restarts=*/0, /*hosts_rendezvous=*/false});
-  Action a = life.start();
-  EXPECT_EQ(a.kind, Action::kJoin);
+  NodeCommand a = life.start();
+  EXPECT_EQ(a.kind, NodeCommand::kJoin);
   EXPECT_EQ(a.intent.last_round, -1);
-  EXPECT_EQ(life.on_join(joined(0)).kind, Action::kRunWorkers);
+  EXPECT_EQ(life.on_join(joined(0)).kind, NodeCommand::kRunWorkers);
   EXPECT_EQ(life.state(), NodeState::kRunning);
-  a = life.on_group_end({GroupEnd::kSucceeded, 0, ""});
-  EXPECT_EQ(a.kind, Action::kLeave);
+  a = life.on_group_end(ended(GroupResult::kSucceeded, 0, ""));
+  EXPECT_EQ(a.kind, NodeCommand::kLeave);
   EXPECT_EQ(a.leave, LeaveKind::kSucceeded);
   a = life.on_left();
-  EXPECT_EQ(a.kind, Action::kExit);
+  EXPECT_EQ(a.kind, NodeCommand::kExit);
   EXPECT_EQ(a.exit_code, 0);
   EXPECT_EQ(life.state(), NodeState::kDone);
 }
@@ -43,11 +53,11 @@ TEST(Lifecycle, TheHostWaitsForTheOthersBeforeItExits) {
   Lifecycle life({0, true});
   life.start();
   life.on_join(joined(0));
-  life.on_group_end({GroupEnd::kSucceeded, 0, ""});
-  Action a = life.on_left();
-  EXPECT_EQ(a.kind, Action::kAwaitOthers);
+  life.on_group_end(ended(GroupResult::kSucceeded, 0, ""));
+  NodeCommand a = life.on_left();
+  EXPECT_EQ(a.kind, NodeCommand::kAwaitOthers);
   a = life.on_others_gone();
-  EXPECT_EQ(a.kind, Action::kExit);
+  EXPECT_EQ(a.kind, NodeCommand::kExit);
   EXPECT_EQ(a.exit_code, 0);
 }
 
@@ -57,15 +67,15 @@ TEST(Lifecycle, ARefusedSuccessFailsTheNode) {
   Lifecycle life({3, true});
   life.start();
   life.on_join(joined(0));
-  life.on_group_end({GroupEnd::kSucceeded, 0, ""});
-  Action a = life.on_success_refused("round 0 was over");
-  EXPECT_EQ(a.kind, Action::kLeave);
+  life.on_group_end(ended(GroupResult::kSucceeded, 0, ""));
+  NodeCommand a = life.on_success_refused("round 0 was over");
+  EXPECT_EQ(a.kind, NodeCommand::kLeave);
   EXPECT_EQ(a.leave, LeaveKind::kFailed);
   EXPECT_EQ(a.message, "round 0 was over");
   a = life.on_left();
-  EXPECT_EQ(a.kind, Action::kAwaitOthers);
+  EXPECT_EQ(a.kind, NodeCommand::kAwaitOthers);
   a = life.on_others_gone();
-  EXPECT_EQ(a.kind, Action::kExit);
+  EXPECT_EQ(a.kind, NodeCommand::kExit);
   EXPECT_EQ(a.exit_code, 1);
 }
 
@@ -73,16 +83,16 @@ TEST(Lifecycle, AFailureRejoinsSayingWhichRoundFailedWhileRestartsRemain) {
   Lifecycle life({2, false});
   life.start();
   life.on_join(joined(3, 1));
-  Action a = life.on_group_end({GroupEnd::kWorkerFailed, 0, "rank 1 hung: no heartbeat for 15.0 s"});
-  EXPECT_EQ(a.kind, Action::kJoin);
+  NodeCommand a = life.on_group_end(ended(GroupResult::kWorkerFailed, 0, "rank 1 hung: no heartbeat for 15.0 s"));
+  EXPECT_EQ(a.kind, NodeCommand::kJoin);
   EXPECT_EQ(a.intent.last_round, 3);
   EXPECT_TRUE(a.intent.workers_failed);
   EXPECT_EQ(a.intent.failure, "rank 1 hung: no heartbeat for 15.0 s");  // told to the rendezvous
   EXPECT_EQ(life.state(), NodeState::kRestarting);
   // The next failure uses the last restart up: the node fails the job.
   life.on_join(joined(4, 2));
-  a = life.on_group_end({GroupEnd::kWorkerFailed, 0, ""});
-  EXPECT_EQ(a.kind, Action::kLeave);
+  a = life.on_group_end(ended(GroupResult::kWorkerFailed, 0, ""));
+  EXPECT_EQ(a.kind, NodeCommand::kLeave);
   EXPECT_EQ(a.leave, LeaveKind::kFailed);
   EXPECT_NE(a.message.find("--max-restarts"), std::string::npos);
   EXPECT_EQ(life.on_left().exit_code, 1);
@@ -99,10 +109,26 @@ TEST(Lifecycle, ANewerRoundStopsTheWorkersAndTheNodeFollowsWithoutARestart) {
   EXPECT_NE(why->find("superseded by round 2"), std::string::npos) << *why;
   EXPECT_NE(why->find("was lost"), std::string::npos) << *why;
   EXPECT_EQ(life.state(), NodeState::kStopping);
-  Action a = life.on_group_end({GroupEnd::kStoppedForRound, 0, ""});
-  EXPECT_EQ(a.kind, Action::kJoin);
+  NodeCommand a = life.on_group_end(ended(GroupResult::kStoppedForRound, 0, ""));
+  EXPECT_EQ(a.kind, NodeCommand::kJoin);
   EXPECT_EQ(a.intent.last_round, 1);
   EXPECT_FALSE(a.intent.workers_failed);
+}
+
+// A straggler node that stopped its workers to hand its place to a waiting
+// node leaves saying so (the rendezvous gives its place away, no restart
+// counted) and exits 0: nothing failed.
+TEST(Lifecycle, AHandOverLeavesWithItsReasonAndExitsZero) {
+  Lifecycle life({2, false});
+  life.start();
+  life.on_join(joined(5));
+  NodeCommand a = life.on_group_end(ended(GroupResult::kHandedOver, 0, "its workers were the slowest 3 times"));
+  EXPECT_EQ(a.kind, NodeCommand::kLeave);
+  EXPECT_EQ(a.leave, LeaveKind::kHandedOver);
+  EXPECT_EQ(a.message, "its workers were the slowest 3 times");
+  a = life.on_left();
+  EXPECT_EQ(a.kind, NodeCommand::kExit);
+  EXPECT_EQ(a.exit_code, 0);
 }
 
 TEST(Lifecycle, AnotherNodesSuccessLetsTheWorkersFinishButAFailedJobStopsThem) {
@@ -129,8 +155,8 @@ TEST(Lifecycle, ASignalDuringAJoinLeavesAndExitsWithTheSignal) {
   life.start();
   JoinEnd e;
   e.signal = 2;
-  Action a = life.on_join(e);
-  EXPECT_EQ(a.kind, Action::kLeave);
+  NodeCommand a = life.on_join(e);
+  EXPECT_EQ(a.kind, NodeCommand::kLeave);
   EXPECT_EQ(a.leave, LeaveKind::kStopped);
   EXPECT_EQ(life.on_left().exit_code, 130);
 }
@@ -141,8 +167,8 @@ TEST(Lifecycle, AJobThatEndedIsNotLeftAgain) {
   JoinEnd e;
   e.job_ended = true;
   e.error = "rendezvous: job finished";
-  Action a = life.on_join(e);
-  EXPECT_EQ(a.kind, Action::kExit);
+  NodeCommand a = life.on_join(e);
+  EXPECT_EQ(a.kind, NodeCommand::kExit);
   EXPECT_EQ(a.exit_code, 1);
 }
 
@@ -151,8 +177,8 @@ TEST(Lifecycle, AFailedJoinEndsThisNodeOnlyNotTheJob) {
   life.start();
   JoinEnd e;
   e.error = "node 'x' joined with min_nodes=3 ... every node must pass the same --nnodes";
-  Action a = life.on_join(e);
-  EXPECT_EQ(a.kind, Action::kLeave);
+  NodeCommand a = life.on_join(e);
+  EXPECT_EQ(a.kind, NodeCommand::kLeave);
   EXPECT_EQ(a.leave, LeaveKind::kStopped);
   EXPECT_EQ(life.on_left().exit_code, 1);
 }
@@ -161,14 +187,14 @@ TEST(Lifecycle, AHostStoppedBySignalDoesNotWaitForTheOthers) {
   Lifecycle life({0, true});
   life.start();
   life.on_join(joined(0));
-  life.on_group_end({GroupEnd::kStoppedBySignal, 2, ""});
-  EXPECT_EQ(life.on_left().kind, Action::kExit);
+  life.on_group_end(ended(GroupResult::kStoppedBySignal, 2, ""));
+  EXPECT_EQ(life.on_left().kind, NodeCommand::kExit);
   Lifecycle failing({0, true});
   failing.start();
   failing.on_join(joined(0));
-  failing.on_group_end({GroupEnd::kWorkerFailed, 0, ""});
-  Action a = failing.on_left();
-  EXPECT_EQ(a.kind, Action::kAwaitOthers);  // they must hear the job failed
+  failing.on_group_end(ended(GroupResult::kWorkerFailed, 0, ""));
+  NodeCommand a = failing.on_left();
+  EXPECT_EQ(a.kind, NodeCommand::kAwaitOthers);  // they must hear the job failed
   EXPECT_EQ(a.leave, LeaveKind::kFailed);
 }
 
@@ -176,7 +202,7 @@ TEST(Lifecycle, StoppedBySignalLeavesCleanly) {
   Lifecycle life({3, false});
   life.start();
   life.on_join(joined(0));
-  Action a = life.on_group_end({GroupEnd::kStoppedBySignal, 15, ""});
+  NodeCommand a = life.on_group_end(ended(GroupResult::kStoppedBySignal, 15, ""));
   EXPECT_EQ(a.leave, LeaveKind::kStopped);
   EXPECT_EQ(life.on_left().exit_code, 143);
 }
