@@ -25,6 +25,7 @@
 #include "agent/base/signals.h"
 #include "agent/processes/standby.h"
 #include "agent/health/status_reporter.h"
+#include "agent/job_metrics.h"
 #include "agent/supervision/worker_group.h"
 #include "rendezvous/client/client.h"
 
@@ -57,6 +58,11 @@ class Agent : private AttemptHost {
   // Its event log: --log-dir's file is added by run(); others (--trace)
   // may be added before.
   EventLog& event_log() { return events_; }
+  // This node's id in the job (--node-id, or host:pid).
+  const std::string& node_id() const { return node_id_; }
+  // --metrics-port: the job's numbers, folded from this agent's events and
+  // its ranks' progress (the launcher serves them).
+  void keep_metrics(std::shared_ptr<JobMetrics> metrics);
 
  private:
   // AttemptHost (attempt_host.h): what one attempt of the workers asks of
@@ -216,6 +222,7 @@ class Agent : private AttemptHost {
   int duplicate_fd_[2] = {-1, -1};   // filtered_std{out,err}.log (--duplicate-*-filters)
   std::vector<NumaPlacement> numa_;  // per local rank (--numa-binding)
   EventLog events_;
+  std::shared_ptr<JobMetrics> metrics_;  // null without --metrics-port
   // Progress: what each local rank last reported (for checkpoint events),
   // and rank 0's reports, when this node runs it.
   std::vector<channel::Progress> seen_;

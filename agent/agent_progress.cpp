@@ -15,6 +15,13 @@ namespace ddprun {
 
 namespace ev = channel::events;
 
+void Agent::keep_metrics(std::shared_ptr<JobMetrics> metrics) {
+  metrics_ = std::move(metrics);
+  events_.observe([m = metrics_.get()](const char* event, const nlohmann::json& fields) {
+    m->on_event(event, fields, std::chrono::steady_clock::now());
+  });
+}
+
 void Agent::watch_progress(int attempt, const Assignment& a, const WorkerGroup* group) {
   using channel::Progress;
   const auto now = std::chrono::steady_clock::now();
@@ -34,7 +41,9 @@ void Agent::watch_progress(int attempt, const Assignment& a, const WorkerGroup* 
     }
     seen = p;
     if (rank == 0) meter_.add(p);
+    if (metrics_) metrics_->on_progress(rank, p, lr == 0, now);
   }
+  if (metrics_) metrics_->tick(now);
   if (status_ && group) status_->set_slowest(group->slowest());
   if (group) report_collectives(a, *group);
   if (a.first_global_rank != 0 || !meter_.any()) return;

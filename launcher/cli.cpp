@@ -226,6 +226,7 @@ CliResult parse_canonical(const std::vector<std::string>& args,
   parse_hang_timeout(v.hang_timeout, o);
   o.progress_interval_s = parse_seconds("--progress-interval", v.progress_interval, true);
   o.master_port = parse_int("--master-port", v.master_port, 0, 65535);
+  if (!v.metrics_port.empty()) o.metrics_port = parse_int("--metrics-port", v.metrics_port, 0, 65535);
   if (o.master_addr.empty()) throw UsageError("--master-addr: must not be empty");
   if (!v.tee.empty()) o.tee = parse_std_selection("--tee", v.tee);
   if (!v.redirects.empty()) o.redirects = parse_std_selection("--redirects", v.redirects);

@@ -71,6 +71,9 @@ struct CliOptions {
   std::string role = "default";
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: a free port is picked
+  // --metrics-port (DDPRUN_METRICS_PORT): where /metrics is served; 0: a
+  // free port (printed); -1: not served.
+  int metrics_port = -1;
   std::string local_addr;
   bool no_python = false;
   bool module = false;

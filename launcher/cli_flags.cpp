@@ -208,6 +208,11 @@ std::unique_ptr<CLI::App> make_ddprun_app(CliOptions& o, FlagValues& v) {
   app->add_option("--log-dir,--log_dir", o.log_dir,
                  "Keep per-rank stdout/stderr/error files under DIR/attempt_N/rankR/")
       ->type_name("DIR")->group(g);
+  app->add_option("--metrics-port,--metrics_port", v.metrics_port,
+                 "Serve the job's numbers (goodput, steps, heals, restarts, hangs, step times) on "
+                 "http://HOST:PORT/metrics for Prometheus; 0 picks a free port and prints it "
+                 "(docs/observability.md#metrics) [default: $DDPRUN_METRICS_PORT, else off]")
+      ->type_name("PORT")->group(g);
   app->add_option("--trace", o.trace_dir,
                  "Record every rank's step phases (forward, backward, bucket all-reduces, ...) and "
                  "merge them into DIR/trace.json (Perfetto, chrome://tracing) with a summary table; "

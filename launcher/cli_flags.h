@@ -24,6 +24,7 @@ struct FlagValues {
   std::string verify_every = std::to_string(kDefaultVerifyEvery);
   std::string shutdown_timeout, hang_timeout = "auto", progress_interval = "10", signals;
   std::string master_port = "0";
+  std::string metrics_port;
 };
 
 // `ddprun`'s parser: plain values go straight into o, the others into v

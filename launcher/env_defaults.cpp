@@ -45,6 +45,8 @@ constexpr PetFlag kPetFlags[] = {
     {"PET_SIGNALS_TO_HANDLE", "--signals-to-handle", false},
     {"PET_SHUTDOWN_TIMEOUT", "--shutdown-timeout", false},
     {"PET_VIRTUAL_LOCAL_RANK", "--virtual-local-rank", true},
+    // ddprun's own flags read from the environment the same way.
+    {"DDPRUN_METRICS_PORT", "--metrics-port", false},
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "agent/agent.h"
 #include "agent/processes/env.h"
+#include "agent/output/metrics_server.h"
 #include "agent/output/status_wiping_sink.h"
 #include "launcher/cli.h"
 #include "launcher/control_plane_setup.h"
@@ -185,6 +186,7 @@ std::unique_ptr<tcpstore::Server> host_worker_store(const LaunchPlan& plan) {
 
 int main(int argc, char** argv) {
   const auto started = std::filesystem::file_time_type::clock::now();  // see merge_trace
+  const auto launched = std::chrono::steady_clock::now();                // the metrics' wall time
   raise_fd_limit();
   // Before any thread exists, so that every thread inherits the blocked mask.
   SignalChannel signals;
@@ -302,6 +304,27 @@ int main(int argc, char** argv) {
       nodes_in_rendezvous = [&server] { return server->registry().nodes_in_all_jobs(); };
     }
     Agent agent(plan.agent, client, signals, nodes_in_rendezvous);
+    // --metrics-port: the numbers are folded from this agent's events and
+    // progress, and served from a thread of their own.
+    std::unique_ptr<MetricsServer> metrics_server;
+    if (plan.metrics_port >= 0) {
+      auto metrics = std::make_shared<JobMetrics>(plan.agent.run_id, agent.node_id(), launched);
+      try {
+        MetricsServerOptions mo;
+        mo.host = plan.metrics_host;
+        mo.port = plan.metrics_port;
+        mo.token = plan.metrics_token;
+        metrics_server = std::make_unique<MetricsServer>(metrics->metrics(), mo);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "ddprun: error: --metrics-port: %s\n", e.what());
+        return kExitUsage;
+      }
+      agent.keep_metrics(metrics);
+      spdlog::info("metrics at http://{}:{}/metrics{}", plan.metrics_host == "0.0.0.0" ? plan.agent.local_addr : plan.metrics_host,
+                   metrics_server->port(),
+                   plan.metrics_token.empty() ? " (loopback only: a job with --rdzv-token serves them to the network)"
+                                              : " (send the job's token as a bearer)");
+    }
     // A group's keys go with it: the next one (a restart, a new round)
     // starts from an empty store, and memory does not grow.
     agent.host_worker_store([&worker_store] { worker_store->clear(); });

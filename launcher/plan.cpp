@@ -293,6 +293,16 @@ LaunchPlan make_launch_plan(const CliOptions& o, const HostFacts& facts) {
           "(or DDPRUN_RDZV_TOKEN, --rdzv-token-file)");
     }
   }
+  plan.metrics_port = o.metrics_port;
+  if (o.metrics_port >= 0 && !auth.token.empty()) {
+    if (auth.tls.cert.empty()) {
+      plan.metrics_host = "0.0.0.0";
+      plan.metrics_token = auth.token;
+    } else {
+      plan.warnings.push_back("--metrics-port: served on the loopback only: /metrics speaks no TLS, and the "
+                              "job's rendezvous does (scrape it through a local proxy)");
+    }
+  }
   // One node on its own talks over loopback; with an endpoint, the address
   // is the one the route to it leaves from (found by the launcher).
   if (a.local_addr.empty() && plan.private_rdzv) a.local_addr = "127.0.0.1";

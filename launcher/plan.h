@@ -66,6 +66,13 @@ struct LaunchPlan {
   // rdzv_listen_host:rdzv_listen_port): each serves at its entry, and a late
   // node finds the job at any of them.
   std::vector<std::pair<std::string, int>> rdzv_peers;
+  // --metrics-port: where /metrics listens (-1: off) and the bearer token
+  // it asks for. Off the loopback only with the job's own token (the
+  // rendezvous's, which Prometheus then sends); with TLS on the rendezvous,
+  // the loopback only (/metrics speaks no TLS).
+  int metrics_port = -1;
+  std::string metrics_host = "127.0.0.1";
+  std::string metrics_token;
   // Said once logging is up (things that work but should be known).
   std::vector<std::string> warnings;
 };

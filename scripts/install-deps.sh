@@ -38,6 +38,7 @@ tests=(
   python3-venv                   # scripts/setup-torch2.sh: PyTorch 2.x from PyPI in a venv
   etcd-server etcd-client        # --rdzv-backend etcd, and the tests of a control plane that survives its host
   stress-ng                      # bench/soak.py (and its short run in ctest): jobs under load
+  prometheus                     # the metrics tests: a real Prometheus scrapes /metrics (promtool checks it)
   iproute2                       # `ip netns`: the multi-host tests' hosts (a minimal Debian lacks it)
   debootstrap                    # the wheel's test: a bare Debian 12 root that never built anything
 )

@@ -60,6 +60,7 @@ std::string EventLog::format_line(const std::string& node, const char* event,
 }
 
 void EventLog::write(const char* event, nlohmann::json fields) {
+  if (observer_) observer_(event, fields);
   if (fds_.empty()) return;
   const std::string line = format_line(node_, event, fields, utc_now(), monotonic_ns());
   for (auto& [fd, path] : fds_) {

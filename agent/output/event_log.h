@@ -2,9 +2,10 @@
 // any number of files (--log-dir's <run dir>/events.jsonl, --trace's
 // <dir>/<node>/events.jsonl). Each line goes out in one write() to files
 // opened O_APPEND, so a reader (or another writer) never sees half a line.
-// With no file added, write() does nothing.
+// With no file added and no observer, write() does nothing.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,11 @@ class EventLog {
   // said once (spdlog warning) and never stops the job.
   void write(const char* event, nlohmann::json fields = nlohmann::json::object());
 
+  // Hands every event to `observer` too, before its line, with files or
+  // without (the job's metrics, job_metrics.h, are folded from them).
+  using Observer = std::function<void(const char* event, const nlohmann::json& fields)>;
+  void observe(Observer observer) { observer_ = std::move(observer); }
+
   // The line write() would make (for tests): fields over the common ones.
   static std::string format_line(const std::string& node, const char* event,
                                  const nlohmann::json& fields, std::string_view time_utc,
@@ -39,6 +45,7 @@ class EventLog {
   std::string node_;
   std::vector<std::pair<int, std::string>> fds_;  // fd, path
   bool told_failure_ = false;
+  Observer observer_;
 };
 
 }  // namespace ddprun
