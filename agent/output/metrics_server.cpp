@@ -113,25 +113,29 @@ uint64_t MetricsServer::served() const { return served_.load(); }
 
 void MetricsServer::loop() {
   while (true) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    if (fds[1].revents) return;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) continue;
-    // At most max_per_second answers a second: the rest of a storm is
-    // closed unanswered (a scraper retries at its next interval).
+    // At most max_per_second answers a second: past them, nothing is
+    // accepted until the second ends (a storm's connections wait in the
+    // backlog, its clients in their connect or read), so a storm costs
+    // this thread no more than its budget.
     const auto now = std::chrono::steady_clock::now();
     if (now - second_start_ >= std::chrono::seconds(1)) {
       second_start_ = now;
       in_second_ = 0;
     }
-    if (in_second_ < options_.max_per_second) {
-      ++in_second_;
-      answer(fd);
-    }
+    const bool budget_left = in_second_ < options_.max_per_second;
+    const int wait_ms = budget_left ? -1
+                                    : static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                           second_start_ + std::chrono::seconds(1) - now)
+                                                           .count()) + 1;
+    pollfd fds[2] = {{stop_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+    const int n = ::poll(fds, budget_left ? 2 : 1, wait_ms);
+    if (n < 0 && errno != EINTR) return;
+    if (fds[0].revents) return;
+    if (!budget_left || n <= 0 || !fds[1].revents) continue;
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) continue;
+    ++in_second_;
+    answer(fd);
     ::close(fd);
   }
 }

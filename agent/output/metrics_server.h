@@ -4,8 +4,9 @@
 // scrape for one render at most. Bounded: one connection at a time, a
 // request read within `read_timeout` and at most 8 KiB of it, the rendered
 // text reused for `render_every`, and at most `max_per_second` answers a
-// second (a storm's others are closed unanswered), so a scrape storm costs
-// the node one thread's share of a core.
+// second (past them nothing is accepted until the second ends: a storm's
+// connections wait in the backlog), so a scrape storm costs the node no
+// more than that many renders and answers a second.
 //
 // With a token, a scrape must send "Authorization: Bearer TOKEN" (401
 // otherwise), as Prometheus does with `authorization: {credentials: ...}`.
