@@ -16,7 +16,7 @@ Metrics::Labels rank_label(const nlohmann::json& fields) {
 }  // namespace
 
 JobMetrics::JobMetrics(const std::string& job, const std::string& node, Clock::time_point start)
-    : metrics_(std::make_shared<Metrics>(Metrics::Labels{{"job", job}, {"node", node}})), goodput_(start) {
+    : metrics_(std::make_shared<Metrics>(Metrics::Labels{{"run_id", job}, {"node", node}})), goodput_(start) {
   Metrics& m = *metrics_;
   m.describe("ddprun_goodput_seconds_total", Metrics::kCounter,
              "Seconds that trained and were kept: not start-up, recovery, steps redone after a restart, or waiting "

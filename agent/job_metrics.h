@@ -30,6 +30,8 @@ namespace ddprun {
 class JobMetrics {
  public:
   using Clock = std::chrono::steady_clock;
+  // Every sample is labelled run_id=`job` (Prometheus's own `job` label
+  // names the scrape job) and node=`node`.
   JobMetrics(const std::string& job, const std::string& node, Clock::time_point start);
 
   std::shared_ptr<const Metrics> metrics() const { return metrics_; }
