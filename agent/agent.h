@@ -223,6 +223,7 @@ class Agent : private AttemptHost {
   std::vector<NumaPlacement> numa_;  // per local rank (--numa-binding)
   EventLog events_;
   std::shared_ptr<JobMetrics> metrics_;  // null without --metrics-port
+  std::chrono::steady_clock::time_point last_progress_event_{};  // the event log's last `progress`
   // Progress: what each local rank last reported (for checkpoint events),
   // and rank 0's reports, when this node runs it.
   std::vector<channel::Progress> seen_;

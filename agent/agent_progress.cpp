@@ -39,6 +39,13 @@ void Agent::watch_progress(int attempt, const Assignment& a, const WorkerGroup* 
     if (changed(Progress::kHasSaved, &Progress::saved_step)) {
       events_.write(ev::kCheckpointSaved, {{"attempt", attempt}, {"rank", rank}, {"step", p.saved_step}});
     }
+    // The node's first rank's step in the event log, at most once a second
+    // while it moves (`ddprun report` draws the step rate from it).
+    if (lr == 0 && (p.flags & Progress::kHasStep) && p.step != seen.step &&
+        now - last_progress_event_ >= std::chrono::seconds(1)) {
+      last_progress_event_ = now;
+      events_.write(ev::kProgress, {{"attempt", attempt}, {"rank", rank}, {"step", p.step}, {"samples", p.samples}});
+    }
     seen = p;
     if (rank == 0) meter_.add(p);
     if (metrics_) metrics_->on_progress(rank, p, lr == 0, now);

@@ -41,6 +41,9 @@ inline constexpr const char* kControlPlane = "control_plane";  // node, term, pr
 inline constexpr const char* kCheckpointSaved = "checkpoint_saved";       // attempt, rank, step
 inline constexpr const char* kCheckpointRestored = "checkpoint_restored"; // attempt, rank, step
 inline constexpr const char* kJobEnd = "job_end";         // exit_code, detail
+// The node's first rank's progress, at most once a second while its step moves
+// (`ddprun report` draws the step rate from it).
+inline constexpr const char* kProgress = "progress";      // attempt, rank, step, samples
 
 // Field values: "signal" is the signal's name ("SIGTERM"); "failure" has
 // neither exit_code nor signal for a worker ddprun judged hung (its

@@ -206,7 +206,8 @@ std::unique_ptr<CLI::App> make_ddprun_app(CliOptions& o, FlagValues& v) {
 
   g = "Output (docs/launching.md, docs/observability.md)";
   app->add_option("--log-dir,--log_dir", o.log_dir,
-                 "Keep per-rank stdout/stderr/error files under DIR/attempt_N/rankR/")
+                 "Keep per-rank stdout/stderr/error files under DIR/attempt_N/rankR/ and the event log; "
+                 "`ddprun report DIR` draws the job from it")
       ->type_name("DIR")->group(g);
   app->add_option("--metrics-port,--metrics_port", v.metrics_port,
                  "Serve the job's numbers (goodput, steps, heals, restarts, hangs, step times) on "

@@ -6,7 +6,7 @@ namespace ddprun {
 namespace {
 
 // Subcommands that take the place of ENTRYPOINT (launcher/main.cpp).
-const char* const kSubcommands = "status trace-merge";
+const char* const kSubcommands = "status trace-merge report";
 
 std::string joined(const std::vector<std::string>& words) {
   std::string out;

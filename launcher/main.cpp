@@ -1,6 +1,7 @@
 // ddprun: parse the command line, host the rendezvous (or find it), run this
 // node's agent. `ddprun rendezvous` serves a rendezvous on its own;
-// `ddprun trace-merge DIR` merges a --trace folder.
+// `ddprun trace-merge DIR` merges a --trace folder; `ddprun report LOG_DIR`
+// draws a job from its event log.
 #include <absl/synchronization/mutex.h>
 #include <grpc/support/log.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -29,6 +30,7 @@
 #include "launcher/rendezvous_command.h"
 #include "launcher/slurm.h"
 #include "launcher/status_command.h"
+#include "launcher/report_command.h"
 #include "launcher/trace_command.h"
 #include "rendezvous/server/nccl_unique_id.h"
 #include "rendezvous/server/server.h"
@@ -204,6 +206,9 @@ int main(int argc, char** argv) {
   }
   if (!args.empty() && args.front() == "trace-merge") {
     return run_trace_merge_command({args.begin() + 1, args.end()});
+  }
+  if (!args.empty() && args.front() == "report") {
+    return run_report_command({args.begin() + 1, args.end()});
   }
 
   CliResult cli;

@@ -17,7 +17,7 @@ It checks, in README.md and docs/*.md:
     command shown with the error it gets (`ddprun: error: ...` on the next
     line) must get exactly that error. Our programs as entrypoints (train,
     gpt, hello, examples/...) must exist, and the flags given to them must
-    be flags they have. `ddprun status|rendezvous|trace-merge` flags must be
+    be flags they have. `ddprun status|rendezvous|trace-merge|report` flags must be
     in that subcommand's --help.
   * bench/, scripts/, fuzz/ and build/bin/ programs must exist, and each
     --flag given to them must be one they have (in their --help, or, for
@@ -49,7 +49,7 @@ OUR_PROGRAMS = {"train", "gpt", "hello", "heal_throughput", "ddp_step_bench", "a
                 "first_allreduce_worker", "rendezvous_round", "probe", "collective_check"}
 # Entrypoints in examples that stand for the user's own program or script.
 PLACEHOLDERS = {"my_script.py", "my_train", "build/my_train", "script.py", "train.py", "/bin/true"}
-SUBCOMMANDS = {"status", "rendezvous", "trace-merge"}
+SUBCOMMANDS = {"status", "rendezvous", "trace-merge", "report"}
 
 
 def problem(where, what):

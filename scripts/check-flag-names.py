@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 FOLDERS = ["launcher", "agent", "rendezvous", "tcpstore", "trace", os.path.join("worker_lib", "src")]
-SUBCOMMANDS = [[], ["status"], ["rendezvous"], ["trace-merge"]]
+SUBCOMMANDS = [[], ["status"], ["rendezvous"], ["trace-merge"], ["report"]]
 # Flags of other programs that messages tell the user to pass there.
 OTHERS = {"--shm-size": "docker run", "--ntasks-per-node": "srun"}
 LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"')

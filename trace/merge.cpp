@@ -145,7 +145,8 @@ MergeResult merge(const std::vector<NodeTrace>& nodes, const StepWindow& window)
     int64_t off = n.offset_ns.value_or(0);
     for (const auto& e : n.events) {
       int64_t t = e[channel::events::kMonoNs].get<int64_t>() + off;
-      if (!event_kept(t)) continue;
+      // Progress lines are the workers' own steps, which the trace shows already.
+      if (!event_kept(t) || e.value(channel::events::kEvent, "") == channel::events::kProgress) continue;
       events.push_back(json{{"ph", "i"}, {"s", "p"}, {"name", event_label(e)}, {"cat", e[channel::events::kEvent]},
                             {"pid", pid}, {"tid", kAgentTid}, {"ts", us(t)}, {"args", e}});
     }

@@ -144,7 +144,8 @@ void MetricsServer::answer(int fd) {
   // 1. Read the request's head, within the read timeout and 8 KiB.
   std::string head;
   const auto deadline = std::chrono::steady_clock::now() + options_.read_timeout;
-  while (head.find("\r\n\r\n") == std::string::npos) {
+  // (A bare "\n\n", as some hand-made clients send, ends it too.)
+  while (head.find("\r\n\r\n") == std::string::npos && head.find("\n\n") == std::string::npos) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0 || head.size() >= kMaxRequest) return;
     pollfd p{fd, POLLIN, 0};
@@ -159,7 +160,7 @@ void MetricsServer::answer(int fd) {
     head.append(buf, static_cast<size_t>(n));
   }
   // 2. GET /metrics (a query string is ignored), with the token if one is set.
-  const std::string first = head.substr(0, head.find("\r\n"));
+  const std::string first = head.substr(0, head.find_first_of("\r\n"));
   const size_t sp = first.find(' ');
   const size_t sp2 = first.find(' ', sp + 1);
   const std::string method = first.substr(0, sp);

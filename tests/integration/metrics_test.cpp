@@ -140,4 +140,55 @@ TEST(MetricsJob, APortInUseIsAUsageErrorNamingTheFlag) {
   holder.finish(2min);
 }
 
+// `ddprun report` on a healed job's --log-dir: a picture whose numbers are
+// the event log's (one heal, as many as the log's heal events).
+TEST(MetricsJob, ReportDrawsAHealedJobFromItsEventLog) {
+  const fs::path logs = temp("report-logs");
+  fs::remove_all(logs);
+  Process job({DDPRUN_BIN, "--nproc", "2", "--log-dir", logs.string(), TRAIN_BIN, "--limit", "8000", "--print-steps",
+               "--epochs", "3"},
+              {"DDPRUN_CPU_COMM=shm"});
+  ASSERT_TRUE(ddptest::reach_step(job, 185)) << job.out();  // mid-epoch (125 steps an epoch)
+  std::vector<pid_t> workers = ddptest::workers_of(job.pid());
+  ASSERT_EQ(workers.size(), 2u);
+  kill(workers[1], SIGKILL);
+  const Finished end = job.finish(5min);
+  ASSERT_EQ(end.exit_code, 0) << end.err;
+  ASSERT_TRUE(contains(end.out, "joined at step")) << end.out;
+
+  const fs::path pictures = temp("report");
+  fs::create_directories(pictures);
+  const fs::path svg = pictures / "job.svg";
+  const Finished report = ddptest::run({DDPRUN_BIN, "report", logs.string(), "--out", svg.string()});
+  ASSERT_EQ(report.exit_code, 0) << report.out << report.err;
+  EXPECT_TRUE(contains(report.out, "1 heal(s), 0 restart(s)")) << report.out;
+  std::ifstream in(svg);
+  const std::string picture((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_TRUE(contains(picture, "<svg")) << svg;
+  EXPECT_TRUE(contains(picture, ">heal<")) << "the heal is not marked";
+  EXPECT_TRUE(contains(picture, "goodput")) << "no goodput in the title";
+  // The log holds as many heals as the picture says.
+  int heals = 0, progress = 0;
+  for (const auto& run : fs::directory_iterator(logs)) {
+    std::ifstream log(run.path() / "events.jsonl");
+    for (std::string line; std::getline(log, line);) {
+      heals += contains(line, "\"event\":\"heal\"");
+      progress += contains(line, "\"event\":\"progress\"");
+    }
+  }
+  EXPECT_EQ(heals, 1);
+  EXPECT_GT(progress, 1);
+
+  const Finished missing = ddptest::run({DDPRUN_BIN, "report", (logs / "nowhere").string()});
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  const fs::path bare = temp("bare");
+  fs::create_directories(bare);
+  const Finished empty = ddptest::run({DDPRUN_BIN, "report", bare.string()});
+  EXPECT_EQ(empty.exit_code, 1) << empty.err;
+  EXPECT_TRUE(contains(empty.err, "--log-dir")) << empty.err;
+  fs::remove_all(logs);
+  fs::remove_all(bare);
+  fs::remove_all(pictures);
+}
+
 }  // namespace

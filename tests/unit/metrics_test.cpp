@@ -13,6 +13,7 @@
 #include "agent/health/goodput.h"
 #include "agent/output/metrics.h"
 #include "agent/output/metrics_server.h"
+#include "launcher/report_command.h"
 
 namespace ddprun {
 namespace {
@@ -128,8 +129,9 @@ TEST(MetricsServer, AnswersGetMetricsAndOnlyThat) {
   EXPECT_NE(ok.find("\r\n\r\n# HELP ddprun_steps_total Steps.\n"), std::string::npos) << ok;
   EXPECT_NE(ok.find("ddprun_steps_total 42\n"), std::string::npos) << ok;
   EXPECT_EQ(get(server.port(), "GET / HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 404", 0), 0u);
+  EXPECT_EQ(get(server.port(), "GET /metrics HTTP/1.0\n\n").rfind("HTTP/1.1 200", 0), 0u);  // bare newlines
   EXPECT_EQ(get(server.port(), "POST /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405", 0), 0u);
-  EXPECT_EQ(server.served(), 1u);
+  EXPECT_EQ(server.served(), 2u);
 }
 
 TEST(MetricsServer, WithATokenAScrapeWithoutItIsRefused) {
@@ -177,6 +179,43 @@ TEST(MetricsServer, APortInUseSaysSo) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find(std::to_string(first.port())), std::string::npos) << e.what();
   }
+}
+
+// `ddprun report`'s numbers come from the same fold as /metrics, fed the
+// event log's lines at their own times: a step a second, a rank killed and
+// healed (the interval with the exit lost), steps again.
+TEST(JobReport, FoldsTheEventLogAsTheLiveMetricsDo) {
+  std::vector<nlohmann::json> log;
+  auto event = [&](double t, const char* name, nlohmann::json fields = nlohmann::json::object()) {
+    fields["event"] = name;
+    fields["mono_ns"] = static_cast<int64_t>(1e12 + t * 1e9);
+    fields["node"] = "a";
+    log.push_back(fields);
+  };
+  event(0, "job_start", {{"run_id", "r1"}});
+  event(0.1, "round", {{"round", 0}, {"world_size", 2}});
+  for (int s = 0; s <= 10; ++s) event(1 + s, "progress", {{"rank", 0}, {"step", s}, {"samples", 64 * s}});
+  event(11.5, "exit", {{"rank", 1}, {"signal", "SIGKILL"}});
+  event(11.6, "heal", {{"rank", 1}, {"generation", 1}});
+  event(12, "progress", {{"rank", 0}, {"step", 10}});
+  event(13, "progress", {{"rank", 0}, {"step", 11}});
+  event(14, "progress", {{"rank", 0}, {"step", 12}});
+  event(14.5, "job_end", {{"exit_code", 0}});
+  const JobReport r = report_of(log);
+  EXPECT_EQ(r.run_id, "r1");
+  EXPECT_EQ(r.heals, 1);
+  EXPECT_EQ(r.restarts, 0);
+  ASSERT_EQ(r.marks.size(), 1u);
+  EXPECT_EQ(r.marks[0].what, "heal");
+  EXPECT_NEAR(r.marks[0].t, 11.6, 1e-6);
+  EXPECT_NEAR(r.wall_s, 14.5, 1e-6);
+  EXPECT_NEAR(r.good_s, 12, 1e-6);  // 1..11 s and 12..14 s; 11..12 held the failure
+  EXPECT_EQ(r.rates.size(), 12u);    // every reading that moved on
+  EXPECT_NEAR(r.rates.back().steps_per_s, 1, 1e-9);
+  const std::string script = gnuplot_script(r, "d.dat", "out.svg");
+  EXPECT_NE(script.find("set terminal svg"), std::string::npos);
+  EXPECT_NE(script.find("goodput 82.8%"), std::string::npos) << script;
+  EXPECT_NE(script.find("'heal'"), std::string::npos) << script;
 }
 
 }  // namespace
