@@ -44,8 +44,6 @@ class JobMetrics {
   // On every tick: wall and goodput seconds, the checkpoint's age.
   void tick(Clock::time_point now);
 
-  const Goodput& goodput() const { return goodput_; }
-
  private:
   // Something stopped training: goodput loses the interval, and the time to
   // recover starts (if it has not yet).
